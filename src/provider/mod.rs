@@ -1,0 +1,224 @@
+//! Providers are data: the registry of provider specs and the per-source verifier.
+//!
+//! The specs in `providers/*.toml` are compiled into the binary; `providers_dir` adds
+//! more or replaces built-in ones by name. A source picks a provider by name and may
+//! override any key of its spec (`provider_options`), which is how the generic `hmac`
+//! provider is configured for senders that have no spec of their own.
+
+pub mod sign;
+pub mod spec;
+pub mod verify;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+pub use spec::{Spec, SpecError};
+pub use verify::{Key, Request, Verified, VerifyError};
+
+use crate::config::Secret;
+
+/// The provider specs shipped in the binary, as (file name, TOML text).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("github.toml", include_str!("../../providers/github.toml")),
+    ("hmac.toml", include_str!("../../providers/hmac.toml")),
+    ("shopify.toml", include_str!("../../providers/shopify.toml")),
+    ("slack.toml", include_str!("../../providers/slack.toml")),
+    (
+        "standard-webhooks.toml",
+        include_str!("../../providers/standard-webhooks.toml"),
+    ),
+    ("stripe.toml", include_str!("../../providers/stripe.toml")),
+    ("svix.toml", include_str!("../../providers/svix.toml")),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("providers_dir {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    File {
+        path: String,
+        #[source]
+        source: SpecError,
+    },
+    #[error("{path}: the spec is named {name:?} but the file is {file:?}; they must match")]
+    NameMismatch {
+        path: String,
+        name: String,
+        file: String,
+    },
+    #[error("unknown provider {0:?}; run `hookgate providers` to list them")]
+    Unknown(String),
+    #[error("provider {provider:?} with provider_options: {source}")]
+    Options {
+        provider: String,
+        #[source]
+        source: SpecError,
+    },
+    #[error(transparent)]
+    Key(#[from] verify::KeyError),
+}
+
+/// Provider specs by name, kept as TOML tables so that sources can override keys
+/// before compiling.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    specs: BTreeMap<String, (toml::Table, Arc<Spec>)>,
+}
+
+impl Registry {
+    /// The built-in providers.
+    pub fn builtin() -> Result<Registry, RegistryError> {
+        let mut r = Registry::default();
+        for (file, text) in BUILTIN {
+            r.add(file, text)?;
+        }
+        Ok(r)
+    }
+
+    /// The built-in providers plus every `*.toml` in `dir` (a file replaces the
+    /// built-in provider of the same name).
+    pub fn with_dir(dir: Option<&Path>) -> Result<Registry, RegistryError> {
+        let mut r = Self::builtin()?;
+        if let Some(dir) = dir {
+            r.load_dir(dir)?;
+        }
+        Ok(r)
+    }
+
+    pub fn load_dir(&mut self, dir: &Path) -> Result<(), RegistryError> {
+        let io = |source| RegistryError::Io {
+            path: dir.display().to_string(),
+            source,
+        };
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .map_err(io)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).map_err(io)?;
+            let file = path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            self.add(&file, &text).map_err(|e| match e {
+                RegistryError::Spec(source) => RegistryError::File {
+                    path: path.display().to_string(),
+                    source,
+                },
+                RegistryError::NameMismatch { name, file, .. } => RegistryError::NameMismatch {
+                    path: path.display().to_string(),
+                    name,
+                    file,
+                },
+                other => other,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, file: &str, text: &str) -> Result<(), RegistryError> {
+        let table: toml::Table = toml::from_str(text).map_err(|source| {
+            RegistryError::Spec(SpecError::Toml {
+                provider: file.to_string(),
+                source,
+            })
+        })?;
+        let spec = Spec::from_table(table.clone())?;
+        let stem = file.trim_end_matches(".toml");
+        if spec.name != stem {
+            return Err(RegistryError::NameMismatch {
+                path: file.to_string(),
+                name: spec.name,
+                file: file.to_string(),
+            });
+        }
+        self.specs.insert(spec.name.clone(), (table, Arc::new(spec)));
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Spec>> {
+        self.specs.get(name).map(|(_, s)| s)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Spec>> {
+        self.specs.values().map(|(_, s)| s)
+    }
+
+    /// The spec a source uses: the provider's, with the source's overrides merged in.
+    pub fn resolve(
+        &self,
+        provider: &str,
+        options: Option<&toml::Table>,
+    ) -> Result<Arc<Spec>, RegistryError> {
+        let (table, spec) = self
+            .specs
+            .get(provider)
+            .ok_or_else(|| RegistryError::Unknown(provider.to_string()))?;
+        match options {
+            None => Ok(spec.clone()),
+            Some(opts) => {
+                let mut merged = table.clone();
+                merge(&mut merged, opts);
+                // Vectors belong to the provider's own scheme, not to the overridden one.
+                merged.remove("vectors");
+                merged.insert("name".into(), toml::Value::String(provider.to_string()));
+                Spec::from_table(merged)
+                    .map(Arc::new)
+                    .map_err(|source| RegistryError::Options {
+                        provider: provider.to_string(),
+                        source,
+                    })
+            }
+        }
+    }
+}
+
+/// Deep-merge `over` into `base` (tables merge, everything else replaces).
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// A source's verifier: its compiled spec and its decoded keys.
+#[derive(Debug, Clone)]
+pub struct Verifier {
+    pub spec: Arc<Spec>,
+    keys: Vec<Key>,
+}
+
+impl Verifier {
+    pub fn new(spec: Arc<Spec>, secrets: &[Secret]) -> Result<Verifier, RegistryError> {
+        let keys = verify::prepare_keys(&spec, secrets)?;
+        Ok(Verifier { spec, keys })
+    }
+
+    pub fn verify<'a>(&'a self, req: Request<'a>, now: i64) -> Result<Verified<'a>, VerifyError> {
+        verify::verify(&self.spec, &self.keys, req, now)
+    }
+
+    pub fn verify_ignoring_timestamp<'a>(
+        &'a self,
+        req: Request<'a>,
+    ) -> Result<Verified<'a>, VerifyError> {
+        verify::verify_ignoring_timestamp(&self.spec, &self.keys, req)
+    }
+}
+
+#[cfg(test)]
+mod tests;
