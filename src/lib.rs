@@ -1,2 +1,33 @@
+//! hookgate: a receiver-side webhook gateway.
+//!
+//! # Layout
+//!
+//! * [`config`]: the layered, validated configuration.
+//! * [`provider`]: provider specs as data ([`provider::spec`]), the one verification
+//!   engine ([`provider::verify`]) and its inverse, the signer ([`provider::sign`]).
+//! * [`store`]: the `Store` trait and its backends, [`store::sqlite`] (embedded, group
+//!   commit) and [`store::redis`] (one Lua script per accept).
+//! * [`ingest`]: `POST /ingest/{source}`: read, verify, dedupe + persist, answer.
+//! * [`serve`]: the hyper accept loop with connection limits and graceful drain.
+//! * [`error`]: the HTTP boundary's error type.
+//! * [`telemetry`]: logging setup and health endpoints.
+//! * [`app`]: the composition root; [`cli`]: the command line.
+//!
+//! # Invariants
+//!
+//! * Nothing is parsed or re-serialized before the signature is verified, and a
+//!   forged request never reaches the store (so it cannot poison a dedupe key).
+//! * A 2xx is only sent for an entry the store has made durable.
+//! * `provider` does no I/O and never reads the clock itself.
+//! * rusqlite and redis types never leave their backend's file.
+
+pub mod app;
+pub mod cli;
 pub mod config;
+pub mod error;
+pub mod ingest;
 pub mod provider;
+pub mod serve;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;

@@ -1,1 +1,37 @@
-fn main() {}
+//! The `hookgate` binary: parses the command line, runs it, renders errors.
+//!
+//! Exit codes: 0 success, 1 runtime failure, 2 invalid usage or configuration.
+//! A closed stdout (e.g. piping into `head`) is not an error.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = hookgate::cli::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(hookgate::cli::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            if err
+                .chain()
+                .filter_map(|e| e.downcast_ref::<std::io::Error>())
+                .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {err:#}");
+            let is_config = err.chain().any(|e| {
+                e.downcast_ref::<hookgate::config::ConfigError>().is_some()
+                    || e.to_string() == "invalid configuration"
+            });
+            ExitCode::from(if is_config { 2 } else { 1 })
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The composition root: turns a validated [`Config`] into running parts.
+//!
+//! Only this module builds and wires objects: the provider registry, the sources'
+//! verifiers, the store, the routers and the listeners. `run` takes pre-bound
+//! listeners so that tests can bind `127.0.0.1:0` and run the real gateway.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::ingest::{self, IngestState, Source};
+use crate::provider::{Registry, Verifier};
+use crate::serve::{HttpLimits, serve};
+use crate::store;
+use crate::telemetry;
+
+/// The listeners the gateway serves on, bound by the caller.
+pub struct Listeners {
+    pub ingest: TcpListener,
+    pub admin: TcpListener,
+}
+
+/// The provider registry for a configuration: built-ins plus `providers_dir`.
+pub fn registry(cfg: &Config) -> anyhow::Result<Registry> {
+    Registry::with_dir(cfg.providers_dir.as_deref()).context("providers_dir")
+}
+
+/// Compile every configured source against its provider spec.
+pub fn build_sources(cfg: &Config, registry: &Registry) -> anyhow::Result<Vec<Source>> {
+    cfg.sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let spec = registry
+                .resolve(&s.provider, s.provider_options.as_ref())
+                .with_context(|| format!("sources[{i}].provider"))?;
+            let verifier =
+                Verifier::new(spec, &s.secrets).with_context(|| format!("sources[{i}].secret"))?;
+            Ok(Source {
+                name: s.name.clone(),
+                verifier,
+                dedupe_ttl: s.dedupe_ttl,
+            })
+        })
+        .collect()
+}
+
+/// Bind the configured addresses.
+pub async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
+    let ingest = TcpListener::bind(cfg.server.listen)
+        .await
+        .with_context(|| format!("server.listen: cannot bind {}", cfg.server.listen))?;
+    let admin = TcpListener::bind(cfg.admin.listen)
+        .await
+        .with_context(|| format!("admin.listen: cannot bind {}", cfg.admin.listen))?;
+    Ok(Listeners { ingest, admin })
+}
+
+/// Run the gateway until `shutdown` is cancelled; then drain and close the store.
+pub async fn run(
+    cfg: Config,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let registry = registry(&cfg)?;
+    let sources = build_sources(&cfg, &registry)?;
+    let store = store::open(&cfg.store).await.context("store")?;
+
+    if cfg.admin.token.is_none() {
+        tracing::warn!(
+            listen = %cfg.admin.listen,
+            "no admin token configured: the admin listener is bound to loopback only"
+        );
+    }
+    if sources.is_empty() {
+        tracing::warn!("no sources configured: every ingest request will answer 404");
+    }
+
+    let state = Arc::new(IngestState {
+        sources: sources
+            .into_iter()
+            .map(|s| (s.name.clone(), Arc::new(s)))
+            .collect::<HashMap<_, _>>(),
+        store: store.clone(),
+        max_body_bytes: cfg.server.max_body_bytes,
+        body_read_timeout: cfg.server.body_read_timeout,
+        clock: ingest::system_clock,
+    });
+    let limits = HttpLimits {
+        header_read_timeout: cfg.server.header_read_timeout,
+        max_headers: cfg.server.max_headers,
+        max_connections: cfg.server.max_connections,
+        grace: cfg.server.shutdown_grace,
+    };
+    tracing::info!(
+        ingest = %listeners.ingest.local_addr()?,
+        admin = %listeners.admin.local_addr()?,
+        store = match cfg.store { crate::config::StoreConfig::Embedded(_) => "embedded", crate::config::StoreConfig::Redis(_) => "redis" },
+        sources = state.sources.len(),
+        "hookgate listening"
+    );
+    let ingest_task = tokio::spawn(serve(
+        "ingest",
+        listeners.ingest,
+        ingest::router(state),
+        limits.clone(),
+        shutdown.clone(),
+    ));
+    let admin_task = tokio::spawn(serve(
+        "admin",
+        listeners.admin,
+        telemetry::router(store.clone()),
+        limits,
+        shutdown.clone(),
+    ));
+    let _ = ingest_task.await;
+    let _ = admin_task.await;
+    store.close().await;
+    tracing::info!("hookgate stopped");
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! The HTTP boundary's one error type, mapped to answers in one place.
+//!
+//! 4xx answers carry a short, precise reason (never an expected signature or a
+//! secret). 5xx answers are generic: the cause goes to the log line of the request,
+//! not to the client.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::provider::VerifyError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("unknown source {0:?}")]
+    UnknownSource(String),
+    #[error("not found")]
+    NotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error(transparent)]
+    Unverified(#[from] VerifyError),
+    #[error("body larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("timed out reading the body")]
+    BodyTimeout,
+    #[error("could not read the body")]
+    BodyRead,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::UnknownSource(_) | ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unverified(_) => StatusCode::UNAUTHORIZED,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ApiError::BodyRead => StatusCode::BAD_REQUEST,
+            ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// A stable label for logs and metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::UnknownSource(_) => "unknown_source",
+            ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Unverified(e) => e.code(),
+            ApiError::TooLarge { .. } => "too_large",
+            ApiError::BodyTimeout => "body_timeout",
+            ApiError::BodyRead => "body_read",
+            ApiError::Store(_) => "store_unavailable",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let message = match &self {
+            // Don't expose internals: the provider only needs to know to retry.
+            ApiError::Store(_) => "store unavailable, retry later".to_string(),
+            other => other.to_string(),
+        };
+        let mut resp = (status, Json(serde_json::json!({ "error": message }))).into_response();
+        if matches!(self, ApiError::Store(_)) {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("5"),
+            );
+        }
+        resp
+    }
+}

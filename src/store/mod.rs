@@ -1,0 +1,269 @@
+//! The durable store: one trait, two backends.
+//!
+//! Ingest and the forwarder never talk to each other; the [`Store`] is their only
+//! channel. `accept` is the ingest contract: dedupe on (source, dedupe key) and persist
+//! the entry atomically, and return only once the entry is durable (fsynced on the
+//! embedded store; acknowledged under `appendfsync always` on Redis). A duplicate
+//! returns the original entry id and writes nothing.
+//!
+//! [`open`] is the only place that chooses a backend; everything else sees
+//! `Arc<dyn Store>`. Both backends pass the same conformance suite
+//! (`tests/it/conformance.rs`).
+
+pub mod redis;
+pub mod sqlite;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::config::StoreConfig;
+
+/// A store failure. Every variant answers 503 at ingest: the provider retries.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("store timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] ::redis::RedisError),
+    #[error("corrupt entry {id}: {problem}")]
+    Corrupt { id: String, problem: String },
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The life of an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Waiting for (another) delivery attempt.
+    Pending,
+    Delivered,
+    /// The retry budget ran out or the destination refused it for good.
+    Dead,
+    /// An operator discarded it.
+    Discarded,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Delivered => "delivered",
+            Status::Dead => "dead",
+            Status::Discarded => "discarded",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Some(match s {
+            "pending" => Status::Pending,
+            "delivered" => Status::Delivered,
+            "dead" => Status::Dead,
+            "discarded" => Status::Discarded,
+            _ => return None,
+        })
+    }
+
+    pub const ALL: [Status; 4] = [
+        Status::Pending,
+        Status::Delivered,
+        Status::Dead,
+        Status::Discarded,
+    ];
+}
+
+/// One request header as received. Values are bytes: header values need not be UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub name: String,
+    pub value: Vec<u8>,
+}
+
+/// An entry to persist, built by ingest after verification.
+#[derive(Debug, Clone)]
+pub struct NewEntry {
+    /// A fresh id (UUIDv7, so ids sort by arrival time).
+    pub id: String,
+    pub source: String,
+    /// The provider's event id, when the request carries one.
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    /// The dedupe key: the event id, or `body-sha256:<hex>` without one.
+    pub dedupe_key: String,
+    pub dedupe_ttl: Duration,
+    /// Unix milliseconds.
+    pub received_at: i64,
+    pub headers: Vec<Header>,
+    pub body: Bytes,
+}
+
+/// The outcome of [`Store::accept`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    /// Stored now, under this id.
+    New(String),
+    /// Seen before (within the dedupe TTL): the original entry's id. Nothing written.
+    Duplicate(String),
+}
+
+impl Accepted {
+    pub fn id(&self) -> &str {
+        match self {
+            Accepted::New(id) | Accepted::Duplicate(id) => id,
+        }
+    }
+}
+
+/// A stored entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub id: String,
+    pub source: String,
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    pub dedupe_key: String,
+    pub received_at: i64,
+    pub status: Status,
+    pub attempts: u32,
+    /// Unix milliseconds of the next delivery attempt, while pending.
+    pub next_attempt_at: Option<i64>,
+    pub last_error: Option<String>,
+    pub headers: Vec<Header>,
+    pub body: Bytes,
+}
+
+/// A listing query. Entries come newest first; `cursor` is the last id of the
+/// previous page.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub source: Option<String>,
+    pub status: Option<Status>,
+    pub limit: usize,
+    pub cursor: Option<String>,
+}
+
+/// A page of entries (bodies included) and the cursor of the next page.
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub entries: Vec<Entry>,
+    pub next_cursor: Option<String>,
+}
+
+pub const MAX_PAGE: usize = 1000;
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Dedupe and persist atomically; durable when it returns `Ok`.
+    async fn accept(&self, entry: NewEntry) -> Result<Accepted, StoreError>;
+
+    /// One entry by id.
+    async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError>;
+
+    /// Entries, newest first, filtered.
+    async fn list(&self, query: &ListQuery) -> Result<Page, StoreError>;
+
+    /// Count entries of a source (all statuses).
+    async fn count(&self, source: &str) -> Result<u64, StoreError>;
+
+    /// Pause or resume delivery for a source. Ingest is unaffected; the state is
+    /// durable.
+    async fn set_paused(&self, source: &str, paused: bool) -> Result<(), StoreError>;
+
+    /// The sources whose delivery is paused.
+    async fn paused_sources(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Whether the store answers (for `/readyz`).
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Flush and release resources; called once on shutdown.
+    async fn close(&self);
+}
+
+/// Open the configured backend. The only place that matches on the store kind.
+pub async fn open(cfg: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match cfg {
+        StoreConfig::Embedded(c) => Arc::new(sqlite::SqliteStore::open(c).await?),
+        StoreConfig::Redis(c) => Arc::new(redis::RedisStore::open(c).await?),
+    })
+}
+
+/// Headers are stored as JSON: `[[name, text]]`, or `[name, null, base64]` for a
+/// value that is not UTF-8, so nothing is lost.
+pub(crate) fn encode_headers(headers: &[Header]) -> String {
+    let arr: Vec<serde_json::Value> = headers
+        .iter()
+        .map(|h| match std::str::from_utf8(&h.value) {
+            Ok(text) => serde_json::json!([h.name, text]),
+            Err(_) => serde_json::json!([h.name, null, B64.encode(&h.value)]),
+        })
+        .collect();
+    serde_json::Value::Array(arr).to_string()
+}
+
+pub(crate) fn decode_headers(id: &str, text: &str) -> Result<Vec<Header>, StoreError> {
+    let corrupt = |problem: &str| StoreError::Corrupt {
+        id: id.to_string(),
+        problem: problem.to_string(),
+    };
+    let v: Vec<serde_json::Value> =
+        serde_json::from_str(text).map_err(|_| corrupt("headers are not a JSON array"))?;
+    v.into_iter()
+        .map(|item| {
+            let name = item
+                .get(0)
+                .and_then(|n| n.as_str())
+                .ok_or_else(|| corrupt("header without a name"))?
+                .to_string();
+            let value = match (item.get(1), item.get(2)) {
+                (Some(serde_json::Value::String(s)), _) => s.as_bytes().to_vec(),
+                (Some(serde_json::Value::Null), Some(serde_json::Value::String(b))) => B64
+                    .decode(b)
+                    .map_err(|_| corrupt("header value is not base64"))?,
+                _ => return Err(corrupt("header without a value")),
+            };
+            Ok(Header { name, value })
+        })
+        .collect()
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_including_non_utf8() {
+        let h = vec![
+            Header {
+                name: "content-type".into(),
+                value: b"application/json".to_vec(),
+            },
+            Header {
+                name: "x-odd".into(),
+                value: vec![0xff, 0xfe, b'a'],
+            },
+        ];
+        let text = encode_headers(&h);
+        assert_eq!(decode_headers("e", &text).unwrap(), h);
+        assert!(decode_headers("e", "{}").is_err());
+    }
+}
