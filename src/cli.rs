@@ -22,6 +22,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start; the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gateway.

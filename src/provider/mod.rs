@@ -130,7 +130,7 @@ impl Registry {
         let table: toml::Table = toml::from_str(text).map_err(|source| {
             RegistryError::Spec(SpecError::Toml {
                 provider: file.to_string(),
-                source,
+                source: Box::new(source),
             })
         })?;
         let spec = Spec::from_table(table.clone())?;

@@ -42,7 +42,7 @@ pub enum SpecError {
     Toml {
         provider: String,
         #[source]
-        source: toml::de::Error,
+        source: Box<toml::de::Error>,
     },
     #[error("provider {provider:?}: {key}: {problem}")]
     Invalid {
@@ -259,7 +259,7 @@ impl Spec {
     pub fn from_toml(text: &str) -> Result<Spec, SpecError> {
         let value: toml::Table = toml::from_str(text).map_err(|source| SpecError::Toml {
             provider: "?".into(),
-            source,
+            source: Box::new(source),
         })?;
         Self::from_table(value)
     }
@@ -276,7 +276,7 @@ impl Spec {
                 .try_into()
                 .map_err(|source| SpecError::Toml {
                     provider: provider.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
         compile(raw)
     }

@@ -1,0 +1,528 @@
+//! Test harness: a private redis-server per test, the real gateway on ephemeral
+//! ports (in-process or as a child process), and signing helpers.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener as StdListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hookgate::config::{self, Config, Secret};
+use hookgate::provider::Registry;
+use hookgate::provider::sign::{SignInput, sign};
+use hookgate::store::{self, Store};
+use tokio_util::sync::CancellationToken;
+
+/// The store backends every store-facing test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Embedded,
+    Redis,
+}
+
+/// A free TCP port on loopback (bound and released; good enough for a child server).
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// A private redis-server on an ephemeral port with its own directory, so a test can
+/// stop and restart it.
+pub struct RedisServer {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    persistent: bool,
+}
+
+impl RedisServer {
+    /// AOF with `appendfsync always`: what the durability promise requires.
+    pub fn start() -> RedisServer {
+        Self::start_with(true)
+    }
+
+    /// `persistent = false`: no AOF and no RDB (a restart comes back empty).
+    pub fn start_with(persistent: bool) -> RedisServer {
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            let mut s = RedisServer {
+                port: free_port(),
+                dir: tempfile::tempdir().expect("tempdir"),
+                child: None,
+                persistent,
+            };
+            match s.spawn() {
+                Ok(()) => return s,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("cannot start redis-server: {last_err}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--save")
+            .arg("")
+            .arg("--daemonize")
+            .arg("no")
+            .arg("--protected-mode")
+            .arg("no");
+        if self.persistent {
+            cmd.arg("--appendonly")
+                .arg("yes")
+                .arg("--appendfsync")
+                .arg("always");
+        } else {
+            cmd.arg("--appendonly").arg("no");
+        }
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|e| {
+            format!("cannot run redis-server ({e}); install it with `apt-get install redis-server`")
+        })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                return Err(format!("redis-server exited: {status}"));
+            }
+            if redis_ping(self.port) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err("redis-server did not answer PING within 10 s".into())
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stop it (SIGKILL: nothing is flushed beyond what AOF already fsynced).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start it again on the same port and directory.
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("redis restart failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn redis_ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+/// Whatever keeps a backend alive for the duration of a test.
+pub struct StoreHandle {
+    pub backend: Backend,
+    pub redis: Option<RedisServer>,
+    pub dir: tempfile::TempDir,
+}
+
+impl StoreHandle {
+    pub fn new(backend: Backend) -> StoreHandle {
+        StoreHandle {
+            backend,
+            redis: (backend == Backend::Redis).then(RedisServer::start),
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    /// The `[store]` section for this backend.
+    pub fn toml(&self) -> String {
+        match &self.redis {
+            Some(r) => format!(
+                "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n",
+                r.url()
+            ),
+            None => format!(
+                "[store]\nkind = \"embedded\"\npath = \"{}\"\n",
+                self.dir.path().join("data").display()
+            ),
+        }
+    }
+
+    pub async fn open(&self) -> Arc<dyn Store> {
+        let cfg = config::from_toml_str(&self.toml(), &|_| None).expect("store config");
+        store::open(&cfg.store).await.expect("open store")
+    }
+
+    pub fn redis_mut(&mut self) -> &mut RedisServer {
+        self.redis.as_mut().expect("a redis backend")
+    }
+}
+
+/// Secrets used by [`sources_toml`].
+pub const STRIPE_SECRET: &str = "whsec_test_secret";
+pub const GITHUB_SECRET: &str = "It's a Secret to Everybody";
+pub const SLACK_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+pub const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub const SHOPIFY_SECRET: &str = "shpss_0123456789abcdef";
+pub const HMAC_SECRET: &str = "generic-secret";
+
+/// One source per built-in provider, named after it, plus `rotated` (GitHub with two
+/// secrets) and `paused`.
+pub fn sources_toml() -> String {
+    format!(
+        r#"
+[[sources]]
+name = "stripe"
+provider = "stripe"
+secret = "{STRIPE_SECRET}"
+destination = "http://127.0.0.1:9/stripe"
+
+[[sources]]
+name = "github"
+provider = "github"
+secret = "{GITHUB_SECRET}"
+destination = "http://127.0.0.1:9/github"
+
+[[sources]]
+name = "slack"
+provider = "slack"
+secret = "{SLACK_SECRET}"
+destination = "http://127.0.0.1:9/slack"
+
+[[sources]]
+name = "standard-webhooks"
+provider = "standard-webhooks"
+secret = "{SW_SECRET}"
+destination = "http://127.0.0.1:9/sw"
+
+[[sources]]
+name = "shopify"
+provider = "shopify"
+secret = "{SHOPIFY_SECRET}"
+destination = "http://127.0.0.1:9/shopify"
+
+[[sources]]
+name = "hmac"
+provider = "hmac"
+secret = "{HMAC_SECRET}"
+destination = "http://127.0.0.1:9/hmac"
+
+[[sources]]
+name = "rotated"
+provider = "github"
+secrets = ["new-secret-2026", "{GITHUB_SECRET}"]
+destination = "http://127.0.0.1:9/rotated"
+
+[[sources]]
+name = "paused"
+provider = "hmac"
+secret = "{HMAC_SECRET}"
+destination = "http://127.0.0.1:9/paused"
+"#
+    )
+}
+
+pub fn secret_for(source: &str) -> &'static str {
+    match source {
+        "stripe" => STRIPE_SECRET,
+        "github" | "rotated" => GITHUB_SECRET,
+        "slack" => SLACK_SECRET,
+        "standard-webhooks" => SW_SECRET,
+        "shopify" => SHOPIFY_SECRET,
+        _ => HMAC_SECRET,
+    }
+}
+
+pub fn provider_for(source: &str) -> &'static str {
+    match source {
+        "stripe" => "stripe",
+        "github" | "rotated" => "github",
+        "slack" => "slack",
+        "standard-webhooks" => "standard-webhooks",
+        "shopify" => "shopify",
+        _ => "hmac",
+    }
+}
+
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// The headers `provider` sends for `body`, signed with `secret` at `ts`.
+pub fn sign_headers(
+    provider: &str,
+    secret: &str,
+    body: &[u8],
+    ts: i64,
+    id: &str,
+) -> Vec<(String, String)> {
+    let reg = Registry::builtin().unwrap();
+    let spec = reg.get(provider).unwrap();
+    sign(
+        spec,
+        &Secret::new(secret),
+        &SignInput {
+            body,
+            timestamp: ts,
+            id,
+            event_type: Some("test.event"),
+            method: "POST",
+            path: "/",
+        },
+    )
+    .unwrap()
+    .into_iter()
+    .map(|(n, v)| (n.to_string(), v))
+    .collect()
+}
+
+/// A body with a unique event id for each provider's id location.
+pub fn event_body(source: &str, id: &str) -> Vec<u8> {
+    match provider_for(source) {
+        "stripe" => format!(
+            r#"{{"id":"{id}","object":"event","type":"payment_intent.succeeded","data":{{"object":{{"amount":2000}}}}}}"#
+        ),
+        "slack" => format!(
+            r#"{{"type":"event_callback","event_id":"{id}","event":{{"type":"app_mention","text":"hi"}}}}"#
+        ),
+        _ => format!(r#"{{"id":"{id}","type":"thing.happened","n":1}}"#),
+    }
+    .into_bytes()
+}
+
+/// The gateway running in this process on ephemeral ports.
+pub struct Gateway {
+    pub ingest: String,
+    pub admin: String,
+    pub shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Gateway {
+    pub async fn start(cfg: Config) -> Gateway {
+        let ingest = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ingest_url = format!("http://{}", ingest.local_addr().unwrap());
+        let admin_url = format!("http://{}", admin.local_addr().unwrap());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(hookgate::app::run(
+            cfg,
+            hookgate::app::Listeners { ingest, admin },
+            shutdown.clone(),
+        ));
+        let gw = Gateway {
+            ingest: ingest_url,
+            admin: admin_url,
+            shutdown,
+            task: Some(task),
+        };
+        gw.wait_ready().await;
+        gw
+    }
+
+    pub async fn wait_ready(&self) {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(r) = client.get(format!("{}/readyz", self.admin)).send().await
+                && r.status() == 200
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "gateway not ready within 15 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            t.await.unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A config for `handle`'s store with the standard sources, plus `extra` TOML.
+pub fn config(handle: &StoreHandle, extra: &str) -> Config {
+    let text = format!("{}\n{extra}\n{}", handle.toml(), sources_toml());
+    config::from_toml_str(&text, &|_| None).expect("test config")
+}
+
+/// POST a signed event to `source`; returns (status, json body).
+pub async fn post_signed(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    source: &str,
+    body: &[u8],
+    id: &str,
+) -> (u16, serde_json::Value) {
+    let headers = sign_headers(
+        provider_for(source),
+        secret_for(source),
+        body,
+        now_secs(),
+        id,
+    );
+    post_raw(client, &gw.ingest, source, body, &headers).await
+}
+
+pub async fn post_raw(
+    client: &reqwest::Client,
+    base: &str,
+    source: &str,
+    body: &[u8],
+    headers: &[(String, String)],
+) -> (u16, serde_json::Value) {
+    let mut req = client
+        .post(format!("{base}/ingest/{source}"))
+        .header("content-type", "application/json")
+        .body(body.to_vec());
+    for (n, v) in headers {
+        req = req.header(n.as_str(), v.as_str());
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, json)
+}
+
+/// The path of the hookgate binary built for these tests.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hookgate"))
+}
+
+/// The gateway as a child process (for SIGKILL and log capture).
+pub struct ChildGateway {
+    pub child: Child,
+    pub ingest: String,
+    pub admin: String,
+    pub stderr_path: PathBuf,
+}
+
+impl ChildGateway {
+    pub fn spawn(config_path: &Path, env: &[(&str, &str)], stderr_path: &Path) -> ChildGateway {
+        let ingest_port = free_port();
+        let admin_port = free_port();
+        let stderr = std::fs::File::create(stderr_path).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(config_path)
+            .env("HOOKGATE_SERVER__LISTEN", format!("127.0.0.1:{ingest_port}"))
+            .env("HOOKGATE_ADMIN__LISTEN", format!("127.0.0.1:{admin_port}"))
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn hookgate");
+        let gw = ChildGateway {
+            child,
+            ingest: format!("http://127.0.0.1:{ingest_port}"),
+            admin: format!("http://127.0.0.1:{admin_port}"),
+            stderr_path: stderr_path.to_path_buf(),
+        };
+        gw.wait_ready();
+        gw
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let addr = self.admin.trim_start_matches("http://").to_string();
+        loop {
+            if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
+                use std::io::{Read, Write};
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+                let mut buf = Vec::new();
+                let _ = s.read_to_end(&mut buf);
+                if buf.starts_with(b"HTTP/1.1 200") {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+                panic!("child gateway not ready within 20 s; its log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn terminate(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildGateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Run the async test body once per backend.
+#[macro_export]
+macro_rules! both_stores {
+    ($name:ident, $body:path) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                $body($crate::util::Backend::Embedded).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                $body($crate::util::Backend::Redis).await;
+            }
+        }
+    };
+}
