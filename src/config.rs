@@ -354,8 +354,11 @@ pub fn load_with_env(
         Env::prefixed("HOOKGATE_")
             .split("__")
             .filter(|key| {
-                let first = key.as_str().split('.').next().unwrap_or_default();
-                TOP_LEVEL_KEYS.contains(&first)
+                let key = key.as_str();
+                let first = key.split(['.']).next().unwrap_or_default();
+                let first = first.split("__").next().unwrap_or_default();
+                // Keys are not lowercased yet at this point.
+                TOP_LEVEL_KEYS.iter().any(|k| k.eq_ignore_ascii_case(first))
             }),
     );
     let raw: RawConfig = figment.extract()?;

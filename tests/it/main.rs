@@ -5,3 +5,5 @@ mod util;
 
 mod conformance;
 mod ingest;
+mod crash;
+mod hostile;
