@@ -16,7 +16,11 @@ use crate::shutdown;
 use crate::telemetry;
 
 #[derive(Debug, Parser)]
-#[command(name = "hookgate", version, about = "Receiver-side webhook gateway: verify, dedupe, store durably, relay with retries")]
+#[command(
+    name = "hookgate",
+    version,
+    about = "Receiver-side webhook gateway: verify, dedupe, store durably, relay with retries"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -62,7 +66,11 @@ pub struct SignArgs {
     #[arg(long)]
     pub secret_env: Option<String>,
     /// The body to sign.
-    #[arg(long, conflicts_with = "body_file", required_unless_present = "body_file")]
+    #[arg(
+        long,
+        conflicts_with = "body_file",
+        required_unless_present = "body_file"
+    )]
     pub body: Option<String>,
     /// A file holding the exact body bytes to sign.
     #[arg(long)]
@@ -124,11 +132,17 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     println!(
         "admin: {} (token {})",
         cfg.admin.listen,
-        if cfg.admin.token.is_some() { "set" } else { "not set: loopback only" }
+        if cfg.admin.token.is_some() {
+            "set"
+        } else {
+            "not set: loopback only"
+        }
     );
     match &cfg.store {
         StoreConfig::Embedded(e) => println!("store: embedded, {}", e.path.display()),
-        StoreConfig::Redis(r) => println!("store: redis, {} (prefix {})", redact_url(&r.url), r.prefix),
+        StoreConfig::Redis(r) => {
+            println!("store: redis, {} (prefix {})", redact_url(&r.url), r.prefix)
+        }
     }
     println!("sources: {}", cfg.sources.len());
     for s in &cfg.sources {
@@ -169,7 +183,9 @@ fn providers(a: ConfigArg) -> anyhow::Result<()> {
 fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
     let body = match (&a.body, &a.body_file) {
         (Some(b), _) => b.clone().into_bytes(),
-        (None, Some(f)) => std::fs::read(f).with_context(|| format!("--body-file {}", f.display()))?,
+        (None, Some(f)) => {
+            std::fs::read(f).with_context(|| format!("--body-file {}", f.display()))?
+        }
         (None, None) => bail!("give --body or --body-file"),
     };
     let (spec, secret, name) = if let Some(source) = &a.source {
@@ -179,7 +195,9 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
             .sources
             .iter()
             .find(|s| &s.name == source)
-            .with_context(|| format!("--source: no source named {source:?} in the configuration"))?;
+            .with_context(|| {
+                format!("--source: no source named {source:?} in the configuration")
+            })?;
         let spec = registry.resolve(&s.provider, s.provider_options.as_ref())?;
         let secret = match (&a.secret, &a.secret_env) {
             (None, None) => s.secrets[0].clone(),
@@ -192,17 +210,15 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
             Some(p) => app::registry(&config::load(Some(p)).context("invalid configuration")?)?,
             None => Registry::builtin()?,
         };
-        let spec = registry
-            .get(&provider)
-            .cloned()
-            .with_context(|| format!("--provider: unknown provider {provider:?}; see `hookgate providers`"))?;
+        let spec = registry.get(&provider).cloned().with_context(|| {
+            format!("--provider: unknown provider {provider:?}; see `hookgate providers`")
+        })?;
         (spec, secret_arg(&a)?, provider)
     };
     let timestamp = a.timestamp.unwrap_or_else(crate::ingest::system_clock);
-    let id = a
-        .id
-        .clone()
-        .unwrap_or_else(|| format!("msg_{}", uuid::Uuid::now_v7().simple()));
+    let id =
+        a.id.clone()
+            .unwrap_or_else(|| format!("msg_{}", uuid::Uuid::now_v7().simple()));
     let url = a
         .url
         .clone()
@@ -234,8 +250,14 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
         curl.push_str(&format!(" -H {}", shell_quote(&format!("{n}: {v}"))));
     }
     match &a.body_file {
-        Some(f) => curl.push_str(&format!(" --data-binary {}", shell_quote(&format!("@{}", f.display())))),
-        None => curl.push_str(&format!(" --data-binary {}", shell_quote(&String::from_utf8_lossy(&body)))),
+        Some(f) => curl.push_str(&format!(
+            " --data-binary {}",
+            shell_quote(&format!("@{}", f.display()))
+        )),
+        None => curl.push_str(&format!(
+            " --data-binary {}",
+            shell_quote(&String::from_utf8_lossy(&body))
+        )),
     }
     println!("{curl}");
     Ok(())

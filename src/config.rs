@@ -350,17 +350,13 @@ pub fn load_with_env(
         }
         figment = figment.merge(Toml::file_exact(path));
     }
-    figment = figment.merge(
-        Env::prefixed("HOOKGATE_")
-            .split("__")
-            .filter(|key| {
-                let key = key.as_str();
-                let first = key.split(['.']).next().unwrap_or_default();
-                let first = first.split("__").next().unwrap_or_default();
-                // Keys are not lowercased yet at this point.
-                TOP_LEVEL_KEYS.iter().any(|k| k.eq_ignore_ascii_case(first))
-            }),
-    );
+    figment = figment.merge(Env::prefixed("HOOKGATE_").split("__").filter(|key| {
+        let key = key.as_str();
+        let first = key.split(['.']).next().unwrap_or_default();
+        let first = first.split("__").next().unwrap_or_default();
+        // Keys are not lowercased yet at this point.
+        TOP_LEVEL_KEYS.iter().any(|k| k.eq_ignore_ascii_case(first))
+    }));
     let raw: RawConfig = figment.extract()?;
     validate(raw, env)
 }
@@ -413,7 +409,10 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
             "server.header_read_timeout",
             &raw.server.header_read_timeout,
         )?,
-        body_read_timeout: parse_duration("server.body_read_timeout", &raw.server.body_read_timeout)?,
+        body_read_timeout: parse_duration(
+            "server.body_read_timeout",
+            &raw.server.body_read_timeout,
+        )?,
         max_headers: raw.server.max_headers,
         max_connections: raw.server.max_connections.max(1),
         shutdown_grace: parse_duration("server.shutdown_grace", &raw.server.shutdown_grace)?,
@@ -458,7 +457,10 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
             {
                 return Err(ConfigError::invalid(
                     "store.url",
-                    format!("{:?} is not a redis URL; use redis://host:port", raw.store.url),
+                    format!(
+                        "{:?} is not a redis URL; use redis://host:port",
+                        raw.store.url
+                    ),
                 ));
             }
             if raw.store.prefix.is_empty() || raw.store.prefix.contains(['{', '}']) {
@@ -722,7 +724,10 @@ secret_env = "NOPE"
 destination = "http://127.0.0.1:3000/"
 "#;
         let err = from_toml_str(text, &no_env).unwrap_err().to_string();
-        assert!(err.contains("sources[0].secret_env") && err.contains("NOPE"), "{err}");
+        assert!(
+            err.contains("sources[0].secret_env") && err.contains("NOPE"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -88,11 +88,7 @@ fn capture_headers(headers: &HeaderMap) -> Vec<Header> {
         .collect()
 }
 
-async fn read_body(
-    body: Body,
-    limit: usize,
-    timeout: Duration,
-) -> Result<Bytes, ApiError> {
+async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, ApiError> {
     match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
         Err(_) => Err(ApiError::BodyTimeout),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
@@ -232,7 +228,11 @@ async fn handle(
                 "id": accepted.id(),
                 "duplicate": matches!(accepted, Accepted::Duplicate(_)),
             }));
-            Ok(((StatusCode::OK, body).into_response(), Some(accepted), event_id))
+            Ok((
+                (StatusCode::OK, body).into_response(),
+                Some(accepted),
+                event_id,
+            ))
         }
     }
 }

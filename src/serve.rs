@@ -75,7 +75,10 @@ pub async fn serve(
         });
     }
     drop(listener);
-    tracing::info!(listener = name, "stopped accepting; draining in-flight requests");
+    tracing::info!(
+        listener = name,
+        "stopped accepting; draining in-flight requests"
+    );
     tokio::select! {
         _ = graceful.shutdown() => tracing::info!(listener = name, "drained"),
         _ = tokio::time::sleep(limits.grace) => {

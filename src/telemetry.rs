@@ -25,7 +25,16 @@ pub fn init(format: LogFormat) {
     let mut filter = EnvFilter::new(&spec);
     // Dependencies may log request details at debug/trace; keep them at info unless the
     // operator named them explicitly.
-    for dep in ["hyper", "hyper_util", "h2", "reqwest", "redis", "rusqlite", "tower", "axum"] {
+    for dep in [
+        "hyper",
+        "hyper_util",
+        "h2",
+        "reqwest",
+        "redis",
+        "rusqlite",
+        "tower",
+        "axum",
+    ] {
         if !spec.contains(dep)
             && let Ok(d) = format!("{dep}=info").parse()
         {
@@ -43,7 +52,10 @@ pub fn init(format: LogFormat) {
 
 pub fn router(store: Arc<dyn Store>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
         .route("/readyz", get(readyz))
         .with_state(store)
 }

@@ -142,7 +142,8 @@ impl Registry {
                 file: file.to_string(),
             });
         }
-        self.specs.insert(spec.name.clone(), (table, Arc::new(spec)));
+        self.specs
+            .insert(spec.name.clone(), (table, Arc::new(spec)));
         Ok(())
     }
 

@@ -26,9 +26,7 @@ pub struct SignInput<'a> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
-    #[error(
-        "provider {provider:?} signs header {header}, which hookgate sign cannot fill in"
-    )]
+    #[error("provider {provider:?} signs header {header}, which hookgate sign cannot fill in")]
     UnfillableHeader { provider: String, header: String },
     #[error("provider {provider:?} signs a value from the JSON body that the body lacks: {what}")]
     MissingBodyValue { provider: String, what: String },

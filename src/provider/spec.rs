@@ -309,8 +309,12 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
             ));
         }
     };
-    let header = http::HeaderName::from_bytes(s.header.as_bytes())
-        .map_err(|_| invalid("signature.header", format!("{:?} is not a header name", s.header)))?;
+    let header = http::HeaderName::from_bytes(s.header.as_bytes()).map_err(|_| {
+        invalid(
+            "signature.header",
+            format!("{:?} is not a header name", s.header),
+        )
+    })?;
     let format = match s.format.as_str() {
         "plain" => HeaderFormat::Plain {
             prefix: s.prefix.clone(),
@@ -472,7 +476,9 @@ pub fn parse_source(s: &str) -> Result<ValueSource, String> {
             .map_err(|_| format!("{arg:?} is not a header name")),
         "signature" if !arg.is_empty() => Ok(ValueSource::Signature(arg.to_string())),
         "json" if arg.is_empty() || arg.starts_with('/') => Ok(ValueSource::Json(arg.to_string())),
-        "json" => Err(format!("{arg:?} is not a JSON pointer; it must start with '/'")),
+        "json" => Err(format!(
+            "{arg:?} is not a JSON pointer; it must start with '/'"
+        )),
         _ => Err(format!(
             "{s:?}: unknown source; use header:Name, signature:key or json:/pointer"
         )),
@@ -508,9 +514,10 @@ pub fn parse_template(t: &str) -> Result<Vec<Segment>, String> {
                     "timestamp" => Segment::Timestamp,
                     "method" => Segment::Method,
                     "path" => Segment::Path,
-                    other => Segment::Value(parse_source(other).map_err(|e| {
-                        format!("placeholder {{{other}}} in {t:?}: {e}")
-                    })?),
+                    other => Segment::Value(
+                        parse_source(other)
+                            .map_err(|e| format!("placeholder {{{other}}} in {t:?}: {e}"))?,
+                    ),
                 });
                 i += end + 1;
             }
@@ -565,19 +572,33 @@ mod tests {
     #[test]
     fn template_errors_are_clear() {
         assert!(parse_template("{body").unwrap_err().contains("unclosed"));
-        assert!(parse_template("{nope}.{body}").unwrap_err().contains("placeholder {nope}"));
-        assert!(parse_template("{foo:x}.{body}").unwrap_err().contains("unknown source"));
-        assert!(parse_template("{timestamp}").unwrap_err().contains("unprotected"));
+        assert!(
+            parse_template("{nope}.{body}")
+                .unwrap_err()
+                .contains("placeholder {nope}")
+        );
+        assert!(
+            parse_template("{foo:x}.{body}")
+                .unwrap_err()
+                .contains("unknown source")
+        );
+        assert!(
+            parse_template("{timestamp}")
+                .unwrap_err()
+                .contains("unprotected")
+        );
     }
 
     #[test]
     fn spec_errors_name_provider_and_key() {
-        let err = Spec::from_toml(
-            "name = \"x\"\n[signature]\nalgorithm = \"md5\"\nheader = \"X-Sig\"\n",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("\"x\"") && err.contains("signature.algorithm"), "{err}");
+        let err =
+            Spec::from_toml("name = \"x\"\n[signature]\nalgorithm = \"md5\"\nheader = \"X-Sig\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("\"x\"") && err.contains("signature.algorithm"),
+            "{err}"
+        );
         let err = Spec::from_toml(
             "name = \"x\"\n[signature]\nalgorithm = \"hmac-sha256\"\nheader = \"X-Sig\"\ncontent = \"{timestamp}.{body}\"\n",
         )

@@ -124,7 +124,14 @@ fn every_builtin_vector_holds() {
 #[test]
 fn required_providers_are_built_in() {
     let reg = Registry::builtin().unwrap();
-    for name in ["stripe", "github", "slack", "standard-webhooks", "shopify", "hmac"] {
+    for name in [
+        "stripe",
+        "github",
+        "slack",
+        "standard-webhooks",
+        "shopify",
+        "hmac",
+    ] {
         assert!(reg.get(name).is_some(), "{name} missing");
     }
 }
@@ -167,7 +174,10 @@ fn a_rotated_secret_list_accepts_old_and_new() {
     let spec = reg.get("github").unwrap().clone();
     let v = Verifier::new(
         spec.clone(),
-        &[Secret::new("new-secret"), Secret::new("It's a Secret to Everybody")],
+        &[
+            Secret::new("new-secret"),
+            Secret::new("It's a Secret to Everybody"),
+        ],
     )
     .unwrap();
     let mut h = HeaderMap::new();

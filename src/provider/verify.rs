@@ -20,7 +20,7 @@ use sha2::Digest as _;
 use subtle::ConstantTimeEq;
 
 use super::spec::{
-    Algorithm, Encoding, HeaderFormat, Handshake, SecretEncoding, Segment, Spec, TimeUnit,
+    Algorithm, Encoding, Handshake, HeaderFormat, SecretEncoding, Segment, Spec, TimeUnit,
     ValueSource,
 };
 use crate::config::Secret;
@@ -117,15 +117,15 @@ pub fn prepare_keys(spec: &Spec, secrets: &[Secret]) -> Result<Vec<Key>, KeyErro
                 return Err(err("the decoded secret is empty"));
             }
             Ok(match spec.algorithm {
-                Algorithm::HmacSha256 => Key::Sha256(
-                    Hmac::new_from_slice(&bytes).map_err(|_| err("invalid HMAC key"))?,
-                ),
+                Algorithm::HmacSha256 => {
+                    Key::Sha256(Hmac::new_from_slice(&bytes).map_err(|_| err("invalid HMAC key"))?)
+                }
                 Algorithm::HmacSha1 => {
                     Key::Sha1(Hmac::new_from_slice(&bytes).map_err(|_| err("invalid HMAC key"))?)
                 }
-                Algorithm::HmacSha512 => Key::Sha512(
-                    Hmac::new_from_slice(&bytes).map_err(|_| err("invalid HMAC key"))?,
-                ),
+                Algorithm::HmacSha512 => {
+                    Key::Sha512(Hmac::new_from_slice(&bytes).map_err(|_| err("invalid HMAC key"))?)
+                }
                 Algorithm::Token => Key::Token(sha2::Sha256::digest(&bytes).into()),
             })
         })

@@ -181,8 +181,9 @@ impl RedisStore {
 
     async fn load(&self, source: &str, id: &str) -> Result<Option<Entry>, StoreError> {
         let mut c = self.conn();
-        let map: HashMap<String, Vec<u8>> =
-            self.timed(c.hgetall(self.key(source, &format!("e:{id}")))).await?;
+        let map: HashMap<String, Vec<u8>> = self
+            .timed(c.hgetall(self.key(source, &format!("e:{id}"))))
+            .await?;
         if map.is_empty() {
             return Ok(None);
         }
@@ -241,8 +242,8 @@ fn entry_from_map(id: &str, mut map: HashMap<String, Vec<u8>>) -> Result<Entry, 
         }
     };
     let status_text = field_str(&map, "status").unwrap_or_default();
-    let status =
-        Status::parse(&status_text).ok_or_else(|| corrupt(format!("unknown status {status_text:?}")))?;
+    let status = Status::parse(&status_text)
+        .ok_or_else(|| corrupt(format!("unknown status {status_text:?}")))?;
     let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
     Ok(Entry {
         id: id.to_string(),
@@ -255,7 +256,10 @@ fn entry_from_map(id: &str, mut map: HashMap<String, Vec<u8>>) -> Result<Entry, 
         attempts: u32::try_from(int(&map, "attempts")?.unwrap_or(0)).unwrap_or(0),
         next_attempt_at: int(&map, "next_attempt_at")?,
         last_error: non_empty(field_str(&map, "last_error")),
-        headers: decode_headers(id, &field_str(&map, "headers").unwrap_or_else(|| "[]".into()))?,
+        headers: decode_headers(
+            id,
+            &field_str(&map, "headers").unwrap_or_else(|| "[]".into()),
+        )?,
         body: Bytes::from(map.remove("body").unwrap_or_default()),
     })
 }
@@ -264,7 +268,9 @@ fn entry_from_map(id: &str, mut map: HashMap<String, Vec<u8>>) -> Result<Entry, 
 impl Store for RedisStore {
     async fn accept(&self, e: NewEntry) -> Result<Accepted, StoreError> {
         self.remember_source(&e.source).await?;
-        let ttl_ms = u64::try_from(e.dedupe_ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let ttl_ms = u64::try_from(e.dedupe_ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
         let mut inv = self.accept.prepare_invoke();
         inv.key(self.key(&e.source, &format!("d:{}", e.dedupe_key)))
             .key(self.key(&e.source, &format!("e:{}", e.id)))

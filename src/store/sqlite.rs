@@ -129,7 +129,11 @@ fn migrate(conn: &mut Connection) -> Result<(), rusqlite::Error> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", i64::try_from(i + 1).unwrap_or(i64::MAX))?;
+        tx.pragma_update(
+            None,
+            "user_version",
+            i64::try_from(i + 1).unwrap_or(i64::MAX),
+        )?;
         tx.commit()?;
     }
     Ok(())
@@ -387,8 +391,9 @@ impl Store for SqliteStore {
     async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
         let id = id.to_string();
         self.read(move |conn| {
-            let mut stmt =
-                conn.prepare_cached(&format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?1"))?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?1"
+            ))?;
             let mut rows = stmt.query(params![id])?;
             match rows.next()? {
                 Some(row) => Ok(Some(row_to_entry(row)?)),

@@ -32,7 +32,10 @@ async fn accept_then_duplicate(backend: Backend) {
     let store = h.open().await;
     let first = entry("s", "evt_1");
     let id = first.id.clone();
-    assert_eq!(store.accept(first).await.unwrap(), Accepted::New(id.clone()));
+    assert_eq!(
+        store.accept(first).await.unwrap(),
+        Accepted::New(id.clone())
+    );
     let again = entry("s", "evt_1");
     assert_eq!(
         store.accept(again).await.unwrap(),
@@ -41,10 +44,16 @@ async fn accept_then_duplicate(backend: Backend) {
     assert_eq!(store.count("s").await.unwrap(), 1);
     // The same event id on another source is a different event.
     let other = entry("t", "evt_1");
-    assert!(matches!(store.accept(other).await.unwrap(), Accepted::New(_)));
+    assert!(matches!(
+        store.accept(other).await.unwrap(),
+        Accepted::New(_)
+    ));
     store.close().await;
 }
-both_stores!(accept_then_duplicate_stores_once, super::accept_then_duplicate);
+both_stores!(
+    accept_then_duplicate_stores_once,
+    super::accept_then_duplicate
+);
 
 async fn dedupe_ttl_expires(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -178,7 +187,10 @@ async fn concurrent_same_key(backend: Backend) {
     assert!(results.iter().all(|r| r.id() == id));
     assert_eq!(store.count("s").await.unwrap(), 1);
 }
-both_stores!(concurrent_accepts_of_one_event_store_one, super::concurrent_same_key);
+both_stores!(
+    concurrent_accepts_of_one_event_store_one,
+    super::concurrent_same_key
+);
 
 async fn pause_is_durable(backend: Backend) {
     let h = StoreHandle::new(backend);

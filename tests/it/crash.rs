@@ -60,7 +60,11 @@ async fn sigkill_under_load(backend: Backend) {
         t.await.unwrap();
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(acked.len() >= 300, "only {} acknowledged before the kill", acked.len());
+    assert!(
+        acked.len() >= 300,
+        "only {} acknowledged before the kill",
+        acked.len()
+    );
 
     // Every acknowledged request is in the store, under the id it was given.
     let store = h.open().await;
@@ -86,6 +90,12 @@ async fn sigkill_under_load(backend: Backend) {
         assert_eq!(json["duplicate"], true, "{event}");
         assert_eq!(json["id"], id.as_str());
     }
-    eprintln!("{backend:?}: {} acknowledged before SIGKILL, none lost", acked.len());
+    eprintln!(
+        "{backend:?}: {} acknowledged before SIGKILL, none lost",
+        acked.len()
+    );
 }
-both_stores!(sigkill_under_load_loses_no_acknowledged_entry, super::sigkill_under_load);
+both_stores!(
+    sigkill_under_load_loses_no_acknowledged_entry,
+    super::sigkill_under_load
+);

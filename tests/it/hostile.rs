@@ -39,7 +39,8 @@ async fn hostile(backend: Backend) {
     let base = gw.ingest.clone();
     let dribble = tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(addr(&base)).unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
         let start = Instant::now();
         let _ = s.write_all(b"POST /ingest/stripe HTTP/1.1\r\nhost: x\r\n");
         let mut buf = [0u8; 256];
@@ -50,17 +51,24 @@ async fn hostile(backend: Backend) {
             match s.read(&mut buf) {
                 Ok(0) => break,
                 Ok(_) => break,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
-                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
                 Err(_) => break,
             }
-            assert!(start.elapsed() < Duration::from_secs(10), "dribbling client never cut off");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "dribbling client never cut off"
+            );
         }
         start.elapsed()
     })
     .await
     .unwrap();
-    assert!(dribble < Duration::from_secs(5), "cut off after {dribble:?}");
+    assert!(
+        dribble < Duration::from_secs(5),
+        "cut off after {dribble:?}"
+    );
 
     // A body that stops half way: 408 after the body read timeout.
     let answer = raw_exchange(
@@ -68,7 +76,11 @@ async fn hostile(backend: Backend) {
         b"POST /ingest/hmac HTTP/1.1\r\nhost: x\r\nx-signature: 00\r\ncontent-length: 100\r\n\r\n0123456789",
         Duration::from_secs(5),
     );
-    assert!(answer.starts_with(b"HTTP/1.1 408"), "{}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
 
     // Huge header counts: 431.
     let mut req = String::from("POST /ingest/stripe HTTP/1.1\r\nhost: x\r\n");
@@ -77,7 +89,11 @@ async fn hostile(backend: Backend) {
     }
     req.push_str("content-length: 2\r\n\r\n{}");
     let answer = raw_exchange(&gw.ingest, req.as_bytes(), Duration::from_secs(5));
-    assert!(answer.starts_with(b"HTTP/1.1 431"), "{}", String::from_utf8_lossy(&answer[..answer.len().min(100)]));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&answer[..answer.len().min(100)])
+    );
 
     // One enormous header: refused (431) or the connection is closed.
     let mut req = String::from("POST /ingest/stripe HTTP/1.1\r\nhost: x\r\nx-big: ");
@@ -94,7 +110,11 @@ async fn hostile(backend: Backend) {
     let mut req = b"POST /ingest/hmac HTTP/1.1\r\nhost: x\r\nx-signature: 00\r\ncontent-length: 65537\r\n\r\n".to_vec();
     req.extend_from_slice(&[b'a'; 1000]);
     let answer = raw_exchange(&gw.ingest, &req, Duration::from_secs(5));
-    assert!(answer.starts_with(b"HTTP/1.1 413"), "{}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
     let mut req = b"POST /ingest/hmac HTTP/1.1\r\nhost: x\r\nx-signature: 00\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..70 {
         req.extend_from_slice(b"3e8\r\n");
@@ -103,13 +123,21 @@ async fn hostile(backend: Backend) {
     }
     req.extend_from_slice(b"0\r\n\r\n");
     let answer = raw_exchange(&gw.ingest, &req, Duration::from_secs(5));
-    assert!(answer.starts_with(b"HTTP/1.1 413"), "{}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
     let answer = raw_exchange(
         &gw.ingest,
         b"POST /ingest/hmac HTTP/1.1\r\nhost: x\r\nx-signature: 00\r\ncontent-length: 99999999999\r\n\r\n",
         Duration::from_secs(5),
     );
-    assert!(answer.starts_with(b"HTTP/1.1 413"), "{}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
 
     // Malformed signature headers.
     let body = event_body("stripe", "evt_hostile");
@@ -132,18 +160,37 @@ async fn hostile(backend: Backend) {
     // A signature header that is not UTF-8.
     let mut raw = b"POST /ingest/stripe HTTP/1.1\r\nhost: x\r\nstripe-signature: t=1,v1=\xff\xfe\r\ncontent-length: 2\r\n\r\n{}".to_vec();
     let answer = raw_exchange(&gw.ingest, &raw, Duration::from_secs(5));
-    assert!(answer.starts_with(b"HTTP/1.1 401"), "{}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 401"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
     raw.clear();
 
     // Non-UTF-8 bodies: refused unsigned, accepted byte for byte when signed.
     let binary: Vec<u8> = (0..=255u8).rev().collect();
-    let (st, _) = post_raw(&c, &gw.ingest, "hmac", &binary, &[("x-signature".into(), "00".into())]).await;
+    let (st, _) = post_raw(
+        &c,
+        &gw.ingest,
+        "hmac",
+        &binary,
+        &[("x-signature".into(), "00".into())],
+    )
+    .await;
     assert_eq!(st, 401);
     assert_eq!(store.count("hmac").await.unwrap(), 0);
-    assert_eq!(store.count("stripe").await.unwrap(), 0, "nothing stored by hostile input");
+    assert_eq!(
+        store.count("stripe").await.unwrap(),
+        0,
+        "nothing stored by hostile input"
+    );
     let (st, json) = post_signed(&c, &gw, "hmac", &binary, "x").await;
     assert_eq!(st, 200);
-    let e = store.get(json["id"].as_str().unwrap()).await.unwrap().unwrap();
+    let e = store
+        .get(json["id"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(e.body.as_ref(), binary.as_slice());
 
     // A verified body that is not JSON: stored, deduped on its hash.
@@ -151,7 +198,10 @@ async fn hostile(backend: Backend) {
     let (st, json) = post_signed(&c, &gw, "stripe", not_json, "x").await;
     assert_eq!(st, 200);
     let (st, json2) = post_signed(&c, &gw, "stripe", not_json, "x").await;
-    assert_eq!((st, &json2["id"], &json2["duplicate"]), (200, &json["id"], &true.into()));
+    assert_eq!(
+        (st, &json2["id"], &json2["duplicate"]),
+        (200, &json["id"], &true.into())
+    );
 
     // Still up.
     let r = c.get(format!("{}/readyz", gw.admin)).send().await.unwrap();

@@ -69,7 +69,10 @@ async fn answers_table(backend: Backend) {
     let stored = store.get(&id).await.unwrap().expect("stored");
     assert_eq!(stored.status, Status::Pending);
     assert_eq!(stored.event_id.as_deref(), Some("evt_table_1"));
-    assert_eq!(stored.event_type.as_deref(), Some("payment_intent.succeeded"));
+    assert_eq!(
+        stored.event_type.as_deref(),
+        Some("payment_intent.succeeded")
+    );
     assert_eq!(stored.body.as_ref(), body.as_slice());
 
     // verified, seen before -> 200 {original id, duplicate: true}, nothing stored
@@ -103,11 +106,17 @@ async fn answers_table(backend: Backend) {
     // missing / bad signature, wrong secret -> 401, never the expected value
     let body2 = event_body("stripe", "evt_table_2");
     let (st, json) = post_raw(&c, &gw.ingest, "stripe", &body2, &[]).await;
-    assert_eq!((st, json["error"].as_str()), (401, Some("missing signature header")));
+    assert_eq!(
+        (st, json["error"].as_str()),
+        (401, Some("missing signature header"))
+    );
     let mut bad = sign_headers("stripe", STRIPE_SECRET, &body2, now_secs(), "x");
     flip_signature(&mut bad, "stripe-signature");
     let (st, json) = post_raw(&c, &gw.ingest, "stripe", &body2, &bad).await;
-    assert_eq!((st, json["error"].as_str()), (401, Some("signature does not match")));
+    assert_eq!(
+        (st, json["error"].as_str()),
+        (401, Some("signature does not match"))
+    );
     let good = sign_headers("stripe", STRIPE_SECRET, &body2, now_secs(), "x");
     let expected_sig = good[0].1.rsplit('=').next().unwrap().to_string();
     let wrong = sign_headers("stripe", "whsec_wrong", &body2, now_secs(), "x");
@@ -120,13 +129,19 @@ async fn answers_table(backend: Backend) {
         .unwrap();
     assert_eq!(resp.status(), 401);
     let text = resp.text().await.unwrap();
-    assert!(!text.contains(&expected_sig), "the answer leaks the expected signature");
+    assert!(
+        !text.contains(&expected_sig),
+        "the answer leaks the expected signature"
+    );
 
     // timestamp outside tolerance -> 401 {"error": "timestamp outside tolerance"}
     let stale = sign_headers("stripe", STRIPE_SECRET, &body2, now_secs() - 301, "x");
     let (st, json) = post_raw(&c, &gw.ingest, "stripe", &body2, &stale).await;
     assert_eq!(st, 401);
-    assert_eq!(json, serde_json::json!({"error": "timestamp outside tolerance"}));
+    assert_eq!(
+        json,
+        serde_json::json!({"error": "timestamp outside tolerance"})
+    );
     let future = sign_headers("stripe", STRIPE_SECRET, &body2, now_secs() + 301, "x");
     let (st, _) = post_raw(&c, &gw.ingest, "stripe", &body2, &future).await;
     assert_eq!(st, 401);
@@ -135,11 +150,14 @@ async fn answers_table(backend: Backend) {
     let big = vec![b'x'; 4097];
     let (st, _) = post_signed(&c, &gw, "hmac", &big, "x").await;
     assert_eq!(st, 413);
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = (0..10).map(|_| Ok(vec![b'y'; 1000])).collect();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..10).map(|_| Ok(vec![b'y'; 1000])).collect();
     let resp = c
         .post(format!("{}/ingest/hmac", gw.ingest))
         .header("x-signature", "00")
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)))
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
         .send()
         .await
         .unwrap();
@@ -149,7 +167,11 @@ async fn answers_table(backend: Backend) {
     assert_eq!(st, 200);
 
     // not POST -> 405
-    for method in [reqwest::Method::GET, reqwest::Method::PUT, reqwest::Method::DELETE] {
+    for method in [
+        reqwest::Method::GET,
+        reqwest::Method::PUT,
+        reqwest::Method::DELETE,
+    ] {
         let resp = c
             .request(method.clone(), format!("{}/ingest/stripe", gw.ingest))
             .send()
@@ -162,9 +184,19 @@ async fn answers_table(backend: Backend) {
     store.set_paused("paused", true).await.unwrap();
     let (st, json) = post_signed(&c, &gw, "paused", b"{\"id\":\"p1\"}", "x").await;
     assert_eq!(st, 200);
-    let e = store.get(json["id"].as_str().unwrap()).await.unwrap().unwrap();
+    let e = store
+        .get(json["id"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(e.status, Status::Pending);
-    assert!(store.paused_sources().await.unwrap().contains(&"paused".to_string()));
+    assert!(
+        store
+            .paused_sources()
+            .await
+            .unwrap()
+            .contains(&"paused".to_string())
+    );
 
     // nothing else was stored by any refusal above
     assert_eq!(store.count("stripe").await.unwrap(), 1);
@@ -188,7 +220,14 @@ async fn provider_signatures(backend: Backend) {
     let gw = Gateway::start(config(&h, "")).await;
     let store = h.open().await;
     let c = reqwest::Client::new();
-    for source in ["stripe", "github", "slack", "standard-webhooks", "shopify", "hmac"] {
+    for source in [
+        "stripe",
+        "github",
+        "slack",
+        "standard-webhooks",
+        "shopify",
+        "hmac",
+    ] {
         let provider = provider_for(source);
         let body = event_body(source, &format!("evt_{source}"));
         let delivery = format!("delivery-{source}");
@@ -222,17 +261,31 @@ async fn provider_signatures(backend: Backend) {
             shift_timestamp(&mut shifted, provider);
             let (st, _) = post_raw(&c, &gw.ingest, source, &body, &shifted).await;
             assert_eq!(st, 401, "{source}: timestamp changed after signing");
-            let stale = sign_headers(provider, secret_for(source), &body, now_secs() - 3600, &delivery);
+            let stale = sign_headers(
+                provider,
+                secret_for(source),
+                &body,
+                now_secs() - 3600,
+                &delivery,
+            );
             let (st, json) = post_raw(&c, &gw.ingest, source, &body, &stale).await;
             assert_eq!(st, 401, "{source}: stale");
             assert_eq!(json["error"], "timestamp outside tolerance");
         }
-        assert_eq!(store.count(source).await.unwrap(), 0, "{source}: a refusal stored something");
+        assert_eq!(
+            store.count(source).await.unwrap(),
+            0,
+            "{source}: a refusal stored something"
+        );
 
         let (st, json) = post_raw(&c, &gw.ingest, source, &body, &ok).await;
         assert_eq!(st, 200, "{source}: {json}");
         assert_eq!(json["duplicate"], false, "{source}");
-        let e = store.get(json["id"].as_str().unwrap()).await.unwrap().unwrap();
+        let e = store
+            .get(json["id"].as_str().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
         let want_id = match provider {
             "github" | "standard-webhooks" | "shopify" => Some(delivery.clone()),
             "hmac" => None,
@@ -254,8 +307,15 @@ async fn provider_signatures(backend: Backend) {
     )];
     let (st, json) = post_raw(&c, &gw.ingest, "github", b"Hello, World!", &vector).await;
     assert_eq!(st, 200, "{json}");
-    let e = store.get(json["id"].as_str().unwrap()).await.unwrap().unwrap();
-    assert!(e.dedupe_key.starts_with("body-sha256:"), "no delivery id: body hash dedupe");
+    let e = store
+        .get(json["id"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        e.dedupe_key.starts_with("body-sha256:"),
+        "no delivery id: body hash dedupe"
+    );
 
     // A rotated secret list accepts old and new.
     for (i, secret) in ["new-secret-2026", GITHUB_SECRET].into_iter().enumerate() {
@@ -271,7 +331,10 @@ async fn provider_signatures(backend: Backend) {
     assert_eq!(store.count("rotated").await.unwrap(), 2);
     gw.stop().await;
 }
-both_stores!(real_provider_signatures_and_tampering, super::provider_signatures);
+both_stores!(
+    real_provider_signatures_and_tampering,
+    super::provider_signatures
+);
 
 async fn concurrent_redeliveries(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -294,18 +357,27 @@ async fn concurrent_redeliveries(backend: Backend) {
         answers.push(t.await.unwrap());
     }
     assert!(answers.iter().all(|(st, _)| *st == 200), "{answers:?}");
-    let new: Vec<_> = answers.iter().filter(|(_, j)| j["duplicate"] == false).collect();
+    let new: Vec<_> = answers
+        .iter()
+        .filter(|(_, j)| j["duplicate"] == false)
+        .collect();
     assert_eq!(new.len(), 1, "exactly one new entry");
     let id = new[0].1["id"].clone();
     assert!(answers.iter().all(|(_, j)| j["id"] == id));
     assert_eq!(
-        answers.iter().filter(|(_, j)| j["duplicate"] == true).count(),
+        answers
+            .iter()
+            .filter(|(_, j)| j["duplicate"] == true)
+            .count(),
         49
     );
     assert_eq!(store.count("stripe").await.unwrap(), 1);
     gw.stop().await;
 }
-both_stores!(fifty_concurrent_deliveries_store_one_entry, super::concurrent_redeliveries);
+both_stores!(
+    fifty_concurrent_deliveries_store_one_entry,
+    super::concurrent_redeliveries
+);
 
 async fn redis_outage(_: Backend) {
     let mut h = StoreHandle::new(Backend::Redis);
@@ -319,8 +391,14 @@ async fn redis_outage(_: Backend) {
 
     h.redis_mut().stop();
     for i in 0..5 {
-        let (st, json) =
-            post_signed(&c, &gw, "stripe", &event_body("stripe", &format!("down-{i}")), "x").await;
+        let (st, json) = post_signed(
+            &c,
+            &gw,
+            "stripe",
+            &event_body("stripe", &format!("down-{i}")),
+            "x",
+        )
+        .await;
         assert_eq!(st, 503, "while redis is down: {json}");
     }
     let ready = c.get(format!("{}/readyz", gw.admin)).send().await.unwrap();
@@ -330,17 +408,23 @@ async fn redis_outage(_: Backend) {
     // The gateway reconnects by itself; no restart.
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let (st, _) =
-            post_signed(&c, &gw, "stripe", &event_body("stripe", "after"), "x").await;
+        let (st, _) = post_signed(&c, &gw, "stripe", &event_body("stripe", "after"), "x").await;
         if st == 200 {
             break;
         }
         assert_eq!(st, 503);
-        assert!(std::time::Instant::now() < deadline, "ingest did not recover");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ingest did not recover"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let store = h.open().await;
-    assert_eq!(store.count("stripe").await.unwrap(), 2, "before + after, none of the 503s");
+    assert_eq!(
+        store.count("stripe").await.unwrap(),
+        2,
+        "before + after, none of the 503s"
+    );
     gw.stop().await;
 }
 

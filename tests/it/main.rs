@@ -3,7 +3,9 @@
 
 mod util;
 
+mod cli;
 mod conformance;
-mod ingest;
 mod crash;
 mod hostile;
+mod ingest;
+mod logs;

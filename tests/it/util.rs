@@ -450,7 +450,10 @@ impl ChildGateway {
         cmd.arg("serve")
             .arg("--config")
             .arg(config_path)
-            .env("HOOKGATE_SERVER__LISTEN", format!("127.0.0.1:{ingest_port}"))
+            .env(
+                "HOOKGATE_SERVER__LISTEN",
+                format!("127.0.0.1:{ingest_port}"),
+            )
             .env("HOOKGATE_ADMIN__LISTEN", format!("127.0.0.1:{admin_port}"))
             .stdout(Stdio::null())
             .stderr(stderr);
@@ -475,7 +478,8 @@ impl ChildGateway {
             if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+                let _ =
+                    s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
                 let mut buf = Vec::new();
                 let _ = s.read_to_end(&mut buf);
                 if buf.starts_with(b"HTTP/1.1 200") {
