@@ -163,6 +163,52 @@ pub struct Page {
 
 pub const MAX_PAGE: usize = 1000;
 
+/// One delivery attempt, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// 1 for the first attempt.
+    pub n: u32,
+    /// Unix milliseconds when the attempt started.
+    pub at: i64,
+    /// The destination's HTTP status, when it answered.
+    pub status_code: Option<u16>,
+    /// The error kind when it did not answer (or why the answer failed).
+    pub error: Option<String>,
+    pub latency_ms: u64,
+}
+
+/// A claimed entry: leased to one worker until it completes it or the lease expires
+/// (then another worker claims it again: at-least-once).
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub entry: Entry,
+    /// Backend-specific handle of the lease (the stream message id on Redis).
+    pub token: String,
+}
+
+/// What a worker did with a claimed entry.
+#[derive(Debug, Clone)]
+pub enum Completion {
+    Delivered { attempt: Attempt },
+    /// Failed, retry at `at` (unix ms).
+    Retry { attempt: Attempt, at: i64 },
+    /// Moved to the dead-letter queue.
+    Dead {
+        attempt: Option<Attempt>,
+        reason: String,
+    },
+    /// Give the lease back without an attempt (shutdown, open circuit breaker): the
+    /// entry is due again at `at`.
+    Release { at: i64 },
+}
+
+/// What one retention pass removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub entries: u64,
+    pub dedupe_keys: u64,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Dedupe and persist atomically; durable when it returns `Ok`.
@@ -183,6 +229,52 @@ pub trait Store: Send + Sync + 'static {
 
     /// The sources whose delivery is paused.
     async fn paused_sources(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Claim up to `limit` due, pending entries of `source` for `worker`, leased for
+    /// `lease` (a crashed worker's entries are claimed again once it expires).
+    async fn claim(
+        &self,
+        source: &str,
+        worker: &str,
+        now: i64,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<Claim>, StoreError>;
+
+    /// Record what happened to a claimed entry. Returns `false` when the lease had
+    /// been lost (expired and claimed by another worker): the attempt is recorded,
+    /// the entry's state is left to the new holder.
+    async fn complete(
+        &self,
+        claim: &Claim,
+        worker: &str,
+        completion: Completion,
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Every attempt of an entry, oldest first.
+    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError>;
+
+    /// How many entries of `source` have `status`.
+    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError>;
+
+    /// Remove up to `limit` delivered entries completed before `delivered_before`,
+    /// dead and discarded ones completed before `dead_before`, and expired dedupe keys.
+    async fn purge(
+        &self,
+        now: i64,
+        delivered_before: i64,
+        dead_before: i64,
+        limit: usize,
+    ) -> Result<Purged, StoreError>;
+
+    /// A counter that moves whenever this process stores new work; the forwarder
+    /// waits on it instead of polling hard.
+    fn work_signal(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Periodic backend housekeeping (Redis: detect a Redis that came back empty,
+    /// recreate consumer groups).
+    async fn maintain(&self, sources: &[String]) -> Result<(), StoreError>;
 
     /// Whether the store answers (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;

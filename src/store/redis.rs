@@ -13,7 +13,12 @@
 //! | `hg:{src}:work` | stream | one message per entry to deliver (the forwarder's queue) |
 //! | `hg:{src}:idx` | sorted set, all scores 0 | every entry id, in lexical (= arrival) order |
 //! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by status |
+//! | `hg:{src}:sched` | sorted set, score = due time (ms) | entries waiting for a retry |
+//! | `hg:{src}:a:<id>` | list of JSON | the entry's delivery attempts |
+//! | `hg:{src}:dlq` | stream | one message per entry that went dead (id, reason) |
+//! | `hg:{src}:done:delivered`, `…:done:dead` | sorted set, score = completion time | retention index |
 //! | `hg:sources` | set | every source name seen (for lookups by id) |
+//! | `hg:epoch` | string | a random value; its disappearance means Redis lost its data |
 //! | `hg:paused` | set | sources whose delivery is paused |
 //!
 //! # Accept
@@ -23,6 +28,18 @@
 //! key, writes the entry hash, appends to the work stream and the indexes. There is no
 //! moment where the dedupe key exists without its entry. With `appendfsync always`,
 //! Redis fsyncs the AOF before it answers, so the reply means the entry is durable.
+//!
+//! # Delivery
+//!
+//! The work stream has one consumer group (`workers`); every gateway process is a
+//! consumer. A claim first moves due retries from `sched` to the stream (`PROMOTE`,
+//! atomic), then takes messages whose lease expired from other consumers
+//! (`XAUTOCLAIM` with the lease as minimum idle time: a crashed worker's entries are
+//! delivered again), then new messages (`XREADGROUP >`). `COMPLETE` records the
+//! attempt, acknowledges and deletes the message, and either schedules the retry, or
+//! marks the entry delivered or dead (appending to the DLQ stream), in one script.
+//! If Redis lost the group (it restarted empty), `NOGROUP` is answered by recreating
+//! it; the loss itself is detected through `hg:epoch` and logged at ERROR.
 //!
 //! # Connections
 //!
@@ -43,8 +60,8 @@ use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::{
-    Accepted, Entry, ListQuery, MAX_PAGE, NewEntry, Page, Status, Store, StoreError,
-    decode_headers, encode_headers,
+    Accepted, Attempt, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page, Purged,
+    Status, Store, StoreError, decode_headers, encode_headers,
 };
 use crate::config::RedisConfig;
 
@@ -64,6 +81,58 @@ redis.call('ZADD', KEYS[5], 0, ARGV[1])
 return {0, ARGV[1]}
 "#;
 
+const PROMOTE: &str = r#"
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('XADD', KEYS[2], '*', 'id', id)
+end
+return #ids
+"#;
+
+/// KEYS: entry, work, sched, attempts, st:pending, st:<new>, done zset, dlq.
+/// ARGV: msg id, group, new status, next_at, attempt JSON, last_error, now, entry id,
+/// reason, consumer.
+const COMPLETE: &str = r#"
+if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[5]) end
+local mine = redis.call('XPENDING', KEYS[2], ARGV[2], ARGV[1], ARGV[1], 1, ARGV[10])
+if #mine == 0 then return 0 end
+redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+redis.call('XDEL', KEYS[2], ARGV[1])
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 0 end
+if ARGV[5] ~= '' then redis.call('HINCRBY', KEYS[1], 'attempts', 1) end
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_error', ARGV[6]) end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'next_attempt_at', ARGV[4], 'updated_at', ARGV[7])
+if ARGV[3] == 'pending' then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[8])
+else
+  redis.call('ZREM', KEYS[5], ARGV[8])
+  redis.call('ZADD', KEYS[6], 0, ARGV[8])
+  redis.call('ZADD', KEYS[7], ARGV[7], ARGV[8])
+  if ARGV[3] == 'dead' then
+    redis.call('XADD', KEYS[8], '*', 'id', ARGV[8], 'reason', ARGV[9])
+  end
+end
+return 1
+"#;
+
+/// KEYS: done zset, idx, st a, st b. ARGV: cutoff, limit, key base (`hg:{src}:`).
+/// The per-entry keys are derived from the base; they share the source's hash tag.
+const PURGE: &str = r#"
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, ARGV[2])
+for _, id in ipairs(ids) do
+  redis.call('DEL', ARGV[3] .. 'e:' .. id, ARGV[3] .. 'a:' .. id)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+end
+return #ids
+"#;
+
+/// The consumer group every gateway process joins.
+const GROUP: &str = "workers";
+
 pub struct RedisStore {
     /// Multiplexed connections, used round robin.
     conns: Vec<ConnectionManager>,
@@ -73,6 +142,13 @@ pub struct RedisStore {
     accept: redis::Script,
     /// Sources already recorded in `<prefix>:sources` by this process.
     known_sources: Mutex<BTreeSet<String>>,
+    promote: redis::Script,
+    complete: redis::Script,
+    purge: redis::Script,
+    /// The `hg:epoch` value this process saw last.
+    epoch: Mutex<String>,
+    work_tx: tokio::sync::watch::Sender<u64>,
+    work_rx: tokio::sync::watch::Receiver<u64>,
 }
 
 impl RedisStore {
@@ -93,6 +169,7 @@ impl RedisStore {
             .map_err(|_| StoreError::Timeout(cfg.timeout * 2))??;
             conns.push(conn);
         }
+        let (work_tx, work_rx) = tokio::sync::watch::channel(0u64);
         let store = RedisStore {
             conns,
             next: AtomicUsize::new(0),
@@ -100,8 +177,15 @@ impl RedisStore {
             timeout: cfg.timeout,
             accept: redis::Script::new(ACCEPT),
             known_sources: Mutex::new(BTreeSet::new()),
+            promote: redis::Script::new(PROMOTE),
+            complete: redis::Script::new(COMPLETE),
+            purge: redis::Script::new(PURGE),
+            epoch: Mutex::new(String::new()),
+            work_tx,
+            work_rx,
         };
         store.check_persistence().await;
+        store.check_epoch().await?;
         Ok(store)
     }
 
@@ -128,6 +212,124 @@ impl RedisStore {
             }
             Err(e) => tracing::info!(error = %e, "cannot read the redis persistence settings"),
         }
+    }
+
+    /// Detect a Redis that lost its data: `hg:epoch` vanished or changed.
+    async fn check_epoch(&self) -> Result<(), StoreError> {
+        let key = format!("{}:epoch", self.prefix);
+        let mut c = self.conn();
+        let fresh = uuid::Uuid::now_v7().to_string();
+        let _: Option<String> = self
+            .timed(
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(&fresh)
+                    .arg("NX")
+                    .query_async(&mut c),
+            )
+            .await?;
+        let current: Option<String> = self.timed(c.get(&key)).await?;
+        let current = current.unwrap_or(fresh.clone());
+        let mut seen = self
+            .epoch
+            .lock()
+            .map_err(|_| StoreError::Unavailable("epoch lock poisoned".into()))?;
+        if seen.is_empty() {
+            *seen = current;
+        } else if *seen != current {
+            tracing::error!(
+                "redis lost its data (it came back empty or was flushed): entries, dedupe keys \
+                 and retry schedules stored before are gone; hookgate keeps accepting and \
+                 delivering new webhooks"
+            );
+            *seen = current;
+        }
+        Ok(())
+    }
+
+    async fn ensure_group(&self, source: &str) -> Result<(), StoreError> {
+        let mut c = self.conn();
+        let r: Result<(), redis::RedisError> = self
+            .timed(
+                redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(self.key(source, "work"))
+                    .arg(GROUP)
+                    .arg("0")
+                    .arg("MKSTREAM")
+                    .query_async(&mut c),
+            )
+            .await
+            .map_err(|e| match e {
+                StoreError::Redis(r) => r,
+                other => redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "xgroup create",
+                    other.to_string(),
+                )),
+            });
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Read claimable messages (expired leases first, then new ones).
+    async fn read_messages(
+        &self,
+        source: &str,
+        worker: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<(String, String)>, redis::RedisError> {
+        let mut c = self.conn();
+        let work = self.key(source, "work");
+        let mut out: Vec<(String, String)> = Vec::new();
+        let reclaimed: redis::streams::StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+            .arg(&work)
+            .arg(GROUP)
+            .arg(worker)
+            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(&mut c)
+            .await?;
+        for m in reclaimed.claimed {
+            let id: Option<String> = m.get("id");
+            out.push((m.id, id.unwrap_or_default()));
+        }
+        if out.len() < limit {
+            let reply: Option<redis::streams::StreamReadReply> = redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(GROUP)
+                .arg(worker)
+                .arg("COUNT")
+                .arg(limit - out.len())
+                .arg("STREAMS")
+                .arg(&work)
+                .arg(">")
+                .query_async(&mut c)
+                .await?;
+            for k in reply.map(|r| r.keys).unwrap_or_default() {
+                for m in k.ids {
+                    let id: Option<String> = m.get("id");
+                    out.push((m.id, id.unwrap_or_default()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Drop a stream message that no longer stands for pending work.
+    async fn discard_message(&self, source: &str, msg: &str) -> Result<(), StoreError> {
+        let mut c = self.conn();
+        let work = self.key(source, "work");
+        let mut pipe = redis::pipe();
+        pipe.cmd("XACK").arg(&work).arg(GROUP).arg(msg).ignore();
+        pipe.cmd("XDEL").arg(&work).arg(msg).ignore();
+        self.timed(pipe.query_async::<()>(&mut c)).await
     }
 
     fn conn(&self) -> ConnectionManager {
@@ -288,6 +490,9 @@ impl Store for RedisStore {
             .arg(e.body.as_ref());
         let mut c = self.conn();
         let (dup, id): (i64, String) = self.timed(inv.invoke_async(&mut c)).await?;
+        if dup == 0 {
+            self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
         Ok(if dup == 1 {
             Accepted::Duplicate(id)
         } else {
@@ -365,6 +570,189 @@ impl Store for RedisStore {
             .await?;
         v.sort();
         Ok(v)
+    }
+
+    async fn claim(
+        &self,
+        source: &str,
+        worker: &str,
+        now: i64,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let limit = limit.max(1);
+        let mut c = self.conn();
+        let mut inv = self.promote.prepare_invoke();
+        inv.key(self.key(source, "sched"))
+            .key(self.key(source, "work"))
+            .arg(now)
+            .arg(1000);
+        let _: i64 = self.timed(inv.invoke_async(&mut c)).await?;
+        let messages = match self
+            .timed(async { Ok(self.read_messages(source, worker, limit, lease).await) })
+            .await?
+        {
+            Ok(m) => m,
+            Err(e) if e.code() == Some("NOGROUP") => {
+                tracing::warn!(source, "redis consumer group missing; recreating it");
+                self.ensure_group(source).await?;
+                self.timed(self.read_messages(source, worker, limit, lease))
+                    .await?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut claims = Vec::with_capacity(messages.len());
+        for (msg, id) in messages {
+            match self.load(source, &id).await? {
+                Some(entry) if entry.status == Status::Pending => claims.push(Claim {
+                    entry,
+                    token: msg,
+                }),
+                // Delivered, dead, discarded or purged meanwhile: nothing to do.
+                _ => self.discard_message(source, &msg).await?,
+            }
+        }
+        Ok(claims)
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        worker: &str,
+        completion: Completion,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let e = &claim.entry;
+        let source = e.source.as_str();
+        let (status, next_at, attempt, last_error, reason) = match &completion {
+            Completion::Delivered { attempt } => {
+                (Status::Delivered, None, Some(attempt), None, String::new())
+            }
+            Completion::Retry { attempt, at } => (
+                Status::Pending,
+                Some(*at),
+                Some(attempt),
+                super::sqlite::attempt_error(attempt),
+                String::new(),
+            ),
+            Completion::Dead { attempt, reason } => (
+                Status::Dead,
+                None,
+                attempt.as_ref(),
+                Some(reason.clone()),
+                reason.clone(),
+            ),
+            Completion::Release { at } => (Status::Pending, Some(*at), None, None, String::new()),
+        };
+        let done = if status == Status::Delivered {
+            "done:delivered"
+        } else {
+            "done:dead"
+        };
+        let attempt_json = match attempt {
+            Some(a) => serde_json::to_string(a)
+                .map_err(|e| StoreError::Invalid(format!("attempt: {e}")))?,
+            None => String::new(),
+        };
+        let mut inv = self.complete.prepare_invoke();
+        inv.key(self.key(source, &format!("e:{}", e.id)))
+            .key(self.key(source, "work"))
+            .key(self.key(source, "sched"))
+            .key(self.key(source, &format!("a:{}", e.id)))
+            .key(self.status_key(source, Status::Pending))
+            .key(self.status_key(source, status))
+            .key(self.key(source, done))
+            .key(self.key(source, "dlq"))
+            .arg(&claim.token)
+            .arg(GROUP)
+            .arg(status.as_str())
+            .arg(next_at.map(|t| t.to_string()).unwrap_or_default())
+            .arg(attempt_json)
+            .arg(last_error.unwrap_or_default())
+            .arg(now)
+            .arg(&e.id)
+            .arg(reason)
+            .arg(worker);
+        let mut c = self.conn();
+        let applied: i64 = self.timed(inv.invoke_async(&mut c)).await?;
+        if matches!(completion, Completion::Release { .. }) {
+            self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        Ok(applied == 1)
+    }
+
+    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let Some(entry) = self.get(id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut c = self.conn();
+        let raw: Vec<String> = self
+            .timed(c.lrange(self.key(&entry.source, &format!("a:{id}")), 0, -1))
+            .await?;
+        let mut out: Vec<Attempt> = raw
+            .iter()
+            .filter_map(|r| serde_json::from_str(r).ok())
+            .collect();
+        out.sort_by_key(|a| a.n);
+        Ok(out)
+    }
+
+    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError> {
+        let mut c = self.conn();
+        self.timed(c.zcard(self.status_key(source, status))).await
+    }
+
+    async fn purge(
+        &self,
+        _now: i64,
+        delivered_before: i64,
+        dead_before: i64,
+        limit: usize,
+    ) -> Result<Purged, StoreError> {
+        let mut purged = Purged::default();
+        for source in self.sources().await? {
+            let base = self.key(&source, "");
+            for (done, cutoff, a, b) in [
+                ("done:delivered", delivered_before, Status::Delivered, Status::Delivered),
+                ("done:dead", dead_before, Status::Dead, Status::Discarded),
+            ] {
+                let mut inv = self.purge.prepare_invoke();
+                inv.key(self.key(&source, done))
+                    .key(self.key(&source, "idx"))
+                    .key(self.status_key(&source, a))
+                    .key(self.status_key(&source, b))
+                    .arg(cutoff)
+                    .arg(limit.max(1))
+                    .arg(&base);
+                let mut c = self.conn();
+                let n: u64 = self.timed(inv.invoke_async(&mut c)).await?;
+                purged.entries += n;
+            }
+            let mut c = self.conn();
+            let _: i64 = self
+                .timed(
+                    redis::cmd("XTRIM")
+                        .arg(self.key(&source, "dlq"))
+                        .arg("MINID")
+                        .arg(dead_before.max(0))
+                        .query_async(&mut c),
+                )
+                .await?;
+        }
+        // Dedupe keys expire by themselves (PX).
+        Ok(purged)
+    }
+
+    fn work_signal(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.work_rx.clone()
+    }
+
+    async fn maintain(&self, sources: &[String]) -> Result<(), StoreError> {
+        self.check_epoch().await?;
+        for s in sources {
+            self.ensure_group(s).await?;
+        }
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -22,11 +22,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
-    Accepted, Entry, ListQuery, MAX_PAGE, NewEntry, Page, Status, Store, StoreError,
-    decode_headers, encode_headers, now_ms,
+    Accepted, Attempt, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page, Purged,
+    Status, Store, StoreError, decode_headers, encode_headers, now_ms,
 };
 use crate::config::EmbeddedConfig;
 
@@ -52,7 +52,8 @@ CREATE TABLE entries (
     headers         TEXT NOT NULL,
     body            BLOB NOT NULL
 );
-CREATE INDEX entries_due ON entries(next_attempt_at) WHERE status = 'pending';
+CREATE INDEX entries_due ON entries(source, next_attempt_at) WHERE status = 'pending';
+CREATE INDEX entries_done ON entries(status, updated_at) WHERE status != 'pending';
 CREATE INDEX entries_source ON entries(source, id);
 CREATE INDEX entries_status ON entries(status, id);
 CREATE INDEX entries_source_status ON entries(source, status, id);
@@ -92,12 +93,17 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Queue depth in front of the writer; a full queue pushes back on ingest.
 const QUEUE_DEPTH: usize = 8192;
 
-type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+/// Called once the batch holding a job has committed (`Ok`) or failed (`Err`).
+type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
+/// A write job: runs inside its own savepoint; says whether it succeeded (to keep or
+/// roll back the savepoint) and how to answer its caller after the commit.
+type Job = Box<dyn FnOnce(&Connection, i64) -> (bool, Finish) + Send>;
 
 /// A write, queued for the writer thread.
-enum Op {
-    Accept(NewEntry, Reply<Accepted>),
-    SetPaused(String, bool, Reply<()>),
+struct Op {
+    job: Job,
+    /// Whether committing it creates work for the forwarder.
+    notify: bool,
 }
 
 pub struct SqliteStore {
@@ -107,6 +113,8 @@ pub struct SqliteStore {
     reader: Arc<Mutex<Connection>>,
     /// The writer thread, joined on close so the last batch is committed.
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Bumped after a commit that stored new entries.
+    work: watch::Receiver<u64>,
 }
 
 fn open_conn(path: &PathBuf) -> Result<Connection, rusqlite::Error> {
@@ -129,11 +137,7 @@ fn migrate(conn: &mut Connection) -> Result<(), rusqlite::Error> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
-        tx.pragma_update(
-            None,
-            "user_version",
-            i64::try_from(i + 1).unwrap_or(i64::MAX),
-        )?;
+        tx.pragma_update(None, "user_version", i64::try_from(i + 1).unwrap_or(i64::MAX))?;
         tx.commit()?;
     }
     Ok(())
@@ -155,27 +159,45 @@ impl SqliteStore {
         migrate(&mut writer)?;
         let reader = open_conn(&path)?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let (work_tx, work_rx) = watch::channel(0u64);
         let handle = std::thread::Builder::new()
             .name("hookgate-sqlite-writer".into())
-            .spawn(move || writer_loop(writer, rx, batch_max))?;
+            .spawn(move || writer_loop(writer, rx, batch_max, work_tx))?;
         Ok(SqliteStore {
             tx: Mutex::new(Some(tx)),
             reader: Arc::new(Mutex::new(reader)),
             writer: Mutex::new(Some(handle)),
+            work: work_rx,
         })
     }
 
-    async fn submit<T>(&self, make: impl FnOnce(Reply<T>) -> Op) -> Result<T, StoreError> {
+    /// Run `f` on the writer thread inside the next group commit; answer after commit.
+    async fn write<T: Send + 'static>(
+        &self,
+        notify: bool,
+        f: impl FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let sender = self
             .tx
             .lock()
             .map_err(|_| StoreError::Unavailable("writer lock poisoned".into()))?
             .clone()
             .ok_or_else(|| StoreError::Unavailable("store is closed".into()))?;
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = oneshot::channel::<Result<T, StoreError>>();
+        let job: Job = Box::new(move |conn, now| {
+            let result = f(conn, now);
+            let ok = result.is_ok();
+            let finish: Finish = Box::new(move |commit| {
+                let _ = reply.send(match commit {
+                    Ok(()) => result,
+                    Err(e) => Err(StoreError::Unavailable(e)),
+                });
+            });
+            (ok, finish)
+        });
         let work = async move {
             sender
-                .send(make(reply))
+                .send(Op { job, notify })
                 .await
                 .map_err(|_| StoreError::Unavailable("writer stopped".into()))?;
             rx.await
@@ -202,7 +224,12 @@ impl SqliteStore {
     }
 }
 
-fn writer_loop(mut conn: Connection, mut rx: mpsc::Receiver<Op>, batch_max: usize) {
+fn writer_loop(
+    mut conn: Connection,
+    mut rx: mpsc::Receiver<Op>,
+    batch_max: usize,
+    work: watch::Sender<u64>,
+) {
     let mut batch = Vec::with_capacity(batch_max);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
@@ -212,54 +239,37 @@ fn writer_loop(mut conn: Connection, mut rx: mpsc::Receiver<Op>, batch_max: usiz
                 Err(_) => break,
             }
         }
-        commit_batch(&mut conn, &mut batch);
+        let notify = batch.iter().any(|op| op.notify);
+        if commit_batch(&mut conn, &mut batch) && notify {
+            work.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
     tracing::debug!("sqlite writer stopped");
 }
 
-/// The outcome of one operation, held until the batch commits.
-enum Done {
-    Accept(Reply<Accepted>, Result<Accepted, StoreError>),
-    Unit(Reply<()>, Result<(), StoreError>),
-}
-
-fn commit_batch(conn: &mut Connection, batch: &mut Vec<Op>) {
-    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+/// Apply every job in its own savepoint, commit once, then answer every caller.
+/// Returns whether the commit succeeded.
+fn commit_batch(conn: &mut Connection, batch: &mut Vec<Op>) -> bool {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
-            tracing::error!(error = %e, "sqlite: cannot begin a transaction");
-            fail_all(batch.drain(..), &e.to_string());
-            return;
+            // Dropping the jobs unanswered makes every caller fail (503 at ingest).
+            tracing::error!(error = %e, "sqlite: cannot begin a transaction; the batch fails");
+            batch.clear();
+            return false;
         }
     };
-    let mut tx = tx;
     let now = now_ms();
-    let mut done = Vec::with_capacity(batch.len());
+    let mut finishes = Vec::with_capacity(batch.len());
     for op in batch.drain(..) {
         let mut sp = match tx.savepoint() {
             Ok(sp) => sp,
             Err(e) => {
-                fail_all(std::iter::once(op), &e.to_string());
+                tracing::error!(error = %e, "sqlite: cannot open a savepoint");
                 continue;
             }
         };
-        let d = match op {
-            Op::Accept(entry, reply) => Done::Accept(reply, apply_accept(&sp, &entry, now)),
-            Op::SetPaused(source, paused, reply) => Done::Unit(
-                reply,
-                sp.execute(
-                    "INSERT INTO sources (name, paused) VALUES (?1, ?2)
-                     ON CONFLICT(name) DO UPDATE SET paused = excluded.paused",
-                    params![source, paused],
-                )
-                .map(|_| ())
-                .map_err(StoreError::from),
-            ),
-        };
-        let ok = match &d {
-            Done::Accept(_, r) => r.is_ok(),
-            Done::Unit(_, r) => r.is_ok(),
-        };
+        let (ok, finish) = (op.job)(&sp, now);
         if ok {
             if let Err(e) = sp.commit() {
                 tracing::error!(error = %e, "sqlite: savepoint release failed");
@@ -267,48 +277,22 @@ fn commit_batch(conn: &mut Connection, batch: &mut Vec<Op>) {
         } else {
             let _ = sp.rollback();
         }
-        done.push(d);
+        finishes.push(finish);
     }
     match tx.commit() {
         Ok(()) => {
-            for d in done {
-                match d {
-                    Done::Accept(reply, r) => {
-                        let _ = reply.send(r);
-                    }
-                    Done::Unit(reply, r) => {
-                        let _ = reply.send(r);
-                    }
-                }
+            for f in finishes {
+                f(Ok(()));
             }
+            true
         }
         Err(e) => {
             tracing::error!(error = %e, "sqlite: commit failed; the batch is answered 503");
             let msg = format!("commit failed: {e}");
-            for d in done {
-                match d {
-                    Done::Accept(reply, _) => {
-                        let _ = reply.send(Err(StoreError::Unavailable(msg.clone())));
-                    }
-                    Done::Unit(reply, _) => {
-                        let _ = reply.send(Err(StoreError::Unavailable(msg.clone())));
-                    }
-                }
+            for f in finishes {
+                f(Err(msg.clone()));
             }
-        }
-    }
-}
-
-fn fail_all(ops: impl Iterator<Item = Op>, why: &str) {
-    for op in ops {
-        let err = StoreError::Unavailable(why.to_string());
-        match op {
-            Op::Accept(_, reply) => {
-                let _ = reply.send(Err(err));
-            }
-            Op::SetPaused(_, _, reply) => {
-                let _ = reply.send(Err(err));
-            }
+            false
         }
     }
 }
@@ -382,25 +366,91 @@ fn row_to_entry(r: &rusqlite::Row<'_>) -> Result<Entry, StoreError> {
     })
 }
 
+fn load_entry(conn: &Connection, id: &str) -> Result<Option<Entry>, StoreError> {
+    let mut stmt =
+        conn.prepare_cached(&format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?1"))?;
+    let mut rows = stmt.query(params![id])?;
+    match rows.next()? {
+        Some(row) => Ok(Some(row_to_entry(row)?)),
+        None => Ok(None),
+    }
+}
+
+fn insert_attempt(conn: &Connection, id: &str, a: &Attempt) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO attempts (entry_id, n, at, status_code, error, latency_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        id,
+        a.n,
+        a.at,
+        a.status_code,
+        a.error,
+        i64::try_from(a.latency_ms).unwrap_or(i64::MAX)
+    ])?;
+    Ok(())
+}
+
+fn apply_complete(
+    conn: &Connection,
+    id: &str,
+    worker: &str,
+    completion: &Completion,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let attempt = match completion {
+        Completion::Delivered { attempt } | Completion::Retry { attempt, .. } => Some(attempt),
+        Completion::Dead { attempt, .. } => attempt.as_ref(),
+        Completion::Release { .. } => None,
+    };
+    if let Some(a) = attempt {
+        insert_attempt(conn, id, a)?;
+    }
+    let (status, next, last_error): (Status, Option<i64>, Option<String>) = match completion {
+        Completion::Delivered { .. } => (Status::Delivered, None, None),
+        Completion::Retry { attempt, at } => (Status::Pending, Some(*at), attempt_error(attempt)),
+        Completion::Dead { reason, .. } => (Status::Dead, None, Some(reason.clone())),
+        Completion::Release { at } => (Status::Pending, Some(*at), None),
+    };
+    let changed = conn
+        .prepare_cached(
+            "UPDATE entries SET status = ?1, next_attempt_at = ?2,
+                 last_error = coalesce(?3, last_error), attempts = attempts + ?4,
+                 lease_owner = NULL, lease_until = NULL, updated_at = ?5
+             WHERE id = ?6 AND lease_owner = ?7 AND status = 'pending'",
+        )?
+        .execute(params![
+            status.as_str(),
+            next,
+            last_error,
+            i64::from(attempt.is_some()),
+            now,
+            id,
+            worker
+        ])?;
+    Ok(changed == 1)
+}
+
+/// The text kept as `last_error` for a failed attempt.
+pub(crate) fn attempt_error(a: &Attempt) -> Option<String> {
+    match (&a.error, a.status_code) {
+        (Some(e), _) => Some(e.clone()),
+        (None, Some(code)) => Some(format!("HTTP {code}")),
+        (None, None) => None,
+    }
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn accept(&self, entry: NewEntry) -> Result<Accepted, StoreError> {
-        self.submit(|reply| Op::Accept(entry, reply)).await
+        self.write(true, move |conn, now| apply_accept(conn, &entry, now))
+            .await
     }
 
     async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
         let id = id.to_string();
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?1"
-            ))?;
-            let mut rows = stmt.query(params![id])?;
-            match rows.next()? {
-                Some(row) => Ok(Some(row_to_entry(row)?)),
-                None => Ok(None),
-            }
-        })
-        .await
+        self.read(move |conn| load_entry(conn, &id)).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Page, StoreError> {
@@ -455,8 +505,15 @@ impl Store for SqliteStore {
 
     async fn set_paused(&self, source: &str, paused: bool) -> Result<(), StoreError> {
         let source = source.to_string();
-        self.submit(|reply| Op::SetPaused(source, paused, reply))
-            .await
+        self.write(false, move |conn, _| {
+            conn.prepare_cached(
+                "INSERT INTO sources (name, paused) VALUES (?1, ?2)
+                 ON CONFLICT(name) DO UPDATE SET paused = excluded.paused",
+            )?
+            .execute(params![source, paused])?;
+            Ok(())
+        })
+        .await
     }
 
     async fn paused_sources(&self) -> Result<Vec<String>, StoreError> {
@@ -469,6 +526,145 @@ impl Store for SqliteStore {
             Ok(names)
         })
         .await
+    }
+
+    async fn claim(
+        &self,
+        source: &str,
+        worker: &str,
+        now: i64,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let source = source.to_string();
+        let worker = worker.to_string();
+        let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
+        let limit = i64::try_from(limit.max(1)).unwrap_or(1);
+        self.write(false, move |conn, _| {
+            let ids: Vec<String> = conn
+                .prepare_cached(
+                    "SELECT id FROM entries
+                     WHERE source = ?1 AND status = 'pending' AND next_attempt_at <= ?2
+                       AND (lease_until IS NULL OR lease_until <= ?2)
+                     ORDER BY next_attempt_at LIMIT ?3",
+                )?
+                .query_map(params![source, now, limit], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            let mut claims = Vec::with_capacity(ids.len());
+            for id in ids {
+                conn.prepare_cached(
+                    "UPDATE entries SET lease_owner = ?1, lease_until = ?2 WHERE id = ?3",
+                )?
+                .execute(params![worker, until, id])?;
+                if let Some(entry) = load_entry(conn, &id)? {
+                    claims.push(Claim {
+                        token: worker.clone(),
+                        entry,
+                    });
+                }
+            }
+            Ok(claims)
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        worker: &str,
+        completion: Completion,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let id = claim.entry.id.clone();
+        let worker = worker.to_string();
+        let notify = matches!(completion, Completion::Release { .. });
+        self.write(notify, move |conn, _| {
+            apply_complete(conn, &id, &worker, &completion, now)
+        })
+        .await
+    }
+
+    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT n, at, status_code, error, latency_ms FROM attempts
+                 WHERE entry_id = ?1 ORDER BY n",
+            )?;
+            let rows = stmt
+                .query_map(params![id], |r| {
+                    Ok(Attempt {
+                        n: r.get(0)?,
+                        at: r.get(1)?,
+                        status_code: r.get(2)?,
+                        error: r.get(3)?,
+                        latency_ms: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| {
+            let n: i64 = conn
+                .prepare_cached("SELECT count(*) FROM entries WHERE source = ?1 AND status = ?2")?
+                .query_row(params![source, status.as_str()], |r| r.get(0))?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+        .await
+    }
+
+    async fn purge(
+        &self,
+        now: i64,
+        delivered_before: i64,
+        dead_before: i64,
+        limit: usize,
+    ) -> Result<Purged, StoreError> {
+        let limit = i64::try_from(limit.max(1)).unwrap_or(1);
+        self.write(false, move |conn, _| {
+            let ids: Vec<String> = conn
+                .prepare_cached(
+                    "SELECT id FROM (SELECT id FROM entries
+                         WHERE status = 'delivered' AND updated_at < ?1 LIMIT ?3)
+                     UNION ALL
+                     SELECT id FROM (SELECT id FROM entries
+                         WHERE status IN ('dead', 'discarded') AND updated_at < ?2 LIMIT ?3)",
+                )?
+                .query_map(params![delivered_before, dead_before, limit], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            for id in &ids {
+                conn.prepare_cached("DELETE FROM attempts WHERE entry_id = ?1")?
+                    .execute(params![id])?;
+                conn.prepare_cached("DELETE FROM audit WHERE entry_id = ?1")?
+                    .execute(params![id])?;
+                conn.prepare_cached("DELETE FROM entries WHERE id = ?1")?
+                    .execute(params![id])?;
+            }
+            let keys = conn
+                .prepare_cached(
+                    "DELETE FROM dedupe WHERE (source, dkey) IN
+                       (SELECT source, dkey FROM dedupe WHERE expires_at <= ?1 LIMIT ?2)",
+                )?
+                .execute(params![now, limit])?;
+            Ok(Purged {
+                entries: ids.len() as u64,
+                dedupe_keys: keys as u64,
+            })
+        })
+        .await
+    }
+
+    fn work_signal(&self) -> watch::Receiver<u64> {
+        self.work.clone()
+    }
+
+    async fn maintain(&self, _sources: &[String]) -> Result<(), StoreError> {
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
