@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::forward;
 use crate::ingest::{self, IngestState, Source};
 use crate::provider::{Registry, Verifier};
 use crate::serve::{HttpLimits, serve};
@@ -117,8 +118,18 @@ pub async fn run(
         limits,
         shutdown.clone(),
     ));
+    let routes = forward::routes(&cfg.sources, &cfg.forwarder).context("delivery client")?;
+    let forward_task = tokio::spawn(forward::run(
+        store.clone(),
+        routes,
+        cfg.forwarder.clone(),
+        cfg.retention.clone(),
+        forward::system_clock(),
+        shutdown.clone(),
+    ));
     let _ = ingest_task.await;
     let _ = admin_task.await;
+    let _ = forward_task.await;
     store.close().await;
     tracing::info!("hookgate stopped");
     Ok(())

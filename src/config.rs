@@ -47,6 +47,14 @@ connections = 4
 timeout = "5s"
 batch_max = 256
 
+[forwarder]
+lease = "60s"
+poll_interval = "1s"
+shutdown_grace = "10s"
+breaker_failures = 5
+breaker_cooldown = "30s"
+maintenance_interval = "10s"
+
 [retention]
 delivered = "7d"
 dead = "30d"
@@ -58,6 +66,7 @@ format = "human"
 /// The top-level keys the environment layer may set.
 const TOP_LEVEL_KEYS: &[&str] = &[
     "server",
+    "forwarder",
     "admin",
     "store",
     "retention",
@@ -137,6 +146,7 @@ pub struct RawConfig {
     pub server: RawServer,
     pub admin: RawAdmin,
     pub store: RawStore,
+    pub forwarder: RawForwarder,
     pub retention: RawRetention,
     pub log: RawLog,
     #[serde(default)]
@@ -179,6 +189,17 @@ pub struct RawStore {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct RawForwarder {
+    pub lease: String,
+    pub poll_interval: String,
+    pub shutdown_grace: String,
+    pub breaker_failures: u32,
+    pub breaker_cooldown: String,
+    pub maintenance_interval: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RawRetention {
     pub delivered: String,
     pub dead: String,
@@ -216,6 +237,21 @@ pub struct RawSource {
     pub provider_options: Option<toml::Table>,
     #[serde(default)]
     pub retry: Option<RawRetry>,
+    #[serde(default)]
+    pub delivery: Option<RawDelivery>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDelivery {
+    #[serde(default)]
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub connect_timeout: Option<String>,
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+    #[serde(default)]
+    pub pass_headers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -225,6 +261,10 @@ pub struct RawRetry {
     pub max_attempts: Option<u32>,
     #[serde(default)]
     pub max_age: Option<String>,
+    #[serde(default)]
+    pub base: Option<String>,
+    #[serde(default)]
+    pub cap: Option<String>,
 }
 
 // ---------------------------------------------------------------------------
@@ -236,6 +276,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub admin: AdminConfig,
     pub store: StoreConfig,
+    pub forwarder: ForwarderConfig,
     pub retention: RetentionConfig,
     pub log: LogConfig,
     pub providers_dir: Option<PathBuf>,
@@ -283,6 +324,23 @@ pub struct RedisConfig {
 }
 
 #[derive(Debug, Clone)]
+pub struct ForwarderConfig {
+    /// How long a claimed entry stays leased; a crashed worker's entries are delivered
+    /// again after it. Always longer than every source's delivery timeout.
+    pub lease: Duration,
+    /// Longest wait between claims when idle.
+    pub poll_interval: Duration,
+    /// How long in-flight deliveries may run after shutdown starts.
+    pub shutdown_grace: Duration,
+    /// Consecutive failures that open a destination's circuit breaker.
+    pub breaker_failures: u32,
+    /// How long an open breaker waits before a half-open probe.
+    pub breaker_cooldown: Duration,
+    /// How often retention, gauges and store housekeeping run.
+    pub maintenance_interval: Duration,
+}
+
+#[derive(Debug, Clone)]
 pub struct RetentionConfig {
     pub delivered: Duration,
     pub dead: Duration,
@@ -310,17 +368,38 @@ pub struct SourceConfig {
     pub dedupe_ttl: Duration,
     pub provider_options: Option<toml::Table>,
     pub retry: RetryConfig,
+    pub delivery: DeliveryConfig,
 }
 
 #[derive(Debug, Clone)]
 pub struct RetryConfig {
     pub max_attempts: u32,
     pub max_age: Duration,
+    /// Backoff ceiling of the first retry; it doubles per attempt up to `cap`.
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    /// Total time for one attempt (connect, send, response headers and body).
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Most attempts in flight to this source's destination.
+    pub concurrency: usize,
+    /// Which received headers are passed through to the destination; `*` is all
+    /// (hop-by-hop and framing headers never are).
+    pub pass_headers: Vec<String>,
 }
 
 pub const DEFAULT_DEDUPE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 12;
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+pub const DEFAULT_RETRY_BASE: Duration = Duration::from_secs(60);
+pub const DEFAULT_RETRY_CAP: Duration = Duration::from_secs(12 * 3600);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_CONCURRENCY: usize = 16;
 
 /// Where configuration comes from: an explicit file, the `HOOKGATE_CONFIG`
 /// variable, or neither (defaults and environment only).
@@ -484,6 +563,27 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
         }
     };
 
+    let forwarder = ForwarderConfig {
+        lease: parse_duration("forwarder.lease", &raw.forwarder.lease)?,
+        poll_interval: parse_duration("forwarder.poll_interval", &raw.forwarder.poll_interval)?,
+        shutdown_grace: parse_duration("forwarder.shutdown_grace", &raw.forwarder.shutdown_grace)?,
+        breaker_failures: raw.forwarder.breaker_failures.max(1),
+        breaker_cooldown: parse_duration(
+            "forwarder.breaker_cooldown",
+            &raw.forwarder.breaker_cooldown,
+        )?,
+        maintenance_interval: parse_duration(
+            "forwarder.maintenance_interval",
+            &raw.forwarder.maintenance_interval,
+        )?,
+    };
+    if forwarder.poll_interval.is_zero() || forwarder.maintenance_interval.is_zero() {
+        return Err(ConfigError::invalid(
+            "forwarder.poll_interval",
+            "poll_interval and maintenance_interval must be greater than 0",
+        ));
+    }
+
     let retention = RetentionConfig {
         delivered: parse_duration("retention.delivered", &raw.retention.delivered)?,
         dead: parse_duration("retention.dead", &raw.retention.dead)?,
@@ -511,6 +611,17 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
                 format!("duplicate source name {:?}", source.name),
             ));
         }
+        if forwarder.lease <= source.delivery.timeout {
+            return Err(ConfigError::invalid(
+                "forwarder.lease",
+                format!(
+                    "the lease ({}) must be longer than the delivery timeout of source {:?} ({})",
+                    humantime::format_duration(forwarder.lease),
+                    source.name,
+                    humantime::format_duration(source.delivery.timeout)
+                ),
+            ));
+        }
         sources.push(source);
     }
 
@@ -518,6 +629,7 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
         server,
         admin,
         store,
+        forwarder,
         retention,
         log,
         providers_dir: raw.providers_dir,
@@ -630,28 +742,68 @@ fn validate_source(
             "must be at least 1s",
         ));
     }
-    let retry = match s.retry {
-        Some(r) => RetryConfig {
-            max_attempts: match r.max_attempts {
-                Some(0) => {
-                    return Err(ConfigError::invalid(
-                        key("retry.max_attempts"),
-                        "must be at least 1",
-                    ));
-                }
-                Some(n) => n,
-                None => DEFAULT_MAX_ATTEMPTS,
-            },
-            max_age: match r.max_age {
-                Some(v) => parse_duration(&key("retry.max_age"), &v)?,
-                None => DEFAULT_MAX_AGE,
-            },
-        },
-        None => RetryConfig {
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            max_age: DEFAULT_MAX_AGE,
-        },
+    let r = s.retry.unwrap_or(RawRetry {
+        max_attempts: None,
+        max_age: None,
+        base: None,
+        cap: None,
+    });
+    let opt_duration = |field: &str, v: Option<String>, default: Duration| match v {
+        Some(v) => parse_duration(&key(field), &v),
+        None => Ok(default),
     };
+    let retry = RetryConfig {
+        max_attempts: match r.max_attempts {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    key("retry.max_attempts"),
+                    "must be at least 1",
+                ));
+            }
+            Some(n) => n,
+            None => DEFAULT_MAX_ATTEMPTS,
+        },
+        max_age: opt_duration("retry.max_age", r.max_age, DEFAULT_MAX_AGE)?,
+        base: opt_duration("retry.base", r.base, DEFAULT_RETRY_BASE)?,
+        cap: opt_duration("retry.cap", r.cap, DEFAULT_RETRY_CAP)?,
+    };
+    if retry.base.is_zero() || retry.cap < retry.base {
+        return Err(ConfigError::invalid(
+            key("retry.cap"),
+            "retry.base must be greater than 0 and retry.cap at least retry.base",
+        ));
+    }
+    let d = s.delivery.unwrap_or_default();
+    let delivery = DeliveryConfig {
+        timeout: opt_duration("delivery.timeout", d.timeout, DEFAULT_TIMEOUT)?,
+        connect_timeout: opt_duration(
+            "delivery.connect_timeout",
+            d.connect_timeout,
+            DEFAULT_CONNECT_TIMEOUT,
+        )?,
+        concurrency: match d.concurrency {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    key("delivery.concurrency"),
+                    "must be at least 1",
+                ));
+            }
+            Some(n) => n.min(1024),
+            None => DEFAULT_CONCURRENCY,
+        },
+        pass_headers: d
+            .pass_headers
+            .unwrap_or_else(|| vec!["*".to_string()])
+            .into_iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
+    };
+    if delivery.timeout.is_zero() {
+        return Err(ConfigError::invalid(
+            key("delivery.timeout"),
+            "must be greater than 0",
+        ));
+    }
     Ok(SourceConfig {
         name: s.name,
         provider: s.provider,
@@ -661,6 +813,7 @@ fn validate_source(
         dedupe_ttl,
         provider_options: s.provider_options,
         retry,
+        delivery,
     })
 }
 

@@ -8,6 +8,8 @@
 //! * [`store`]: the `Store` trait and its backends, [`store::sqlite`] (embedded, group
 //!   commit) and [`store::redis`] (one Lua script per accept).
 //! * [`ingest`]: `POST /ingest/{source}`: read, verify, dedupe + persist, answer.
+//! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::retry`]
+//!   is the pure policy, [`forward::breaker`] the per-destination circuit breaker.
 //! * [`serve`]: the hyper accept loop with connection limits and graceful drain.
 //! * [`error`]: the HTTP boundary's error type.
 //! * [`telemetry`]: logging setup and health endpoints.
@@ -25,6 +27,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod forward;
 pub mod ingest;
 pub mod provider;
 pub mod serve;

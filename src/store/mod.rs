@@ -189,9 +189,14 @@ pub struct Claim {
 /// What a worker did with a claimed entry.
 #[derive(Debug, Clone)]
 pub enum Completion {
-    Delivered { attempt: Attempt },
+    Delivered {
+        attempt: Attempt,
+    },
     /// Failed, retry at `at` (unix ms).
-    Retry { attempt: Attempt, at: i64 },
+    Retry {
+        attempt: Attempt,
+        at: i64,
+    },
     /// Moved to the dead-letter queue.
     Dead {
         attempt: Option<Attempt>,
@@ -199,7 +204,9 @@ pub enum Completion {
     },
     /// Give the lease back without an attempt (shutdown, open circuit breaker): the
     /// entry is due again at `at`.
-    Release { at: i64 },
+    Release {
+        at: i64,
+    },
 }
 
 /// What one retention pass removed.

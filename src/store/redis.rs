@@ -604,10 +604,9 @@ impl Store for RedisStore {
         let mut claims = Vec::with_capacity(messages.len());
         for (msg, id) in messages {
             match self.load(source, &id).await? {
-                Some(entry) if entry.status == Status::Pending => claims.push(Claim {
-                    entry,
-                    token: msg,
-                }),
+                Some(entry) if entry.status == Status::Pending => {
+                    claims.push(Claim { entry, token: msg })
+                }
                 // Delivered, dead, discarded or purged meanwhile: nothing to do.
                 _ => self.discard_message(source, &msg).await?,
             }
@@ -713,7 +712,12 @@ impl Store for RedisStore {
         for source in self.sources().await? {
             let base = self.key(&source, "");
             for (done, cutoff, a, b) in [
-                ("done:delivered", delivered_before, Status::Delivered, Status::Delivered),
+                (
+                    "done:delivered",
+                    delivered_before,
+                    Status::Delivered,
+                    Status::Delivered,
+                ),
                 ("done:dead", dead_before, Status::Dead, Status::Discarded),
             ] {
                 let mut inv = self.purge.prepare_invoke();

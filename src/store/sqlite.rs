@@ -137,7 +137,11 @@ fn migrate(conn: &mut Connection) -> Result<(), rusqlite::Error> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", i64::try_from(i + 1).unwrap_or(i64::MAX))?;
+        tx.pragma_update(
+            None,
+            "user_version",
+            i64::try_from(i + 1).unwrap_or(i64::MAX),
+        )?;
         tx.commit()?;
     }
     Ok(())
@@ -157,6 +161,18 @@ impl SqliteStore {
         let path = dir.join(DB_FILE);
         let mut writer = open_conn(&path)?;
         migrate(&mut writer)?;
+        // The embedded store belongs to one process: leases held by a previous run
+        // (which crashed or was killed) are released now instead of after they expire.
+        let released = writer.execute(
+            "UPDATE entries SET lease_owner = NULL, lease_until = NULL WHERE lease_owner IS NOT NULL",
+            [],
+        )?;
+        if released > 0 {
+            tracing::warn!(
+                released,
+                "released leases left by a previous run; those entries are delivered again"
+            );
+        }
         let reader = open_conn(&path)?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (work_tx, work_rx) = watch::channel(0u64);
@@ -367,8 +383,9 @@ fn row_to_entry(r: &rusqlite::Row<'_>) -> Result<Entry, StoreError> {
 }
 
 fn load_entry(conn: &Connection, id: &str) -> Result<Option<Entry>, StoreError> {
-    let mut stmt =
-        conn.prepare_cached(&format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?1"))?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?1"
+    ))?;
     let mut rows = stmt.query(params![id])?;
     match rows.next()? {
         Some(row) => Ok(Some(row_to_entry(row)?)),

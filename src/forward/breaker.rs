@@ -1,0 +1,154 @@
+//! A circuit breaker per destination.
+//!
+//! After `threshold` consecutive destination failures (timeouts, connection errors,
+//! 429, 5xx) the breaker opens: the forwarder stops claiming entries for that
+//! destination, so they wait without burning attempts. After the cooldown one probe
+//! is let through (half-open): success closes the breaker, failure opens it again
+//! with a doubled cooldown (at most 10× the configured one). Time is passed in.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Closed { failures: u32 },
+    Open { until: i64, cooldown_ms: i64 },
+    HalfOpen { cooldown_ms: i64 },
+}
+
+/// Whether an attempt may go out now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    Allow,
+    /// Half-open: exactly this one attempt tests the destination.
+    Probe,
+    /// Open until this time (unix ms).
+    Deny(i64),
+}
+
+#[derive(Debug)]
+pub struct Breaker {
+    state: Mutex<State>,
+    threshold: u32,
+    cooldown_ms: i64,
+}
+
+impl Breaker {
+    pub fn new(threshold: u32, cooldown: Duration) -> Breaker {
+        Breaker {
+            state: Mutex::new(State::Closed { failures: 0 }),
+            threshold: threshold.max(1),
+            cooldown_ms: i64::try_from(cooldown.as_millis())
+                .unwrap_or(i64::MAX)
+                .max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A poisoned lock only means a panic elsewhere; the state is still valid.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ask before claiming or sending.
+    pub fn gate(&self, now: i64) -> Gate {
+        let mut s = self.lock();
+        match *s {
+            State::Closed { .. } => Gate::Allow,
+            State::Open { until, cooldown_ms } if now >= until => {
+                *s = State::HalfOpen { cooldown_ms };
+                Gate::Probe
+            }
+            State::Open { until, .. } => Gate::Deny(until),
+            // A probe is in flight; everything else waits for its verdict.
+            State::HalfOpen { cooldown_ms } => Gate::Deny(now + cooldown_ms.min(1000)),
+        }
+    }
+
+    /// Report an attempt's result (`healthy`: the destination answered sensibly).
+    /// Returns true when this report opened the breaker.
+    pub fn record(&self, healthy: bool, now: i64) -> bool {
+        let mut s = self.lock();
+        match (*s, healthy) {
+            (_, true) => {
+                *s = State::Closed { failures: 0 };
+                false
+            }
+            (State::Closed { failures }, false) => {
+                let failures = failures + 1;
+                if failures >= self.threshold {
+                    *s = State::Open {
+                        until: now + self.cooldown_ms,
+                        cooldown_ms: self.cooldown_ms,
+                    };
+                    true
+                } else {
+                    *s = State::Closed { failures };
+                    false
+                }
+            }
+            (State::HalfOpen { cooldown_ms }, false) | (State::Open { cooldown_ms, .. }, false) => {
+                let next = cooldown_ms
+                    .saturating_mul(2)
+                    .min(self.cooldown_ms.saturating_mul(10));
+                *s = State::Open {
+                    until: now + next,
+                    cooldown_ms: next,
+                };
+                false
+            }
+        }
+    }
+
+    /// `closed`, `open` or `half_open` (for logs and metrics).
+    pub fn state(&self) -> &'static str {
+        match *self.lock() {
+            State::Closed { .. } => "closed",
+            State::Open { .. } => "open",
+            State::HalfOpen { .. } => "half_open",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_consecutive_failures_and_probes_after_cooldown() {
+        let b = Breaker::new(3, Duration::from_secs(10));
+        assert_eq!(b.gate(0), Gate::Allow);
+        assert!(!b.record(false, 0));
+        assert!(!b.record(false, 0));
+        assert!(!b.record(true, 0), "a success resets the count");
+        assert!(!b.record(false, 0));
+        assert!(!b.record(false, 0));
+        assert!(b.record(false, 1_000));
+        assert_eq!(b.state(), "open");
+        assert_eq!(b.gate(5_000), Gate::Deny(11_000));
+        assert_eq!(b.gate(11_000), Gate::Probe);
+        assert!(
+            matches!(b.gate(11_001), Gate::Deny(_)),
+            "one probe at a time"
+        );
+        // The probe fails: open again, cooldown doubled.
+        b.record(false, 12_000);
+        assert_eq!(b.gate(12_000), Gate::Deny(32_000));
+        assert_eq!(b.gate(32_000), Gate::Probe);
+        b.record(true, 33_000);
+        assert_eq!(b.state(), "closed");
+        assert_eq!(b.gate(33_000), Gate::Allow);
+    }
+
+    #[test]
+    fn cooldown_growth_is_bounded() {
+        let b = Breaker::new(1, Duration::from_secs(1));
+        b.record(false, 0);
+        let mut now = 0;
+        for _ in 0..20 {
+            now += 100_000;
+            assert_eq!(b.gate(now), Gate::Probe);
+            b.record(false, now);
+        }
+        assert_eq!(b.gate(now), Gate::Deny(now + 10_000));
+    }
+}

@@ -1,0 +1,547 @@
+//! The forwarder: delivers every stored entry at least once.
+//!
+//! One loop per source claims due entries from the store under a lease, and hands
+//! each to a delivery task, at most `concurrency` at a time per source, so a slow or
+//! hanging destination only ever holds its own permits. A delivery POSTs the
+//! original bytes, records the attempt, and completes the claim as delivered, retry
+//! at (backoff with full jitter) or dead. A circuit breaker per destination stops
+//! claims while the destination is down, so waiting entries burn no attempts.
+//!
+//! Paused sources are not claimed. A maintenance loop runs retention, store
+//! housekeeping and the gauges. On shutdown the loops stop claiming, in-flight
+//! deliveries get `shutdown_grace` to finish, and whatever is left gives its lease
+//! back. Time comes from an injected [`Clock`].
+
+pub mod breaker;
+pub mod request;
+pub mod retry;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{ForwarderConfig, RetentionConfig};
+use crate::store::{Attempt, Claim, Completion, Status, Store};
+use breaker::{Breaker, Gate};
+use request::PassHeaders;
+use retry::{Next, Outcome, RetryPolicy};
+
+/// Unix milliseconds. Injected so that tests control time.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(crate::store::now_ms)
+}
+
+/// Most entries one claim takes.
+const CLAIM_BATCH: usize = 64;
+/// Entries purged per retention step (the step repeats while it fills up).
+const PURGE_BATCH: usize = 500;
+
+/// Where and how one source's entries are delivered.
+pub struct Route {
+    pub source: String,
+    pub destination: String,
+    pub signing_key: Option<Vec<u8>>,
+    pub policy: RetryPolicy,
+    pub timeout: Duration,
+    pub concurrency: usize,
+    pub pass_headers: PassHeaders,
+    pub client: reqwest::Client,
+    /// Shared by every source with the same destination origin.
+    pub breaker: Arc<Breaker>,
+}
+
+/// Build the HTTP client of a route: no redirects (a 3xx is a final answer), the
+/// connect timeout, and keep-alive.
+pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// The key of a destination's breaker: scheme, host and port.
+pub fn origin(url: &str) -> String {
+    match url.parse::<http::Uri>() {
+        Ok(u) => format!(
+            "{}://{}",
+            u.scheme_str().unwrap_or("http"),
+            u.authority().map(|a| a.as_str()).unwrap_or("")
+        ),
+        Err(_) => url.to_string(),
+    }
+}
+
+/// Shared state of the forwarder's loops.
+struct Shared {
+    store: Arc<dyn Store>,
+    cfg: ForwarderConfig,
+    retention: RetentionConfig,
+    clock: Clock,
+    /// This process's consumer name: unique per run.
+    worker: String,
+    paused: RwLock<HashSet<String>>,
+    /// Cancelled when in-flight deliveries must give up (after the grace period).
+    abort: CancellationToken,
+}
+
+/// Run the forwarder until `shutdown` is cancelled, then drain.
+pub async fn run(
+    store: Arc<dyn Store>,
+    routes: Vec<Route>,
+    cfg: ForwarderConfig,
+    retention: RetentionConfig,
+    clock: Clock,
+    shutdown: CancellationToken,
+) {
+    let worker = format!(
+        "{}-{}-{}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "hookgate".into()),
+        std::process::id(),
+        uuid::Uuid::now_v7().simple()
+    );
+    let shared = Arc::new(Shared {
+        store,
+        cfg,
+        retention,
+        clock,
+        worker,
+        paused: RwLock::new(HashSet::new()),
+        abort: CancellationToken::new(),
+    });
+    refresh_paused(&shared).await;
+    let sources: Vec<String> = routes.iter().map(|r| r.source.clone()).collect();
+    if let Err(e) = shared.store.maintain(&sources).await {
+        tracing::warn!(error = %e, "store housekeeping failed at start");
+    }
+    let deliveries = TaskTracker::new();
+    let mut loops = Vec::new();
+    for route in routes {
+        loops.push(tokio::spawn(source_loop(
+            shared.clone(),
+            Arc::new(route),
+            deliveries.clone(),
+            shutdown.clone(),
+        )));
+    }
+    let control = tokio::spawn(control_loop(shared.clone(), sources, shutdown.clone()));
+
+    shutdown.cancelled().await;
+    for l in loops {
+        let _ = l.await;
+    }
+    let _ = control.await;
+    deliveries.close();
+    if tokio::time::timeout(shared.cfg.shutdown_grace, deliveries.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            in_flight = deliveries.len(),
+            "deliveries still running after the grace period; releasing their leases"
+        );
+        shared.abort.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), deliveries.wait()).await;
+    }
+    tracing::info!("forwarder stopped");
+}
+
+async fn refresh_paused(shared: &Shared) {
+    match shared.store.paused_sources().await {
+        Ok(list) => {
+            if let Ok(mut p) = shared.paused.write() {
+                *p = list.into_iter().collect();
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read paused sources"),
+    }
+}
+
+fn is_paused(shared: &Shared, source: &str) -> bool {
+    shared
+        .paused
+        .read()
+        .map(|p| p.contains(source))
+        .unwrap_or(false)
+}
+
+/// Refreshes pause state every poll interval; runs maintenance every
+/// `maintenance_interval`.
+async fn control_loop(shared: Arc<Shared>, sources: Vec<String>, shutdown: CancellationToken) {
+    let mut last_maintenance = Instant::now();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(shared.cfg.poll_interval) => {}
+        }
+        refresh_paused(&shared).await;
+        if last_maintenance.elapsed() >= shared.cfg.maintenance_interval {
+            last_maintenance = Instant::now();
+            maintain(&shared, &sources, &shutdown).await;
+        }
+    }
+}
+
+async fn maintain(shared: &Shared, sources: &[String], shutdown: &CancellationToken) {
+    if let Err(e) = shared.store.maintain(sources).await {
+        tracing::warn!(error = %e, "store housekeeping failed");
+    }
+    let now = (shared.clock)();
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let delivered_before = now.saturating_sub(ms(shared.retention.delivered));
+    let dead_before = now.saturating_sub(ms(shared.retention.dead));
+    // Bounded steps, yielding between them, so retention never stalls ingest.
+    for _ in 0..20 {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        match shared
+            .store
+            .purge(now, delivered_before, dead_before, PURGE_BATCH)
+            .await
+        {
+            Ok(p) => {
+                if p.entries > 0 || p.dedupe_keys > 0 {
+                    tracing::info!(
+                        entries = p.entries,
+                        dedupe_keys = p.dedupe_keys,
+                        "retention purged"
+                    );
+                }
+                if p.entries < PURGE_BATCH as u64 && p.dedupe_keys < PURGE_BATCH as u64 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "retention pass failed");
+                break;
+            }
+        }
+    }
+    for s in sources {
+        for (status, name) in [
+            (Status::Dead, "hookgate_dead_entries"),
+            (Status::Pending, "hookgate_pending_entries"),
+        ] {
+            if let Ok(n) = shared.store.count_status(s, status).await {
+                metrics::gauge!(name, "source" => s.clone()).set(n as f64);
+            }
+        }
+    }
+}
+
+/// Wait for new work, a timeout, or shutdown.
+async fn idle(
+    signal: &mut tokio::sync::watch::Receiver<u64>,
+    wait: Duration,
+    shutdown: &CancellationToken,
+) {
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = signal.changed() => {}
+        _ = tokio::time::sleep(wait) => {}
+    }
+}
+
+async fn source_loop(
+    shared: Arc<Shared>,
+    route: Arc<Route>,
+    deliveries: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let permits = Arc::new(Semaphore::new(route.concurrency));
+    let mut signal = shared.store.work_signal();
+    let lease = shared.cfg.lease;
+    let poll = shared.cfg.poll_interval;
+    let mut store_errors = 0u32;
+    loop {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if is_paused(&shared, &route.source) {
+            idle(&mut signal, poll, &shutdown).await;
+            continue;
+        }
+        let now = (shared.clock)();
+        let mut limit = CLAIM_BATCH.min(route.concurrency);
+        match route.breaker.gate(now) {
+            Gate::Allow => {}
+            Gate::Probe => limit = 1,
+            Gate::Deny(until) => {
+                let wait = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(wait.min(poll)) => {}
+                }
+                continue;
+            }
+        }
+        // Wait for a free permit before claiming, so claimed entries never wait on a
+        // busy destination while their lease runs.
+        let first = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let free = permits.available_permits() + 1;
+        let claims = match shared
+            .store
+            .claim(&route.source, &shared.worker, now, limit.min(free), lease)
+            .await
+        {
+            Ok(c) => {
+                store_errors = 0;
+                c
+            }
+            Err(e) => {
+                store_errors += 1;
+                if store_errors == 1 || store_errors.is_multiple_of(60) {
+                    tracing::warn!(source = %route.source, error = %e, "claim failed; retrying");
+                }
+                drop(first);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(poll) => {}
+                }
+                continue;
+            }
+        };
+        if claims.is_empty() {
+            drop(first);
+            idle(&mut signal, poll, &shutdown).await;
+            continue;
+        }
+        let mut first = Some(first);
+        for claim in claims {
+            let permit = match first.take() {
+                Some(p) => p,
+                None => match permits.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
+            let shared = shared.clone();
+            let route = route.clone();
+            deliveries.spawn(async move {
+                deliver(&shared, &route, claim).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Send one attempt and turn the result into an [`Outcome`].
+async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcome {
+    let entry = &claim.entry;
+    let headers = request::headers(
+        entry,
+        &route.source,
+        attempt,
+        now_ms.div_euclid(1000),
+        &route.pass_headers,
+        route.signing_key.as_deref(),
+    );
+    let req = route
+        .client
+        .post(&route.destination)
+        .timeout(route.timeout)
+        .headers(headers)
+        .body(entry.body.clone());
+    match req.send().await {
+        Ok(mut resp) => {
+            let code = resp.status().as_u16();
+            let retry_after = resp
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| retry::parse_retry_after(v, now_ms));
+            // Read (a bounded part of) the body so the connection can be reused.
+            let mut read = 0usize;
+            while read < 64 * 1024 {
+                match resp.chunk().await {
+                    Ok(Some(c)) => read += c.len(),
+                    Ok(None) => break,
+                    Err(e) if e.is_timeout() => return Outcome::Timeout,
+                    Err(_) => break,
+                }
+            }
+            Outcome::Status { code, retry_after }
+        }
+        Err(e) if e.is_timeout() => Outcome::Timeout,
+        Err(e) if e.is_connect() => Outcome::Connect(root_cause(&e)),
+        Err(e) => Outcome::Io(root_cause(&e)),
+    }
+}
+
+/// The innermost error message (e.g. "Connection refused (os error 111)"). It never
+/// holds request data.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    let text = cur.to_string();
+    text.chars().take(200).collect()
+}
+
+async fn deliver(shared: &Shared, route: &Route, claim: Claim) {
+    let entry = &claim.entry;
+    let attempt_no = entry.attempts + 1;
+    // The breaker may have opened since the claim: give the entry back untouched.
+    let now = (shared.clock)();
+    if let Gate::Deny(until) = route.breaker.gate(now) {
+        complete(shared, &claim, Completion::Release { at: until }).await;
+        return;
+    }
+    let started = Instant::now();
+    let outcome = tokio::select! {
+        o = send(route, &claim, attempt_no, now) => o,
+        _ = shared.abort.cancelled() => {
+            complete(shared, &claim, Completion::Release { at: (shared.clock)() }).await;
+            return;
+        }
+    };
+    let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let done_at = (shared.clock)();
+    if route
+        .breaker
+        .record(!retry::is_destination_failure(&outcome), done_at)
+    {
+        tracing::warn!(
+            source = %route.source,
+            destination = %origin(&route.destination),
+            "circuit breaker opened: deliveries to this destination wait"
+        );
+    }
+    let (status_code, error) = match &outcome {
+        Outcome::Status { code, .. } => (Some(*code), None),
+        other => (None, Some(retry::describe(other))),
+    };
+    let attempt = Attempt {
+        n: attempt_no,
+        at: now,
+        status_code,
+        error,
+        latency_ms,
+    };
+    let next = route.policy.next(
+        attempt_no,
+        entry.received_at,
+        &outcome,
+        done_at,
+        fastrand::f64(),
+    );
+    let outcome_label = match &next {
+        Next::Delivered => "delivered",
+        Next::RetryAt(_) => "retry",
+        Next::Dead(_) => "dead",
+    };
+    let completion = match next {
+        Next::Delivered => Completion::Delivered { attempt },
+        Next::RetryAt(at) => Completion::Retry { attempt, at },
+        Next::Dead(reason) => {
+            tracing::error!(
+                source = %route.source,
+                entry_id = %entry.id,
+                event_id = entry.event_id.as_deref().unwrap_or(""),
+                attempts = attempt_no,
+                reason = %reason,
+                "entry moved to the dead-letter queue"
+            );
+            metrics::counter!("hookgate_dead_lettered_total", "source" => route.source.clone())
+                .increment(1);
+            Completion::Dead {
+                attempt: Some(attempt),
+                reason,
+            }
+        }
+    };
+    tracing::info!(
+        source = %route.source,
+        entry_id = %entry.id,
+        event_id = entry.event_id.as_deref().unwrap_or(""),
+        attempt = attempt_no,
+        status = status_code.map(i64::from).unwrap_or(0),
+        outcome = outcome_label,
+        latency_ms,
+        "delivery"
+    );
+    complete(shared, &claim, completion).await;
+}
+
+/// Record a completion, retrying while the store is unreachable. If it never
+/// succeeds, the lease expires and the entry is delivered again (at-least-once).
+async fn complete(shared: &Shared, claim: &Claim, completion: Completion) {
+    let mut delay = Duration::from_millis(50);
+    for _ in 0..8 {
+        let now = (shared.clock)();
+        match shared
+            .store
+            .complete(claim, &shared.worker, completion.clone(), now)
+            .await
+        {
+            Ok(true) => return,
+            Ok(false) => {
+                tracing::warn!(
+                    entry_id = %claim.entry.id,
+                    "lease lost before completion (another worker holds the entry now)"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(entry_id = %claim.entry.id, error = %e, "cannot record the delivery; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+    tracing::error!(
+        entry_id = %claim.entry.id,
+        "could not record the delivery; the entry will be delivered again when its lease expires"
+    );
+}
+
+/// Build the routes of every source, sharing one breaker per destination origin.
+pub fn routes(
+    sources: &[crate::config::SourceConfig],
+    cfg: &ForwarderConfig,
+) -> Result<Vec<Route>, reqwest::Error> {
+    let mut breakers: HashMap<String, Arc<Breaker>> = HashMap::new();
+    sources
+        .iter()
+        .map(|s| {
+            let breaker = breakers
+                .entry(origin(&s.destination))
+                .or_insert_with(|| {
+                    Arc::new(Breaker::new(cfg.breaker_failures, cfg.breaker_cooldown))
+                })
+                .clone();
+            Ok(Route {
+                source: s.name.clone(),
+                destination: s.destination.clone(),
+                signing_key: s
+                    .destination_secret
+                    .as_ref()
+                    .map(|k| request::decode_destination_secret(k.expose())),
+                policy: RetryPolicy {
+                    max_attempts: s.retry.max_attempts,
+                    max_age: s.retry.max_age,
+                    base: s.retry.base,
+                    cap: s.retry.cap,
+                },
+                timeout: s.delivery.timeout,
+                concurrency: s.delivery.concurrency,
+                pass_headers: PassHeaders::from_list(&s.delivery.pass_headers),
+                client: client(s.delivery.connect_timeout)?,
+                breaker,
+            })
+        })
+        .collect()
+}
