@@ -64,6 +64,18 @@ impl Breaker {
         }
     }
 
+    /// A probe was granted but nothing was sent (no entry was due): let the next
+    /// gate grant a probe again.
+    pub fn release_probe(&self, now: i64) {
+        let mut s = self.lock();
+        if let State::HalfOpen { cooldown_ms } = *s {
+            *s = State::Open {
+                until: now,
+                cooldown_ms,
+            };
+        }
+    }
+
     /// Report an attempt's result (`healthy`: the destination answered sensibly).
     /// Returns true when this report opened the breaker.
     pub fn record(&self, healthy: bool, now: i64) -> bool {
@@ -134,6 +146,12 @@ mod tests {
         b.record(false, 12_000);
         assert_eq!(b.gate(12_000), Gate::Deny(32_000));
         assert_eq!(b.gate(32_000), Gate::Probe);
+        b.release_probe(32_500);
+        assert_eq!(
+            b.gate(32_500),
+            Gate::Probe,
+            "an unused probe is granted again"
+        );
         b.record(true, 33_000);
         assert_eq!(b.state(), "closed");
         assert_eq!(b.gate(33_000), Gate::Allow);

@@ -116,6 +116,9 @@ pub async fn run(
         paused: RwLock::new(HashSet::new()),
         abort: CancellationToken::new(),
     });
+    if let Err(e) = shared.store.recover().await {
+        tracing::warn!(error = %e, "cannot recover leases of a previous run");
+    }
     refresh_paused(&shared).await;
     let sources: Vec<String> = routes.iter().map(|r| r.source.clone()).collect();
     if let Err(e) = shared.store.maintain(&sources).await {
@@ -272,9 +275,13 @@ async fn source_loop(
         }
         let now = (shared.clock)();
         let mut limit = CLAIM_BATCH.min(route.concurrency);
+        let mut probe = false;
         match route.breaker.gate(now) {
             Gate::Allow => {}
-            Gate::Probe => limit = 1,
+            Gate::Probe => {
+                limit = 1;
+                probe = true;
+            }
             Gate::Deny(until) => {
                 let wait = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
                 tokio::select! {
@@ -290,6 +297,12 @@ async fn source_loop(
             _ = shutdown.cancelled() => return,
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
         };
+        // From here on, a granted probe that sends nothing must be handed back.
+        let unused_probe = |route: &Route| {
+            if probe {
+                route.breaker.release_probe((shared.clock)());
+            }
+        };
         let free = permits.available_permits() + 1;
         let claims = match shared
             .store
@@ -302,6 +315,7 @@ async fn source_loop(
             }
             Err(e) => {
                 store_errors += 1;
+                unused_probe(&route);
                 if store_errors == 1 || store_errors.is_multiple_of(60) {
                     tracing::warn!(source = %route.source, error = %e, "claim failed; retrying");
                 }
@@ -314,6 +328,7 @@ async fn source_loop(
             }
         };
         if claims.is_empty() {
+            unused_probe(&route);
             drop(first);
             idle(&mut signal, poll, &shutdown).await;
             continue;
@@ -330,7 +345,7 @@ async fn source_loop(
             let shared = shared.clone();
             let route = route.clone();
             deliveries.spawn(async move {
-                deliver(&shared, &route, claim).await;
+                deliver(&shared, &route, claim, probe).await;
                 drop(permit);
             });
         }
@@ -391,12 +406,13 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     text.chars().take(200).collect()
 }
 
-async fn deliver(shared: &Shared, route: &Route, claim: Claim) {
+async fn deliver(shared: &Shared, route: &Route, claim: Claim, probe: bool) {
     let entry = &claim.entry;
     let attempt_no = entry.attempts + 1;
     // The breaker may have opened since the claim: give the entry back untouched.
+    // (A probe is the one attempt the half-open breaker lets through.)
     let now = (shared.clock)();
-    if let Gate::Deny(until) = route.breaker.gate(now) {
+    if !probe && let Gate::Deny(until) = route.breaker.gate(now) {
         complete(shared, &claim, Completion::Release { at: until }).await;
         return;
     }
@@ -404,6 +420,9 @@ async fn deliver(shared: &Shared, route: &Route, claim: Claim) {
     let outcome = tokio::select! {
         o = send(route, &claim, attempt_no, now) => o,
         _ = shared.abort.cancelled() => {
+            if probe {
+                route.breaker.release_probe((shared.clock)());
+            }
             complete(shared, &claim, Completion::Release { at: (shared.clock)() }).await;
             return;
         }

@@ -283,6 +283,10 @@ pub trait Store: Send + Sync + 'static {
     /// recreate consumer groups).
     async fn maintain(&self, sources: &[String]) -> Result<(), StoreError>;
 
+    /// Called once when a serving process starts its forwarder: take back what a
+    /// previous run of this process left leased (embedded store only).
+    async fn recover(&self) -> Result<(), StoreError>;
+
     /// Whether the store answers (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;
 

@@ -759,6 +759,12 @@ impl Store for RedisStore {
         Ok(())
     }
 
+    async fn recover(&self) -> Result<(), StoreError> {
+        // Several processes share the stream: a dead consumer's leases are taken over
+        // by XAUTOCLAIM once they are older than the lease.
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         let mut c = self.conn();
         let _: String = self.timed(redis::cmd("PING").query_async(&mut c)).await?;

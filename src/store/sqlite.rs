@@ -161,18 +161,6 @@ impl SqliteStore {
         let path = dir.join(DB_FILE);
         let mut writer = open_conn(&path)?;
         migrate(&mut writer)?;
-        // The embedded store belongs to one process: leases held by a previous run
-        // (which crashed or was killed) are released now instead of after they expire.
-        let released = writer.execute(
-            "UPDATE entries SET lease_owner = NULL, lease_until = NULL WHERE lease_owner IS NOT NULL",
-            [],
-        )?;
-        if released > 0 {
-            tracing::warn!(
-                released,
-                "released leases left by a previous run; those entries are delivered again"
-            );
-        }
         let reader = open_conn(&path)?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (work_tx, work_rx) = watch::channel(0u64);
@@ -681,6 +669,27 @@ impl Store for SqliteStore {
     }
 
     async fn maintain(&self, _sources: &[String]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn recover(&self) -> Result<(), StoreError> {
+        // The embedded store is served by one process: leases held by a previous run
+        // (which crashed or was killed) are released now instead of after they expire.
+        let released = self
+            .write(true, |conn, _| {
+                Ok(conn.execute(
+                    "UPDATE entries SET lease_owner = NULL, lease_until = NULL
+                     WHERE lease_owner IS NOT NULL",
+                    [],
+                )?)
+            })
+            .await?;
+        if released > 0 {
+            tracing::warn!(
+                released,
+                "released leases left by a previous run; those entries are delivered again"
+            );
+        }
         Ok(())
     }
 

@@ -6,6 +6,8 @@ mod util;
 mod cli;
 mod conformance;
 mod crash;
+mod forward;
 mod hostile;
 mod ingest;
 mod logs;
+mod upstream;

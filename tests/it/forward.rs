@@ -1,0 +1,728 @@
+//! The forwarder against a scripted upstream: at-least-once delivery, retries with
+//! jitter, the budget, the DLQ, isolation, the breaker, retention, crashes and Redis
+//! restarts. Every test runs on both stores unless it is about Redis.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use hookgate::config::{self, Config};
+use hookgate::provider::Registry;
+use hookgate::store::Status;
+
+use crate::both_stores;
+use crate::upstream::{Reply, Upstream};
+use crate::util::*;
+
+const FAST: &str = r#"
+[forwarder]
+poll_interval = "50ms"
+maintenance_interval = "200ms"
+lease = "15s"
+shutdown_grace = "2s"
+breaker_failures = 100000
+breaker_cooldown = "1s"
+"#;
+
+pub const DEST_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// A stripe-provider source named `name` delivering to `destination`.
+pub fn source(name: &str, destination: &str, extra: &str) -> String {
+    format!(
+        "[[sources]]\nname = \"{name}\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
+         destination = \"{destination}\"\ndestination_secret = \"{DEST_SECRET}\"\n{extra}\n"
+    )
+}
+
+pub const FAST_RETRY: &str = "[sources.retry]\nbase = \"100ms\"\ncap = \"1s\"\n";
+
+pub fn fwd_config(h: &StoreHandle, global: &str, sources: &str) -> Config {
+    let text = format!("{}\n{FAST}\n{global}\n{sources}", h.toml());
+    config::from_toml_str(&text, &|_| None).expect("config")
+}
+
+/// Ingest `n` distinct events into `source`; returns entry ids by event id.
+pub async fn ingest_many(
+    base: &str,
+    source: &str,
+    prefix: &str,
+    n: usize,
+) -> HashMap<String, String> {
+    let client = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    let per = n.div_ceil(16);
+    for w in 0..16 {
+        let client = client.clone();
+        let base = base.to_string();
+        let source = source.to_string();
+        let prefix = prefix.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            for i in (w * per)..((w + 1) * per).min(n) {
+                let event = format!("{prefix}_{i}");
+                let body = event_body("stripe", &event);
+                let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+                let (st, json) = post_raw(&client, &base, &source, &body, &headers).await;
+                assert_eq!(st, 200, "{json}");
+                out.push((event, json["id"].as_str().unwrap().to_string()));
+            }
+            out
+        }));
+    }
+    let mut ids = HashMap::new();
+    for t in tasks {
+        ids.extend(t.await.unwrap());
+    }
+    ids
+}
+
+fn ids_received(up: &Upstream, only_status: Option<u16>) -> Vec<String> {
+    up.received()
+        .iter()
+        .filter(|r| only_status.is_none_or(|s| r.answered == s))
+        .filter_map(|r| r.header("webhook-id"))
+        .collect()
+}
+
+async fn wait_status(h: &StoreHandle, source: &str, status: Status, n: u64, timeout: Duration) {
+    let store = h.open().await;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = store.count_status(source, status).await.unwrap();
+        if got >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{source}: only {got} of {n} entries {status:?} after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn healthy(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let up = Upstream::ok().await;
+    let cfg = fwd_config(&h, "", &source("stripe", &format!("{}/hook", up.url), ""));
+    let gw = Gateway::start(cfg).await;
+    let ids = ingest_many(&gw.ingest, "stripe", "evt_ok", 1000).await;
+    up.wait_for(Duration::from_secs(60), "1000 deliveries", |r| {
+        r.len() >= 1000
+    })
+    .await;
+    wait_status(
+        &h,
+        "stripe",
+        Status::Delivered,
+        1000,
+        Duration::from_secs(20),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let received = up.received();
+    assert_eq!(received.len(), 1000, "each entry delivered exactly once");
+    let mut seen = std::collections::HashSet::new();
+    let by_entry: HashMap<&str, &str> = ids.iter().map(|(e, i)| (i.as_str(), e.as_str())).collect();
+    // The destination verifies hookgate's signature with the Standard Webhooks scheme.
+    let reg = Registry::builtin().unwrap();
+    let sw = hookgate::provider::Verifier::new(
+        reg.get("standard-webhooks").unwrap().clone(),
+        &[hookgate::config::Secret::new(DEST_SECRET)],
+    )
+    .unwrap();
+    for r in &received {
+        let id = r.header("webhook-id").unwrap();
+        assert!(seen.insert(id.clone()), "{id} delivered twice");
+        let event = by_entry[id.as_str()];
+        assert_eq!(
+            r.body.as_ref(),
+            event_body("stripe", event).as_slice(),
+            "original bytes"
+        );
+        assert_eq!(r.header("hookgate-source").as_deref(), Some("stripe"));
+        assert_eq!(r.header("hookgate-attempt").as_deref(), Some("1"));
+        assert_eq!(r.header("hookgate-event-id").as_deref(), Some(event));
+        assert_eq!(
+            r.header("hookgate-event-type").as_deref(),
+            Some("payment_intent.succeeded")
+        );
+        assert_eq!(
+            r.header("content-type").as_deref(),
+            Some("application/json")
+        );
+        // The provider's own signature is passed through for legacy consumers.
+        assert!(r.header("stripe-signature").unwrap().starts_with("t="));
+        let ts: i64 = r.header("webhook-timestamp").unwrap().parse().unwrap();
+        assert!((ts - now_secs()).abs() < 120);
+        let req = hookgate::provider::Request {
+            method: "POST",
+            path: "/hook",
+            headers: &r.headers,
+            body: &r.body,
+        };
+        sw.verify(req, now_secs())
+            .unwrap_or_else(|e| panic!("webhook-signature does not verify: {e}"));
+    }
+    gw.stop().await;
+}
+both_stores!(
+    healthy_upstream_gets_each_entry_exactly_once,
+    super::healthy
+);
+
+async fn outage_then_recovery(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let down = Arc::new(AtomicBool::new(true));
+    let d = down.clone();
+    let up = Upstream::scripted(move |_, _| {
+        if d.load(Ordering::SeqCst) {
+            Reply::Status(503)
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
+    let retry = "[sources.retry]\nbase = \"1s\"\ncap = \"8s\"\nmax_attempts = 30\n";
+    let cfg = fwd_config(&h, "", &source("stripe", &up.url, retry));
+    let gw = Gateway::start(cfg).await;
+    let n = 300;
+    ingest_many(&gw.ingest, "stripe", "evt_outage", n).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let recovered_at = Instant::now();
+    down.store(false, Ordering::SeqCst);
+    up.wait_for(Duration::from_secs(60), "every entry delivered", |r| {
+        r.iter().filter(|x| x.answered == 200).count() >= n
+    })
+    .await;
+    wait_status(
+        &h,
+        "stripe",
+        Status::Delivered,
+        n as u64,
+        Duration::from_secs(20),
+    )
+    .await;
+    let store = h.open().await;
+    assert_eq!(store.count_status("stripe", Status::Dead).await.unwrap(), 0);
+    // Jitter spreads the retries at recovery: the largest one-second burst of
+    // successful deliveries stays well below the entry count.
+    let mut buckets: HashMap<u64, usize> = HashMap::new();
+    for r in up.received().iter().filter(|r| r.answered == 200) {
+        let t = r.at.saturating_duration_since(recovered_at).as_secs();
+        *buckets.entry(t).or_default() += 1;
+    }
+    let max = buckets.values().copied().max().unwrap_or(0);
+    let failures = up.received().iter().filter(|r| r.answered == 503).count();
+    eprintln!(
+        "{backend:?}: {n} entries, {failures} failed attempts during the outage; largest 1 s burst at recovery: {max} ({:.0}% of entries); spread over {} s",
+        100.0 * max as f64 / n as f64,
+        buckets.len()
+    );
+    assert!(
+        max < n / 2,
+        "largest 1 s burst {max} of {n}: jitter does not spread"
+    );
+    let delivered = ids_received(&up, Some(200));
+    let unique: std::collections::HashSet<_> = delivered.iter().collect();
+    assert_eq!(unique.len(), n);
+    gw.stop().await;
+}
+both_stores!(
+    outage_then_recovery_delivers_all_spread_by_jitter,
+    super::outage_then_recovery
+);
+
+async fn non_retryable(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let mut ups = Vec::new();
+    let mut sources = String::new();
+    for code in [400u16, 401, 404, 422, 301] {
+        let up = Upstream::scripted(move |_, _| {
+            if code == 301 {
+                Reply::StatusWith(301, vec![("location", "http://127.0.0.1:9/".into())])
+            } else {
+                Reply::Status(code)
+            }
+        })
+        .await;
+        sources.push_str(&source(&format!("s{code}"), &up.url, FAST_RETRY));
+        ups.push((code, up));
+    }
+    let up429 = Upstream::scripted(|_, n| {
+        if n == 0 {
+            Reply::StatusWith(429, vec![("retry-after", "2".into())])
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
+    // Retry-After is bounded by the cap: give it room.
+    sources.push_str(&source(
+        "s429",
+        &up429.url,
+        "[sources.retry]\nbase = \"100ms\"\ncap = \"10s\"\n",
+    ));
+    let gw = Gateway::start(fwd_config(&h, "", &sources)).await;
+    let store = h.open().await;
+    for (code, up) in &ups {
+        let ids = ingest_many(&gw.ingest, &format!("s{code}"), "evt_nr", 1).await;
+        let id = ids.values().next().unwrap().clone();
+        wait_status(
+            &h,
+            &format!("s{code}"),
+            Status::Dead,
+            1,
+            Duration::from_secs(10),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(up.count(), 1, "{code}: exactly one attempt");
+        let e = store.get(&id).await.unwrap().unwrap();
+        assert_eq!(e.status, Status::Dead);
+        assert_eq!(e.attempts, 1);
+        assert!(
+            e.last_error
+                .as_deref()
+                .unwrap()
+                .contains(&format!("HTTP {code}")),
+            "{code}: {:?}",
+            e.last_error
+        );
+        let attempts = store.attempts(&id).await.unwrap();
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(attempts[0].status_code, Some(*code));
+    }
+    ingest_many(&gw.ingest, "s429", "evt_429", 1).await;
+    up429
+        .wait_for(Duration::from_secs(10), "the retry after 429", |r| {
+            r.len() >= 2
+        })
+        .await;
+    let r = up429.received();
+    let gap = r[1].at.duration_since(r[0].at);
+    assert!(
+        gap >= Duration::from_millis(1900),
+        "Retry-After: 2 honoured, got {gap:?}"
+    );
+    wait_status(&h, "s429", Status::Delivered, 1, Duration::from_secs(5)).await;
+    gw.stop().await;
+}
+both_stores!(
+    non_retryable_answers_go_dead_after_one_attempt,
+    super::non_retryable
+);
+
+async fn budget(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let up_a = Upstream::scripted(|_, _| Reply::Status(500)).await;
+    let up_b = Upstream::scripted(|_, _| Reply::Status(502)).await;
+    let sources = format!(
+        "{}{}",
+        source(
+            "attempts",
+            &up_a.url,
+            "[sources.retry]\nmax_attempts = 3\nbase = \"100ms\"\ncap = \"200ms\"\n"
+        ),
+        source(
+            "age",
+            &up_b.url,
+            "[sources.retry]\nmax_attempts = 1000\nmax_age = \"2s\"\nbase = \"100ms\"\ncap = \"300ms\"\n"
+        ),
+    );
+    let gw = Gateway::start(fwd_config(&h, "", &sources)).await;
+    let store = h.open().await;
+    let a = ingest_many(&gw.ingest, "attempts", "evt_budget", 1).await;
+    let b = ingest_many(&gw.ingest, "age", "evt_age", 1).await;
+    wait_status(&h, "attempts", Status::Dead, 1, Duration::from_secs(10)).await;
+    wait_status(&h, "age", Status::Dead, 1, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(up_a.count(), 3, "exactly max_attempts attempts");
+    let e = store
+        .get(a.values().next().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.attempts, 3);
+    let err = e.last_error.unwrap();
+    assert!(
+        err.contains("3 attempts") && err.contains("HTTP 500"),
+        "{err}"
+    );
+    let e = store
+        .get(b.values().next().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let err = e.last_error.unwrap();
+    assert!(
+        err.contains("older than") && err.contains("HTTP 502"),
+        "{err}"
+    );
+    assert!(
+        e.attempts >= 3,
+        "retried until the age budget ran out: {}",
+        e.attempts
+    );
+    let n = up_b.count();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(up_b.count(), n, "no attempt after dead");
+    gw.stop().await;
+}
+both_stores!(budget_of_attempts_and_age, super::budget);
+
+async fn hanging_destination(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let hang = Upstream::scripted(|_, _| Reply::Hang).await;
+    let ok = Upstream::ok().await;
+    let slow_src = "[sources.retry]\nbase = \"100ms\"\ncap = \"200ms\"\nmax_attempts = 100\n[sources.delivery]\ntimeout = \"500ms\"\nconcurrency = 4\n";
+    let sources = format!(
+        "{}{}",
+        source("hang", &hang.url, slow_src),
+        source("ok", &ok.url, FAST_RETRY)
+    );
+    let gw = Gateway::start(fwd_config(&h, "", &sources)).await;
+    ingest_many(&gw.ingest, "hang", "evt_hang", 50).await;
+    ingest_many(&gw.ingest, "ok", "evt_fine", 200).await;
+    ok.wait_for(
+        Duration::from_secs(20),
+        "the healthy source's deliveries",
+        |r| r.len() >= 200,
+    )
+    .await;
+    // Meanwhile the hanging destination holds at most its own concurrency.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let store = h.open().await;
+    assert_eq!(
+        store.count_status("hang", Status::Pending).await.unwrap(),
+        50
+    );
+    let page = store
+        .list(&hookgate::store::ListQuery {
+            source: Some("hang".into()),
+            limit: 50,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let timed_out = page
+        .entries
+        .iter()
+        .filter(|e| e.last_error.as_deref() == Some("timeout"))
+        .count();
+    assert!(
+        timed_out > 0,
+        "attempts to the hanging destination time out as retryable"
+    );
+    gw.stop().await;
+}
+both_stores!(
+    a_hanging_destination_does_not_starve_others,
+    super::hanging_destination
+);
+
+async fn two_gateways(_: Backend) {
+    let h = StoreHandle::new(Backend::Redis);
+    let up = Upstream::ok().await;
+    let gw1 = Gateway::start(fwd_config(&h, "", &source("stripe", &up.url, ""))).await;
+    let gw2 = Gateway::start(fwd_config(&h, "", &source("stripe", &up.url, ""))).await;
+    let (a, b) = tokio::join!(
+        ingest_many(&gw1.ingest, "stripe", "evt_g1", 1000),
+        ingest_many(&gw2.ingest, "stripe", "evt_g2", 1000)
+    );
+    assert_eq!(a.len() + b.len(), 2000);
+    up.wait_for(Duration::from_secs(60), "2000 deliveries", |r| {
+        r.len() >= 2000
+    })
+    .await;
+    wait_status(
+        &h,
+        "stripe",
+        Status::Delivered,
+        2000,
+        Duration::from_secs(20),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ids = ids_received(&up, None);
+    let unique: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!(ids.len(), 2000, "each entry delivered exactly once");
+    assert_eq!(unique.len(), 2000);
+    gw1.stop().await;
+    gw2.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_one_redis_deliver_each_entry_once() {
+    two_gateways(Backend::Redis).await;
+}
+
+async fn retention(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let ok = Upstream::ok().await;
+    let gone = Upstream::scripted(|_, _| Reply::Status(410)).await;
+    let global = "[retention]\ndelivered = \"1s\"\ndead = \"2s\"\n";
+    let sources = format!(
+        "{}{}{}{}",
+        source("ok", &ok.url, ""),
+        source("gone", &gone.url, ""),
+        source("held", &ok.url, ""),
+        source("live", &ok.url, ""),
+    );
+    let gw = Gateway::start(fwd_config(&h, global, &sources)).await;
+    let store = h.open().await;
+    store.set_paused("held", true).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let held = ingest_many(&gw.ingest, "held", "evt_held", 20).await;
+    ingest_many(&gw.ingest, "ok", "evt_ret", 50).await;
+    ingest_many(&gw.ingest, "gone", "evt_gone", 20).await;
+    wait_status(&h, "ok", Status::Delivered, 50, Duration::from_secs(10)).await;
+    wait_status(&h, "gone", Status::Dead, 20, Duration::from_secs(10)).await;
+    // Ingest keeps answering while retention runs.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut i = 0;
+    loop {
+        // (ingest_many asserts every answer is 200)
+        ingest_many(&gw.ingest, "live", &format!("evt_during_{i}"), 1).await;
+        i += 1;
+        let ok_left = store.count("ok").await.unwrap();
+        let gone_left = store.count("gone").await.unwrap();
+        if gone_left == 0 && ok_left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "retention did not purge: ok {ok_left}, gone {gone_left}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Pending entries are never purged.
+    assert_eq!(store.count("held").await.unwrap(), 20);
+    for id in held.values() {
+        assert_eq!(
+            store.get(id).await.unwrap().unwrap().status,
+            Status::Pending
+        );
+    }
+    gw.stop().await;
+}
+both_stores!(
+    retention_purges_delivered_and_dead_never_pending,
+    super::retention
+);
+
+async fn breaker(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let up = Upstream::ok().await;
+    let port = up.port;
+    up.stop();
+    drop(up);
+    let global = "[forwarder]\n";
+    let _ = global;
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"200ms\"\nlease = \"15s\"\n\
+         breaker_failures = 3\nbreaker_cooldown = \"1s\"\n{}",
+        h.toml(),
+        source(
+            "stripe",
+            &format!("http://127.0.0.1:{port}"),
+            "[sources.retry]\nbase = \"50ms\"\ncap = \"100ms\"\nmax_attempts = 1000\n"
+        )
+    );
+    let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+    let gw = Gateway::start(cfg).await;
+    ingest_many(&gw.ingest, "stripe", "evt_breaker", 20).await;
+    let store = h.open().await;
+    let total_attempts = || async {
+        let page = store
+            .list(&hookgate::store::ListQuery {
+                source: Some("stripe".into()),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        page.entries.iter().map(|e| e.attempts).sum::<u32>()
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let a1 = total_attempts().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let a2 = total_attempts().await;
+    eprintln!("{backend:?}: attempts with the breaker open: {a1} then {a2} 3 s later");
+    assert!(a1 >= 3, "the breaker opened after failures: {a1}");
+    assert!(
+        a2 - a1 <= 4,
+        "attempts kept growing while open: {a1} -> {a2}"
+    );
+    // The destination comes back: delivery resumes by itself.
+    let up = Upstream::on_port(port, |_, _| Reply::Status(200)).await;
+    up.wait_for(Duration::from_secs(20), "deliveries after recovery", |r| {
+        r.len() >= 20
+    })
+    .await;
+    wait_status(&h, "stripe", Status::Delivered, 20, Duration::from_secs(10)).await;
+    gw.stop().await;
+}
+both_stores!(
+    circuit_breaker_stops_burning_attempts_and_recovers,
+    super::breaker
+);
+
+async fn sigkill_in_flight(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let up = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_millis(200))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_path = dir.path().join("hookgate.toml");
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"3s\"\n{}",
+        h.toml(),
+        source(
+            "stripe",
+            &up.url,
+            "[sources.delivery]\ntimeout = \"2s\"\nconcurrency = 8\n"
+        )
+    );
+    std::fs::write(&cfg_path, text).unwrap();
+    let mut gw = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("log1"));
+    let ids = ingest_many(&gw.ingest, "stripe", "evt_kill", 300).await;
+    up.wait_for(Duration::from_secs(30), "some deliveries", |r| {
+        r.len() >= 40
+    })
+    .await;
+    gw.kill();
+    let before = up.count();
+    let _gw2 = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("log2"));
+    up.wait_for(
+        Duration::from_secs(60),
+        "every entry delivered after restart",
+        |r| {
+            let got: std::collections::HashSet<String> =
+                r.iter().filter_map(|x| x.header("webhook-id")).collect();
+            ids.values().all(|id| got.contains(id))
+        },
+    )
+    .await;
+    wait_status(
+        &h,
+        "stripe",
+        Status::Delivered,
+        300,
+        Duration::from_secs(20),
+    )
+    .await;
+    let all = ids_received(&up, None);
+    let unique: std::collections::HashSet<_> = all.iter().collect();
+    eprintln!(
+        "{backend:?}: killed after {before} deliveries; 300 entries, {} deliveries, {} delivered twice",
+        all.len(),
+        all.len() - unique.len()
+    );
+    assert_eq!(unique.len(), 300, "none lost");
+}
+both_stores!(
+    sigkill_during_deliveries_loses_nothing,
+    super::sigkill_in_flight
+);
+
+async fn redis_restarts(_: Backend) {
+    // With AOF: delivery resumes by itself, nothing lost.
+    let mut h = StoreHandle::new(Backend::Redis);
+    let down = Arc::new(AtomicBool::new(true));
+    let d = down.clone();
+    let up = Upstream::scripted(move |_, _| {
+        if d.load(Ordering::SeqCst) {
+            Reply::Status(503)
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
+    let gw = Gateway::start(fwd_config(&h, "", &source("stripe", &up.url, FAST_RETRY))).await;
+    let ids = ingest_many(&gw.ingest, "stripe", "evt_aof", 50).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.redis_mut().restart();
+    down.store(false, Ordering::SeqCst);
+    up.wait_for(
+        Duration::from_secs(30),
+        "all delivered after the Redis restart",
+        |r| {
+            let got: std::collections::HashSet<String> = r
+                .iter()
+                .filter(|x| x.answered == 200)
+                .filter_map(|x| x.header("webhook-id"))
+                .collect();
+            ids.values().all(|id| got.contains(id))
+        },
+    )
+    .await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_with_aof_delivery_resumes_nothing_lost() {
+    redis_restarts(Backend::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_does_not_wedge_and_logs_the_loss() {
+    let mut redis = RedisServer::start_with(false);
+    let up = Upstream::ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_path = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n\
+             [forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"200ms\"\n{}",
+            redis.url(),
+            source("stripe", &up.url, FAST_RETRY)
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    let gw = ChildGateway::spawn(&cfg_path, &[], &log);
+    ingest_many(&gw.ingest, "stripe", "evt_before", 10).await;
+    up.wait_for(Duration::from_secs(10), "first deliveries", |r| {
+        r.len() >= 10
+    })
+    .await;
+    redis.restart(); // no persistence: it comes back empty
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut ids = Vec::new();
+    let mut i = 0;
+    while ids.len() < 10 {
+        let body = event_body("stripe", &format!("evt_after_{i}"));
+        let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+        let (st, json) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
+        if st == 200 {
+            ids.push(json["id"].as_str().unwrap().to_string());
+        } else {
+            assert_eq!(st, 503);
+        }
+        i += 1;
+        assert!(
+            Instant::now() < deadline,
+            "ingest did not recover after the empty restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    up.wait_for(Duration::from_secs(20), "new webhooks delivered", |r| {
+        let got: std::collections::HashSet<String> =
+            r.iter().filter_map(|x| x.header("webhook-id")).collect();
+        ids.iter().all(|id| got.contains(id))
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("ERROR") && text.contains("redis lost its data") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the loss was not logged at ERROR:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
