@@ -52,6 +52,9 @@ pub struct Route {
     pub concurrency: usize,
     pub pass_headers: PassHeaders,
     pub client: reqwest::Client,
+    /// Attempts in flight to the destination origin, shared by every source that
+    /// delivers there.
+    pub permits: Arc<Semaphore>,
     /// Shared by every source with the same destination origin.
     pub breaker: Arc<Breaker>,
 }
@@ -260,7 +263,7 @@ async fn source_loop(
     deliveries: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    let permits = Arc::new(Semaphore::new(route.concurrency));
+    let permits = route.permits.clone();
     let mut signal = shared.store.work_signal();
     let lease = shared.cfg.lease;
     let poll = shared.cfg.poll_interval;
@@ -274,7 +277,7 @@ async fn source_loop(
             continue;
         }
         let now = (shared.clock)();
-        let mut limit = CLAIM_BATCH.min(route.concurrency);
+        let mut limit = CLAIM_BATCH;
         let mut probe = false;
         match route.breaker.gate(now) {
             Gate::Allow => {}
@@ -527,19 +530,32 @@ async fn complete(shared: &Shared, claim: &Claim, completion: Completion) {
     );
 }
 
-/// Build the routes of every source, sharing one breaker per destination origin.
+/// Build the routes of every source. Sources delivering to the same destination
+/// origin share one breaker and one concurrency limit (the smallest configured).
 pub fn routes(
     sources: &[crate::config::SourceConfig],
     cfg: &ForwarderConfig,
 ) -> Result<Vec<Route>, reqwest::Error> {
-    let mut breakers: HashMap<String, Arc<Breaker>> = HashMap::new();
+    let mut limits: HashMap<String, usize> = HashMap::new();
+    for s in sources {
+        let l = limits
+            .entry(origin(&s.destination))
+            .or_insert(s.delivery.concurrency);
+        *l = (*l).min(s.delivery.concurrency);
+    }
+    let mut shared: HashMap<String, (Arc<Breaker>, Arc<Semaphore>)> = HashMap::new();
     sources
         .iter()
         .map(|s| {
-            let breaker = breakers
-                .entry(origin(&s.destination))
+            let key = origin(&s.destination);
+            let limit = limits.get(&key).copied().unwrap_or(s.delivery.concurrency);
+            let (breaker, permits) = shared
+                .entry(key)
                 .or_insert_with(|| {
-                    Arc::new(Breaker::new(cfg.breaker_failures, cfg.breaker_cooldown))
+                    (
+                        Arc::new(Breaker::new(cfg.breaker_failures, cfg.breaker_cooldown)),
+                        Arc::new(Semaphore::new(limit)),
+                    )
                 })
                 .clone();
             Ok(Route {
@@ -559,6 +575,7 @@ pub fn routes(
                 concurrency: s.delivery.concurrency,
                 pass_headers: PassHeaders::from_list(&s.delivery.pass_headers),
                 client: client(s.delivery.connect_timeout)?,
+                permits,
                 breaker,
             })
         })

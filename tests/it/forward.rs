@@ -421,11 +421,19 @@ both_stores!(
     super::hanging_destination
 );
 
-async fn two_gateways(_: Backend) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateway_processes_on_one_redis_deliver_each_entry_once() {
     let h = StoreHandle::new(Backend::Redis);
     let up = Upstream::ok().await;
-    let gw1 = Gateway::start(fwd_config(&h, "", &source("stripe", &up.url, ""))).await;
-    let gw2 = Gateway::start(fwd_config(&h, "", &source("stripe", &up.url, ""))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_path = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &cfg_path,
+        format!("{}\n{FAST}\n{}", h.toml(), source("stripe", &up.url, "")),
+    )
+    .unwrap();
+    let gw1 = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("log1"));
+    let gw2 = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("log2"));
     let (a, b) = tokio::join!(
         ingest_many(&gw1.ingest, "stripe", "evt_g1", 1000),
         ingest_many(&gw2.ingest, "stripe", "evt_g2", 1000)
@@ -448,14 +456,70 @@ async fn two_gateways(_: Backend) {
     let unique: std::collections::HashSet<_> = ids.iter().collect();
     assert_eq!(ids.len(), 2000, "each entry delivered exactly once");
     assert_eq!(unique.len(), 2000);
-    gw1.stop().await;
-    gw2.stop().await;
+    // Both processes took part.
+    let l1 = std::fs::read_to_string(dir.path().join("log1")).unwrap();
+    let l2 = std::fs::read_to_string(dir.path().join("log2")).unwrap();
+    assert!(
+        l1.contains("delivery") && l2.contains("delivery"),
+        "one process did all the work"
+    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_gateways_on_one_redis_deliver_each_entry_once() {
-    two_gateways(Backend::Redis).await;
+async fn graceful_shutdown(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let slow = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_secs(3))).await;
+    let global = "[forwarder]\nshutdown_grace = \"500ms\"\n";
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"30s\"\nshutdown_grace = \"500ms\"\n{}",
+        h.toml(),
+        source("stripe", &slow.url, "[sources.delivery]\nconcurrency = 4\n")
+    );
+    let _ = global;
+    let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+    let gw = Gateway::start(cfg).await;
+    let ids = ingest_many(&gw.ingest, "stripe", "evt_drain", 10).await;
+    slow.wait_for(Duration::from_secs(5), "deliveries in flight", |r| {
+        r.len() >= 4
+    })
+    .await;
+    let stopping = Instant::now();
+    gw.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(8),
+        "shutdown is bounded"
+    );
+    // What did not finish gave its lease back: a new gateway delivers everything at
+    // once, without waiting for the 30 s lease to expire.
+    let ok = Upstream::ok().await;
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"30s\"\n{}",
+        h.toml(),
+        source("stripe", &ok.url, "")
+    );
+    let gw = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    ok.wait_for(
+        Duration::from_secs(10),
+        "the rest delivered without waiting for leases",
+        |r| {
+            let got: std::collections::HashSet<String> =
+                r.iter().filter_map(|x| x.header("webhook-id")).collect();
+            ids.values().all(|id| got.contains(id))
+        },
+    )
+    .await;
+    let store = h.open().await;
+    for id in ids.values() {
+        let attempts = store.attempts(id).await.unwrap();
+        assert!(!attempts.is_empty());
+        // A released delivery burns no attempt: at most one recorded before success.
+        assert!(attempts.len() <= 2, "{attempts:?}");
+    }
+    gw.stop().await;
 }
+both_stores!(
+    graceful_shutdown_releases_unfinished_leases,
+    super::graceful_shutdown
+);
 
 async fn retention(backend: Backend) {
     let h = StoreHandle::new(backend);

@@ -33,7 +33,12 @@ async fn hostile(backend: Backend) {
     let extra = "[server]\nmax_body_bytes = 65536\nheader_read_timeout = \"1s\"\nbody_read_timeout = \"1s\"\n";
     let gw = Gateway::start(config(&h, extra)).await;
     let store = h.open().await;
-    let c = reqwest::Client::new();
+    // No connection reuse: with a 1 s header read timeout, idle keep-alive connections
+    // are closed by the server between the slow steps below.
+    let c = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
 
     // A client dribbling its headers is cut off by the header read timeout.
     let base = gw.ingest.clone();
