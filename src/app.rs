@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::{self, AdminState};
 use crate::config::Config;
 use crate::forward;
 use crate::ingest::{self, IngestState, Source};
@@ -81,7 +82,13 @@ pub async fn run(
         tracing::warn!("no sources configured: every ingest request will answer 404");
     }
 
+    let signature_headers: Vec<(String, String)> = sources
+        .iter()
+        .map(|s| (s.name.clone(), s.verifier.spec.header.as_str().to_string()))
+        .collect();
+    let unverified = Arc::new(ingest::UnverifiedCounts::default());
     let state = Arc::new(IngestState {
+        unverified: unverified.clone(),
         sources: sources
             .into_iter()
             .map(|s| (s.name.clone(), Arc::new(s)))
@@ -111,10 +118,16 @@ pub async fn run(
         limits.clone(),
         shutdown.clone(),
     ));
+    let admin_state = Arc::new(AdminState::new(
+        store.clone(),
+        cfg.admin.token.as_ref(),
+        signature_headers,
+        cfg.admin.replay_rate,
+    ));
     let admin_task = tokio::spawn(serve(
         "admin",
         listeners.admin,
-        telemetry::router(store.clone()),
+        telemetry::router(store.clone()).merge(admin::router(admin_state)),
         limits,
         shutdown.clone(),
     ));
@@ -127,7 +140,13 @@ pub async fn run(
         forward::system_clock(),
         shutdown.clone(),
     ));
+    let flush_task = tokio::spawn(ingest::flush_unverified(
+        unverified,
+        store.clone(),
+        shutdown.clone(),
+    ));
     let _ = ingest_task.await;
+    let _ = flush_task.await;
     let _ = admin_task.await;
     let _ = forward_task.await;
     store.close().await;

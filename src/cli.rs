@@ -1,4 +1,5 @@
-//! The command line: `serve`, `check-config`, `sign` and `providers`.
+//! The command line: `serve`, `check-config`, `sign`, `providers`, and the admin
+//! commands `entries`, `dlq`, `sources` and `stats` (see `admin_client`).
 //!
 //! The binary owns presentation: errors are rendered with their whole chain by
 //! `main`, and exit codes are documented there.
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
 
+use crate::admin_client::{self, ApiArgs, DlqCmd, EntriesCmd, SourcesCmd};
 use crate::app;
 use crate::config::{self, Config, Secret, StoreConfig};
 use crate::provider::Registry;
@@ -38,6 +40,32 @@ pub enum Command {
     Sign(SignArgs),
     /// List the providers this binary (and providers_dir) knows.
     Providers(ConfigArg),
+    /// Inspect, replay and discard entries (admin API of a running gateway).
+    Entries {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        cmd: EntriesCmd,
+    },
+    /// The dead-letter queue: list and replay dead entries.
+    Dlq {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        cmd: DlqCmd,
+    },
+    /// Pause and resume delivery per source.
+    Sources {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        cmd: SourcesCmd,
+    },
+    /// Per-source counters: received, duplicates, unverified, pending, delivered, dead.
+    Stats {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -95,6 +123,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CheckConfig(a) => check_config(a),
         Command::Sign(a) => sign_cmd(a),
         Command::Providers(a) => providers(a),
+        Command::Entries { api, cmd } => admin_client::entries(&api, cmd).await,
+        Command::Dlq { api, cmd } => admin_client::dlq(&api, cmd).await,
+        Command::Sources { api, cmd } => admin_client::sources(&api, cmd).await,
+        Command::Stats { api } => admin_client::stats(&api).await,
     }
 }
 

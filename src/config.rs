@@ -37,6 +37,7 @@ shutdown_grace = "10s"
 [admin]
 listen = "127.0.0.1:8081"
 token_env = "HOOKGATE_ADMIN_TOKEN"
+replay_rate = 50
 
 [store]
 kind = "embedded"
@@ -173,6 +174,7 @@ pub struct RawAdmin {
     pub listen: String,
     #[serde(default)]
     pub token_env: Option<String>,
+    pub replay_rate: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -298,6 +300,8 @@ pub struct ServerConfig {
 pub struct AdminConfig {
     pub listen: SocketAddr,
     pub token: Option<Secret>,
+    /// Most entries per second a bulk replay schedules.
+    pub replay_rate: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -518,9 +522,16 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
             ),
         ));
     }
+    if raw.admin.replay_rate == 0 {
+        return Err(ConfigError::invalid(
+            "admin.replay_rate",
+            "must be at least 1 entry per second",
+        ));
+    }
     let admin = AdminConfig {
         listen: admin_listen,
         token,
+        replay_rate: raw.admin.replay_rate,
     };
 
     let store = match raw.store.kind.as_str() {

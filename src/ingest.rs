@@ -32,8 +32,53 @@ pub struct Source {
     pub dedupe_ttl: Duration,
 }
 
+/// Verification failures per source, counted in memory and added to the store's
+/// counters by [`flush_unverified`] once a second, so that a flood of forged requests
+/// never turns into a flood of store writes.
+#[derive(Debug, Default)]
+pub struct UnverifiedCounts(std::sync::Mutex<HashMap<String, u64>>);
+
+impl UnverifiedCounts {
+    fn bump(&self, source: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            *m.entry(source.to_string()).or_default() += 1;
+        }
+    }
+
+    fn take(&self) -> HashMap<String, u64> {
+        self.0
+            .lock()
+            .map(|mut m| std::mem::take(&mut *m))
+            .unwrap_or_default()
+    }
+}
+
+/// Add the counted verification failures to the store every second until shutdown.
+pub async fn flush_unverified(
+    counts: Arc<UnverifiedCounts>,
+    store: Arc<dyn Store>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let stop = tokio::select! {
+            _ = shutdown.cancelled() => true,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+        };
+        for (source, n) in counts.take() {
+            if let Err(e) = store.record_unverified(&source, n).await {
+                tracing::debug!(source, error = %e, "cannot record verification failures");
+            }
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
 /// What the ingest handlers share. Built once by `app`.
 pub struct IngestState {
+    /// Verification failures not yet added to the store.
+    pub unverified: Arc<UnverifiedCounts>,
     pub sources: HashMap<String, Arc<Source>>,
     pub store: Arc<dyn Store>,
     pub max_body_bytes: usize,
@@ -131,6 +176,9 @@ async fn ingest(
             resp
         }
         Err(e) => {
+            if matches!(e, ApiError::Unverified(_)) {
+                st.unverified.bump(&source_name);
+            }
             match &e {
                 ApiError::Store(cause) => tracing::error!(
                     source = %source_name, outcome = e.code(), error = %cause, latency_us,

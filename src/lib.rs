@@ -12,8 +12,10 @@
 //!   is the pure policy, [`forward::breaker`] the per-destination circuit breaker.
 //! * [`serve`]: the hyper accept loop with connection limits and graceful drain.
 //! * [`error`]: the HTTP boundary's error type.
+//! * [`admin`]: the admin API (inspect, replay, discard, pause, stats) and its DTOs.
 //! * [`telemetry`]: logging setup and health endpoints.
-//! * [`app`]: the composition root; [`cli`]: the command line.
+//! * [`app`]: the composition root; [`cli`]: the command line; [`admin_client`]: the
+//!   CLI's admin commands over HTTP.
 //!
 //! # Invariants
 //!
@@ -23,6 +25,8 @@
 //! * `provider` does no I/O and never reads the clock itself.
 //! * rusqlite and redis types never leave their backend's file.
 
+pub mod admin;
+pub mod admin_client;
 pub mod app;
 pub mod cli;
 pub mod config;

@@ -62,12 +62,22 @@ pub struct Route {
 /// Build the HTTP client of a route: no redirects (a 3xx is a final answer), the
 /// connect timeout, and keep-alive.
 pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    install_tls_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(connect_timeout)
         .pool_idle_timeout(Duration::from_secs(60))
         .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
         .build()
+}
+
+/// HTTPS destinations use rustls with the ring provider, installed once per process.
+pub fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means a provider is already installed, which is just as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 /// The key of a destination's breaker: scheme, host and port.
@@ -453,9 +463,10 @@ async fn deliver(shared: &Shared, route: &Route, claim: Claim, probe: bool) {
         error,
         latency_ms,
     };
+    // The budget counts from arrival, or from the last replay.
     let next = route.policy.next(
-        attempt_no,
-        entry.received_at,
+        attempt_no.saturating_sub(entry.budget_attempts),
+        entry.budget_start,
         &outcome,
         done_at,
         fastrand::f64(),
@@ -580,4 +591,24 @@ pub fn routes(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn https_destinations_have_a_tls_provider() {
+        // A refused HTTPS connection is an ordinary connect error, not a panic for
+        // want of a crypto provider.
+        let c = client(Duration::from_secs(1)).unwrap();
+        let err = c.post("https://127.0.0.1:1/").send().await.unwrap_err();
+        assert!(err.is_connect(), "{err}");
+    }
+
+    #[test]
+    fn origin_keys_scheme_host_and_port() {
+        assert_eq!(origin("http://a.example:8080/x?y"), "http://a.example:8080");
+        assert_eq!(origin("https://a.example/x"), "https://a.example");
+    }
 }

@@ -166,6 +166,8 @@ mod tests {
             attempts: 0,
             next_attempt_at: None,
             last_error: None,
+            budget_start: 0,
+            budget_attempts: 0,
             headers: vec![
                 Header {
                     name: "content-type".into(),

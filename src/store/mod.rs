@@ -140,8 +140,56 @@ pub struct Entry {
     /// Unix milliseconds of the next delivery attempt, while pending.
     pub next_attempt_at: Option<i64>,
     pub last_error: Option<String>,
+    /// When the current retry budget started (unix ms): arrival, or the last replay.
+    pub budget_start: i64,
+    /// Attempts made before the current budget started.
+    pub budget_attempts: u32,
     pub headers: Vec<Header>,
     pub body: Bytes,
+}
+
+/// An operator action on an entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    /// Unix milliseconds.
+    pub at: i64,
+    /// `replay` or `discard`.
+    pub action: String,
+    pub actor: String,
+    pub note: Option<String>,
+}
+
+/// What [`Store::replay`] and [`Store::discard`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    Done,
+    NotFound,
+    /// The entry's status does not allow it (replay of a pending entry; discard of a
+    /// delivered or discarded one).
+    Conflict(Status),
+}
+
+/// Per-source counters and gauges.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceStats {
+    /// Entries stored (duplicates excluded).
+    pub received: u64,
+    pub duplicates: u64,
+    /// Requests refused by verification.
+    pub unverified: u64,
+    pub pending: u64,
+    pub delivered: u64,
+    pub dead: u64,
+    pub discarded: u64,
+    /// Arrival time (unix ms) of the oldest pending entry.
+    pub oldest_pending_at: Option<i64>,
+}
+
+/// The id bound for a time: UUIDv7 ids start with the unix-ms timestamp in hex, so
+/// every id of an entry received at or after `ms` sorts at or after this string.
+pub fn id_floor(ms: i64) -> String {
+    let ms = u64::try_from(ms.max(0)).unwrap_or(0) & 0xffff_ffff_ffff;
+    format!("{:08x}-{:04x}", ms >> 16, ms & 0xffff)
 }
 
 /// A listing query. Entries come newest first; `cursor` is the last id of the
@@ -150,6 +198,11 @@ pub struct Entry {
 pub struct ListQuery {
     pub source: Option<String>,
     pub status: Option<Status>,
+    pub event_type: Option<String>,
+    /// Received at or after (unix ms).
+    pub since: Option<i64>,
+    /// Received before (unix ms).
+    pub until: Option<i64>,
     pub limit: usize,
     pub cursor: Option<String>,
 }
@@ -282,6 +335,34 @@ pub trait Store: Send + Sync + 'static {
     /// Periodic backend housekeeping (Redis: detect a Redis that came back empty,
     /// recreate consumer groups).
     async fn maintain(&self, sources: &[String]) -> Result<(), StoreError>;
+
+    /// Queue an entry for delivery again at `at`, with a fresh retry budget; it keeps
+    /// its id. Recorded in the audit trail.
+    async fn replay(
+        &self,
+        id: &str,
+        at: i64,
+        actor: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError>;
+
+    /// Discard an entry (pending or dead): it is never delivered. Recorded with the note.
+    async fn discard(
+        &self,
+        id: &str,
+        actor: &str,
+        note: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError>;
+
+    /// The audit trail of an entry, oldest first.
+    async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError>;
+
+    /// Add `n` to the count of requests that failed verification.
+    async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError>;
+
+    /// Counters and gauges of a source.
+    async fn stats(&self, source: &str) -> Result<SourceStats, StoreError>;
 
     /// Called once when a serving process starts its forwarder: take back what a
     /// previous run of this process left leased (embedded store only).

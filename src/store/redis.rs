@@ -15,6 +15,8 @@
 //! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by status |
 //! | `hg:{src}:sched` | sorted set, score = due time (ms) | entries waiting for a retry |
 //! | `hg:{src}:a:<id>` | list of JSON | the entry's delivery attempts |
+//! | `hg:{src}:audit:<id>` | list of JSON | operator actions on the entry (replay, discard) |
+//! | `hg:{src}:stats` | hash | counters: received, duplicates, unverified |
 //! | `hg:{src}:dlq` | stream | one message per entry that went dead (id, reason) |
 //! | `hg:{src}:done:delivered`, `…:done:dead` | sorted set, score = completion time | retention index |
 //! | `hg:sources` | set | every source name seen (for lookups by id) |
@@ -60,21 +62,23 @@ use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::{
-    Accepted, Attempt, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page, Purged,
-    Status, Store, StoreError, decode_headers, encode_headers,
+    Accepted, Attempt, AuditEvent, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page,
+    Purged, SourceStats, Status, Store, StoreError, Transition, decode_headers, encode_headers,
 };
 use crate::config::RedisConfig;
 
 const ACCEPT: &str = r#"
 local existing = redis.call('GET', KEYS[1])
 if existing then
+  redis.call('HINCRBY', KEYS[6], 'duplicates', 1)
   return {1, existing}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('HSET', KEYS[2],
   'source', ARGV[3], 'event_id', ARGV[4], 'event_type', ARGV[5], 'dedupe_key', ARGV[6],
   'received_at', ARGV[7], 'status', 'pending', 'attempts', 0, 'next_attempt_at', ARGV[7],
-  'headers', ARGV[8], 'body', ARGV[9])
+  'budget_start', ARGV[7], 'budget_attempts', 0, 'headers', ARGV[8], 'body', ARGV[9])
+redis.call('HINCRBY', KEYS[6], 'received', 1)
 redis.call('XADD', KEYS[3], '*', 'id', ARGV[1])
 redis.call('ZADD', KEYS[4], 0, ARGV[1])
 redis.call('ZADD', KEYS[5], 0, ARGV[1])
@@ -121,13 +125,42 @@ return 1
 const PURGE: &str = r#"
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, ARGV[2])
 for _, id in ipairs(ids) do
-  redis.call('DEL', ARGV[3] .. 'e:' .. id, ARGV[3] .. 'a:' .. id)
+  redis.call('DEL', ARGV[3] .. 'e:' .. id, ARGV[3] .. 'a:' .. id, ARGV[3] .. 'audit:' .. id)
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZREM', KEYS[4], id)
 end
 return #ids
+"#;
+
+/// Status transitions by operators. KEYS: entry, st:pending, st:delivered, st:dead,
+/// st:discarded, sched, done:delivered, done:dead, audit.
+/// ARGV: action (replay|discard), entry id, at, now, audit JSON.
+const TRANSITION: &str = r#"
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {0, ''} end
+local action = ARGV[1]
+if action == 'replay' and status == 'pending' then return {2, status} end
+if action == 'discard' and status ~= 'pending' and status ~= 'dead' then return {2, status} end
+local st = {pending = KEYS[2], delivered = KEYS[3], dead = KEYS[4], discarded = KEYS[5]}
+redis.call('ZREM', st[status], ARGV[2])
+if action == 'replay' then
+  local attempts = redis.call('HGET', KEYS[1], 'attempts') or '0'
+  redis.call('HSET', KEYS[1], 'status', 'pending', 'next_attempt_at', ARGV[3],
+    'budget_start', ARGV[4], 'budget_attempts', attempts, 'updated_at', ARGV[4])
+  redis.call('ZADD', KEYS[2], 0, ARGV[2])
+  redis.call('ZREM', KEYS[7], ARGV[2])
+  redis.call('ZREM', KEYS[8], ARGV[2])
+  redis.call('ZADD', KEYS[6], ARGV[3], ARGV[2])
+else
+  redis.call('HSET', KEYS[1], 'status', 'discarded', 'next_attempt_at', '', 'updated_at', ARGV[4])
+  redis.call('ZADD', KEYS[5], 0, ARGV[2])
+  redis.call('ZREM', KEYS[6], ARGV[2])
+  redis.call('ZADD', KEYS[8], ARGV[4], ARGV[2])
+end
+redis.call('RPUSH', KEYS[9], ARGV[5])
+return {1, status}
 "#;
 
 /// The consumer group every gateway process joins.
@@ -145,6 +178,7 @@ pub struct RedisStore {
     promote: redis::Script,
     complete: redis::Script,
     purge: redis::Script,
+    transition: redis::Script,
     /// The `hg:epoch` value this process saw last.
     epoch: Mutex<String>,
     work_tx: tokio::sync::watch::Sender<u64>,
@@ -180,6 +214,7 @@ impl RedisStore {
             promote: redis::Script::new(PROMOTE),
             complete: redis::Script::new(COMPLETE),
             purge: redis::Script::new(PURGE),
+            transition: redis::Script::new(TRANSITION),
             epoch: Mutex::new(String::new()),
             work_tx,
             work_rx,
@@ -322,6 +357,49 @@ impl RedisStore {
         Ok(out)
     }
 
+    async fn transition(
+        &self,
+        id: &str,
+        action: &str,
+        at: i64,
+        now: i64,
+        audit: &AuditEvent,
+    ) -> Result<Transition, StoreError> {
+        let Some(entry) = self.get(id).await? else {
+            return Ok(Transition::NotFound);
+        };
+        let src = entry.source.as_str();
+        let audit_json =
+            serde_json::to_string(audit).map_err(|e| StoreError::Invalid(format!("audit: {e}")))?;
+        let mut inv = self.transition.prepare_invoke();
+        inv.key(self.key(src, &format!("e:{id}")))
+            .key(self.status_key(src, Status::Pending))
+            .key(self.status_key(src, Status::Delivered))
+            .key(self.status_key(src, Status::Dead))
+            .key(self.status_key(src, Status::Discarded))
+            .key(self.key(src, "sched"))
+            .key(self.key(src, "done:delivered"))
+            .key(self.key(src, "done:dead"))
+            .key(self.key(src, &format!("audit:{id}")))
+            .arg(action)
+            .arg(id)
+            .arg(at)
+            .arg(now)
+            .arg(audit_json);
+        let mut c = self.conn();
+        let (code, status): (i64, String) = self.timed(inv.invoke_async(&mut c)).await?;
+        Ok(match code {
+            1 => {
+                if action == "replay" {
+                    self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Transition::Done
+            }
+            2 => Transition::Conflict(Status::parse(&status).unwrap_or(Status::Pending)),
+            _ => Transition::NotFound,
+        })
+    }
+
     /// Drop a stream message that no longer stands for pending work.
     async fn discard_message(&self, source: &str, msg: &str) -> Result<(), StoreError> {
         let mut c = self.conn();
@@ -392,28 +470,34 @@ impl RedisStore {
         entry_from_map(id, map).map(Some)
     }
 
-    /// Up to `n` ids of one source, newest first, strictly older than `cursor`.
+    /// Up to `n` ids of one source, newest first, strictly older than `below` and
+    /// not older than `floor`.
     async fn ids_page(
         &self,
         source: &str,
         status: Option<Status>,
-        cursor: Option<&str>,
+        below: Option<&str>,
+        floor: Option<&str>,
         n: usize,
     ) -> Result<Vec<String>, StoreError> {
         let key = match status {
             Some(s) => self.status_key(source, s),
             None => self.key(source, "idx"),
         };
-        let max = match cursor {
+        let max = match below {
             Some(c) => format!("({c}"),
             None => "+".to_string(),
+        };
+        let min = match floor {
+            Some(f) => format!("[{f}"),
+            None => "-".to_string(),
         };
         let mut c = self.conn();
         self.timed(
             redis::cmd("ZREVRANGEBYLEX")
                 .arg(key)
                 .arg(max)
-                .arg("-")
+                .arg(min)
                 .arg("LIMIT")
                 .arg(0)
                 .arg(n)
@@ -458,6 +542,11 @@ fn entry_from_map(id: &str, mut map: HashMap<String, Vec<u8>>) -> Result<Entry, 
         attempts: u32::try_from(int(&map, "attempts")?.unwrap_or(0)).unwrap_or(0),
         next_attempt_at: int(&map, "next_attempt_at")?,
         last_error: non_empty(field_str(&map, "last_error")),
+        budget_start: match int(&map, "budget_start")? {
+            Some(t) => t,
+            None => int(&map, "received_at")?.unwrap_or(0),
+        },
+        budget_attempts: u32::try_from(int(&map, "budget_attempts")?.unwrap_or(0)).unwrap_or(0),
         headers: decode_headers(
             id,
             &field_str(&map, "headers").unwrap_or_else(|| "[]".into()),
@@ -479,6 +568,7 @@ impl Store for RedisStore {
             .key(self.key(&e.source, "work"))
             .key(self.key(&e.source, "idx"))
             .key(self.status_key(&e.source, Status::Pending))
+            .key(self.key(&e.source, "stats"))
             .arg(&e.id)
             .arg(ttl_ms)
             .arg(&e.source)
@@ -518,33 +608,63 @@ impl Store for RedisStore {
             Some(s) => vec![s.clone()],
             None => self.sources().await?,
         };
-        // Merge the newest `limit + 1` ids of every source.
-        let mut ids: Vec<(String, String)> = Vec::new();
-        for s in &sources {
-            for id in self
-                .ids_page(s, q.status, q.cursor.as_deref(), limit + 1)
-                .await?
-            {
-                ids.push((id, s.clone()));
+        let until = q.until.map(super::id_floor);
+        let floor = q.since.map(super::id_floor);
+        // The scan position: ids strictly below it are still to be looked at.
+        let mut below: Option<String> = match (&q.cursor, &until) {
+            (Some(c), Some(u)) => Some(c.min(u).clone()),
+            (Some(c), None) => Some(c.clone()),
+            (None, Some(u)) => Some(u.clone()),
+            (None, None) => None,
+        };
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut exhausted = false;
+        // Filters that the indexes do not cover (event type) may need several rounds;
+        // a bounded number of them, then the cursor says where to go on.
+        for _ in 0..20 {
+            let need = limit + 1 - entries.len();
+            let mut ids: Vec<(String, String)> = Vec::new();
+            for s in &sources {
+                for id in self
+                    .ids_page(s, q.status, below.as_deref(), floor.as_deref(), need)
+                    .await?
+                {
+                    ids.push((id, s.clone()));
+                }
+            }
+            ids.sort_by(|a, b| b.0.cmp(&a.0));
+            if ids.len() <= need {
+                exhausted = true;
+            }
+            ids.truncate(need);
+            for (id, source) in &ids {
+                // An id whose hash is gone (purged between the two reads) is skipped.
+                if let Some(e) = self.load(source, id).await?
+                    && q.event_type
+                        .as_ref()
+                        .is_none_or(|t| e.event_type.as_ref() == Some(t))
+                {
+                    entries.push(e);
+                }
+            }
+            if let Some((last, _)) = ids.last() {
+                below = Some(last.clone());
+            }
+            if exhausted || entries.len() > limit {
+                break;
             }
         }
-        ids.sort_by(|a, b| b.0.cmp(&a.0));
-        let more = ids.len() > limit;
-        ids.truncate(limit);
-        let mut entries = Vec::with_capacity(ids.len());
-        for (id, source) in &ids {
-            // An id whose hash is gone (purged between the two reads) is skipped.
-            if let Some(e) = self.load(source, id).await? {
-                entries.push(e);
-            }
-        }
+        let next_cursor = if entries.len() > limit {
+            entries.truncate(limit);
+            entries.last().map(|e| e.id.clone())
+        } else if exhausted {
+            None
+        } else {
+            below
+        };
         Ok(Page {
-            next_cursor: if more {
-                ids.last().map(|(id, _)| id.clone())
-            } else {
-                None
-            },
             entries,
+            next_cursor,
         })
     }
 
@@ -757,6 +877,90 @@ impl Store for RedisStore {
             self.ensure_group(s).await?;
         }
         Ok(())
+    }
+
+    async fn replay(
+        &self,
+        id: &str,
+        at: i64,
+        actor: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError> {
+        let audit = AuditEvent {
+            at: now,
+            action: "replay".into(),
+            actor: actor.to_string(),
+            note: None,
+        };
+        self.transition(id, "replay", at, now, &audit).await
+    }
+
+    async fn discard(
+        &self,
+        id: &str,
+        actor: &str,
+        note: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError> {
+        let audit = AuditEvent {
+            at: now,
+            action: "discard".into(),
+            actor: actor.to_string(),
+            note: Some(note.to_string()),
+        };
+        self.transition(id, "discard", now, now, &audit).await
+    }
+
+    async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
+        let Some(entry) = self.get(id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut c = self.conn();
+        let raw: Vec<String> = self
+            .timed(c.lrange(self.key(&entry.source, &format!("audit:{id}")), 0, -1))
+            .await?;
+        Ok(raw
+            .iter()
+            .filter_map(|r| serde_json::from_str(r).ok())
+            .collect())
+    }
+
+    async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError> {
+        let mut c = self.conn();
+        self.timed(c.hincr::<_, _, _, ()>(self.key(source, "stats"), "unverified", n))
+            .await
+    }
+
+    async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
+        let mut c = self.conn();
+        let counters: HashMap<String, u64> =
+            self.timed(c.hgetall(self.key(source, "stats"))).await?;
+        let mut st = SourceStats {
+            received: counters.get("received").copied().unwrap_or(0),
+            duplicates: counters.get("duplicates").copied().unwrap_or(0),
+            unverified: counters.get("unverified").copied().unwrap_or(0),
+            ..Default::default()
+        };
+        st.pending = self.count_status(source, Status::Pending).await?;
+        st.delivered = self.count_status(source, Status::Delivered).await?;
+        st.dead = self.count_status(source, Status::Dead).await?;
+        st.discarded = self.count_status(source, Status::Discarded).await?;
+        let oldest: Vec<String> = self
+            .timed(
+                redis::cmd("ZRANGEBYLEX")
+                    .arg(self.status_key(source, Status::Pending))
+                    .arg("-")
+                    .arg("+")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(1)
+                    .query_async(&mut c),
+            )
+            .await?;
+        if let Some(id) = oldest.first() {
+            st.oldest_pending_at = self.load(source, id).await?.map(|e| e.received_at);
+        }
+        Ok(st)
     }
 
     async fn recover(&self) -> Result<(), StoreError> {

@@ -25,8 +25,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
-    Accepted, Attempt, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page, Purged,
-    Status, Store, StoreError, decode_headers, encode_headers, now_ms,
+    Accepted, Attempt, AuditEvent, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page,
+    Purged, SourceStats, Status, Store, StoreError, Transition, decode_headers, encode_headers,
+    now_ms,
 };
 use crate::config::EmbeddedConfig;
 
@@ -48,6 +49,8 @@ CREATE TABLE entries (
     lease_owner     TEXT,
     lease_until     INTEGER,
     last_error      TEXT,
+    budget_start    INTEGER NOT NULL,
+    budget_attempts INTEGER NOT NULL DEFAULT 0,
     updated_at      INTEGER NOT NULL,
     headers         TEXT NOT NULL,
     body            BLOB NOT NULL
@@ -85,6 +88,12 @@ CREATE INDEX audit_entry ON audit(entry_id, at);
 CREATE TABLE sources (
     name   TEXT PRIMARY KEY,
     paused INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE TABLE stats (
+    source     TEXT PRIMARY KEY,
+    received   INTEGER NOT NULL DEFAULT 0,
+    duplicates INTEGER NOT NULL DEFAULT 0,
+    unverified INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 "#];
 
@@ -309,8 +318,10 @@ fn apply_accept(conn: &Connection, e: &NewEntry, now: i64) -> Result<Accepted, S
         .query_row(params![e.source, e.dedupe_key, now], |r| r.get(0))
         .optional()?;
     if let Some(id) = existing {
+        bump_stat(conn, &e.source, "duplicates")?;
         return Ok(Accepted::Duplicate(id));
     }
+    bump_stat(conn, &e.source, "received")?;
     let ttl_ms = i64::try_from(e.dedupe_ttl.as_millis()).unwrap_or(i64::MAX / 2);
     conn.prepare_cached(
         "INSERT INTO dedupe (source, dkey, entry_id, expires_at) VALUES (?1, ?2, ?3, ?4)
@@ -325,8 +336,9 @@ fn apply_accept(conn: &Connection, e: &NewEntry, now: i64) -> Result<Accepted, S
     ])?;
     conn.prepare_cached(
         "INSERT INTO entries (id, source, event_id, event_type, dedupe_key, received_at,
-                              status, attempts, next_attempt_at, updated_at, headers, body)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?6, ?7, ?8, ?9)",
+                              status, attempts, next_attempt_at, budget_start, updated_at,
+                              headers, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?6, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         e.id,
@@ -343,7 +355,18 @@ fn apply_accept(conn: &Connection, e: &NewEntry, now: i64) -> Result<Accepted, S
 }
 
 const ENTRY_COLUMNS: &str = "id, source, event_id, event_type, dedupe_key, received_at, status, \
-                             attempts, next_attempt_at, last_error, headers, body";
+                             attempts, next_attempt_at, last_error, headers, body, \
+                             budget_start, budget_attempts";
+
+/// Add one to a per-source counter.
+fn bump_stat(conn: &Connection, source: &str, column: &'static str) -> Result<(), StoreError> {
+    conn.prepare_cached(&format!(
+        "INSERT INTO stats (source, {column}) VALUES (?1, 1)
+         ON CONFLICT(source) DO UPDATE SET {column} = {column} + 1"
+    ))?
+    .execute(params![source])?;
+    Ok(())
+}
 
 fn row_to_entry(r: &rusqlite::Row<'_>) -> Result<Entry, StoreError> {
     let id: String = r.get(0)?;
@@ -364,6 +387,8 @@ fn row_to_entry(r: &rusqlite::Row<'_>) -> Result<Entry, StoreError> {
         attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
         next_attempt_at: r.get(8)?,
         last_error: r.get(9)?,
+        budget_start: r.get(12)?,
+        budget_attempts: u32::try_from(r.get::<_, i64>(13)?).unwrap_or(0),
         headers: decode_headers(&id, &headers)?,
         body: Bytes::from(body),
         id,
@@ -471,6 +496,18 @@ impl Store for SqliteStore {
             if let Some(st) = q.status {
                 args.push(st.as_str().to_string().into());
                 sql.push_str(&format!(" AND status = ?{}", args.len()));
+            }
+            if let Some(t) = &q.event_type {
+                args.push(t.clone().into());
+                sql.push_str(&format!(" AND event_type = ?{}", args.len()));
+            }
+            if let Some(since) = q.since {
+                args.push(super::id_floor(since).into());
+                sql.push_str(&format!(" AND id >= ?{}", args.len()));
+            }
+            if let Some(until) = q.until {
+                args.push(super::id_floor(until).into());
+                sql.push_str(&format!(" AND id < ?{}", args.len()));
             }
             if let Some(c) = &q.cursor {
                 args.push(c.clone().into());
@@ -670,6 +707,162 @@ impl Store for SqliteStore {
 
     async fn maintain(&self, _sources: &[String]) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn replay(
+        &self,
+        id: &str,
+        at: i64,
+        actor: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError> {
+        let id = id.to_string();
+        let actor = actor.to_string();
+        self.write(true, move |conn, _| {
+            let status: Option<String> = conn
+                .prepare_cached("SELECT status FROM entries WHERE id = ?1")?
+                .query_row(params![id], |r| r.get(0))
+                .optional()?;
+            let Some(status) = status.as_deref().and_then(Status::parse) else {
+                return Ok(Transition::NotFound);
+            };
+            if status == Status::Pending {
+                return Ok(Transition::Conflict(status));
+            }
+            conn.prepare_cached(
+                "UPDATE entries SET status = 'pending', next_attempt_at = ?2,
+                     budget_start = ?3, budget_attempts = attempts,
+                     lease_owner = NULL, lease_until = NULL, updated_at = ?3
+                 WHERE id = ?1",
+            )?
+            .execute(params![id, at, now])?;
+            conn.prepare_cached(
+                "INSERT INTO audit (entry_id, at, action, actor, note) VALUES (?1, ?2, 'replay', ?3, NULL)",
+            )?
+            .execute(params![id, now, actor])?;
+            Ok(Transition::Done)
+        })
+        .await
+    }
+
+    async fn discard(
+        &self,
+        id: &str,
+        actor: &str,
+        note: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError> {
+        let id = id.to_string();
+        let actor = actor.to_string();
+        let note = note.to_string();
+        self.write(false, move |conn, _| {
+            let status: Option<String> = conn
+                .prepare_cached("SELECT status FROM entries WHERE id = ?1")?
+                .query_row(params![id], |r| r.get(0))
+                .optional()?;
+            let Some(status) = status.as_deref().and_then(Status::parse) else {
+                return Ok(Transition::NotFound);
+            };
+            if !matches!(status, Status::Pending | Status::Dead) {
+                return Ok(Transition::Conflict(status));
+            }
+            conn.prepare_cached(
+                "UPDATE entries SET status = 'discarded', next_attempt_at = NULL,
+                     lease_owner = NULL, lease_until = NULL, updated_at = ?2
+                 WHERE id = ?1",
+            )?
+            .execute(params![id, now])?;
+            conn.prepare_cached(
+                "INSERT INTO audit (entry_id, at, action, actor, note) VALUES (?1, ?2, 'discard', ?3, ?4)",
+            )?
+            .execute(params![id, now, actor, note])?;
+            Ok(Transition::Done)
+        })
+        .await
+    }
+
+    async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT at, action, actor, note FROM audit WHERE entry_id = ?1 ORDER BY at, rowid",
+            )?;
+            let rows = stmt
+                .query_map(params![id], |r| {
+                    Ok(AuditEvent {
+                        at: r.get(0)?,
+                        action: r.get(1)?,
+                        actor: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                        note: r.get(3)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError> {
+        let source = source.to_string();
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.write(false, move |conn, _| {
+            conn.prepare_cached(
+                "INSERT INTO stats (source, unverified) VALUES (?1, ?2)
+                 ON CONFLICT(source) DO UPDATE SET unverified = unverified + ?2",
+            )?
+            .execute(params![source, n])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| {
+            let mut st = SourceStats::default();
+            if let Some((r, d, u)) = conn
+                .prepare_cached(
+                    "SELECT received, duplicates, unverified FROM stats WHERE source = ?1",
+                )?
+                .query_row(params![source], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .optional()?
+            {
+                st.received = u64::try_from(r).unwrap_or(0);
+                st.duplicates = u64::try_from(d).unwrap_or(0);
+                st.unverified = u64::try_from(u).unwrap_or(0);
+            }
+            let mut stmt = conn.prepare_cached(
+                "SELECT status, count(*) FROM entries WHERE source = ?1 GROUP BY status",
+            )?;
+            let counts = stmt
+                .query_map(params![source], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            for (status, n) in counts {
+                let n = u64::try_from(n).unwrap_or(0);
+                match Status::parse(&status) {
+                    Some(Status::Pending) => st.pending = n,
+                    Some(Status::Delivered) => st.delivered = n,
+                    Some(Status::Dead) => st.dead = n,
+                    Some(Status::Discarded) => st.discarded = n,
+                    None => {}
+                }
+            }
+            st.oldest_pending_at = conn
+                .prepare_cached(
+                    "SELECT min(received_at) FROM entries WHERE source = ?1 AND status = 'pending'",
+                )?
+                .query_row(params![source], |r| r.get(0))?;
+            Ok(st)
+        })
+        .await
     }
 
     async fn recover(&self) -> Result<(), StoreError> {

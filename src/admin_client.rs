@@ -1,0 +1,526 @@
+//! The CLI's side of the admin API: `hookgate entries|dlq|sources|stats`.
+//!
+//! Talks HTTP to a running gateway (the admin URL and token come from flags or
+//! `HOOKGATE_ADMIN_URL` / `HOOKGATE_ADMIN_TOKEN`), prints readable tables by default
+//! and the API's JSON with `--json`. Errors say what to check: an unreachable gateway
+//! and a refused token are told apart.
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+use serde::de::DeserializeOwned;
+
+use crate::admin::{
+    EntryDetail, EntryList, EntrySummary, ReplayFilter, ReplayResult, SourceState, Stats,
+    TransitionResult,
+};
+
+#[derive(Debug, Clone, Args)]
+pub struct ApiArgs {
+    /// The admin API of a running gateway.
+    #[arg(
+        long,
+        env = "HOOKGATE_ADMIN_URL",
+        default_value = "http://127.0.0.1:8081",
+        global = true
+    )]
+    pub admin_url: String,
+    /// The admin bearer token.
+    #[arg(
+        long,
+        env = "HOOKGATE_ADMIN_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    pub token: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FilterArgs {
+    #[arg(long)]
+    pub source: Option<String>,
+    #[arg(long)]
+    pub event_type: Option<String>,
+    /// Received at or after (RFC 3339 or unix seconds).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Received before (RFC 3339 or unix seconds).
+    #[arg(long)]
+    pub until: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// pending, delivered, dead or discarded.
+    #[arg(long)]
+    pub status: Option<String>,
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Continue from a previous page's next cursor.
+    #[arg(long)]
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EntriesCmd {
+    /// List entries, newest first.
+    List(ListArgs),
+    /// Show one entry: headers (secrets redacted), body, attempts, audit trail.
+    Show { id: String },
+    /// Deliver an entry again (same webhook-id, fresh retry budget).
+    Replay { id: String },
+    /// Discard a pending or dead entry; it is never delivered.
+    Discard {
+        id: String,
+        /// Why (required; kept in the audit trail).
+        #[arg(long)]
+        note: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqCmd {
+    /// List dead entries.
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Replay every dead entry matching the filter (spread at admin.replay_rate).
+    Replay {
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SourcesCmd {
+    /// List sources and whether their delivery is paused.
+    List,
+    /// Pause delivery of a source (ingest continues).
+    Pause { name: String },
+    /// Resume delivery of a source.
+    Resume { name: String },
+}
+
+struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    fn new(api: &ApiArgs) -> anyhow::Result<Client> {
+        crate::forward::install_tls_provider();
+        Ok(Client {
+            base: api.admin_url.trim_end_matches('/').to_string(),
+            token: api.token.clone().filter(|t| !t.is_empty()),
+            http: reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(60))
+                .build()
+                .context("cannot build the HTTP client")?,
+        })
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<serde_json::Value>,
+    ) -> anyhow::Result<(T, serde_json::Value)> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.http.request(method, &url).query(query);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Ok(user) = std::env::var("USER") {
+            req = req.header("x-hookgate-actor", user);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot reach the admin API at {}: {} (is `hookgate serve` running? is --admin-url right?)",
+                self.base,
+                root(&e)
+            )
+        })?;
+        let status = resp.status();
+        let text = resp
+            .text()
+            .await
+            .with_context(|| format!("reading the answer of {url}"))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            bail!(
+                "the admin API refused the token (401): set --token or HOOKGATE_ADMIN_TOKEN to the gateway's admin token"
+            );
+        }
+        if !status.is_success() {
+            let msg = json
+                .get("error")
+                .and_then(|e| e.as_str())
+                .unwrap_or(text.as_str());
+            bail!(
+                "{} {}: {msg}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("")
+            );
+        }
+        let typed = serde_json::from_value(json.clone())
+            .with_context(|| format!("unexpected answer from {url}"))?;
+        Ok((typed, json))
+    }
+}
+
+fn root(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(n) = cur.source() {
+        cur = n;
+    }
+    cur.to_string()
+}
+
+fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
+    let mut q = Vec::new();
+    for (k, v) in [
+        ("source", &f.source),
+        ("event_type", &f.event_type),
+        ("since", &f.since),
+        ("until", &f.until),
+    ] {
+        if let Some(v) = v {
+            q.push((k, v.clone()));
+        }
+    }
+    q
+}
+
+/// Print rows as aligned columns.
+fn table(header: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        println!("{}", parts.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_uppercase()).collect());
+    for r in rows {
+        line(r);
+    }
+}
+
+fn dash(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "-".into())
+}
+
+fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn print_entries(list: &EntryList) {
+    table(
+        &[
+            "id",
+            "source",
+            "status",
+            "attempts",
+            "received",
+            "event type",
+            "last error",
+        ],
+        list.entries
+            .iter()
+            .map(|e: &EntrySummary| {
+                vec![
+                    e.id.clone(),
+                    e.source.clone(),
+                    e.status.as_str().to_string(),
+                    e.attempts.to_string(),
+                    e.received_at.clone(),
+                    dash(&e.event_type),
+                    dash(&e.last_error),
+                ]
+            })
+            .collect(),
+    );
+    if let Some(c) = &list.next_cursor {
+        println!("(more: --cursor {c})");
+    }
+}
+
+async fn list(
+    api: &ApiArgs,
+    status: Option<String>,
+    a: &FilterArgs,
+    limit: usize,
+    cursor: Option<String>,
+) -> anyhow::Result<()> {
+    let c = Client::new(api)?;
+    let mut q = filter_query(a);
+    if let Some(s) = status {
+        q.push(("status", s));
+    }
+    q.push(("limit", limit.to_string()));
+    if let Some(cur) = cursor {
+        q.push(("cursor", cur));
+    }
+    let (list, raw): (EntryList, _) = c
+        .call(reqwest::Method::GET, "/admin/entries", &q, None)
+        .await?;
+    if api.json {
+        return print_json(&raw);
+    }
+    print_entries(&list);
+    Ok(())
+}
+
+pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
+    let c = Client::new(api)?;
+    match cmd {
+        EntriesCmd::List(a) => list(api, a.status, &a.filter, a.limit, a.cursor).await,
+        EntriesCmd::Show { id } => {
+            let (e, raw): (EntryDetail, _) = c
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/admin/entries/{id}"),
+                    &[],
+                    None,
+                )
+                .await?;
+            if api.json {
+                return print_json(&raw);
+            }
+            let s = &e.summary;
+            println!("id:           {}", s.id);
+            println!("source:       {}", s.source);
+            println!(
+                "event:        {} ({})",
+                dash(&s.event_id),
+                dash(&s.event_type)
+            );
+            println!("received:     {}", s.received_at);
+            println!("status:       {}", s.status.as_str());
+            println!("attempts:     {}", s.attempts);
+            println!("next attempt: {}", dash(&s.next_attempt_at));
+            println!("last error:   {}", dash(&s.last_error));
+            println!("\nheaders:");
+            for h in &e.headers {
+                println!("  {}: {}", h.name, h.value);
+            }
+            println!("\nbody ({}):\n{}", e.body_encoding, e.body);
+            println!("\nattempts:");
+            table(
+                &["n", "at", "status", "error", "latency ms"],
+                e.attempt_log
+                    .iter()
+                    .map(|a| {
+                        vec![
+                            a.n.to_string(),
+                            a.at.clone(),
+                            a.status_code
+                                .map(|c| c.to_string())
+                                .unwrap_or_else(|| "-".into()),
+                            dash(&a.error),
+                            a.latency_ms.to_string(),
+                        ]
+                    })
+                    .collect(),
+            );
+            println!("\naudit:");
+            table(
+                &["at", "action", "actor", "note"],
+                e.audit
+                    .iter()
+                    .map(|a| {
+                        vec![
+                            a.at.clone(),
+                            a.action.clone(),
+                            a.actor.clone(),
+                            dash(&a.note),
+                        ]
+                    })
+                    .collect(),
+            );
+            Ok(())
+        }
+        EntriesCmd::Replay { id } => {
+            let (r, raw): (TransitionResult, _) = c
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/admin/entries/{id}/replay"),
+                    &[],
+                    None,
+                )
+                .await?;
+            if api.json {
+                return print_json(&raw);
+            }
+            println!("replay queued: {} is {}", r.id, r.status.as_str());
+            Ok(())
+        }
+        EntriesCmd::Discard { id, note } => {
+            let (r, raw): (TransitionResult, _) = c
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/admin/entries/{id}/discard"),
+                    &[],
+                    Some(serde_json::json!({ "note": note })),
+                )
+                .await?;
+            if api.json {
+                return print_json(&raw);
+            }
+            println!("{} is {}", r.id, r.status.as_str());
+            Ok(())
+        }
+    }
+}
+
+pub async fn dlq(api: &ApiArgs, cmd: DlqCmd) -> anyhow::Result<()> {
+    match cmd {
+        DlqCmd::List {
+            filter,
+            limit,
+            cursor,
+        } => list(api, Some("dead".into()), &filter, limit, cursor).await,
+        DlqCmd::Replay { filter } => {
+            let c = Client::new(api)?;
+            let body = ReplayFilter {
+                source: filter.source,
+                status: Some("dead".into()),
+                event_type: filter.event_type,
+                since: filter.since,
+                until: filter.until,
+            };
+            let (r, raw): (ReplayResult, _) = c
+                .call(
+                    reqwest::Method::POST,
+                    "/admin/replay",
+                    &[],
+                    Some(serde_json::to_value(body)?),
+                )
+                .await?;
+            if api.json {
+                return print_json(&raw);
+            }
+            println!(
+                "{} dead entries queued for replay{}",
+                r.queued,
+                r.last_due_at
+                    .map(|t| format!("; the last goes out at {t}"))
+                    .unwrap_or_default()
+            );
+            Ok(())
+        }
+    }
+}
+
+pub async fn sources(api: &ApiArgs, cmd: SourcesCmd) -> anyhow::Result<()> {
+    let c = Client::new(api)?;
+    let (path, method) = match &cmd {
+        SourcesCmd::List => ("/admin/sources".to_string(), reqwest::Method::GET),
+        SourcesCmd::Pause { name } => (
+            format!("/admin/sources/{name}/pause"),
+            reqwest::Method::POST,
+        ),
+        SourcesCmd::Resume { name } => (
+            format!("/admin/sources/{name}/resume"),
+            reqwest::Method::POST,
+        ),
+    };
+    if let SourcesCmd::List = cmd {
+        let (list, raw): (Vec<SourceState>, _) = c.call(method, &path, &[], None).await?;
+        if api.json {
+            return print_json(&raw);
+        }
+        table(
+            &["source", "delivery"],
+            list.iter()
+                .map(|s| {
+                    vec![
+                        s.source.clone(),
+                        if s.paused { "paused" } else { "active" }.into(),
+                    ]
+                })
+                .collect(),
+        );
+        return Ok(());
+    }
+    let (s, raw): (SourceState, _) = c.call(method, &path, &[], None).await?;
+    if api.json {
+        return print_json(&raw);
+    }
+    println!(
+        "{}: delivery {}",
+        s.source,
+        if s.paused { "paused" } else { "resumed" }
+    );
+    Ok(())
+}
+
+pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
+    let c = Client::new(api)?;
+    let (st, raw): (Stats, _) = c
+        .call(reqwest::Method::GET, "/admin/stats", &[], None)
+        .await?;
+    if api.json {
+        return print_json(&raw);
+    }
+    table(
+        &[
+            "source",
+            "delivery",
+            "received",
+            "dupes",
+            "unverified",
+            "pending",
+            "delivered",
+            "dead",
+            "discarded",
+            "oldest pending",
+        ],
+        st.sources
+            .iter()
+            .map(|s| {
+                vec![
+                    s.source.clone(),
+                    if s.paused { "paused" } else { "active" }.into(),
+                    s.received.to_string(),
+                    s.duplicates.to_string(),
+                    s.unverified.to_string(),
+                    s.pending.to_string(),
+                    s.delivered.to_string(),
+                    s.dead.to_string(),
+                    s.discarded.to_string(),
+                    s.oldest_pending_age_seconds
+                        .map(|a| {
+                            humantime::format_duration(std::time::Duration::from_secs(a))
+                                .to_string()
+                        })
+                        .unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
