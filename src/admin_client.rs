@@ -118,7 +118,7 @@ struct Client {
 
 impl Client {
     fn new(api: &ApiArgs) -> anyhow::Result<Client> {
-        crate::forward::install_tls_provider();
+        crate::tls::install_provider();
         Ok(Client {
             base: api.admin_url.trim_end_matches('/').to_string(),
             token: api.token.clone().filter(|t| !t.is_empty()),

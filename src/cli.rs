@@ -183,7 +183,7 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
             s.name,
             s.provider,
             s.secrets.len(),
-            s.destination,
+            redact_url(&s.destination),
             humantime::format_duration(s.dedupe_ttl),
             s.retry.max_attempts,
             humantime::format_duration(s.retry.max_age),
@@ -193,11 +193,16 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Hide a password in a redis URL.
+/// Hide credentials in a URL: the userinfo, and the query string (tokens often ride
+/// there).
 fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let url = match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://[redacted]@{}", &url[..s], &url[at + 1..]),
         _ => url.to_string(),
+    };
+    match url.split_once('?') {
+        Some((base, _)) => format!("{base}?[redacted]"),
+        None => url,
     }
 }
 

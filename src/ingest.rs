@@ -157,6 +157,13 @@ async fn ingest(
 ) -> Response {
     let started = Instant::now();
     let outcome = handle(&st, &source_name, req).await;
+    // The name comes from the URL: only configured names are logged verbatim.
+    let source_name = if st.sources.contains_key(&source_name) {
+        source_name
+    } else {
+        let escaped: String = source_name.escape_debug().take(64).collect();
+        format!("unknown:{escaped}")
+    };
     let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     match outcome {
         Ok((resp, Some(accepted), event_id)) => {
@@ -241,7 +248,12 @@ async fn handle(
             None => {
                 let event_id = verified.event_id();
                 let dedupe_key = match &event_id {
-                    Some(id) => format!("id:{id}"),
+                    Some(id) if source.verifier.spec.event_id_is_signed() => format!("id:{id}"),
+                    // The id is not signed (GitHub's X-GitHub-Delivery, Shopify's
+                    // X-Shopify-Event-Id): bind it to the signed body, so a captured
+                    // request replayed under someone else's id cannot pre-empt that id.
+                    // A genuine redelivery has the same id and the same body.
+                    Some(id) => format!("id:{id}:body-sha256:{}", verify::body_digest(&body)),
                     None => format!("body-sha256:{}", verify::body_digest(&body)),
                 };
                 Decision::Store(Box::new(NewEntry {

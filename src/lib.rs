@@ -38,3 +38,4 @@ pub mod serve;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+pub mod tls;

@@ -98,7 +98,10 @@ impl Breaker {
                     false
                 }
             }
-            (State::HalfOpen { cooldown_ms }, false) | (State::Open { cooldown_ms, .. }, false) => {
+            // Late reports of attempts that started before the breaker opened do not
+            // stretch the cooldown; only a failed probe does.
+            (State::Open { .. }, false) => false,
+            (State::HalfOpen { cooldown_ms }, false) => {
                 let next = cooldown_ms
                     .saturating_mul(2)
                     .min(self.cooldown_ms.saturating_mul(10));
@@ -155,6 +158,17 @@ mod tests {
         b.record(true, 33_000);
         assert_eq!(b.state(), "closed");
         assert_eq!(b.gate(33_000), Gate::Allow);
+    }
+
+    #[test]
+    fn late_failures_while_open_do_not_stretch_the_cooldown() {
+        let b = Breaker::new(2, Duration::from_secs(30));
+        b.record(false, 0);
+        b.record(false, 0);
+        for _ in 0..14 {
+            b.record(false, 10);
+        }
+        assert_eq!(b.gate(10), Gate::Deny(30_000));
     }
 
     #[test]

@@ -62,22 +62,13 @@ pub struct Route {
 /// Build the HTTP client of a route: no redirects (a 3xx is a final answer), the
 /// connect timeout, and keep-alive.
 pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
-    install_tls_provider();
+    crate::tls::install_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(connect_timeout)
         .pool_idle_timeout(Duration::from_secs(60))
         .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
         .build()
-}
-
-/// HTTPS destinations use rustls with the ring provider, installed once per process.
-pub fn install_tls_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // An error means a provider is already installed, which is just as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 /// The key of a destination's breaker: scheme, host and port.
@@ -317,6 +308,8 @@ async fn source_loop(
             }
         };
         let free = permits.available_permits() + 1;
+        // The lease runs from now: read the clock after waiting for the permit.
+        let now = (shared.clock)();
         let claims = match shared
             .store
             .claim(&route.source, &shared.worker, now, limit.min(free), lease)
@@ -347,13 +340,27 @@ async fn source_loop(
             continue;
         }
         let mut first = Some(first);
-        for claim in claims {
+        let mut claims = claims.into_iter();
+        while let Some(claim) = claims.next() {
             let permit = match first.take() {
                 Some(p) => p,
-                None => match permits.clone().acquire_owned().await {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
+                None => {
+                    let p = tokio::select! {
+                        _ = shutdown.cancelled() => None,
+                        p = permits.clone().acquire_owned() => p.ok(),
+                    };
+                    match p {
+                        Some(p) => p,
+                        None => {
+                            // Shutting down: give back what was claimed but not sent.
+                            let at = (shared.clock)();
+                            for c in std::iter::once(claim).chain(claims.by_ref()) {
+                                complete(&shared, &c, Completion::Release { at }).await;
+                            }
+                            return;
+                        }
+                    }
+                }
             };
             let shared = shared.clone();
             let route = route.clone();
@@ -390,14 +397,13 @@ async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcom
                 .get(http::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| retry::parse_retry_after(v, now_ms));
-            // Read (a bounded part of) the body so the connection can be reused.
+            // Read (a bounded part of) the body so the connection can be reused. The
+            // status is the answer: a body that fails to arrive does not change it.
             let mut read = 0usize;
             while read < 64 * 1024 {
                 match resp.chunk().await {
                     Ok(Some(c)) => read += c.len(),
-                    Ok(None) => break,
-                    Err(e) if e.is_timeout() => return Outcome::Timeout,
-                    Err(_) => break,
+                    Ok(None) | Err(_) => break,
                 }
             }
             Outcome::Status { code, retry_after }

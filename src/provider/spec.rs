@@ -281,6 +281,17 @@ impl Spec {
         compile(raw)
     }
 
+    /// Whether the event id is covered by the signature (it comes from the signed
+    /// body, or from a header that the signed content includes). An unsigned id could
+    /// be set freely by anyone replaying a captured request.
+    pub fn event_id_is_signed(&self) -> bool {
+        match &self.event_id {
+            None => false,
+            Some(ValueSource::Json(_)) => self.content.contains(&Segment::Body),
+            Some(src) => self.content.contains(&Segment::Value(src.clone())),
+        }
+    }
+
     /// Whether the signed content needs a timestamp.
     pub fn signs_timestamp(&self) -> bool {
         self.content.contains(&Segment::Timestamp)

@@ -235,8 +235,11 @@ pub struct Attempt {
 #[derive(Debug, Clone)]
 pub struct Claim {
     pub entry: Entry,
-    /// Backend-specific handle of the lease (the stream message id on Redis).
+    /// This claim's lease token: unique per claim, so a completion by a worker whose
+    /// lease expired (and was taken by another claim) changes nothing.
     pub token: String,
+    /// The work-stream message behind the claim (Redis); empty on the embedded store.
+    pub message: String,
 }
 
 /// What a worker did with a claimed entry.

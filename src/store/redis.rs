@@ -79,32 +79,57 @@ redis.call('HSET', KEYS[2],
   'received_at', ARGV[7], 'status', 'pending', 'attempts', 0, 'next_attempt_at', ARGV[7],
   'budget_start', ARGV[7], 'budget_attempts', 0, 'headers', ARGV[8], 'body', ARGV[9])
 redis.call('HINCRBY', KEYS[6], 'received', 1)
-redis.call('XADD', KEYS[3], '*', 'id', ARGV[1])
+local mid = redis.call('XADD', KEYS[3], '*', 'id', ARGV[1])
+redis.call('HSET', KEYS[2], 'msg', mid)
 redis.call('ZADD', KEYS[4], 0, ARGV[1])
 redis.call('ZADD', KEYS[5], 0, ARGV[1])
 return {0, ARGV[1]}
 "#;
 
+/// KEYS: sched, work. ARGV: now, limit, key base (`hg:{src}:`). The entry keys are
+/// derived from the base and share the source's hash tag.
 const PROMOTE: &str = r#"
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
-  redis.call('XADD', KEYS[2], '*', 'id', id)
+  local ek = ARGV[3] .. 'e:' .. id
+  if redis.call('HGET', ek, 'status') == 'pending' then
+    local mid = redis.call('XADD', KEYS[2], '*', 'id', id)
+    redis.call('HSET', ek, 'msg', mid)
+  end
 end
 return #ids
 "#;
 
+/// Take the lease of a claimed stream message. KEYS: entry. ARGV: message id, token.
+/// Returns the entry, or nil when the message no longer stands for pending work
+/// (the entry ended, was purged, or a newer message replaced this one).
+const LEASE: &str = r#"
+local st = redis.call('HMGET', KEYS[1], 'status', 'msg')
+if st[1] ~= 'pending' then return false end
+if st[2] and st[2] ~= '' and st[2] ~= ARGV[1] then return false end
+redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+return redis.call('HGETALL', KEYS[1])
+"#;
+
 /// KEYS: entry, work, sched, attempts, st:pending, st:<new>, done zset, dlq.
 /// ARGV: msg id, group, new status, next_at, attempt JSON, last_error, now, entry id,
-/// reason, consumer.
+/// reason, lease token.
+/// Only the holder of the current lease completes; anything else returns 0 and
+/// changes nothing (so a retried call after a lost reply is harmless).
 const COMPLETE: &str = r#"
-if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[5]) end
-local mine = redis.call('XPENDING', KEYS[2], ARGV[2], ARGV[1], ARGV[1], 1, ARGV[10])
-if #mine == 0 then return 0 end
+local st = redis.call('HMGET', KEYS[1], 'status', 'lease')
+if st[1] ~= 'pending' or st[2] ~= ARGV[10] then
+  redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+  return 0
+end
 redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
 redis.call('XDEL', KEYS[2], ARGV[1])
-if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 0 end
-if ARGV[5] ~= '' then redis.call('HINCRBY', KEYS[1], 'attempts', 1) end
+redis.call('HSET', KEYS[1], 'lease', '', 'msg', '')
+if ARGV[5] ~= '' then
+  redis.call('RPUSH', KEYS[4], ARGV[5])
+  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+end
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_error', ARGV[6]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'next_attempt_at', ARGV[4], 'updated_at', ARGV[7])
 if ARGV[3] == 'pending' then
@@ -148,13 +173,15 @@ redis.call('ZREM', st[status], ARGV[2])
 if action == 'replay' then
   local attempts = redis.call('HGET', KEYS[1], 'attempts') or '0'
   redis.call('HSET', KEYS[1], 'status', 'pending', 'next_attempt_at', ARGV[3],
-    'budget_start', ARGV[4], 'budget_attempts', attempts, 'updated_at', ARGV[4])
+    'budget_start', ARGV[4], 'budget_attempts', attempts, 'updated_at', ARGV[4],
+    'lease', '', 'msg', '')
   redis.call('ZADD', KEYS[2], 0, ARGV[2])
   redis.call('ZREM', KEYS[7], ARGV[2])
   redis.call('ZREM', KEYS[8], ARGV[2])
   redis.call('ZADD', KEYS[6], ARGV[3], ARGV[2])
 else
-  redis.call('HSET', KEYS[1], 'status', 'discarded', 'next_attempt_at', '', 'updated_at', ARGV[4])
+  redis.call('HSET', KEYS[1], 'status', 'discarded', 'next_attempt_at', '', 'updated_at', ARGV[4],
+    'lease', '', 'msg', '')
   redis.call('ZADD', KEYS[5], 0, ARGV[2])
   redis.call('ZREM', KEYS[6], ARGV[2])
   redis.call('ZADD', KEYS[8], ARGV[4], ARGV[2])
@@ -176,6 +203,7 @@ pub struct RedisStore {
     /// Sources already recorded in `<prefix>:sources` by this process.
     known_sources: Mutex<BTreeSet<String>>,
     promote: redis::Script,
+    lease: redis::Script,
     complete: redis::Script,
     purge: redis::Script,
     transition: redis::Script,
@@ -187,6 +215,7 @@ pub struct RedisStore {
 
 impl RedisStore {
     pub async fn open(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
+        crate::tls::install_provider();
         let client = redis::Client::open(cfg.url.as_str())?;
         let mgr_cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(cfg.timeout))
@@ -212,6 +241,7 @@ impl RedisStore {
             accept: redis::Script::new(ACCEPT),
             known_sources: Mutex::new(BTreeSet::new()),
             promote: redis::Script::new(PROMOTE),
+            lease: redis::Script::new(LEASE),
             complete: redis::Script::new(COMPLETE),
             purge: redis::Script::new(PURGE),
             transition: redis::Script::new(TRANSITION),
@@ -272,10 +302,13 @@ impl RedisStore {
         if seen.is_empty() {
             *seen = current;
         } else if *seen != current {
+            if let Ok(mut k) = self.known_sources.lock() {
+                k.clear();
+            }
             tracing::error!(
-                "redis lost its data (it came back empty or was flushed): entries, dedupe keys \
-                 and retry schedules stored before are gone; hookgate keeps accepting and \
-                 delivering new webhooks"
+                "redis lost its data (it came back empty or was flushed): entries, dedupe keys, \
+                 retry schedules and paused-source flags stored before are gone; hookgate \
+                 keeps accepting and delivering new webhooks"
             );
             *seen = current;
         }
@@ -706,7 +739,8 @@ impl Store for RedisStore {
         inv.key(self.key(source, "sched"))
             .key(self.key(source, "work"))
             .arg(now)
-            .arg(1000);
+            .arg(1000)
+            .arg(self.key(source, ""));
         let _: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         let messages = match self
             .timed(async { Ok(self.read_messages(source, worker, limit, lease).await) })
@@ -723,11 +757,21 @@ impl Store for RedisStore {
         };
         let mut claims = Vec::with_capacity(messages.len());
         for (msg, id) in messages {
-            match self.load(source, &id).await? {
-                Some(entry) if entry.status == Status::Pending => {
-                    claims.push(Claim { entry, token: msg })
-                }
-                // Delivered, dead, discarded or purged meanwhile: nothing to do.
+            let token = uuid::Uuid::now_v7().simple().to_string();
+            let mut inv = self.lease.prepare_invoke();
+            inv.key(self.key(source, &format!("e:{id}")))
+                .arg(&msg)
+                .arg(&token);
+            let mut c = self.conn();
+            let map: Option<HashMap<String, Vec<u8>>> =
+                self.timed(inv.invoke_async(&mut c)).await?;
+            match map {
+                Some(map) if !map.is_empty() => claims.push(Claim {
+                    entry: entry_from_map(&id, map)?,
+                    token,
+                    message: msg,
+                }),
+                // Ended, purged or superseded meanwhile: the message is stale.
                 _ => self.discard_message(source, &msg).await?,
             }
         }
@@ -737,7 +781,7 @@ impl Store for RedisStore {
     async fn complete(
         &self,
         claim: &Claim,
-        worker: &str,
+        _worker: &str,
         completion: Completion,
         now: i64,
     ) -> Result<bool, StoreError> {
@@ -782,7 +826,7 @@ impl Store for RedisStore {
             .key(self.status_key(source, status))
             .key(self.key(source, done))
             .key(self.key(source, "dlq"))
-            .arg(&claim.token)
+            .arg(&claim.message)
             .arg(GROUP)
             .arg(status.as_str())
             .arg(next_at.map(|t| t.to_string()).unwrap_or_default())
@@ -791,7 +835,7 @@ impl Store for RedisStore {
             .arg(now)
             .arg(&e.id)
             .arg(reason)
-            .arg(worker);
+            .arg(&claim.token);
         let mut c = self.conn();
         let applied: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         if matches!(completion, Completion::Release { .. }) {
@@ -875,6 +919,13 @@ impl Store for RedisStore {
         self.check_epoch().await?;
         for s in sources {
             self.ensure_group(s).await?;
+        }
+        if !sources.is_empty() {
+            // Re-register the configured sources (idempotent): after a Redis that lost
+            // its data, lookups by id and retention find them again.
+            let mut c = self.conn();
+            let key = format!("{}:sources", self.prefix);
+            self.timed(c.sadd::<_, _, ()>(key, sources)).await?;
         }
         Ok(())
     }

@@ -425,7 +425,7 @@ fn insert_attempt(conn: &Connection, id: &str, a: &Attempt) -> Result<(), StoreE
 fn apply_complete(
     conn: &Connection,
     id: &str,
-    worker: &str,
+    token: &str,
     completion: &Completion,
     now: i64,
 ) -> Result<bool, StoreError> {
@@ -434,9 +434,6 @@ fn apply_complete(
         Completion::Dead { attempt, .. } => attempt.as_ref(),
         Completion::Release { .. } => None,
     };
-    if let Some(a) = attempt {
-        insert_attempt(conn, id, a)?;
-    }
     let (status, next, last_error): (Status, Option<i64>, Option<String>) = match completion {
         Completion::Delivered { .. } => (Status::Delivered, None, None),
         Completion::Retry { attempt, at } => (Status::Pending, Some(*at), attempt_error(attempt)),
@@ -457,8 +454,15 @@ fn apply_complete(
             i64::from(attempt.is_some()),
             now,
             id,
-            worker
+            token
         ])?;
+    // Only the lease holder's attempt is recorded: a completion that lost its lease
+    // (or is retried after a lost reply) changes nothing.
+    if changed == 1
+        && let Some(a) = attempt
+    {
+        insert_attempt(conn, id, a)?;
+    }
     Ok(changed == 1)
 }
 
@@ -579,7 +583,7 @@ impl Store for SqliteStore {
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
         let source = source.to_string();
-        let worker = worker.to_string();
+        let _ = worker;
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
         self.write(false, move |conn, _| {
@@ -594,13 +598,15 @@ impl Store for SqliteStore {
                 .collect::<Result<_, _>>()?;
             let mut claims = Vec::with_capacity(ids.len());
             for id in ids {
+                let token = uuid::Uuid::now_v7().simple().to_string();
                 conn.prepare_cached(
                     "UPDATE entries SET lease_owner = ?1, lease_until = ?2 WHERE id = ?3",
                 )?
-                .execute(params![worker, until, id])?;
+                .execute(params![token, until, id])?;
                 if let Some(entry) = load_entry(conn, &id)? {
                     claims.push(Claim {
-                        token: worker.clone(),
+                        token,
+                        message: String::new(),
                         entry,
                     });
                 }
@@ -618,10 +624,11 @@ impl Store for SqliteStore {
         now: i64,
     ) -> Result<bool, StoreError> {
         let id = claim.entry.id.clone();
-        let worker = worker.to_string();
+        let token = claim.token.clone();
+        let _ = worker;
         let notify = matches!(completion, Completion::Release { .. });
         self.write(notify, move |conn, _| {
-            apply_complete(conn, &id, &worker, &completion, now)
+            apply_complete(conn, &id, &token, &completion, now)
         })
         .await
     }

@@ -131,7 +131,7 @@ fn example_configs_are_valid() {
 async fn sign_output_is_accepted_by_the_gateway() {
     let h = StoreHandle::new(Backend::Embedded);
     let gw = Gateway::start(config(&h, "")).await;
-    let c = reqwest::Client::new();
+    let c = crate::util::http();
     for (source, provider, secret) in [
         ("stripe", "stripe", STRIPE_SECRET),
         ("standard-webhooks", "standard-webhooks", SW_SECRET),

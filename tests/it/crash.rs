@@ -16,7 +16,7 @@ async fn sigkill_under_load(backend: Backend) {
     let mut gw = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("stderr.log"));
 
     let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let client = reqwest::Client::builder()
+    let client = crate::util::http_builder()
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();

@@ -49,7 +49,7 @@ pub async fn ingest_many(
     prefix: &str,
     n: usize,
 ) -> HashMap<String, String> {
-    let client = reqwest::Client::new();
+    let client = crate::util::http();
     let mut tasks = Vec::new();
     let per = n.div_ceil(16);
     for w in 0..16 {
@@ -751,7 +751,7 @@ async fn redis_restarted_empty_does_not_wedge_and_logs_the_loss() {
     })
     .await;
     redis.restart(); // no persistence: it comes back empty
-    let client = reqwest::Client::new();
+    let client = crate::util::http();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut ids = Vec::new();
     let mut i = 0;

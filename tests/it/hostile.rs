@@ -35,7 +35,7 @@ async fn hostile(backend: Backend) {
     let store = h.open().await;
     // No connection reuse: with a 1 s header read timeout, idle keep-alive connections
     // are closed by the server between the slow steps below.
-    let c = reqwest::Client::builder()
+    let c = crate::util::http_builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();

@@ -58,7 +58,7 @@ async fn answers_table(backend: Backend) {
     let mut h = StoreHandle::new(backend);
     let gw = Gateway::start(config(&h, "[server]\nmax_body_bytes = 4096\n")).await;
     let store = h.open().await;
-    let c = reqwest::Client::new();
+    let c = crate::util::http();
 
     // verified, new -> 200 {id, duplicate: false}, stored
     let body = event_body("stripe", "evt_table_1");
@@ -219,7 +219,7 @@ async fn provider_signatures(backend: Backend) {
     let h = StoreHandle::new(backend);
     let gw = Gateway::start(config(&h, "")).await;
     let store = h.open().await;
-    let c = reqwest::Client::new();
+    let c = crate::util::http();
     for source in [
         "stripe",
         "github",
@@ -340,7 +340,7 @@ async fn concurrent_redeliveries(backend: Backend) {
     let h = StoreHandle::new(backend);
     let gw = Gateway::start(config(&h, "")).await;
     let store = h.open().await;
-    let c = reqwest::Client::new();
+    let c = crate::util::http();
     let body = event_body("stripe", "evt_concurrent");
     let mut tasks = Vec::new();
     for _ in 0..50 {
@@ -382,7 +382,7 @@ both_stores!(
 async fn redis_outage(_: Backend) {
     let mut h = StoreHandle::new(Backend::Redis);
     let gw = Gateway::start(config(&h, "")).await;
-    let c = reqwest::Client::builder()
+    let c = crate::util::http_builder()
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();

@@ -26,7 +26,7 @@ async fn logs_never_leak(backend: Backend) {
         ],
         &log_path,
     );
-    let c = reqwest::Client::new();
+    let c = crate::util::http();
     let marker = "BODYMARKER9d41e7";
     let body = format!(r#"{{"id":"evt_log_1","type":"x","data":"{marker}"}}"#).into_bytes();
     let good = sign_headers("stripe", secret, &body, now_secs(), "x");

@@ -356,7 +356,7 @@ impl Gateway {
     }
 
     pub async fn wait_ready(&self) {
-        let client = reqwest::Client::new();
+        let client = crate::util::http();
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             if let Ok(r) = client.get(format!("{}/readyz", self.admin)).send().await
@@ -529,4 +529,14 @@ macro_rules! both_stores {
             }
         }
     };
+}
+
+/// An HTTP client for tests (the TLS provider installed first, as the binary does).
+pub fn http() -> reqwest::Client {
+    http_builder().build().expect("http client")
+}
+
+pub fn http_builder() -> reqwest::ClientBuilder {
+    hookgate::tls::install_provider();
+    reqwest::Client::builder()
 }
