@@ -289,20 +289,49 @@ fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-/// A time parameter: RFC 3339, or unix seconds.
+/// A time parameter: RFC 3339 (any offset), or unix seconds. Times before 1970
+/// count as 1970.
 fn parse_time(name: &str, v: &str) -> Result<i64, AdminError> {
-    if let Ok(secs) = v.trim().parse::<i64>() {
-        return Ok(secs.saturating_mul(1000));
-    }
-    let t = humantime::parse_rfc3339_weak(v.trim()).map_err(|_| {
+    let bad = || {
         AdminError::BadRequest(format!(
             "{name}: {v:?} is not a time; use RFC 3339 (2026-11-21T10:00:00Z) or unix seconds"
         ))
-    })?;
-    let d = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|_| AdminError::BadRequest(format!("{name}: before 1970")))?;
-    Ok(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    };
+    if !v.is_empty() && v.len() <= 11 && v.bytes().all(|b| b.is_ascii_digit()) {
+        return v.parse::<i64>().map(|s| s * 1000).map_err(|_| bad());
+    }
+    // Every valid form is ASCII; byte offsets below rely on it.
+    if !v.is_ascii() {
+        return Err(bad());
+    }
+    // Split a numeric offset off (RFC 3339 allows "+05:30" or "Z"); humantime takes Z.
+    let upper = v.to_ascii_uppercase();
+    let (base, offset_secs) = match upper.len().checked_sub(6).map(|i| upper.split_at(i)) {
+        Some((base, off))
+            if base.contains('T')
+                && (off.starts_with('+') || off.starts_with('-'))
+                && off.as_bytes().get(3) == Some(&b':') =>
+        {
+            let h: i64 = off[1..3].parse().map_err(|_| bad())?;
+            let m: i64 = off[4..6].parse().map_err(|_| bad())?;
+            let sign = if off.starts_with('-') { -1 } else { 1 };
+            (format!("{base}Z"), sign * (h * 3600 + m * 60))
+        }
+        _ => (upper.clone(), 0),
+    };
+    // humantime covers 1970..=9999; anything earlier is before every entry anyway.
+    if base.len() > 5
+        && base.as_bytes()[4] == b'-'
+        && base[..4].parse::<u32>().is_ok_and(|y| y < 1970)
+    {
+        return Ok(0);
+    }
+    let t = humantime::parse_rfc3339_weak(&base).map_err(|_| bad())?;
+    let ms = match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(_) => 0,
+    };
+    Ok(ms.saturating_sub(offset_secs * 1000).max(0))
 }
 
 fn parse_status(v: &str) -> Result<Status, AdminError> {
@@ -350,6 +379,14 @@ fn is_sensitive(name: &str, signature_header: &str) -> bool {
         .any(|s| n.contains(s))
 }
 
+/// Parse a JSON object body into `T` (serde would also take an array for a struct).
+fn json_object<T: serde::de::DeserializeOwned>(body: &[u8]) -> Option<T> {
+    match serde_json::from_slice::<serde_json::Value>(body).ok()? {
+        v @ serde_json::Value::Object(_) => serde_json::from_value(v).ok(),
+        _ => None,
+    }
+}
+
 fn query_map(raw: Option<String>) -> HashMap<String, String> {
     form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
         .into_owned()
@@ -382,22 +419,10 @@ async fn list_entries(
     };
     let query = ListQuery {
         source: q.get("source").filter(|s| !s.is_empty()).cloned(),
-        status: q
-            .get("status")
-            .filter(|s| !s.is_empty())
-            .map(|s| parse_status(s))
-            .transpose()?,
+        status: q.get("status").map(|s| parse_status(s)).transpose()?,
         event_type: q.get("event_type").filter(|s| !s.is_empty()).cloned(),
-        since: q
-            .get("since")
-            .filter(|s| !s.is_empty())
-            .map(|v| parse_time("since", v))
-            .transpose()?,
-        until: q
-            .get("until")
-            .filter(|s| !s.is_empty())
-            .map(|v| parse_time("until", v))
-            .transpose()?,
+        since: q.get("since").map(|v| parse_time("since", v)).transpose()?,
+        until: q.get("until").map(|v| parse_time("until", v)).transpose()?,
         limit,
         cursor: q.get("cursor").filter(|s| !s.is_empty()).cloned(),
     };
@@ -513,7 +538,7 @@ async fn discard_entry(
     body: Bytes,
 ) -> Result<Json<TransitionResult>, AdminError> {
     let id = path_param(id)?;
-    let req: DiscardRequest = serde_json::from_slice(&body).map_err(|_| {
+    let req: DiscardRequest = json_object(&body).ok_or_else(|| {
         AdminError::BadRequest("a JSON body {\"note\": \"why\"} is required".into())
     })?;
     let note = req.note.trim();
@@ -553,11 +578,15 @@ async fn bulk_replay(
     let f: ReplayFilter = if body.is_empty() {
         ReplayFilter::default()
     } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| AdminError::BadRequest(format!("invalid filter: {e}")))?
+        json_object(&body).ok_or_else(|| {
+            AdminError::BadRequest(
+                "the filter must be a JSON object: {\"source\", \"status\", \"event_type\", \"since\", \"until\"}"
+                    .into(),
+            )
+        })?
     };
     let status = match f.status.as_deref() {
-        None | Some("") => Status::Dead,
+        None => Status::Dead,
         Some(s) => parse_status(s)?,
     };
     if status == Status::Pending {
@@ -577,13 +606,11 @@ async fn bulk_replay(
         since: f
             .since
             .as_deref()
-            .filter(|s| !s.is_empty())
             .map(|v| parse_time("since", v))
             .transpose()?,
         until: f
             .until
             .as_deref()
-            .filter(|s| !s.is_empty())
             .map(|v| parse_time("until", v))
             .transpose()?,
         limit: 500,
@@ -733,5 +760,17 @@ mod tests {
             1_700_000_000_000
         );
         assert!(parse_time("since", "yesterday").is_err());
+        assert!(parse_time("since", "").is_err());
+        assert!(parse_time("since", "\u{80}\u{80}0\u{80}").is_err());
+        assert!(parse_time("since", "2023-11-14T22:13:20+05:3\u{e9}").is_err());
+        assert_eq!(
+            parse_time("since", "2023-11-15T03:43:20+05:30").unwrap(),
+            1_700_000_000_000
+        );
+        assert_eq!(
+            parse_time("since", "2023-11-14t22:13:20.5z").unwrap(),
+            1_700_000_000_500
+        );
+        assert_eq!(parse_time("since", "1900-01-01T00:00:00Z").unwrap(), 0);
     }
 }

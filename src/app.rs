@@ -10,9 +10,11 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::admin::{self, AdminState};
 use crate::config::Config;
+use crate::error;
 use crate::forward;
 use crate::ingest::{self, IngestState, Source};
 use crate::provider::{Registry, Verifier};
@@ -114,7 +116,8 @@ pub async fn run(
     let ingest_task = tokio::spawn(serve(
         "ingest",
         listeners.ingest,
-        ingest::router(state),
+        // Outermost: a bug in a handler answers 500 instead of dropping the connection.
+        ingest::router(state).layer(CatchPanicLayer::custom(error::panic_response)),
         limits.clone(),
         shutdown.clone(),
     ));
@@ -127,7 +130,9 @@ pub async fn run(
     let admin_task = tokio::spawn(serve(
         "admin",
         listeners.admin,
-        telemetry::router(store.clone()).merge(admin::router(admin_state)),
+        telemetry::router(store.clone())
+            .merge(admin::router(admin_state))
+            .layer(CatchPanicLayer::custom(error::panic_response)),
         limits,
         shutdown.clone(),
     ));

@@ -77,3 +77,20 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+/// The answer when a handler panics (a bug): a generic 500 instead of a dropped
+/// connection, and one ERROR line. Used by the `CatchPanicLayer` around each router.
+pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    let what: String = what.chars().take(200).collect();
+    tracing::error!(panic = %what, "a request handler panicked; answered 500");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Json(serde_json::json!({ "error": "internal error" })),
+    )
+        .into_response()
+}

@@ -191,3 +191,106 @@ async fn sign_output_is_accepted_by_the_gateway() {
     assert!(answer.contains("\"duplicate\":false"), "{answer}");
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_drives_a_running_gateway() {
+    use crate::admin::{TOKEN, admin_config};
+    use crate::forward::{FAST_RETRY, ingest_many, source};
+    use crate::upstream::{Reply, Upstream};
+    let h = StoreHandle::new(Backend::Embedded);
+    let up = Upstream::scripted(|_, _| Reply::Status(404)).await;
+    let gw = Gateway::start(admin_config(&h, "", &source("cli", &up.url, FAST_RETRY))).await;
+    let ids = ingest_many(&gw.ingest, "cli", "evt_cli", 2).await;
+    let mut ids = ids.into_values();
+    let (a, b) = (ids.next().unwrap(), ids.next().unwrap());
+    let store = h.open().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store
+        .count_status("cli", hookgate::store::Status::Dead)
+        .await
+        .unwrap()
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let env = [
+        ("HOOKGATE_ADMIN_URL", gw.admin.as_str()),
+        ("HOOKGATE_ADMIN_TOKEN", TOKEN),
+    ];
+    let cli = |args: Vec<&str>| {
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                let e: Vec<(&str, &str)> =
+                    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                run(&a, &e)
+            })
+            .await
+            .unwrap()
+        }
+    };
+
+    let (code, out, err) = cli(vec!["entries", "list", "--status", "dead"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ID"), "a table: {out}");
+    assert!(
+        out.contains(&a) && out.contains(&b) && out.contains("HTTP 404"),
+        "{out}"
+    );
+
+    let (code, out, _) = cli(vec!["dlq", "list", "--json"]).await;
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["entries"].as_array().unwrap().len(), 2);
+
+    let (code, out, _) = cli(vec!["entries", "show", &a]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("status:       dead") && out.contains("[redacted]"),
+        "{out}"
+    );
+
+    let (code, out, err) = cli(vec!["entries", "discard", &b, "--note", "bad payload"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("discarded"));
+    let (code, _, err) = cli(vec!["entries", "discard", &a]).await;
+    assert_eq!(code, 2, "clap refuses a discard without --note: {err}");
+
+    let (code, out, _) = cli(vec!["sources", "pause", "cli"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("paused"));
+    let (code, out, err) = cli(vec!["entries", "replay", &a]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replay queued"), "{out}");
+    // Replaying what is already pending is refused, with the reason.
+    let (code, _, err) = cli(vec!["entries", "replay", &a]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("409") && err.contains("pending"), "{err}");
+
+    let (code, out, _) = cli(vec!["stats"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("cli") && out.contains("paused"), "{out}");
+    let (code, _, _) = cli(vec!["sources", "resume", "cli"]).await;
+    assert_eq!(code, 0);
+
+    // Clear errors: a wrong token, an unreachable gateway.
+    let (code, _, err) = run(
+        &["stats"],
+        &[
+            ("HOOKGATE_ADMIN_URL", gw.admin.as_str()),
+            ("HOOKGATE_ADMIN_TOKEN", "wrong"),
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("refused the token"), "{err}");
+    let (code, _, err) = run(&["stats", "--admin-url", "http://127.0.0.1:1"], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot reach the admin API"), "{err}");
+    gw.stop().await;
+}

@@ -15,7 +15,7 @@ use crate::both_stores;
 use crate::upstream::{Reply, Upstream};
 use crate::util::*;
 
-const FAST: &str = r#"
+pub const FAST: &str = r#"
 [forwarder]
 poll_interval = "50ms"
 maintenance_interval = "200ms"

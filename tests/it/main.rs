@@ -3,6 +3,7 @@
 
 mod util;
 
+mod admin;
 mod cli;
 mod conformance;
 mod crash;
