@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::admin::{self, AdminState};
+use crate::alerts::{self, Alerts};
 use crate::config::Config;
 use crate::error;
 use crate::forward;
@@ -70,6 +71,7 @@ pub async fn run(
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    telemetry::install_metrics();
     let registry = registry(&cfg)?;
     let sources = build_sources(&cfg, &registry)?;
     let store = store::open(&cfg.store).await.context("store")?;
@@ -137,12 +139,19 @@ pub async fn run(
         shutdown.clone(),
     ));
     let routes = forward::routes(&cfg.sources, &cfg.forwarder).context("delivery client")?;
+    let alerts = Arc::new(Alerts::default());
+    let on_dead: Option<forward::OnDead> = cfg.alerts.webhook_url.as_ref().map(|_| {
+        let alerts = alerts.clone();
+        Arc::new(move |source: &str, reason: &str| alerts.dead(source, reason)) as forward::OnDead
+    });
+    let alerts_task = tokio::spawn(alerts::run(alerts, cfg.alerts.clone(), shutdown.clone()));
     let forward_task = tokio::spawn(forward::run(
         store.clone(),
         routes,
         cfg.forwarder.clone(),
         cfg.retention.clone(),
         forward::system_clock(),
+        on_dead,
         shutdown.clone(),
     ));
     let flush_task = tokio::spawn(ingest::flush_unverified(
@@ -154,6 +163,7 @@ pub async fn run(
     let _ = flush_task.await;
     let _ = admin_task.await;
     let _ = forward_task.await;
+    let _ = alerts_task.await;
     store.close().await;
     tracing::info!("hookgate stopped");
     Ok(())

@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::admin_client::{self, ApiArgs, DlqCmd, EntriesCmd, SourcesCmd};
 use crate::app;
-use crate::config::{self, Config, Secret, StoreConfig};
+use crate::config::{self, Config, LogFormat, Secret, StoreConfig};
 use crate::provider::Registry;
 use crate::provider::sign::{SignInput, sign};
 use crate::shutdown;
@@ -33,7 +33,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gateway.
-    Serve(ConfigArg),
+    Serve(ServeArgs),
+    /// Exit 0 when a gateway's /readyz answers 200 (for container health checks).
+    Healthcheck {
+        /// The readiness URL.
+        #[arg(long, default_value = "http://127.0.0.1:8081/readyz")]
+        url: String,
+    },
     /// Validate the configuration and print what it resolves to (never secrets).
     CheckConfig(ConfigArg),
     /// Print the headers (and a curl line) a provider would send for a body.
@@ -74,6 +80,15 @@ pub struct ConfigArg {
     /// built-in defaults and HOOKGATE_* variables apply.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Log format, overriding log.format: human or json.
+    #[arg(long, value_parser = ["human", "json"])]
+    pub log_format: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +135,7 @@ pub struct SignArgs {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(a) => serve(a).await,
+        Command::Healthcheck { url } => healthcheck(&url).await,
         Command::CheckConfig(a) => check_config(a),
         Command::Sign(a) => sign_cmd(a),
         Command::Providers(a) => providers(a),
@@ -135,8 +151,13 @@ fn load(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
     config::load(path.as_deref()).context("invalid configuration")
 }
 
-async fn serve(a: ConfigArg) -> anyhow::Result<()> {
-    let cfg = load(a.config.as_deref())?;
+async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let mut cfg = load(a.config.config.as_deref())?;
+    match a.log_format.as_deref() {
+        Some("json") => cfg.log.format = LogFormat::Json,
+        Some("human") => cfg.log.format = LogFormat::Human,
+        _ => {}
+    }
     telemetry::init(cfg.log.format);
     // Validate everything before binding anything: a bad config never half-starts.
     let registry = app::registry(&cfg)?;
@@ -149,6 +170,22 @@ async fn serve(a: ConfigArg) -> anyhow::Result<()> {
         on_signal.cancel();
     });
     app::run(cfg, listeners, token).await
+}
+
+async fn healthcheck(url: &str) -> anyhow::Result<()> {
+    crate::tls::install_provider();
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()?;
+    let resp = client
+        .get(url)
+        .send()
+        .await
+        .with_context(|| format!("{url} is unreachable"))?;
+    if !resp.status().is_success() {
+        bail!("{url} answered {}", resp.status());
+    }
+    Ok(())
 }
 
 fn check_config(a: ConfigArg) -> anyhow::Result<()> {

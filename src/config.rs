@@ -60,6 +60,9 @@ maintenance_interval = "10s"
 delivered = "7d"
 dead = "30d"
 
+[alerts]
+interval = "60s"
+
 [log]
 format = "human"
 "#;
@@ -67,6 +70,7 @@ format = "human"
 /// The top-level keys the environment layer may set.
 const TOP_LEVEL_KEYS: &[&str] = &[
     "server",
+    "alerts",
     "forwarder",
     "admin",
     "store",
@@ -149,6 +153,7 @@ pub struct RawConfig {
     pub store: RawStore,
     pub forwarder: RawForwarder,
     pub retention: RawRetention,
+    pub alerts: RawAlerts,
     pub log: RawLog,
     #[serde(default)]
     pub providers_dir: Option<PathBuf>,
@@ -205,6 +210,16 @@ pub struct RawForwarder {
 pub struct RawRetention {
     pub delivered: String,
     pub dead: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlerts {
+    #[serde(default)]
+    pub webhook_url: Option<String>,
+    #[serde(default)]
+    pub webhook_url_env: Option<String>,
+    pub interval: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -280,6 +295,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub forwarder: ForwarderConfig,
     pub retention: RetentionConfig,
+    pub alerts: AlertsConfig,
     pub log: LogConfig,
     pub providers_dir: Option<PathBuf>,
     pub sources: Vec<SourceConfig>,
@@ -348,6 +364,15 @@ pub struct ForwarderConfig {
 pub struct RetentionConfig {
     pub delivered: Duration,
     pub dead: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AlertsConfig {
+    /// A Slack-compatible incoming webhook told when entries go dead (a secret: the
+    /// URL is the credential).
+    pub webhook_url: Option<Secret>,
+    /// One message per source per interval.
+    pub interval: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -600,6 +625,44 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
         dead: parse_duration("retention.dead", &raw.retention.dead)?,
     };
 
+    let alerts_url = match (raw.alerts.webhook_url, raw.alerts.webhook_url_env) {
+        (Some(u), None) => Some(u),
+        (None, Some(var)) => match env(&var) {
+            Some(v) if !v.is_empty() => Some(v),
+            _ => {
+                return Err(ConfigError::invalid(
+                    "alerts.webhook_url_env",
+                    format!("environment variable {var} is not set or empty"),
+                ));
+            }
+        },
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                "alerts.webhook_url",
+                "set webhook_url or webhook_url_env, not both",
+            ));
+        }
+    };
+    if let Some(u) = &alerts_url
+        && !(u.starts_with("http://") || u.starts_with("https://"))
+    {
+        return Err(ConfigError::invalid(
+            "alerts.webhook_url",
+            "must be an http:// or https:// URL",
+        ));
+    }
+    let alerts = AlertsConfig {
+        webhook_url: alerts_url.map(Secret::new),
+        interval: parse_duration("alerts.interval", &raw.alerts.interval)?,
+    };
+    if alerts.interval.is_zero() {
+        return Err(ConfigError::invalid(
+            "alerts.interval",
+            "must be greater than 0",
+        ));
+    }
+
     let log = LogConfig {
         format: match raw.log.format.as_str() {
             "human" => LogFormat::Human,
@@ -642,6 +705,7 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
         store,
         forwarder,
         retention,
+        alerts,
         log,
         providers_dir: raw.providers_dir,
         sources,

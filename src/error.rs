@@ -44,6 +44,20 @@ impl ApiError {
         }
     }
 
+    /// The outcome category for metrics (a small fixed set).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ApiError::UnknownSource(_) => "unknown_source",
+            ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Unverified(_) => "unverified",
+            ApiError::TooLarge { .. } => "too_large",
+            ApiError::BodyTimeout => "body_timeout",
+            ApiError::BodyRead => "body_read",
+            ApiError::Store(_) => "store_error",
+        }
+    }
+
     /// A stable label for logs and metrics.
     pub fn code(&self) -> &'static str {
         match self {

@@ -157,14 +157,38 @@ async fn ingest(
 ) -> Response {
     let started = Instant::now();
     let outcome = handle(&st, &source_name, req).await;
-    // The name comes from the URL: only configured names are logged verbatim.
-    let source_name = if st.sources.contains_key(&source_name) {
+    // The name comes from the URL: only configured names are logged verbatim, and
+    // metrics label every unknown name as one value.
+    let known = st.sources.contains_key(&source_name);
+    let label = if known {
+        source_name.clone()
+    } else {
+        "_unknown".to_string()
+    };
+    let source_name = if known {
         source_name
     } else {
         let escaped: String = source_name.escape_debug().take(64).collect();
         format!("unknown:{escaped}")
     };
-    let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let elapsed = started.elapsed();
+    let latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+    let outcome_label = match &outcome {
+        Ok((_, Some(Accepted::Duplicate(_)), _)) => "duplicate",
+        Ok((_, Some(Accepted::New(_)), _)) => "accepted",
+        Ok((_, None, _)) => "handshake",
+        Err(e) => e.outcome(),
+    };
+    metrics::counter!("hookgate_ingest_requests_total", "source" => label.clone(), "outcome" => outcome_label)
+        .increment(1);
+    if let Err(ApiError::Unverified(reason)) = &outcome {
+        metrics::counter!("hookgate_ingest_unverified_total", "source" => label.clone(), "reason" => reason.code())
+            .increment(1);
+    }
+    if matches!(outcome_label, "accepted" | "duplicate") {
+        metrics::histogram!("hookgate_ingest_ack_seconds", "source" => label)
+            .record(elapsed.as_secs_f64());
+    }
     match outcome {
         Ok((resp, Some(accepted), event_id)) => {
             let dup = matches!(accepted, Accepted::Duplicate(_));

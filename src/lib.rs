@@ -13,7 +13,8 @@
 //! * [`serve`]: the hyper accept loop with connection limits and graceful drain.
 //! * [`error`]: the HTTP boundary's error type.
 //! * [`admin`]: the admin API (inspect, replay, discard, pause, stats) and its DTOs.
-//! * [`telemetry`]: logging setup and health endpoints.
+//! * [`alerts`]: batched dead-letter alerts to a Slack-compatible webhook.
+//! * [`telemetry`]: logging, the Prometheus exporter and health endpoints.
 //! * [`app`]: the composition root; [`cli`]: the command line; [`admin_client`]: the
 //!   CLI's admin commands over HTTP.
 //!
@@ -27,6 +28,7 @@
 
 pub mod admin;
 pub mod admin_client;
+pub mod alerts;
 pub mod app;
 pub mod cli;
 pub mod config;

@@ -25,13 +25,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{ForwarderConfig, RetentionConfig};
-use crate::store::{Attempt, Claim, Completion, Status, Store};
+use crate::store::{Attempt, Claim, Completion, Store};
 use breaker::{Breaker, Gate};
 use request::PassHeaders;
 use retry::{Next, Outcome, RetryPolicy};
 
 /// Unix milliseconds. Injected so that tests control time.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// Told about every entry that goes dead: (source, reason). Must not block.
+pub type OnDead = Arc<dyn Fn(&str, &str) + Send + Sync>;
 
 pub fn system_clock() -> Clock {
     Arc::new(crate::store::now_ms)
@@ -94,6 +97,7 @@ struct Shared {
     paused: RwLock<HashSet<String>>,
     /// Cancelled when in-flight deliveries must give up (after the grace period).
     abort: CancellationToken,
+    on_dead: Option<OnDead>,
 }
 
 /// Run the forwarder until `shutdown` is cancelled, then drain.
@@ -103,6 +107,7 @@ pub async fn run(
     cfg: ForwarderConfig,
     retention: RetentionConfig,
     clock: Clock,
+    on_dead: Option<OnDead>,
     shutdown: CancellationToken,
 ) {
     let worker = format!(
@@ -119,6 +124,7 @@ pub async fn run(
         worker,
         paused: RwLock::new(HashSet::new()),
         abort: CancellationToken::new(),
+        on_dead,
     });
     if let Err(e) = shared.store.recover().await {
         tracing::warn!(error = %e, "cannot recover leases of a previous run");
@@ -234,15 +240,28 @@ async fn maintain(shared: &Shared, sources: &[String], shutdown: &CancellationTo
         }
     }
     for s in sources {
-        for (status, name) in [
-            (Status::Dead, "hookgate_dead_entries"),
-            (Status::Pending, "hookgate_pending_entries"),
-        ] {
-            if let Ok(n) = shared.store.count_status(s, status).await {
-                metrics::gauge!(name, "source" => s.clone()).set(n as f64);
-            }
+        if let Ok(st) = shared.store.stats(s).await {
+            metrics::gauge!("hookgate_dead_entries", "source" => s.clone()).set(st.dead as f64);
+            metrics::gauge!("hookgate_pending_entries", "source" => s.clone())
+                .set(st.pending as f64);
+            let age = st
+                .oldest_pending_at
+                .map(|t| ((now - t).max(0) as f64) / 1000.0)
+                .unwrap_or(0.0);
+            metrics::gauge!("hookgate_oldest_pending_age_seconds", "source" => s.clone()).set(age);
         }
     }
+}
+
+/// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
+fn breaker_gauge(route: &Route) {
+    let v = match route.breaker.state() {
+        "closed" => 0.0,
+        "half_open" => 1.0,
+        _ => 2.0,
+    };
+    metrics::gauge!("hookgate_circuit_breaker_state", "destination" => origin(&route.destination))
+        .set(v);
 }
 
 /// Wait for new work, a timeout, or shutdown.
@@ -280,7 +299,9 @@ async fn source_loop(
         let now = (shared.clock)();
         let mut limit = CLAIM_BATCH;
         let mut probe = false;
-        match route.breaker.gate(now) {
+        let gate = route.breaker.gate(now);
+        breaker_gauge(&route);
+        match gate {
             Gate::Allow => {}
             Gate::Probe => {
                 limit = 1;
@@ -446,12 +467,30 @@ async fn deliver(shared: &Shared, route: &Route, claim: Claim, probe: bool) {
             return;
         }
     };
-    let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let elapsed = started.elapsed();
+    let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let done_at = (shared.clock)();
-    if route
+    let result = match &outcome {
+        Outcome::Status { code, .. } => match code {
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            500..=599 => "5xx",
+            _ => "other",
+        },
+        Outcome::Timeout => "timeout",
+        Outcome::Connect(_) => "connect",
+        Outcome::Io(_) => "io",
+    };
+    metrics::counter!("hookgate_delivery_attempts_total", "source" => route.source.clone(), "result" => result)
+        .increment(1);
+    metrics::histogram!("hookgate_delivery_seconds", "source" => route.source.clone())
+        .record(elapsed.as_secs_f64());
+    let opened = route
         .breaker
-        .record(!retry::is_destination_failure(&outcome), done_at)
-    {
+        .record(!retry::is_destination_failure(&outcome), done_at);
+    breaker_gauge(route);
+    if opened {
         tracing::warn!(
             source = %route.source,
             destination = %origin(&route.destination),
@@ -482,6 +521,12 @@ async fn deliver(shared: &Shared, route: &Route, claim: Claim, probe: bool) {
         Next::RetryAt(_) => "retry",
         Next::Dead(_) => "dead",
     };
+    metrics::counter!("hookgate_deliveries_total", "source" => route.source.clone(), "outcome" => outcome_label)
+        .increment(1);
+    if matches!(next, Next::RetryAt(_)) {
+        metrics::counter!("hookgate_retries_scheduled_total", "source" => route.source.clone())
+            .increment(1);
+    }
     let completion = match next {
         Next::Delivered => Completion::Delivered { attempt },
         Next::RetryAt(at) => Completion::Retry { attempt, at },
@@ -496,6 +541,9 @@ async fn deliver(shared: &Shared, route: &Route, claim: Claim, probe: bool) {
             );
             metrics::counter!("hookgate_dead_lettered_total", "source" => route.source.clone())
                 .increment(1);
+            if let Some(notify) = &shared.on_dead {
+                notify(&route.source, &reason);
+            }
             Completion::Dead {
                 attempt: Some(attempt),
                 reason,

@@ -456,6 +456,7 @@ async fn the_server_and_its_openapi_document_agree() {
     let implemented: HashSet<(String, String)> = [
         ("GET", "/healthz"),
         ("GET", "/readyz"),
+        ("GET", "/metrics"),
         ("GET", "/admin/openapi.json"),
         ("GET", "/admin/entries"),
         ("GET", "/admin/entries/{id}"),

@@ -1,0 +1,170 @@
+//! Alerting without extra infrastructure: a Slack-compatible incoming webhook is told
+//! when entries go dead.
+//!
+//! The forwarder reports each dead entry through [`Alerts::dead`], which only counts
+//! under a lock (it never blocks delivery). Every `interval`, [`run`] sends one message
+//! per source that had dead entries, with the count and the first reasons, and
+//! retries a failed send a few times. Messages that still fail are logged and counted;
+//! the counts roll into the next interval's message.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AlertsConfig;
+
+/// Reasons kept per source and interval.
+const MAX_REASONS: usize = 5;
+
+#[derive(Debug, Default, Clone)]
+struct Batch {
+    count: u64,
+    reasons: Vec<String>,
+}
+
+/// Dead entries counted since the last message, per source.
+#[derive(Debug, Default)]
+pub struct Alerts {
+    pending: Mutex<BTreeMap<String, Batch>>,
+}
+
+impl Alerts {
+    /// Count a dead entry. Cheap and non-blocking.
+    pub fn dead(&self, source: &str, reason: &str) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let b = p.entry(source.to_string()).or_default();
+        b.count += 1;
+        if b.reasons.len() < MAX_REASONS && !b.reasons.iter().any(|r| r == reason) {
+            b.reasons.push(reason.chars().take(300).collect());
+        }
+    }
+
+    fn take(&self) -> BTreeMap<String, Batch> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn put_back(&self, source: String, batch: Batch) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let b = p.entry(source).or_default();
+        b.count += batch.count;
+        for r in batch.reasons {
+            if b.reasons.len() < MAX_REASONS && !b.reasons.contains(&r) {
+                b.reasons.push(r);
+            }
+        }
+    }
+}
+
+/// The message for one source and interval (Slack incoming-webhook JSON).
+fn message(source: &str, batch: &Batch, interval: Duration) -> serde_json::Value {
+    let mut text = format!(
+        ":rotating_light: hookgate: {} {} of source `{}` went to the dead-letter queue in the last {}.",
+        batch.count,
+        if batch.count == 1 { "entry" } else { "entries" },
+        source,
+        humantime::format_duration(interval)
+    );
+    if !batch.reasons.is_empty() {
+        text.push_str("\nFirst reasons:");
+        for r in &batch.reasons {
+            text.push_str(&format!("\n• {r}"));
+        }
+    }
+    text.push_str(&format!(
+        "\nInspect with `hookgate dlq list --source {source}`; replay with `hookgate dlq replay --source {source}`."
+    ));
+    serde_json::json!({ "text": text, "source": source, "dead": batch.count, "reasons": batch.reasons })
+}
+
+/// Send the batched alerts every interval until shutdown (then once more).
+pub async fn run(alerts: Arc<Alerts>, cfg: AlertsConfig, shutdown: CancellationToken) {
+    let Some(url) = cfg.webhook_url.clone() else {
+        return;
+    };
+    crate::tls::install_provider();
+    let client = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "alerts: cannot build the HTTP client; alerts are off");
+            return;
+        }
+    };
+    loop {
+        let stop = tokio::select! {
+            _ = shutdown.cancelled() => true,
+            _ = tokio::time::sleep(cfg.interval) => false,
+        };
+        for (source, batch) in alerts.take() {
+            if !send(
+                &client,
+                url.expose(),
+                &message(&source, &batch, cfg.interval),
+            )
+            .await
+            {
+                tracing::error!(
+                    source,
+                    dead = batch.count,
+                    "alert webhook failed; will retry next interval"
+                );
+                metrics::counter!("hookgate_alerts_sent_total", "result" => "failed").increment(1);
+                if !stop {
+                    alerts.put_back(source, batch);
+                }
+            } else {
+                metrics::counter!("hookgate_alerts_sent_total", "result" => "sent").increment(1);
+            }
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+/// POST with a few retries; true when the webhook answered 2xx.
+async fn send(client: &reqwest::Client, url: &str, body: &serde_json::Value) -> bool {
+    let mut delay = Duration::from_millis(500);
+    for _ in 0..3 {
+        match client.post(url).json(body).send().await {
+            Ok(r) if r.status().is_success() => return true,
+            Ok(r) => tracing::warn!(
+                status = r.status().as_u16(),
+                "alert webhook refused the message"
+            ),
+            Err(e) => tracing::warn!(error = %e.without_url(), "alert webhook unreachable"),
+        }
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_count_everything_and_keep_the_first_distinct_reasons() {
+        let a = Alerts::default();
+        for i in 0..20 {
+            a.dead("stripe", &format!("HTTP {}", 400 + (i % 7)));
+        }
+        a.dead("github", "HTTP 404");
+        let taken = a.take();
+        assert_eq!(taken["stripe"].count, 20);
+        assert_eq!(taken["stripe"].reasons.len(), MAX_REASONS);
+        assert_eq!(taken["github"].count, 1);
+        assert!(a.take().is_empty());
+        let m = message("stripe", &taken["stripe"], Duration::from_secs(60));
+        let text = m["text"].as_str().unwrap();
+        assert!(
+            text.contains("20 entries") && text.contains("`stripe`") && text.contains("HTTP 400")
+        );
+    }
+}
