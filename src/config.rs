@@ -44,6 +44,7 @@ kind = "embedded"
 path = "./hookgate-data"
 url = "redis://127.0.0.1:6379"
 prefix = "hg"
+cluster = false
 connections = 4
 timeout = "5s"
 batch_max = 256
@@ -189,6 +190,7 @@ pub struct RawStore {
     pub path: PathBuf,
     pub url: String,
     pub prefix: String,
+    pub cluster: bool,
     pub connections: usize,
     pub timeout: String,
     pub batch_max: usize,
@@ -335,7 +337,10 @@ pub struct EmbeddedConfig {
 
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
+    /// One URL, or the comma-separated seed nodes of a Redis Cluster.
     pub url: String,
+    /// Use the cluster client even with a single seed URL.
+    pub cluster: bool,
     pub prefix: String,
     /// Multiplexed connections on the ingest path (several let Redis batch fsyncs
     /// under `appendfsync always`).
@@ -586,6 +591,7 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
             }
             StoreConfig::Redis(RedisConfig {
                 url: raw.store.url.clone(),
+                cluster: raw.store.cluster,
                 prefix: raw.store.prefix.clone(),
                 connections: raw.store.connections.clamp(1, 64),
                 timeout: parse_duration("store.timeout", &raw.store.timeout)?,

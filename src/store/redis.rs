@@ -193,9 +193,58 @@ return {1, status}
 /// The consumer group every gateway process joins.
 const GROUP: &str = "workers";
 
+/// A connection to one Redis or to a Redis Cluster. Both are multiplexed and
+/// reconnect by themselves; the cluster one routes each command (and each script, by
+/// its first key) to the node owning the slot.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The seed URLs of a cluster (`store.url` lists several, comma-separated), or `None`
+/// for a single Redis.
+fn cluster_seeds(cfg: &RedisConfig) -> Option<Vec<String>> {
+    let urls: Vec<String> = cfg
+        .url
+        .split(',')
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    (urls.len() > 1 || cfg.cluster).then_some(urls)
+}
+
 pub struct RedisStore {
     /// Multiplexed connections, used round robin.
-    conns: Vec<ConnectionManager>,
+    conns: Vec<Conn>,
     next: AtomicUsize,
     prefix: String,
     timeout: Duration,
@@ -216,21 +265,37 @@ pub struct RedisStore {
 impl RedisStore {
     pub async fn open(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
         crate::tls::install_provider();
-        let client = redis::Client::open(cfg.url.as_str())?;
-        let mgr_cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(cfg.timeout))
-            .set_response_timeout(Some(cfg.timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(1));
         let mut conns = Vec::with_capacity(cfg.connections);
-        for _ in 0..cfg.connections.max(1) {
-            let conn = tokio::time::timeout(
-                cfg.timeout * 2,
-                ConnectionManager::new_with_config(client.clone(), mgr_cfg.clone()),
-            )
-            .await
-            .map_err(|_| StoreError::Timeout(cfg.timeout * 2))??;
-            conns.push(conn);
+        match cluster_seeds(cfg) {
+            Some(seeds) => {
+                let client = redis::cluster::ClusterClientBuilder::new(seeds)
+                    .connection_timeout(cfg.timeout)
+                    .response_timeout(cfg.timeout)
+                    .build()?;
+                for _ in 0..cfg.connections.max(1) {
+                    let conn = tokio::time::timeout(cfg.timeout * 2, client.get_async_connection())
+                        .await
+                        .map_err(|_| StoreError::Timeout(cfg.timeout * 2))??;
+                    conns.push(Conn::Cluster(conn));
+                }
+            }
+            None => {
+                let client = redis::Client::open(cfg.url.as_str())?;
+                let mgr_cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(cfg.timeout))
+                    .set_response_timeout(Some(cfg.timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_secs(1));
+                for _ in 0..cfg.connections.max(1) {
+                    let conn = tokio::time::timeout(
+                        cfg.timeout * 2,
+                        ConnectionManager::new_with_config(client.clone(), mgr_cfg.clone()),
+                    )
+                    .await
+                    .map_err(|_| StoreError::Timeout(cfg.timeout * 2))??;
+                    conns.push(Conn::Single(conn));
+                }
+            }
         }
         let (work_tx, work_rx) = tokio::sync::watch::channel(0u64);
         let store = RedisStore {
@@ -443,7 +508,7 @@ impl RedisStore {
         self.timed(pipe.query_async::<()>(&mut c)).await
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Conn {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         self.conns[i].clone()
     }

@@ -12,3 +12,4 @@ mod hostile;
 mod ingest;
 mod logs;
 mod upstream;
+mod cluster;

@@ -540,3 +540,104 @@ pub fn http_builder() -> reqwest::ClientBuilder {
     hookgate::tls::install_provider();
     reqwest::Client::builder()
 }
+
+/// A local Redis Cluster of three masters on ephemeral ports (no replicas).
+pub struct RedisCluster {
+    pub nodes: Vec<RedisClusterNode>,
+}
+
+pub struct RedisClusterNode {
+    pub port: u16,
+    _dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Drop for RedisClusterNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let dir = tempfile::tempdir().expect("tempdir");
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(dir.path())
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                    "--save",
+                    "",
+                    "--protected-mode",
+                    "no",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server (apt-get install redis-server)");
+            nodes.push(RedisClusterNode {
+                port,
+                _dir: dir,
+                child,
+            });
+        }
+        for n in &nodes {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !redis_ping(n.port) {
+                assert!(Instant::now() < deadline, "cluster node {} did not start", n.port);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // Wait until every node agrees the cluster is up.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in &nodes {
+            loop {
+                let info = Command::new("redis-cli")
+                    .args(["-p", &n.port.to_string(), "cluster", "info"])
+                    .output()
+                    .expect("redis-cli");
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster did not reach state ok");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// `store.url` for the cluster: every node as a seed.
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
