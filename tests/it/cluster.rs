@@ -47,14 +47,23 @@ async fn two_gateways_on_a_three_master_cluster() {
     for n in names {
         let a = ingest_many(&gw1.ingest, n, &format!("evt_{n}"), 100).await;
         let b = ingest_many(&gw2.ingest, n, &format!("evt_{n}"), 100).await;
-        assert_eq!(a, b, "{n}: redeliveries through the other gateway got other ids");
+        assert_eq!(
+            a, b,
+            "{n}: redeliveries through the other gateway got other ids"
+        );
         expected.extend(a.into_iter().map(|(e, id)| (format!("{n}/{e}"), id)));
     }
     let dead_ids = ingest_many(&gw2.ingest, "dlq", "evt_dlq", 20).await;
-    ok.wait_for(Duration::from_secs(60), "600 deliveries", |r| r.len() >= 600)
-        .await;
+    ok.wait_for(Duration::from_secs(60), "600 deliveries", |r| {
+        r.len() >= 600
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let got: Vec<String> = ok.received().iter().filter_map(|r| r.header("webhook-id")).collect();
+    let got: Vec<String> = ok
+        .received()
+        .iter()
+        .filter_map(|r| r.header("webhook-id"))
+        .collect();
     let unique: HashSet<&String> = got.iter().collect();
     assert_eq!(got.len(), 600, "each entry delivered exactly once");
     assert_eq!(unique.len(), 600);

@@ -5,11 +5,12 @@ mod util;
 
 mod admin;
 mod cli;
+mod cluster;
 mod conformance;
 mod crash;
 mod forward;
 mod hostile;
 mod ingest;
 mod logs;
+mod operate;
 mod upstream;
-mod cluster;

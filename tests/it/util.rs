@@ -596,7 +596,11 @@ impl RedisCluster {
         for n in &nodes {
             let deadline = Instant::now() + Duration::from_secs(10);
             while !redis_ping(n.port) {
-                assert!(Instant::now() < deadline, "cluster node {} did not start", n.port);
+                assert!(
+                    Instant::now() < deadline,
+                    "cluster node {} did not start",
+                    n.port
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
