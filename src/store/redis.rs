@@ -25,11 +25,16 @@
 //!
 //! # Accept
 //!
-//! Dedupe and persist are one Lua script (`ACCEPT`): if the dedupe key exists the
-//! script returns the original id and writes nothing; otherwise it sets the dedupe
-//! key, writes the entry hash, appends to the work stream and the indexes. There is no
-//! moment where the dedupe key exists without its entry. With `appendfsync always`,
-//! Redis fsyncs the AOF before it answers, so the reply means the entry is durable.
+//! Dedupe and persist are one Lua script (`ACCEPT_MANY`): for each entry, if the
+//! dedupe key exists the script returns the original id and writes nothing; otherwise
+//! it sets the dedupe key, writes the entry hash, appends to the work stream and the
+//! indexes. There is no moment where the dedupe key exists without its entry. With
+//! `appendfsync always`, Redis fsyncs the AOF before it answers, so the reply means
+//! the entries are durable.
+//!
+//! Concurrent accepts of one source are batched: a batcher per source keeps at most
+//! one script call in flight per connection, and whatever arrives meanwhile goes out
+//! together in the next call (one round trip and one fsync for the lot).
 //!
 //! # Delivery
 //!
@@ -52,13 +57,14 @@
 //! leave this file.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use redis::AsyncCommands;
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::{
@@ -67,24 +73,155 @@ use super::{
 };
 use crate::config::RedisConfig;
 
-const ACCEPT: &str = r#"
-local existing = redis.call('GET', KEYS[1])
-if existing then
-  redis.call('HINCRBY', KEYS[6], 'duplicates', 1)
-  return {1, existing}
+/// Accept a batch of entries of one source. KEYS: work, idx, st:pending, stats, then
+/// per entry: dedupe key, entry key. ARGV: per entry: id, ttl ms, source, event id,
+/// event type, dedupe key, received at, headers, body. Returns per entry
+/// `{duplicate (0|1), id}`. Entries are taken in order, so a batch holding the same
+/// event twice stores it once.
+const ACCEPT_MANY: &str = r#"
+local n = (#KEYS - 4) / 2
+local out = {}
+local new, dups = 0, 0
+for i = 0, n - 1 do
+  local dk, ek, a = KEYS[5 + 2 * i], KEYS[6 + 2 * i], 9 * i
+  local existing = redis.call('GET', dk)
+  if existing then
+    dups = dups + 1
+    out[#out + 1] = {1, existing}
+  else
+    redis.call('SET', dk, ARGV[a + 1], 'PX', ARGV[a + 2])
+    local mid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[a + 1])
+    redis.call('HSET', ek,
+      'source', ARGV[a + 3], 'event_id', ARGV[a + 4], 'event_type', ARGV[a + 5],
+      'dedupe_key', ARGV[a + 6], 'received_at', ARGV[a + 7], 'status', 'pending',
+      'attempts', 0, 'next_attempt_at', ARGV[a + 7], 'budget_start', ARGV[a + 7],
+      'budget_attempts', 0, 'headers', ARGV[a + 8], 'body', ARGV[a + 9], 'msg', mid)
+    redis.call('ZADD', KEYS[2], 0, ARGV[a + 1])
+    redis.call('ZADD', KEYS[3], 0, ARGV[a + 1])
+    new = new + 1
+    out[#out + 1] = {0, ARGV[a + 1]}
+  end
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('HSET', KEYS[2],
-  'source', ARGV[3], 'event_id', ARGV[4], 'event_type', ARGV[5], 'dedupe_key', ARGV[6],
-  'received_at', ARGV[7], 'status', 'pending', 'attempts', 0, 'next_attempt_at', ARGV[7],
-  'budget_start', ARGV[7], 'budget_attempts', 0, 'headers', ARGV[8], 'body', ARGV[9])
-redis.call('HINCRBY', KEYS[6], 'received', 1)
-local mid = redis.call('XADD', KEYS[3], '*', 'id', ARGV[1])
-redis.call('HSET', KEYS[2], 'msg', mid)
-redis.call('ZADD', KEYS[4], 0, ARGV[1])
-redis.call('ZADD', KEYS[5], 0, ARGV[1])
-return {0, ARGV[1]}
+if new > 0 then redis.call('HINCRBY', KEYS[4], 'received', new) end
+if dups > 0 then redis.call('HINCRBY', KEYS[4], 'duplicates', dups) end
+return out
 "#;
+
+/// Most entries one accept script carries.
+const ACCEPT_BATCH_MAX: usize = 64;
+
+type AcceptJob = (NewEntry, oneshot::Sender<Result<Accepted, StoreError>>);
+
+/// What a per-source accept batcher needs (cheap clones of the store's parts).
+#[derive(Clone)]
+struct AcceptContext {
+    conns: Vec<Conn>,
+    next: Arc<AtomicUsize>,
+    prefix: String,
+    timeout: Duration,
+    script: redis::Script,
+    work_tx: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl AcceptContext {
+    fn key(&self, source: &str, rest: &str) -> String {
+        format!("{}:{{{}}}:{}", self.prefix, source, rest)
+    }
+
+    /// Collect the accepts of one source into batches: while every connection has a
+    /// batch in flight, new accepts queue up and go out together in the next script
+    /// call (one round trip, and under `appendfsync always` one fsync).
+    async fn run(self, source: String, mut rx: mpsc::Receiver<AcceptJob>) {
+        let permits = Arc::new(Semaphore::new(self.conns.len().max(1)));
+        loop {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let Some(first) = rx.recv().await else {
+                return;
+            };
+            let mut batch = vec![first];
+            while batch.len() < ACCEPT_BATCH_MAX {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            let ctx = self.clone();
+            let source = source.clone();
+            tokio::spawn(async move {
+                ctx.accept_batch(&source, batch).await;
+                drop(permit);
+            });
+        }
+    }
+
+    async fn accept_batch(&self, source: &str, batch: Vec<AcceptJob>) {
+        let mut inv = self.script.prepare_invoke();
+        inv.key(self.key(source, "work"))
+            .key(self.key(source, "idx"))
+            .key(self.key(source, "st:pending"))
+            .key(self.key(source, "stats"));
+        for (e, _) in &batch {
+            let ttl_ms = u64::try_from(e.dedupe_ttl.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1);
+            inv.key(self.key(source, &format!("d:{}", e.dedupe_key)))
+                .key(self.key(source, &format!("e:{}", e.id)))
+                .arg(&e.id)
+                .arg(ttl_ms)
+                .arg(&e.source)
+                .arg(e.event_id.as_deref().unwrap_or(""))
+                .arg(e.event_type.as_deref().unwrap_or(""))
+                .arg(&e.dedupe_key)
+                .arg(e.received_at)
+                .arg(encode_headers(&e.headers))
+                .arg(e.body.as_ref());
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len().max(1);
+        let mut c = self.conns[i].clone();
+        let result: Result<Vec<(i64, String)>, StoreError> =
+            match tokio::time::timeout(self.timeout, inv.invoke_async(&mut c)).await {
+                Ok(r) => r.map_err(StoreError::from),
+                Err(_) => Err(StoreError::Timeout(self.timeout)),
+            };
+        match result {
+            Ok(answers) if answers.len() == batch.len() => {
+                if answers.iter().any(|(dup, _)| *dup == 0) {
+                    self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                for ((_, reply), (dup, id)) in batch.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(if dup == 1 {
+                        Accepted::Duplicate(id)
+                    } else {
+                        Accepted::New(id)
+                    }));
+                }
+            }
+            Ok(answers) => {
+                let msg = format!(
+                    "accept script answered {} results for {} entries",
+                    answers.len(),
+                    batch.len()
+                );
+                for (_, reply) in batch {
+                    let _ = reply.send(Err(StoreError::Unavailable(msg.clone())));
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                let timeout = matches!(e, StoreError::Timeout(_));
+                for (_, reply) in batch {
+                    let _ = reply.send(Err(if timeout {
+                        StoreError::Timeout(self.timeout)
+                    } else {
+                        StoreError::Unavailable(msg.clone())
+                    }));
+                }
+            }
+        }
+    }
+}
 
 /// KEYS: sched, work. ARGV: now, limit, key base (`hg:{src}:`). The entry keys are
 /// derived from the base and share the source's hash tag.
@@ -248,10 +385,12 @@ fn cluster_seeds(cfg: &RedisConfig) -> Option<Vec<String>> {
 pub struct RedisStore {
     /// Multiplexed connections, used round robin.
     conns: Vec<Conn>,
-    next: AtomicUsize,
+    next: Arc<AtomicUsize>,
+    /// One accept batcher per source, started on its first accept.
+    batchers: Mutex<HashMap<String, mpsc::Sender<AcceptJob>>>,
     prefix: String,
     timeout: Duration,
-    accept: redis::Script,
+    accept_many: redis::Script,
     /// Sources already recorded in `<prefix>:sources` by this process.
     known_sources: Mutex<BTreeSet<String>>,
     promote: redis::Script,
@@ -261,7 +400,7 @@ pub struct RedisStore {
     transition: redis::Script,
     /// The `hg:epoch` value this process saw last.
     epoch: Mutex<String>,
-    work_tx: tokio::sync::watch::Sender<u64>,
+    work_tx: Arc<tokio::sync::watch::Sender<u64>>,
     work_rx: tokio::sync::watch::Receiver<u64>,
 }
 
@@ -303,10 +442,11 @@ impl RedisStore {
         let (work_tx, work_rx) = tokio::sync::watch::channel(0u64);
         let store = RedisStore {
             conns,
-            next: AtomicUsize::new(0),
+            next: Arc::new(AtomicUsize::new(0)),
+            batchers: Mutex::new(HashMap::new()),
             prefix: cfg.prefix.clone(),
             timeout: cfg.timeout,
-            accept: redis::Script::new(ACCEPT),
+            accept_many: redis::Script::new(ACCEPT_MANY),
             known_sources: Mutex::new(BTreeSet::new()),
             promote: redis::Script::new(PROMOTE),
             lease: redis::Script::new(LEASE),
@@ -314,7 +454,7 @@ impl RedisStore {
             purge: redis::Script::new(PURGE),
             transition: redis::Script::new(TRANSITION),
             epoch: Mutex::new(String::new()),
-            work_tx,
+            work_tx: Arc::new(work_tx),
             work_rx,
         };
         store.check_persistence().await;
@@ -660,35 +800,42 @@ fn entry_from_map(id: &str, mut map: HashMap<String, Vec<u8>>) -> Result<Entry, 
 impl Store for RedisStore {
     async fn accept(&self, e: NewEntry) -> Result<Accepted, StoreError> {
         self.remember_source(&e.source).await?;
-        let ttl_ms = u64::try_from(e.dedupe_ttl.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let mut inv = self.accept.prepare_invoke();
-        inv.key(self.key(&e.source, &format!("d:{}", e.dedupe_key)))
-            .key(self.key(&e.source, &format!("e:{}", e.id)))
-            .key(self.key(&e.source, "work"))
-            .key(self.key(&e.source, "idx"))
-            .key(self.status_key(&e.source, Status::Pending))
-            .key(self.key(&e.source, "stats"))
-            .arg(&e.id)
-            .arg(ttl_ms)
-            .arg(&e.source)
-            .arg(e.event_id.as_deref().unwrap_or(""))
-            .arg(e.event_type.as_deref().unwrap_or(""))
-            .arg(&e.dedupe_key)
-            .arg(e.received_at)
-            .arg(encode_headers(&e.headers))
-            .arg(e.body.as_ref());
-        let mut c = self.conn();
-        let (dup, id): (i64, String) = self.timed(inv.invoke_async(&mut c)).await?;
-        if dup == 0 {
-            self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+        let sender = {
+            let mut batchers = self
+                .batchers
+                .lock()
+                .map_err(|_| StoreError::Unavailable("batcher lock poisoned".into()))?;
+            batchers
+                .entry(e.source.clone())
+                .or_insert_with(|| {
+                    let (tx, rx) = mpsc::channel(4096);
+                    let ctx = AcceptContext {
+                        conns: self.conns.clone(),
+                        next: self.next.clone(),
+                        prefix: self.prefix.clone(),
+                        timeout: self.timeout,
+                        script: self.accept_many.clone(),
+                        work_tx: self.work_tx.clone(),
+                    };
+                    tokio::spawn(ctx.run(e.source.clone(), rx));
+                    tx
+                })
+                .clone()
+        };
+        let (reply, rx) = oneshot::channel();
+        let wait = async move {
+            sender
+                .send((e, reply))
+                .await
+                .map_err(|_| StoreError::Unavailable("accept batcher stopped".into()))?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("accept batcher dropped the entry".into()))?
+        };
+        // Queueing plus the script call; the call itself is bounded by `timeout`.
+        match tokio::time::timeout(self.timeout * 2, wait).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.timeout * 2)),
         }
-        Ok(if dup == 1 {
-            Accepted::Duplicate(id)
-        } else {
-            Accepted::New(id)
-        })
     }
 
     async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
