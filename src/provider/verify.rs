@@ -10,8 +10,6 @@
 //! recognises handshakes; JSON is parsed at most once per request, and never before
 //! the signature is known to be good unless the spec signs a part of the JSON body.
 
-use std::cell::OnceCell;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use hmac::{Hmac, KeyInit, Mac};
@@ -244,22 +242,11 @@ pub(crate) fn encode_sig(encoding: Encoding, mac: &[u8]) -> String {
 pub(crate) struct Context<'a> {
     pub req: Request<'a>,
     pub header: ParsedHeader,
-    json: OnceCell<Option<serde_json::Value>>,
 }
 
 impl<'a> Context<'a> {
     pub(crate) fn new(req: Request<'a>, header: ParsedHeader) -> Self {
-        Context {
-            req,
-            header,
-            json: OnceCell::new(),
-        }
-    }
-
-    fn json(&self) -> Option<&serde_json::Value> {
-        self.json
-            .get_or_init(|| serde_json::from_slice(self.req.body).ok())
-            .as_ref()
+        Context { req, header }
     }
 
     /// Resolve a value source to its text, if present.
@@ -277,13 +264,46 @@ impl<'a> Context<'a> {
                 .iter()
                 .find(|(k, _)| k == key)
                 .map(|(_, v)| v.clone()),
-            ValueSource::Json(ptr) => match self.json()?.pointer(ptr)? {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Number(n) => Some(n.to_string()),
-                serde_json::Value::Bool(b) => Some(b.to_string()),
-                _ => None,
-            },
+            ValueSource::Json(ptr) => json_pointer_text(self.req.body, ptr),
         }
+    }
+}
+
+/// The text at a JSON pointer in `body` (strings unescaped; numbers and booleans as
+/// written), found without building the document: each level is read as a map of raw,
+/// borrowed values, so a large body is scanned, not copied.
+pub(crate) fn json_pointer_text(body: &[u8], ptr: &str) -> Option<String> {
+    use serde_json::value::RawValue;
+    use std::borrow::Cow;
+    use std::collections::HashMap;
+    let mut current: &RawValue = serde_json::from_slice(body).ok()?;
+    if ptr.is_empty() {
+        return raw_text(current);
+    }
+    for token in ptr.strip_prefix('/')?.split('/') {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        let text = current.get();
+        current = match text.as_bytes().first()? {
+            b'{' => {
+                let map: HashMap<Cow<'_, str>, &RawValue> = serde_json::from_str(text).ok()?;
+                map.get(token.as_str()).copied()?
+            }
+            b'[' => {
+                let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
+                items.get(token.parse::<usize>().ok()?).copied()?
+            }
+            _ => return None,
+        };
+    }
+    raw_text(current)
+}
+
+fn raw_text(v: &serde_json::value::RawValue) -> Option<String> {
+    let text = v.get();
+    match text.as_bytes().first()? {
+        b'"' => serde_json::from_str::<String>(text).ok(),
+        b'-' | b'0'..=b'9' | b't' | b'f' => Some(text.to_string()),
+        _ => None,
     }
 }
 
@@ -376,13 +396,11 @@ impl Verified<'_> {
     pub fn handshake(&self) -> Option<HandshakeReply> {
         match self.spec.handshake? {
             Handshake::SlackUrlVerification => {
-                let json = self.ctx.json()?;
-                if json.get("type")?.as_str()? != "url_verification" {
+                let body = self.ctx.req.body;
+                if json_pointer_text(body, "/type")? != "url_verification" {
                     return None;
                 }
-                Some(HandshakeReply::Text(
-                    json.get("challenge")?.as_str()?.to_string(),
-                ))
+                Some(HandshakeReply::Text(json_pointer_text(body, "/challenge")?))
             }
         }
     }
@@ -474,4 +492,32 @@ fn parse_timestamp(s: &str) -> Option<i64> {
 /// The SHA-256 of the body, hex: the dedupe key for requests without an event id.
 pub fn body_digest(body: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_pointer_text;
+
+    #[test]
+    fn pointers_find_strings_numbers_and_nested_values() {
+        let body = br#"{"id":"evt_1","n":42,"ok":true,"event":{"type":"app_mention","a/b":"s","x":[1,{"y":"z"}]},"esc":"a\"b","nul":null}"#;
+        assert_eq!(json_pointer_text(body, "/id").as_deref(), Some("evt_1"));
+        assert_eq!(json_pointer_text(body, "/n").as_deref(), Some("42"));
+        assert_eq!(json_pointer_text(body, "/ok").as_deref(), Some("true"));
+        assert_eq!(
+            json_pointer_text(body, "/event/type").as_deref(),
+            Some("app_mention")
+        );
+        assert_eq!(json_pointer_text(body, "/event/a~1b").as_deref(), Some("s"));
+        assert_eq!(
+            json_pointer_text(body, "/event/x/1/y").as_deref(),
+            Some("z")
+        );
+        assert_eq!(json_pointer_text(body, "/esc").as_deref(), Some("a\"b"));
+        assert_eq!(json_pointer_text(body, "/nul"), None);
+        assert_eq!(json_pointer_text(body, "/event"), None);
+        assert_eq!(json_pointer_text(body, "/missing"), None);
+        assert_eq!(json_pointer_text(b"not json", "/id"), None);
+        assert_eq!(json_pointer_text(b"[1,2]", "/5"), None);
+    }
 }

@@ -64,8 +64,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use redis::AsyncCommands;
-use tokio::sync::{Semaphore, mpsc, oneshot};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::{
     Accepted, Attempt, AuditEvent, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page,

@@ -102,15 +102,12 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Queue depth in front of the writer; a full queue pushes back on ingest.
 const QUEUE_DEPTH: usize = 8192;
 
-/// Called once the batch holding a job has committed (`Ok`) or failed (`Err`).
-type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
-/// A write job: runs inside its own savepoint; says whether it succeeded (to keep or
-/// roll back the savepoint) and how to answer its caller after the commit.
-type Job = Box<dyn FnOnce(&Connection, i64) -> (bool, Finish) + Send>;
-
-/// A write, queued for the writer thread.
+/// A write job. `run` applies it (and may run a second time, alone, if its batch has
+/// to be retried without a failing neighbour); `finish` answers the caller after the
+/// commit (`Ok`) or its failure (`Err`).
 struct Op {
-    job: Job,
+    run: Box<dyn FnMut(&Connection, i64) -> bool + Send>,
+    finish: Box<dyn FnOnce(Result<(), String>) + Send>,
     /// Whether committing it creates work for the forwarder.
     notify: bool,
 }
@@ -137,6 +134,10 @@ fn open_conn(path: &PathBuf) -> Result<Connection, rusqlite::Error> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL: every commit is fsynced before it returns. This is the durability promise.
     conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "cache_size", -16384)?; // 16 MiB
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
+    // Checkpoints run on their own thread (see `checkpointer`), not inside commits.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     Ok(conn)
 }
 
@@ -173,9 +174,18 @@ impl SqliteStore {
         let reader = open_conn(&path)?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (work_tx, work_rx) = watch::channel(0u64);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let checkpoint_conn = open_conn(&path)?;
+        let checkpoint_stop = stop.clone();
+        std::thread::Builder::new()
+            .name("hookgate-sqlite-checkpoint".into())
+            .spawn(move || checkpointer(checkpoint_conn, checkpoint_stop))?;
         let handle = std::thread::Builder::new()
             .name("hookgate-sqlite-writer".into())
-            .spawn(move || writer_loop(writer, rx, batch_max, work_tx))?;
+            .spawn(move || {
+                writer_loop(writer, rx, batch_max, work_tx);
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            })?;
         Ok(SqliteStore {
             tx: Mutex::new(Some(tx)),
             reader: Arc::new(Mutex::new(reader)),
@@ -188,7 +198,7 @@ impl SqliteStore {
     async fn write<T: Send + 'static>(
         &self,
         notify: bool,
-        f: impl FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let sender = self
             .tx
@@ -197,20 +207,36 @@ impl SqliteStore {
             .clone()
             .ok_or_else(|| StoreError::Unavailable("store is closed".into()))?;
         let (reply, rx) = oneshot::channel::<Result<T, StoreError>>();
-        let job: Job = Box::new(move |conn, now| {
+        let slot: Arc<Mutex<Option<Result<T, StoreError>>>> = Arc::new(Mutex::new(None));
+        let run_slot = slot.clone();
+        let mut f = f;
+        let run = move |conn: &Connection, now: i64| -> bool {
             let result = f(conn, now);
             let ok = result.is_ok();
-            let finish: Finish = Box::new(move |commit| {
-                let _ = reply.send(match commit {
-                    Ok(()) => result,
-                    Err(e) => Err(StoreError::Unavailable(e)),
-                });
+            if let Ok(mut s) = run_slot.lock() {
+                *s = Some(result);
+            }
+            ok
+        };
+        let finish = move |commit: Result<(), String>| {
+            let result = slot
+                .lock()
+                .ok()
+                .and_then(|mut s| s.take())
+                .unwrap_or_else(|| Err(StoreError::Unavailable("job did not run".into())));
+            let _ = reply.send(match commit {
+                Ok(()) => result,
+                Err(e) => Err(StoreError::Unavailable(e)),
             });
-            (ok, finish)
-        });
+        };
+        let op = Op {
+            run: Box::new(run),
+            finish: Box::new(finish),
+            notify,
+        };
         let work = async move {
             sender
-                .send(Op { job, notify })
+                .send(op)
                 .await
                 .map_err(|_| StoreError::Unavailable("writer stopped".into()))?;
             rx.await
@@ -237,6 +263,20 @@ impl SqliteStore {
     }
 }
 
+/// Copy the WAL back into the database on its own thread, so that commits (and the
+/// acknowledgements waiting on them) never pay for a checkpoint. PASSIVE never blocks
+/// the writer; SQLite restarts the WAL once a checkpoint has caught up.
+fn checkpointer(conn: Connection, stop: Arc<std::sync::atomic::AtomicBool>) {
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(200));
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "sqlite: checkpoint failed");
+        }
+    }
+    // A final full checkpoint once the writer has stopped.
+    let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+}
+
 fn writer_loop(
     mut conn: Connection,
     mut rx: mpsc::Receiver<Op>,
@@ -260,57 +300,79 @@ fn writer_loop(
     tracing::debug!("sqlite writer stopped");
 }
 
-/// Apply every job in its own savepoint, commit once, then answer every caller.
-/// Returns whether the commit succeeded.
+/// Apply every job in one transaction, commit once (one fsync), then answer every
+/// caller. If a job fails, the batch is rolled back and each job is applied again in
+/// a transaction of its own, so one bad job never takes its neighbours down.
+/// Returns whether anything was committed.
 fn commit_batch(conn: &mut Connection, batch: &mut Vec<Op>) -> bool {
-    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
+    let now = now_ms();
+    let all_ok = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => {
+            let mut ok = true;
+            for op in batch.iter_mut() {
+                if !(op.run)(&tx, now) {
+                    ok = false;
+                    break;
+                }
+            }
+            if ok {
+                match tx.commit() {
+                    Ok(()) => {
+                        for op in batch.drain(..) {
+                            (op.finish)(Ok(()));
+                        }
+                        return true;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "sqlite: commit failed; the batch is answered 503");
+                        let msg = format!("commit failed: {e}");
+                        for op in batch.drain(..) {
+                            (op.finish)(Err(msg.clone()));
+                        }
+                        return false;
+                    }
+                }
+            }
+            // Dropping the transaction rolls it back.
+            false
+        }
         Err(e) => {
-            // Dropping the jobs unanswered makes every caller fail (503 at ingest).
             tracing::error!(error = %e, "sqlite: cannot begin a transaction; the batch fails");
-            batch.clear();
+            let msg = format!("cannot begin a transaction: {e}");
+            for op in batch.drain(..) {
+                (op.finish)(Err(msg.clone()));
+            }
             return false;
         }
     };
-    let now = now_ms();
-    let mut finishes = Vec::with_capacity(batch.len());
-    for op in batch.drain(..) {
-        let mut sp = match tx.savepoint() {
-            Ok(sp) => sp,
-            Err(e) => {
-                tracing::error!(error = %e, "sqlite: cannot open a savepoint");
-                continue;
+    debug_assert!(!all_ok);
+    // One job failed: apply each alone.
+    let mut committed = false;
+    for mut op in batch.drain(..) {
+        let outcome = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(tx) => {
+                if (op.run)(&tx, now) {
+                    tx.commit().map_err(|e| format!("commit failed: {e}"))
+                } else {
+                    // The job's own error is in its result; nothing to commit.
+                    drop(tx);
+                    Ok(())
+                }
             }
+            Err(e) => Err(format!("cannot begin a transaction: {e}")),
         };
-        let (ok, finish) = (op.job)(&sp, now);
-        if ok {
-            if let Err(e) = sp.commit() {
-                tracing::error!(error = %e, "sqlite: savepoint release failed");
-            }
-        } else {
-            let _ = sp.rollback();
-        }
-        finishes.push(finish);
+        committed |= outcome.is_ok();
+        (op.finish)(outcome);
     }
-    match tx.commit() {
-        Ok(()) => {
-            for f in finishes {
-                f(Ok(()));
-            }
-            true
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "sqlite: commit failed; the batch is answered 503");
-            let msg = format!("commit failed: {e}");
-            for f in finishes {
-                f(Err(msg.clone()));
-            }
-            false
-        }
-    }
+    committed
 }
 
-fn apply_accept(conn: &Connection, e: &NewEntry, now: i64) -> Result<Accepted, StoreError> {
+fn apply_accept(
+    conn: &Connection,
+    e: &NewEntry,
+    headers: &str,
+    now: i64,
+) -> Result<Accepted, StoreError> {
     let existing: Option<String> = conn
         .prepare_cached(
             "SELECT entry_id FROM dedupe WHERE source = ?1 AND dkey = ?2 AND expires_at > ?3",
@@ -348,7 +410,7 @@ fn apply_accept(conn: &Connection, e: &NewEntry, now: i64) -> Result<Accepted, S
         e.dedupe_key,
         e.received_at,
         now,
-        encode_headers(&e.headers),
+        headers,
         e.body.as_ref(),
     ])?;
     Ok(Accepted::New(e.id.clone()))
@@ -478,8 +540,12 @@ pub(crate) fn attempt_error(a: &Attempt) -> Option<String> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn accept(&self, entry: NewEntry) -> Result<Accepted, StoreError> {
-        self.write(true, move |conn, now| apply_accept(conn, &entry, now))
-            .await
+        // Encode on the caller's thread: the writer thread is the bottleneck.
+        let headers = encode_headers(&entry.headers);
+        self.write(true, move |conn, now| {
+            apply_accept(conn, &entry, &headers, now)
+        })
+        .await
     }
 
     async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
