@@ -105,9 +105,12 @@ const QUEUE_DEPTH: usize = 8192;
 /// A write job. `run` applies it (and may run a second time, alone, if its batch has
 /// to be retried without a failing neighbour); `finish` answers the caller after the
 /// commit (`Ok`) or its failure (`Err`).
+type Run = Box<dyn FnMut(&Connection, i64) -> bool + Send>;
+type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
+
 struct Op {
-    run: Box<dyn FnMut(&Connection, i64) -> bool + Send>,
-    finish: Box<dyn FnOnce(Result<(), String>) + Send>,
+    run: Run,
+    finish: Finish,
     /// Whether committing it creates work for the forwarder.
     notify: bool,
 }
