@@ -546,14 +546,9 @@ fn start_redis() -> Redis {
 }
 
 /// Start `hookgate serve` with `store`, one source `bench` delivering to `sink`;
-/// `extra` is appended to the source (`[sources.retry]`, `[sources.delivery]`) or, for
-/// top-level tables, must not start with `[sources`.
-fn start_gateway(dir: &Path, store: &str, sink: &str, extra: &str) -> Proc {
-    let (global, source_extra) = if extra.trim_start().starts_with("[sources") {
-        ("", extra)
-    } else {
-        (extra, "")
-    };
+/// `global` holds top-level tables, `source_extra` the source's own
+/// (`[sources.retry]`, `[sources.delivery]`).
+fn start_gateway(dir: &Path, store: &str, sink: &str, global: &str, source_extra: &str) -> Proc {
     let port = free_port();
     let admin = free_port();
     let cfg = dir.join("hookgate.toml");
@@ -702,6 +697,7 @@ async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool
             &store_toml(store, dir.path(), redis.as_ref()),
             "http://127.0.0.1:9/",
             "[forwarder]\npoll_interval = \"1s\"\n",
+            "",
         );
         // Deliveries are off the ingest path: the sink is unreachable (port 9), so the
         // forwarder only schedules retries in the background.
@@ -747,6 +743,7 @@ async fn latency(report: &mut Report, store: Store, s: Settings) {
         &store_toml(store, dir.path(), redis.as_ref()),
         "http://127.0.0.1:9/",
         "[forwarder]\npoll_interval = \"1s\"\n",
+        "",
     );
     let n = if s.rounds == 1 && s.duration < Duration::from_secs(2) {
         20_000
@@ -796,6 +793,7 @@ async fn forward_drain(report: &mut Report, s: Settings) {
         dir.path(),
         &store_toml(Store::Embedded, dir.path(), None),
         &format!("http://127.0.0.1:{}/hook", sink.port),
+        "[forwarder]\npoll_interval = \"100ms\"\n",
         "[sources.delivery]\nconcurrency = 64\n",
     );
     let admin = format!("http://127.0.0.1:{}", gw.admin);
@@ -844,6 +842,7 @@ async fn forward_e2e(report: &mut Report, s: Settings) {
         dir.path(),
         &store_toml(Store::Embedded, dir.path(), None),
         &format!("http://127.0.0.1:{}/hook", sink.port),
+        "[forwarder]\npoll_interval = \"100ms\"\n",
         "",
     );
     let rate = if s.rounds == 1 && s.duration < Duration::from_secs(2) {
@@ -896,6 +895,7 @@ async fn recovery(report: &mut Report, s: Settings) {
         dir.path(),
         &store_toml(Store::Embedded, dir.path(), None),
         &format!("http://127.0.0.1:{}/hook", sink.port),
+        "[forwarder]\npoll_interval = \"100ms\"\n",
         "[sources.retry]\nbase = \"1s\"\ncap = \"60s\"\nmax_attempts = 100\n",
     );
     let requests = Arc::new(prepare(s.recovery_entries, "rec", None));

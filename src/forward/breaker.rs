@@ -5,6 +5,11 @@
 //! destination, so they wait without burning attempts. After the cooldown one probe
 //! is let through (half-open): success closes the breaker, failure opens it again
 //! with a doubled cooldown (at most 10× the configured one). Time is passed in.
+//!
+//! A destination that comes back after an outage faces every entry that waited, all
+//! overdue at once. So a breaker that closes after a probe ramps up: [`Breaker::ramp`]
+//! allows one attempt in flight, doubling every [`RAMP_STEP_MS`], up to the
+//! destination's concurrency (slow start, as TCP does).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -26,9 +31,14 @@ pub enum Gate {
     Deny(i64),
 }
 
+/// How often the slow start after a recovery doubles the allowed concurrency.
+pub const RAMP_STEP_MS: i64 = 500;
+
 #[derive(Debug)]
 pub struct Breaker {
     state: Mutex<State>,
+    /// When the breaker last closed after being open (unix ms); 0 when it never was.
+    recovered_at: Mutex<i64>,
     threshold: u32,
     cooldown_ms: i64,
 }
@@ -37,6 +47,7 @@ impl Breaker {
     pub fn new(threshold: u32, cooldown: Duration) -> Breaker {
         Breaker {
             state: Mutex::new(State::Closed { failures: 0 }),
+            recovered_at: Mutex::new(0),
             threshold: threshold.max(1),
             cooldown_ms: i64::try_from(cooldown.as_millis())
                 .unwrap_or(i64::MAX)
@@ -81,6 +92,11 @@ impl Breaker {
     pub fn record(&self, healthy: bool, now: i64) -> bool {
         let mut s = self.lock();
         match (*s, healthy) {
+            (State::HalfOpen { .. }, true) => {
+                *s = State::Closed { failures: 0 };
+                *self.recovered_at.lock().unwrap_or_else(|p| p.into_inner()) = now;
+                false
+            }
             (_, true) => {
                 *s = State::Closed { failures: 0 };
                 false
@@ -112,6 +128,20 @@ impl Breaker {
                 false
             }
         }
+    }
+
+    /// How many attempts may be in flight now, out of `max`: `max`, except during the
+    /// slow start after a recovery (1, 2, 4, … doubling every [`RAMP_STEP_MS`]).
+    pub fn ramp(&self, now: i64, max: usize) -> usize {
+        let since = *self.recovered_at.lock().unwrap_or_else(|p| p.into_inner());
+        if since == 0 {
+            return max;
+        }
+        let steps = (now - since).max(0) / RAMP_STEP_MS;
+        if steps >= 20 {
+            return max;
+        }
+        (1usize << steps).clamp(1, max.max(1))
     }
 
     /// `closed`, `open` or `half_open` (for logs and metrics).
@@ -158,6 +188,21 @@ mod tests {
         b.record(true, 33_000);
         assert_eq!(b.state(), "closed");
         assert_eq!(b.gate(33_000), Gate::Allow);
+    }
+
+    #[test]
+    fn recovery_ramps_up_concurrency() {
+        let b = Breaker::new(1, Duration::from_secs(1));
+        assert_eq!(b.ramp(0, 16), 16, "no ramp before any outage");
+        b.record(false, 0);
+        assert_eq!(b.gate(1_000), Gate::Probe);
+        b.record(true, 1_000);
+        assert_eq!(b.ramp(1_000, 16), 1);
+        assert_eq!(b.ramp(1_499, 16), 1);
+        assert_eq!(b.ramp(1_500, 16), 2);
+        assert_eq!(b.ramp(2_000, 16), 4);
+        assert_eq!(b.ramp(3_000, 16), 16);
+        assert_eq!(b.ramp(100_000, 16), 16);
     }
 
     #[test]

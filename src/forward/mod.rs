@@ -316,6 +316,21 @@ async fn source_loop(
                 continue;
             }
         }
+        // Slow start after a recovery: no more in flight than the breaker allows.
+        let in_flight = route
+            .concurrency
+            .saturating_sub(permits.available_permits());
+        let allowed = route.breaker.ramp(now, route.concurrency);
+        if !probe && in_flight >= allowed {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            continue;
+        }
+        if !probe {
+            limit = limit.min(allowed - in_flight);
+        }
         // Wait for a free permit before claiming, so claimed entries never wait on a
         // busy destination while their lease runs.
         let first = tokio::select! {
@@ -637,7 +652,7 @@ pub fn routes(
                     cap: s.retry.cap,
                 },
                 timeout: s.delivery.timeout,
-                concurrency: s.delivery.concurrency,
+                concurrency: limit,
                 pass_headers: PassHeaders::from_list(&s.delivery.pass_headers),
                 client: client(s.delivery.connect_timeout)?,
                 permits,
