@@ -13,7 +13,9 @@ use crate::admin_client::{self, ApiArgs, DlqCmd, EntriesCmd, SourcesCmd};
 use crate::app;
 use crate::config::{self, Config, Secret, StoreConfig};
 use crate::provider::sign::{SignInput, sign};
-use crate::provider::spec::{self, Algorithm, HeaderFormat, Spec, TimeUnit, UrlPort, ValueSource};
+use crate::provider::spec::{
+    self, Algorithm, HeaderFormat, SecretEncoding, Segment, Spec, TimeUnit, UrlPort, ValueSource,
+};
 use crate::provider::{Registry, request_url};
 use crate::shutdown;
 use crate::telemetry;
@@ -273,7 +275,9 @@ fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             .collect::<Vec<_>>()
             .join(", else ")
     };
-    let event_id = if spec.event_id.is_empty() {
+    let event_id = if spec.event_id.is_empty() && spec.content.contains(&Segment::FormSorted) {
+        "none: the hash of the signed form parameters dedupes".to_string()
+    } else if spec.event_id.is_empty() {
         "none: the body hash dedupes".to_string()
     } else if spec.event_id_is_signed() {
         format!("{} (signed)", templates(&spec.event_id))
@@ -301,7 +305,11 @@ fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             spec.secret_encoding.name()
         ),
         Algorithm::Token => "secret = the token the provider sends".into(),
-        _ => format!("secret ({})", spec.secret_encoding.name()),
+        _ => match spec.secret_encoding {
+            SecretEncoding::Utf8 => "secret (its UTF-8 bytes are the key)".to_string(),
+            SecretEncoding::WhsecBase64 => "secret (whsec_ and base64, decoded)".to_string(),
+            other => format!("secret ({}, decoded)", other.name()),
+        },
     };
     let config = if spec.signs_url() {
         format!("{secret}; public_url = the URL the provider calls")

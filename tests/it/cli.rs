@@ -5,7 +5,7 @@ use std::process::Command;
 
 use crate::util::*;
 
-fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(bin());
     cmd.args(args);
     for var in [
@@ -121,6 +121,7 @@ fn example_configs_are_valid() {
                     "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
                 ),
                 ("ACME_WEBHOOK_SECRET", "x"),
+                ("TWILIO_AUTH_TOKEN", "x"),
             ],
         );
         assert_eq!(code, 0, "{f}: {out}{err}");

@@ -11,4 +11,5 @@ mod forward;
 mod hostile;
 mod ingest;
 mod logs;
+mod providers;
 mod upstream;
