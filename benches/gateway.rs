@@ -213,11 +213,12 @@ fn prepare(n: usize, prefix: &str, dup_every: Option<usize>) -> Vec<Prepared> {
                 event_type: None,
                 method: "POST",
                 path: "/",
+                url: None,
             },
         )
         .expect("sign");
         out.push(Prepared {
-            signature: headers[0].1.clone(),
+            signature: headers.headers[0].1.clone(),
             body: Bytes::from(body),
         });
     }

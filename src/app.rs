@@ -43,12 +43,20 @@ pub fn build_sources(cfg: &Config, registry: &Registry) -> anyhow::Result<Vec<So
             let spec = registry
                 .resolve(&s.provider, s.provider_options.as_ref())
                 .with_context(|| format!("sources[{i}].provider"))?;
+            if spec.signs_url() && s.public_url.is_none() {
+                anyhow::bail!(
+                    "sources[{i}].public_url: provider {:?} signs the URL it calls; set public_url to that URL (e.g. https://hooks.example.com/ingest/{})",
+                    s.provider,
+                    s.name
+                );
+            }
             let verifier =
                 Verifier::new(spec, &s.secrets).with_context(|| format!("sources[{i}].secret"))?;
             Ok(Source {
                 name: s.name.clone(),
                 verifier,
                 dedupe_ttl: s.dedupe_ttl,
+                public_url: s.public_url.clone(),
             })
         })
         .collect()
@@ -88,7 +96,13 @@ pub async fn run(
 
     let signature_headers: Vec<(String, String)> = sources
         .iter()
-        .map(|s| (s.name.clone(), s.verifier.spec.header.as_str().to_string()))
+        .map(|s| {
+            let header = s.verifier.spec.signature_header();
+            (
+                s.name.clone(),
+                header.map(|h| h.as_str().to_string()).unwrap_or_default(),
+            )
+        })
         .collect();
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
     let state = Arc::new(IngestState {

@@ -12,8 +12,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::admin_client::{self, ApiArgs, DlqCmd, EntriesCmd, SourcesCmd};
 use crate::app;
 use crate::config::{self, Config, LogFormat, Secret, StoreConfig};
-use crate::provider::Registry;
 use crate::provider::sign::{SignInput, sign};
+use crate::provider::spec::{
+    self, Algorithm, HeaderFormat, SecretEncoding, Segment, Spec, TimeUnit, UrlPort, ValueSource,
+};
+use crate::provider::{Registry, request_url};
 use crate::shutdown;
 use crate::telemetry;
 
@@ -42,7 +45,8 @@ pub enum Command {
     },
     /// Validate the configuration and print what it resolves to (never secrets).
     CheckConfig(ConfigArg),
-    /// Print the headers (and a curl line) a provider would send for a body.
+    /// Print the headers (and the body, when the provider keeps signed values in it)
+    /// and a curl line that a provider would send for a body.
     Sign(SignArgs),
     /// List the providers this binary (and providers_dir) knows.
     Providers(ConfigArg),
@@ -127,7 +131,9 @@ pub struct SignArgs {
     /// Event type for providers that send it in a header.
     #[arg(long)]
     pub event_type: Option<String>,
-    /// The URL for the curl line (default: http://127.0.0.1:8080/ingest/<source or provider>).
+    /// The URL for the curl line (default: http://127.0.0.1:8080/ingest/<source or
+    /// provider>). Providers that sign the URL they call (Twilio, Square, HubSpot) sign
+    /// the source's public_url with this URL's query, or this URL itself with --provider.
     #[arg(long)]
     pub url: Option<String>,
 }
@@ -250,8 +256,117 @@ fn providers(a: ConfigArg) -> anyhow::Result<()> {
     };
     for spec in registry.iter() {
         println!("{:<20} {}", spec.name, spec.summary);
+        for (what, text) in describe(spec) {
+            println!("    {what:<11} {text}");
+        }
     }
     Ok(())
+}
+
+/// What a provider verifies and what a source using it needs, one line per aspect.
+fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
+    let algorithms: Vec<&str> = spec.algorithms.iter().map(|a| a.name()).collect();
+    let location = match &spec.signature_from {
+        ValueSource::Header(h) => format!("header {h}"),
+        other => other.to_string(),
+    };
+    let shape = match &spec.format {
+        HeaderFormat::Plain { prefix } if prefix.is_empty() => String::new(),
+        HeaderFormat::Plain { prefix } => format!(" after {prefix:?}"),
+        HeaderFormat::Kv { signature_keys, .. } => {
+            format!(" as {} of a key/value list", signature_keys.join("/"))
+        }
+    };
+    let signature = if spec.algorithm() == Algorithm::Token {
+        format!("token: {location} equals the secret (constant time)")
+    } else {
+        let mut s = format!(
+            "{}, {}, {location}{shape}, over {}",
+            algorithms.join(" or "),
+            spec.encoding.name(),
+            spec.content_text()
+        );
+        if spec.url_port == UrlPort::Either {
+            s.push_str(" (URL with or without its port)");
+        }
+        if let Some(src) = &spec.body_sha256 {
+            s.push_str(&format!("; a body digest in {src} stands in for the form"));
+        }
+        s
+    };
+    let timestamp = match &spec.timestamp {
+        Some(t) => format!(
+            "{}, {}, within {} either way",
+            t.from,
+            match t.unit {
+                TimeUnit::Seconds => "seconds",
+                TimeUnit::Milliseconds => "milliseconds",
+            },
+            humantime::format_duration(t.tolerance)
+        ),
+        None => "none signed (no replay window)".into(),
+    };
+    let templates = |ts: &[spec::ValueTemplate]| {
+        ts.iter()
+            .map(|t| t.text.as_str())
+            .collect::<Vec<_>>()
+            .join(", else ")
+    };
+    let event_id = if spec.event_id.is_empty() && spec.content.contains(&Segment::FormSorted) {
+        "none: the hash of the signed form parameters dedupes".to_string()
+    } else if spec.event_id.is_empty() {
+        "none: the body hash dedupes".to_string()
+    } else if spec.event_id_is_signed() {
+        format!("{} (signed)", templates(&spec.event_id))
+    } else {
+        format!(
+            "{} (unsigned: dedupes together with the body hash)",
+            templates(&spec.event_id)
+        )
+    };
+    let event_type = if spec.event_type.is_empty() {
+        "none".to_string()
+    } else {
+        templates(&spec.event_type)
+    };
+    let handshake = match spec.handshake {
+        Some(h) => format!(
+            "{} (answered only after verification, not stored)",
+            h.name()
+        ),
+        None => "none".into(),
+    };
+    let secret = match spec.algorithm() {
+        a if a.is_public_key() => format!(
+            "secret = the provider's public key ({})",
+            spec.secret_encoding.name()
+        ),
+        Algorithm::Token => "secret = the token the provider sends".into(),
+        _ => match spec.secret_encoding {
+            SecretEncoding::Utf8 => "secret (its UTF-8 bytes are the key)".to_string(),
+            SecretEncoding::WhsecBase64 => "secret (whsec_ and base64, decoded)".to_string(),
+            other => format!("secret ({}, decoded)", other.name()),
+        },
+    };
+    let config = if spec.signs_url() {
+        format!("{secret}; public_url = the URL the provider calls")
+    } else {
+        secret
+    };
+    let sign = if spec.algorithm().is_public_key() {
+        "no: signatures need the provider's private key".to_string()
+    } else {
+        format!("yes ({})", spec.algorithm().name())
+    };
+    vec![
+        ("signature", signature),
+        ("timestamp", timestamp),
+        ("event id", event_id),
+        ("event type", event_type),
+        ("handshake", handshake),
+        ("config", config),
+        ("sign", sign),
+    ]
 }
 
 fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
@@ -262,7 +377,7 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
         }
         (None, None) => bail!("give --body or --body-file"),
     };
-    let (spec, secret, name) = if let Some(source) = &a.source {
+    let (spec, secret, name, public_url) = if let Some(source) = &a.source {
         let cfg = load(a.config.as_deref())?;
         let registry = app::registry(&cfg)?;
         let s = cfg
@@ -277,7 +392,7 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
             (None, None) => s.secrets[0].clone(),
             _ => secret_arg(&a)?,
         };
-        (spec, secret, source.clone())
+        (spec, secret, source.clone(), s.public_url.clone())
     } else {
         let provider = a.provider.clone().context("give --provider or --source")?;
         let registry = match &a.config {
@@ -287,7 +402,7 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
         let spec = registry.get(&provider).cloned().with_context(|| {
             format!("--provider: unknown provider {provider:?}; see `hookgate providers`")
         })?;
-        (spec, secret_arg(&a)?, provider)
+        (spec, secret_arg(&a)?, provider, None)
     };
     let timestamp = a.timestamp.unwrap_or_else(crate::ingest::system_clock);
     let id =
@@ -297,12 +412,18 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
         .url
         .clone()
         .unwrap_or_else(|| format!("http://127.0.0.1:8080/ingest/{name}"));
-    let path = url
-        .parse::<http::Uri>()
-        .ok()
+    let uri = url.parse::<http::Uri>().ok();
+    let path = uri
+        .as_ref()
         .and_then(|u| u.path_and_query().map(|p| p.as_str().to_string()))
         .unwrap_or_else(|| "/".into());
-    let headers = sign(
+    // The URL the provider signs: the source's public_url with the request's query,
+    // or, signing as a bare provider, --url itself.
+    let signed_url = match &public_url {
+        Some(base) => Some(request_url(base, uri.as_ref().and_then(|u| u.query()))),
+        None => a.url.clone(),
+    };
+    let signed = sign(
         &spec,
         &secret,
         &SignInput {
@@ -312,23 +433,33 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
             event_type: a.event_type.as_deref(),
             method: "POST",
             path: &path,
+            url: signed_url.as_deref(),
         },
     )?;
-    for (n, v) in &headers {
+    let body = signed.body(&body).to_vec();
+    for (n, v) in &signed.headers {
         println!("{n}: {v}");
     }
+    if signed.body.is_some() {
+        println!();
+        println!("{}", String::from_utf8_lossy(&body));
+    }
     println!();
+    let content_type = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') | Some(b'[') => "application/json",
+        _ => "application/x-www-form-urlencoded",
+    };
     let mut curl = format!("curl -sS -X POST {}", shell_quote(&url));
-    curl.push_str(" -H 'content-type: application/json'");
-    for (n, v) in &headers {
+    curl.push_str(&format!(" -H 'content-type: {content_type}'"));
+    for (n, v) in &signed.headers {
         curl.push_str(&format!(" -H {}", shell_quote(&format!("{n}: {v}"))));
     }
-    match &a.body_file {
-        Some(f) => curl.push_str(&format!(
+    match (&a.body_file, signed.body.is_some()) {
+        (Some(f), false) => curl.push_str(&format!(
             " --data-binary {}",
             shell_quote(&format!("@{}", f.display()))
         )),
-        None => curl.push_str(&format!(
+        _ => curl.push_str(&format!(
             " --data-binary {}",
             shell_quote(&String::from_utf8_lossy(&body))
         )),

@@ -243,6 +243,10 @@ pub struct RawSource {
     pub secret_env: Option<OneOrMany>,
     #[serde(default)]
     pub destination: Option<String>,
+    /// The URL the provider is configured to call, for providers that sign it
+    /// (Twilio, Square, HubSpot): scheme, host and path, without query.
+    #[serde(default)]
+    pub public_url: Option<String>,
     #[serde(default)]
     pub destination_secret: Option<String>,
     #[serde(default)]
@@ -398,6 +402,9 @@ pub struct SourceConfig {
     /// Every secret that verifies (several during a rotation). Never empty.
     pub secrets: Vec<Secret>,
     pub destination: String,
+    /// The URL the provider calls (absolute http(s), no query or fragment), for
+    /// providers whose signature covers it.
+    pub public_url: Option<String>,
     pub destination_secret: Option<Secret>,
     pub dedupe_ttl: Duration,
     pub provider_options: Option<toml::Table>,
@@ -794,6 +801,30 @@ fn validate_source(
             ));
         }
     };
+    let public_url = match s.public_url {
+        None => None,
+        Some(u) => {
+            let valid = u.parse::<http::Uri>().is_ok_and(|uri| {
+                matches!(uri.scheme_str(), Some("http") | Some("https"))
+                    && uri.host().is_some_and(|h| !h.is_empty())
+            });
+            if !valid {
+                return Err(ConfigError::invalid(
+                    key("public_url"),
+                    format!("{u:?} must be an absolute http:// or https:// URL"),
+                ));
+            }
+            if u.contains(['?', '#']) {
+                return Err(ConfigError::invalid(
+                    key("public_url"),
+                    format!(
+                        "{u:?} has a query or fragment; give the URL without them (the query of each request is added to it)"
+                    ),
+                ));
+            }
+            Some(u)
+        }
+    };
     let destination_secret = match (s.destination_secret, s.destination_secret_env) {
         (Some(v), None) => Some(Secret::new(v)),
         (None, Some(var)) => match env(&var) {
@@ -890,6 +921,7 @@ fn validate_source(
         provider: s.provider,
         secrets,
         destination,
+        public_url,
         destination_secret,
         dedupe_ttl,
         provider_options: s.provider_options,
@@ -996,5 +1028,29 @@ destination = "http://127.0.0.1:3000/"
         .unwrap_err()
         .to_string();
         assert!(err.starts_with("sources[0].destination:"), "{err}");
+    }
+
+    #[test]
+    fn public_url_is_an_absolute_url_without_query() {
+        let src = |u: &str| {
+            format!(
+                "[[sources]]\nname = \"a\"\nprovider = \"twilio\"\nsecret = \"x\"\ndestination = \"http://h/\"\npublic_url = \"{u}\"\n"
+            )
+        };
+        let cfg = from_toml_str(&src("https://hooks.example.com/ingest/a"), &no_env).unwrap();
+        assert_eq!(
+            cfg.sources[0].public_url.as_deref(),
+            Some("https://hooks.example.com/ingest/a")
+        );
+        for bad in [
+            "/ingest/a",
+            "ftp://h/x",
+            "https://h/x?a=1",
+            "https://h/x#f",
+            "not a url",
+        ] {
+            let err = from_toml_str(&src(bad), &no_env).unwrap_err().to_string();
+            assert!(err.starts_with("sources[0].public_url:"), "{bad}: {err}");
+        }
     }
 }

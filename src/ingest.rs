@@ -30,6 +30,8 @@ pub struct Source {
     pub name: String,
     pub verifier: Verifier,
     pub dedupe_ttl: Duration,
+    /// The URL the provider calls, for providers that sign it.
+    pub public_url: Option<String>,
 }
 
 /// Verification failures per source, counted in memory and added to the store's
@@ -255,6 +257,10 @@ async fn handle(
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
+    let url = source
+        .public_url
+        .as_deref()
+        .map(|base| crate::provider::request_url(base, parts.uri.query()));
 
     // Verification borrows the request; it ends before the first await below.
     let decision = {
@@ -262,6 +268,7 @@ async fn handle(
             verify::Request {
                 method: parts.method.as_str(),
                 path,
+                url: url.as_deref(),
                 headers: &parts.headers,
                 body: &body,
             },
@@ -277,8 +284,8 @@ async fn handle(
                     // X-Shopify-Event-Id): bind it to the signed body, so a captured
                     // request replayed under someone else's id cannot pre-empt that id.
                     // A genuine redelivery has the same id and the same body.
-                    Some(id) => format!("id:{id}:body-sha256:{}", verify::body_digest(&body)),
-                    None => format!("body-sha256:{}", verify::body_digest(&body)),
+                    Some(id) => format!("id:{id}:{}", verified.content_digest()),
+                    None => verified.content_digest(),
                 };
                 Decision::Store(Box::new(NewEntry {
                     id: uuid::Uuid::now_v7().to_string(),
@@ -305,6 +312,9 @@ async fn handle(
             None,
             None,
         )),
+        Decision::Handshake(HandshakeReply::Json(value)) => {
+            Ok(((StatusCode::OK, Json(value)).into_response(), None, None))
+        }
         Decision::Store(entry) => {
             let event_id = entry.event_id.clone();
             let accepted = st.store.accept(*entry).await?;

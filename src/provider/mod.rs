@@ -14,22 +14,51 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use spec::{Spec, SpecError};
-pub use verify::{Key, Request, Verified, VerifyError};
+pub use verify::{HandshakeReply, Key, Request, Verified, VerifyError, request_url};
 
 use crate::config::Secret;
 
 /// The provider specs shipped in the binary, as (file name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "calendly.toml",
+        include_str!("../../providers/calendly.toml"),
+    ),
+    ("discord.toml", include_str!("../../providers/discord.toml")),
     ("github.toml", include_str!("../../providers/github.toml")),
+    ("gitlab.toml", include_str!("../../providers/gitlab.toml")),
     ("hmac.toml", include_str!("../../providers/hmac.toml")),
+    ("hubspot.toml", include_str!("../../providers/hubspot.toml")),
+    (
+        "intercom.toml",
+        include_str!("../../providers/intercom.toml"),
+    ),
+    (
+        "lemonsqueezy.toml",
+        include_str!("../../providers/lemonsqueezy.toml"),
+    ),
+    ("linear.toml", include_str!("../../providers/linear.toml")),
+    ("mailgun.toml", include_str!("../../providers/mailgun.toml")),
+    ("paddle.toml", include_str!("../../providers/paddle.toml")),
+    (
+        "sendgrid.toml",
+        include_str!("../../providers/sendgrid.toml"),
+    ),
     ("shopify.toml", include_str!("../../providers/shopify.toml")),
     ("slack.toml", include_str!("../../providers/slack.toml")),
+    ("square.toml", include_str!("../../providers/square.toml")),
     (
         "standard-webhooks.toml",
         include_str!("../../providers/standard-webhooks.toml"),
     ),
     ("stripe.toml", include_str!("../../providers/stripe.toml")),
     ("svix.toml", include_str!("../../providers/svix.toml")),
+    ("twilio.toml", include_str!("../../providers/twilio.toml")),
+    (
+        "typeform.toml",
+        include_str!("../../providers/typeform.toml"),
+    ),
+    ("zoom.toml", include_str!("../../providers/zoom.toml")),
 ];
 
 #[derive(Debug, thiserror::Error)]

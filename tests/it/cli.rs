@@ -5,7 +5,7 @@ use std::process::Command;
 
 use crate::util::*;
 
-fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(bin());
     cmd.args(args);
     for var in [
@@ -121,6 +121,7 @@ fn example_configs_are_valid() {
                     "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
                 ),
                 ("ACME_WEBHOOK_SECRET", "x"),
+                ("TWILIO_AUTH_TOKEN", "x"),
             ],
         );
         assert_eq!(code, 0, "{f}: {out}{err}");
@@ -265,6 +266,9 @@ async fn the_cli_drives_a_running_gateway() {
     let (code, out, _) = cli(vec!["sources", "pause", "cli"]).await;
     assert_eq!(code, 0);
     assert!(out.contains("paused"));
+    // The forwarder learns of a pause within one poll interval (50 ms here); until
+    // then a replay could be delivered and die again. Wait well past it.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let (code, out, err) = cli(vec!["entries", "replay", &a]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replay queued"), "{out}");

@@ -158,6 +158,7 @@ async fn healthy(backend: Backend) {
         let req = hookgate::provider::Request {
             method: "POST",
             path: "/hook",
+            url: None,
             headers: &r.headers,
             body: &r.body,
         };

@@ -13,4 +13,5 @@ mod hostile;
 mod ingest;
 mod logs;
 mod operate;
+mod providers;
 mod upstream;

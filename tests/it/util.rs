@@ -303,9 +303,11 @@ pub fn sign_headers(
             event_type: Some("test.event"),
             method: "POST",
             path: "/",
+            url: None,
         },
     )
     .unwrap()
+    .headers
     .into_iter()
     .map(|(n, v)| (n.to_string(), v))
     .collect()

@@ -1,0 +1,774 @@
+//! The provider catalogue end to end, through the real gateway, driven by one table:
+//! for every provider a correctly signed request is stored; a one-byte tamper, a
+//! wrong secret or key and (where the scheme signs time) a stale timestamp answer 401
+//! and store nothing; the provider's redelivery of the same event is a duplicate.
+//! Handshakes are answered only after verification, `hookgate sign` output is
+//! accepted for every symmetric provider, and `hookgate providers` describes them.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use hookgate::config::{self, Secret};
+use hookgate::provider::sign::{SignInput, sign};
+use hookgate::provider::{Registry, request_url};
+
+use crate::both_stores;
+use crate::cli::run;
+use crate::util::*;
+
+/// What a request is signed with.
+#[derive(Clone)]
+enum Signer {
+    /// A shared secret (HMAC or token schemes), as the provider holds it.
+    Secret(&'static str),
+    /// An Ed25519 private key seed (Discord).
+    Ed25519([u8; 32]),
+    /// A P-256 private scalar (SendGrid).
+    P256([u8; 32]),
+}
+
+impl Signer {
+    /// What the source is configured with: the secret, or the public key.
+    fn configured(&self) -> String {
+        use p256::pkcs8::EncodePublicKey as _;
+        match self {
+            Signer::Secret(s) => s.to_string(),
+            Signer::Ed25519(seed) => hex::encode(
+                ed25519_dalek::SigningKey::from_bytes(seed)
+                    .verifying_key()
+                    .to_bytes(),
+            ),
+            Signer::P256(d) => B64.encode(
+                p256::ecdsa::SigningKey::from_slice(d)
+                    .unwrap()
+                    .verifying_key()
+                    .to_public_key_der()
+                    .unwrap()
+                    .as_bytes(),
+            ),
+        }
+    }
+}
+
+/// Which string in the body a one-byte tamper changes.
+#[derive(Clone, Copy)]
+enum Needle {
+    Event,
+    /// Mailgun signs its token, not the event, which is where a tamper must land.
+    Delivery,
+}
+
+struct Case {
+    /// The source name (`/ingest/{source}`).
+    source: &'static str,
+    provider: &'static str,
+    signer: Signer,
+    wrong: Signer,
+    /// The body for an event id.
+    body: fn(&str) -> String,
+    needle: Needle,
+    /// The event id the stored entry carries, from (event id, delivery id).
+    event_id: fn(&str, &str) -> Option<String>,
+}
+
+fn none(_: &str, _: &str) -> Option<String> {
+    None
+}
+fn event(e: &str, _: &str) -> Option<String> {
+    Some(e.to_string())
+}
+fn delivery(_: &str, d: &str) -> Option<String> {
+    Some(d.to_string())
+}
+
+fn json_event(e: &str) -> String {
+    format!(r#"{{"id":"{e}","type":"thing.happened","n":1}}"#)
+}
+
+const WRONG: Signer = Signer::Secret("not-the-secret");
+const DISCORD_KEY: [u8; 32] = [7; 32];
+const SENDGRID_KEY: [u8; 32] = [0x5a; 32];
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            source: "p-stripe",
+            provider: "stripe",
+            signer: Signer::Secret("whsec_test_secret"),
+            wrong: Signer::Secret("whsec_wrong"),
+            body: |e| {
+                format!(r#"{{"id":"{e}","object":"event","type":"payment_intent.succeeded"}}"#)
+            },
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-github",
+            provider: "github",
+            signer: Signer::Secret("It's a Secret to Everybody"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: delivery,
+        },
+        Case {
+            source: "p-slack",
+            provider: "slack",
+            signer: Signer::Secret("8f742231b10e8888abcd99yyyzzz85a5"),
+            wrong: WRONG,
+            body: |e| {
+                format!(
+                    r#"{{"type":"event_callback","event_id":"{e}","event":{{"type":"app_mention"}}}}"#
+                )
+            },
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-slack-slash",
+            provider: "slack",
+            signer: Signer::Secret("8f742231b10e8888abcd99yyyzzz85a5"),
+            wrong: WRONG,
+            body: |e| format!("team_id=T1&command=%2Fdeploy&text=now+please&trigger_id={e}"),
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-slack-interactive",
+            provider: "slack",
+            signer: Signer::Secret("8f742231b10e8888abcd99yyyzzz85a5"),
+            wrong: WRONG,
+            body: |e| {
+                let payload = format!(
+                    r#"{{"type":"block_actions","trigger_id":"{e}","actions":[{{"action_id":"ok"}}]}}"#
+                );
+                form_urlencoded::Serializer::new(String::new())
+                    .append_pair("payload", &payload)
+                    .finish()
+            },
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-standard-webhooks",
+            provider: "standard-webhooks",
+            signer: Signer::Secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            wrong: Signer::Secret("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+            body: json_event,
+            needle: Needle::Event,
+            event_id: delivery,
+        },
+        Case {
+            source: "p-svix",
+            provider: "svix",
+            signer: Signer::Secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            wrong: Signer::Secret("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+            body: json_event,
+            needle: Needle::Event,
+            event_id: delivery,
+        },
+        Case {
+            source: "p-shopify",
+            provider: "shopify",
+            signer: Signer::Secret("shpss_0123456789abcdef"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: delivery,
+        },
+        Case {
+            source: "p-hmac",
+            provider: "hmac",
+            signer: Signer::Secret("generic-secret"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-twilio",
+            provider: "twilio",
+            signer: Signer::Secret("twilio-auth-token"),
+            wrong: WRONG,
+            body: |e| {
+                format!(
+                    "MessageSid=SM{e}&AccountSid=AC1&From=%2B15551234567&Body=Hello+world&MessageStatus=received"
+                )
+            },
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-hubspot",
+            provider: "hubspot",
+            signer: Signer::Secret("hubspot-client-secret"),
+            wrong: WRONG,
+            body: |e| {
+                format!(
+                    r#"[{{"eventId":1,"objectId":"{e}","subscriptionType":"contact.creation","attemptNumber":0}}]"#
+                )
+            },
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-paddle",
+            provider: "paddle",
+            signer: Signer::Secret("pdl_ntfset_example"),
+            wrong: WRONG,
+            body: |e| {
+                format!(r#"{{"event_id":"{e}","event_type":"transaction.completed","data":{{}}}}"#)
+            },
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-square",
+            provider: "square",
+            signer: Signer::Secret("square-signature-key"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"event_id":"{e}","type":"payment.updated","data":{{}}}}"#),
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-linear",
+            provider: "linear",
+            signer: Signer::Secret("linear-signing-secret"),
+            wrong: WRONG,
+            body: |e| {
+                format!(
+                    r#"{{"action":"create","type":"Issue","createdAt":"2026-01-01T00:00:00.000Z","data":{{"id":"{e}"}},"webhookId":"wh1"}}"#
+                )
+            },
+            needle: Needle::Event,
+            event_id: |e, _| Some(format!("wh1:Issue:create:{e}:2026-01-01T00:00:00.000Z")),
+        },
+        Case {
+            source: "p-mailgun",
+            provider: "mailgun",
+            signer: Signer::Secret("key-mailgun-signing"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"event-data":{{"id":"{e}","event":"delivered"}}}}"#),
+            needle: Needle::Delivery,
+            event_id: delivery,
+        },
+        Case {
+            source: "p-gitlab",
+            provider: "gitlab",
+            signer: Signer::Secret("gitlab-webhook-token"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"object_kind":"push","checkout_sha":"{e}"}}"#),
+            needle: Needle::Event,
+            event_id: delivery,
+        },
+        Case {
+            source: "p-zoom",
+            provider: "zoom",
+            signer: Signer::Secret("zoom-secret-token"),
+            wrong: WRONG,
+            body: |e| {
+                format!(r#"{{"event":"meeting.started","payload":{{"object":{{"id":"{e}"}}}}}}"#)
+            },
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-intercom",
+            provider: "intercom",
+            signer: Signer::Secret("intercom-client-secret"),
+            wrong: WRONG,
+            body: |e| {
+                format!(r#"{{"type":"notification_event","id":"{e}","topic":"user.created"}}"#)
+            },
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-lemonsqueezy",
+            provider: "lemonsqueezy",
+            signer: Signer::Secret("lemon-signing-secret"),
+            wrong: WRONG,
+            body: |e| {
+                format!(r#"{{"meta":{{"event_name":"order_created"}},"data":{{"id":"{e}"}}}}"#)
+            },
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-typeform",
+            provider: "typeform",
+            signer: Signer::Secret("typeform-secret"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"event_id":"{e}","event_type":"form_response"}}"#),
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-calendly",
+            provider: "calendly",
+            signer: Signer::Secret("calendly-signing-key"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"event":"invitee.created","payload":{{"uri":"{e}"}}}}"#),
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-discord",
+            provider: "discord",
+            signer: Signer::Ed25519(DISCORD_KEY),
+            wrong: Signer::Ed25519([8; 32]),
+            body: |e| format!(r#"{{"id":"{e}","type":2,"application_id":"1"}}"#),
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-sendgrid",
+            provider: "sendgrid",
+            signer: Signer::P256(SENDGRID_KEY),
+            wrong: Signer::P256([0x5b; 32]),
+            body: |e| format!(r#"[{{"sg_event_id":"{e}","event":"delivered"}}]"#),
+            needle: Needle::Event,
+            event_id: none,
+        },
+    ]
+}
+
+/// What the providers that sign the URL are configured to call.
+fn public_url(source: &str) -> String {
+    format!("https://hooks.example.com/ingest/{source}")
+}
+
+/// The query string every test request carries (signed by URL-signing providers).
+const QUERY: &str = "tenant=acme&env=test";
+
+/// One `[[sources]]` entry per case (and one per handshake-only secret).
+fn sources(cases: &[Case]) -> String {
+    cases
+        .iter()
+        .map(|c| {
+            format!(
+                "[[sources]]\nname = \"{}\"\nprovider = \"{}\"\nsecret = \"{}\"\ndestination = \"http://127.0.0.1:9/{}\"\npublic_url = \"{}\"\n",
+                c.source,
+                c.provider,
+                c.signer.configured(),
+                c.source,
+                public_url(c.source),
+            )
+        })
+        .collect()
+}
+
+/// The headers and body the provider sends for `body` at `ts`.
+fn signed(
+    case: &Case,
+    signer: &Signer,
+    body: &[u8],
+    ts: i64,
+    delivery: &str,
+) -> (Vec<(String, String)>, Vec<u8>) {
+    let reg = Registry::builtin().unwrap();
+    let spec = reg.get(case.provider).unwrap();
+    let url = request_url(&public_url(case.source), Some(QUERY));
+    match signer {
+        Signer::Secret(secret) => {
+            let s = sign(
+                spec,
+                &Secret::new(*secret),
+                &SignInput {
+                    body,
+                    timestamp: ts,
+                    id: delivery,
+                    event_type: Some("thing.happened"),
+                    method: "POST",
+                    path: "/",
+                    url: Some(&url),
+                },
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", case.source));
+            (
+                s.headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.clone()))
+                    .collect(),
+                s.body(body).to_vec(),
+            )
+        }
+        // Discord and SendGrid sign "{timestamp}{body}" with their private key.
+        Signer::Ed25519(seed) => {
+            use ed25519_dalek::Signer as _;
+            let msg = [ts.to_string().as_bytes(), body].concat();
+            let sig = ed25519_dalek::SigningKey::from_bytes(seed).sign(&msg);
+            (
+                vec![
+                    ("x-signature-ed25519".into(), hex::encode(sig.to_bytes())),
+                    ("x-signature-timestamp".into(), ts.to_string()),
+                ],
+                body.to_vec(),
+            )
+        }
+        Signer::P256(d) => {
+            use p256::ecdsa::signature::Signer as _;
+            let msg = [ts.to_string().as_bytes(), body].concat();
+            let sig: p256::ecdsa::Signature =
+                p256::ecdsa::SigningKey::from_slice(d).unwrap().sign(&msg);
+            (
+                vec![
+                    (
+                        "x-twilio-email-event-webhook-signature".into(),
+                        B64.encode(sig.to_der().as_bytes()),
+                    ),
+                    (
+                        "x-twilio-email-event-webhook-timestamp".into(),
+                        ts.to_string(),
+                    ),
+                ],
+                body.to_vec(),
+            )
+        }
+    }
+}
+
+/// POST to `/ingest/{source}?QUERY`; returns (status, content type, body as JSON).
+async fn post(
+    c: &reqwest::Client,
+    gw: &Gateway,
+    source: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> (u16, String, serde_json::Value) {
+    let content_type = match body.first() {
+        Some(b'{') | Some(b'[') => "application/json",
+        _ => "application/x-www-form-urlencoded",
+    };
+    let mut req = c
+        .post(format!("{}/ingest/{source}?{QUERY}", gw.ingest))
+        .header("content-type", content_type)
+        .body(body.to_vec());
+    for (n, v) in headers {
+        req = req.header(n.as_str(), v.as_str());
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let text = resp.text().await.unwrap_or_default();
+    let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, ct, json)
+}
+
+/// Change one character of the signature value (not its prefix): a valid character
+/// of the same alphabet, so the value still parses.
+fn flip_signature(headers: &mut [(String, String)], name: &str) {
+    let (_, v) = headers
+        .iter_mut()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .expect("signature header");
+    let mut bytes = v.clone().into_bytes();
+    let i = bytes.len() - 3;
+    bytes[i] = if bytes[i] == b'a' { b'b' } else { b'a' };
+    *v = String::from_utf8(bytes).unwrap();
+}
+
+async fn every_provider(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let cases = cases();
+    let gw = Gateway::start(config(&h, &sources(&cases))).await;
+    let store = h.open().await;
+    let c = http();
+    let reg = Registry::builtin().unwrap();
+    let now = now_secs();
+    for case in &cases {
+        let spec = reg.get(case.provider).unwrap();
+        let evt = format!("evt-{}-1", case.source);
+        let dlv = format!("dlv-{}-1", case.source);
+        let body = (case.body)(&evt).into_bytes();
+        let (ok_headers, ok_body) = signed(case, &case.signer, &body, now, &dlv);
+        let what = |s: &str| format!("{}: {s}", case.source);
+
+        // One byte of what the signature covers changed.
+        let needle = match case.needle {
+            Needle::Event => &evt,
+            Needle::Delivery => &dlv,
+        };
+        if spec.algorithm().name() != "token" {
+            let mut tampered = ok_body.clone();
+            let at = tampered
+                .windows(needle.len())
+                .position(|w| w == needle.as_bytes())
+                .unwrap_or_else(|| panic!("{}", what("the body lacks the needle")));
+            tampered[at + needle.len() - 1] = b'2';
+            let (st, _, json) = post(&c, &gw, case.source, &ok_headers, &tampered).await;
+            assert_eq!(st, 401, "{}: {json}", what("tampered body"));
+        }
+        // One character of the signature changed (for GitLab: of the token).
+        if let Some(name) = spec.signature_header() {
+            let mut bad = ok_headers.clone();
+            flip_signature(&mut bad, name.as_str());
+            let (st, _, json) = post(&c, &gw, case.source, &bad, &ok_body).await;
+            assert_eq!(st, 401, "{}: {json}", what("tampered signature"));
+        }
+        // Signed with another secret or key.
+        let (wrong_headers, wrong_body) = signed(case, &case.wrong, &body, now, &dlv);
+        let (st, _, json) = post(&c, &gw, case.source, &wrong_headers, &wrong_body).await;
+        assert_eq!(st, 401, "{}: {json}", what("wrong secret"));
+        // An hour old, where the scheme signs time.
+        if spec.timestamp.is_some() {
+            let (stale_headers, stale_body) = signed(case, &case.signer, &body, now - 3600, &dlv);
+            let (st, _, json) = post(&c, &gw, case.source, &stale_headers, &stale_body).await;
+            assert_eq!(st, 401, "{}: {json}", what("stale"));
+            assert_eq!(
+                json["error"],
+                "timestamp outside tolerance",
+                "{}",
+                what("stale")
+            );
+        }
+        assert_eq!(
+            store.count(case.source).await.unwrap(),
+            0,
+            "{}",
+            what("a refusal stored something")
+        );
+
+        // Accepted and stored, with the event id the provider gives.
+        let (st, _, json) = post(&c, &gw, case.source, &ok_headers, &ok_body).await;
+        assert_eq!(st, 200, "{}: {json}", what("signed"));
+        assert_eq!(json["duplicate"], false, "{}", what("first delivery"));
+        let id = json["id"].as_str().unwrap().to_string();
+        let entry = store.get(&id).await.unwrap().expect("stored");
+        assert_eq!(
+            entry.body.as_ref(),
+            ok_body.as_slice(),
+            "{}",
+            what("raw body kept")
+        );
+        assert_eq!(
+            entry.event_id,
+            (case.event_id)(&evt, &dlv),
+            "{}",
+            what("event id")
+        );
+
+        // The provider delivers the same event again, signed afresh a second later
+        // (Linear and Mailgun write the new time into the body).
+        let (again_headers, again_body) = signed(case, &case.signer, &body, now + 1, &dlv);
+        let (st, _, json) = post(&c, &gw, case.source, &again_headers, &again_body).await;
+        assert_eq!(st, 200, "{}: {json}", what("redelivery"));
+        assert_eq!(json["duplicate"], true, "{}", what("redelivery"));
+        assert_eq!(json["id"], id.as_str(), "{}", what("redelivery"));
+        assert_eq!(
+            store.count(case.source).await.unwrap(),
+            1,
+            "{}",
+            what("count")
+        );
+    }
+    gw.stop().await;
+}
+both_stores!(
+    every_provider_verifies_refuses_and_dedupes,
+    super::every_provider
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshakes_are_answered_only_after_verification() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| matches!(c.source, "p-slack" | "p-zoom" | "p-discord"))
+        .collect();
+    let gw = Gateway::start(config(&h, &sources(&cases))).await;
+    let store = h.open().await;
+    let c = http();
+    let now = now_secs();
+    let challenge = "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P";
+    let handshakes = [
+        (
+            "p-slack",
+            format!(r#"{{"token":"x","challenge":"{challenge}","type":"url_verification"}}"#),
+            "text/plain",
+            serde_json::Value::String(challenge.into()),
+        ),
+        (
+            "p-zoom",
+            r#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1700000000000,"event":"endpoint.url_validation"}"#.to_string(),
+            "application/json",
+            // encryptedToken computed with Python: hmac.new(b"zoom-secret-token",
+            // b"qgg8vlvZRS6UYooatFL8Aw", hashlib.sha256).hexdigest()
+            serde_json::json!({
+                "plainToken": "qgg8vlvZRS6UYooatFL8Aw",
+                "encryptedToken": "d9e0d764a78494688ba3f2d5c0ed4ca311394b4834d959759213424d2df961e3",
+            }),
+        ),
+        (
+            "p-discord",
+            r#"{"type":1,"id":"1","application_id":"2","version":1}"#.to_string(),
+            "application/json",
+            serde_json::json!({"type": 1}),
+        ),
+    ];
+    for (source, body, content_type, answer) in handshakes {
+        let case = cases.iter().find(|c| c.source == source).unwrap();
+        let body = body.into_bytes();
+        // Forged: signed with the wrong secret or key; then with no signature at all.
+        let (forged, _) = signed(case, &case.wrong, &body, now, "x");
+        let (st, _, json) = post(&c, &gw, source, &forged, &body).await;
+        assert_eq!(st, 401, "{source}: forged handshake: {json}");
+        let unsigned: Vec<(String, String)> = forged
+            .into_iter()
+            .filter(|(n, _)| n.contains("timestamp"))
+            .collect();
+        let (st, _, _) = post(&c, &gw, source, &unsigned, &body).await;
+        assert_eq!(st, 401, "{source}: unsigned handshake");
+        // Stale: a captured handshake cannot be replayed later.
+        let (stale, _) = signed(case, &case.signer, &body, now - 3600, "x");
+        let (st, _, _) = post(&c, &gw, source, &stale, &body).await;
+        assert_eq!(st, 401, "{source}: stale handshake");
+        // Genuine: answered, as the provider expects.
+        let (good, _) = signed(case, &case.signer, &body, now, "x");
+        let (st, ct, json) = post(&c, &gw, source, &good, &body).await;
+        assert_eq!(st, 200, "{source}: {json}");
+        assert!(ct.starts_with(content_type), "{source}: content type {ct}");
+        assert_eq!(json, answer, "{source}");
+        assert_eq!(
+            store.count(source).await.unwrap(),
+            0,
+            "{source}: a handshake is not stored"
+        );
+    }
+    gw.stop().await;
+}
+
+#[test]
+fn a_provider_that_signs_the_url_needs_public_url() {
+    for provider in ["twilio", "square", "hubspot"] {
+        let text = format!(
+            "[[sources]]\nname = \"s\"\nprovider = \"{provider}\"\nsecret = \"x\"\ndestination = \"http://127.0.0.1:9/\"\n"
+        );
+        let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+        let reg = hookgate::app::registry(&cfg).unwrap();
+        let err = hookgate::app::build_sources(&cfg, &reg).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.starts_with("sources[0].public_url:"),
+            "{provider}: {err}"
+        );
+        assert!(err.contains(provider), "{err}");
+    }
+    // The binary says so too, and exits with a configuration error.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        "[[sources]]\nname = \"s\"\nprovider = \"twilio\"\nsecret = \"x\"\ndestination = \"http://127.0.0.1:9/\"\n",
+    )
+    .unwrap();
+    let (code, _, err) = run(&["check-config", "--config", path.to_str().unwrap()], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("sources[0].public_url"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hookgate_sign_output_is_accepted_for_every_symmetric_provider() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let cases = cases();
+    let cfg_text = format!("{}\n{}", h.toml(), sources(&cases));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookgate.toml");
+    std::fs::write(&path, &cfg_text).unwrap();
+    let gw = Gateway::start(config::from_toml_str(&cfg_text, &|_| None).unwrap()).await;
+    let c = http();
+    for case in &cases {
+        let body = (case.body)(&format!("cli-{}", case.source));
+        let url = format!("{}/ingest/{}?{QUERY}", gw.ingest, case.source);
+        let (code, out, err) = run(
+            &[
+                "sign",
+                "--config",
+                path.to_str().unwrap(),
+                "--source",
+                case.source,
+                "--id",
+                &format!("cli-dlv-{}", case.source),
+                "--body",
+                &body,
+                "--url",
+                &url,
+            ],
+            &[],
+        );
+        if let Signer::Secret(_) = case.signer {
+            assert_eq!(code, 0, "{}: {err}", case.source);
+        } else {
+            assert_ne!(
+                code, 0,
+                "{}: a public-key scheme cannot be signed",
+                case.source
+            );
+            assert!(err.contains("private key"), "{}: {err}", case.source);
+            continue;
+        }
+        // Headers, a blank line, the body when the signer changed it, a blank line,
+        // and the curl line.
+        let mut lines = out.lines();
+        let mut headers = Vec::new();
+        for line in lines.by_ref() {
+            if line.is_empty() {
+                break;
+            }
+            let (n, v) = line.split_once(": ").unwrap();
+            headers.push((n.to_string(), v.to_string()));
+        }
+        let next = lines.next().unwrap();
+        let sent_body = if next.starts_with("curl ") {
+            body.clone()
+        } else {
+            next.to_string()
+        };
+        let (st, _, json) = post(&c, &gw, case.source, &headers, sent_body.as_bytes()).await;
+        assert_eq!(st, 200, "{}: {json}\n{out}", case.source);
+        assert_eq!(json["duplicate"], false, "{}", case.source);
+    }
+    gw.stop().await;
+}
+
+#[test]
+fn hookgate_providers_describes_each_provider() {
+    let (code, out, err) = run(&["providers"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let reg = Registry::builtin().unwrap();
+    for spec in reg.iter() {
+        let block: Vec<&str> = out
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("{} ", spec.name)))
+            .take(8)
+            .collect();
+        assert!(!block.is_empty(), "{} missing:\n{out}", spec.name);
+        for aspect in [
+            "signature",
+            "timestamp",
+            "event id",
+            "event type",
+            "handshake",
+            "config",
+            "sign",
+        ] {
+            assert!(
+                block.iter().any(|l| l.trim_start().starts_with(aspect)),
+                "{}: no {aspect} line:\n{}",
+                spec.name,
+                block.join("\n")
+            );
+        }
+    }
+    assert!(out.contains("zoom-url-validation"), "{out}");
+    assert!(
+        out.contains("public_url = the URL the provider calls"),
+        "{out}"
+    );
+    assert!(out.contains("within 5s either way"), "{out}");
+}
