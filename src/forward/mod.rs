@@ -401,8 +401,7 @@ async fn source_loop(
             let shared = shared.clone();
             let route = route.clone();
             deliveries.spawn(async move {
-                deliver(&shared, &route, claim, probe).await;
-                drop(permit);
+                deliver(&shared, &route, claim, probe, permit).await;
             });
         }
     }
@@ -461,7 +460,15 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     text.chars().take(200).collect()
 }
 
-async fn deliver(shared: &Shared, route: &Route, claim: Claim, probe: bool) {
+/// Deliver one claimed entry. `permit` is the destination slot: it is given back as
+/// soon as the HTTP exchange ends, so recording the outcome never holds it.
+async fn deliver(
+    shared: &Shared,
+    route: &Route,
+    claim: Claim,
+    probe: bool,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
     let entry = &claim.entry;
     let attempt_no = entry.attempts + 1;
     // The breaker may have opened since the claim: give the entry back untouched.
@@ -482,6 +489,7 @@ async fn deliver(shared: &Shared, route: &Route, claim: Claim, probe: bool) {
             return;
         }
     };
+    drop(permit);
     let elapsed = started.elapsed();
     let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let done_at = (shared.clock)();

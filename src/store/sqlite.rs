@@ -120,6 +120,10 @@ struct Op {
     finish: Finish,
     /// Whether committing it creates work for the forwarder.
     notify: bool,
+    /// Whether its caller may only hear back once the commit is on disk. Leases and
+    /// delivery records need not wait: if a crash loses them, the entry is simply
+    /// delivered again (at-least-once).
+    durable: bool,
 }
 
 pub struct SqliteStore {
@@ -219,6 +223,24 @@ impl SqliteStore {
         notify: bool,
         f: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.submit(notify, true, f).await
+    }
+
+    /// A write whose caller need not wait for the fsync (claims, completions, purges).
+    async fn write_fast<T: Send + 'static>(
+        &self,
+        notify: bool,
+        f: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.submit(notify, false, f).await
+    }
+
+    async fn submit<T: Send + 'static>(
+        &self,
+        notify: bool,
+        durable: bool,
+        f: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let sender = self
             .tx
             .lock()
@@ -252,6 +274,7 @@ impl SqliteStore {
             run: Box::new(run),
             finish: Box::new(finish),
             notify,
+            durable,
         };
         let work = async move {
             sender
@@ -328,7 +351,19 @@ fn writer_loop(
             }
         }
         let notify = batch.iter().any(|op| op.notify);
-        let answers = commit_batch(&mut conn, &mut batch);
+        let durable: Vec<bool> = batch.iter().map(|op| op.durable).collect();
+        let mut answers = Vec::with_capacity(batch.len());
+        for ((finish, result), durable) in
+            commit_batch(&mut conn, &mut batch).into_iter().zip(durable)
+        {
+            if durable {
+                answers.push((finish, result));
+            } else {
+                // Committed (visible to every later read); the fsync follows with the
+                // next batch's.
+                finish(result);
+            }
+        }
         let committed = Committed { answers, notify };
         if let Err(std::sync::mpsc::SendError(lost)) = sync_tx.send(committed) {
             for (finish, _) in lost.answers {
@@ -718,7 +753,7 @@ impl Store for SqliteStore {
         let _ = worker;
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
-        self.write(false, move |conn, _| {
+        self.write_fast(false, move |conn, _| {
             let ids: Vec<String> = conn
                 .prepare_cached(
                     "SELECT id FROM entries
@@ -759,7 +794,7 @@ impl Store for SqliteStore {
         let token = claim.token.clone();
         let _ = worker;
         let notify = matches!(completion, Completion::Release { .. });
-        self.write(notify, move |conn, _| {
+        self.write_fast(notify, move |conn, _| {
             apply_complete(conn, &id, &token, &completion, now)
         })
         .await
@@ -807,7 +842,7 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> Result<Purged, StoreError> {
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
-        self.write(false, move |conn, _| {
+        self.write_fast(false, move |conn, _| {
             let ids: Vec<String> = conn
                 .prepare_cached(
                     "SELECT id FROM (SELECT id FROM entries
@@ -996,9 +1031,11 @@ impl Store for SqliteStore {
             }
             st.oldest_pending_at = conn
                 .prepare_cached(
-                    "SELECT min(received_at) FROM entries WHERE source = ?1 AND status = 'pending'",
+                    "SELECT received_at FROM entries WHERE source = ?1 AND status = 'pending'
+                     ORDER BY id LIMIT 1",
                 )?
-                .query_row(params![source], |r| r.get(0))?;
+                .query_row(params![source], |r| r.get(0))
+                .optional()?;
             Ok(st)
         })
         .await
