@@ -321,18 +321,19 @@ async fn source_loop(
             .concurrency
             .saturating_sub(permits.available_permits());
         let allowed = route.breaker.ramp(now, route.concurrency);
-        if !probe && in_flight >= allowed {
+        // (Only while ramping: at full concurrency, waiting for a slot below is enough.)
+        if !probe && allowed < route.concurrency && in_flight >= allowed {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
             }
             continue;
         }
-        if !probe {
-            limit = limit.min(allowed - in_flight);
+        if !probe && allowed < route.concurrency {
+            limit = limit.min(allowed.saturating_sub(in_flight).max(1));
         }
-        // Wait for a free permit before claiming, so claimed entries never wait on a
-        // busy destination while their lease runs.
+        // Wait for a free slot before claiming, so nothing is claimed while the
+        // destination is saturated.
         let first = tokio::select! {
             _ = shutdown.cancelled() => return,
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
@@ -343,12 +344,17 @@ async fn source_loop(
                 route.breaker.release_probe((shared.clock)());
             }
         };
-        let free = permits.available_permits() + 1;
+        // Claim up to one round of the destination's concurrency ahead, not just the
+        // slots free right now: slots free up one at a time, and claiming one entry
+        // per store round trip would bound delivery by store latency. A claimed entry
+        // waits at most one delivery for its slot, well inside its lease (the lease is
+        // validated to be longer than the delivery timeout).
+        let limit = limit.min(route.concurrency.max(1));
         // The lease runs from now: read the clock after waiting for the permit.
         let now = (shared.clock)();
         let claims = match shared
             .store
-            .claim(&route.source, &shared.worker, now, limit.min(free), lease)
+            .claim(&route.source, &shared.worker, now, limit, lease)
             .await
         {
             Ok(c) => {
