@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench gateway                      # every scenario
 //! cargo bench --bench gateway -- ingest-embedded   # one scenario (see SCENARIOS)
-//! cargo bench --bench gateway -- --smoke           # seconds: proves the harness works
+//! cargo bench --bench gateway -- --smoke           # about two minutes: proves the harness works
 //! ```
 //!
 //! Layout: the gateway (`hookgate serve`, release build) and the baseline (this binary
