@@ -744,13 +744,12 @@ impl Store for SqliteStore {
     async fn claim(
         &self,
         source: &str,
-        worker: &str,
+        _worker: &str,
         now: i64,
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
         let source = source.to_string();
-        let _ = worker;
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
         self.write_fast(false, move |conn, _| {
@@ -786,13 +785,12 @@ impl Store for SqliteStore {
     async fn complete(
         &self,
         claim: &Claim,
-        worker: &str,
+        _worker: &str,
         completion: Completion,
         now: i64,
     ) -> Result<bool, StoreError> {
         let id = claim.entry.id.clone();
         let token = claim.token.clone();
-        let _ = worker;
         let notify = matches!(completion, Completion::Release { .. });
         self.write_fast(notify, move |conn, _| {
             apply_complete(conn, &id, &token, &completion, now)
