@@ -265,13 +265,15 @@ fn request(addr: SocketAddr, path: &str, p: &Prepared) -> Request<Full<Bytes>> {
 }
 
 /// Closed loop: `connections` connections each send the next request as soon as the
-/// previous answer is read, for `duration` (or until the requests run out).
+/// previous answer is read, for `duration` (or until the requests run out, unless
+/// `cycle`: servers that do not dedupe, the baseline and the sink, take them again).
 async fn closed_loop(
     addr: SocketAddr,
     path: &str,
     requests: Arc<Vec<Prepared>>,
     connections: usize,
     duration: Duration,
+    cycle: bool,
 ) -> LoadResult {
     let next = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -288,7 +290,10 @@ async fn closed_loop(
             let mut sender = connect(addr).await;
             let mut done = 0u64;
             while Instant::now() < deadline {
-                let i = next.fetch_add(1, Ordering::Relaxed);
+                let mut i = next.fetch_add(1, Ordering::Relaxed);
+                if cycle {
+                    i %= requests.len();
+                }
                 let Some(p) = requests.get(i) else { break };
                 let t = Instant::now();
                 match sender.send_request(request(addr, &path, p)).await {
@@ -671,6 +676,7 @@ async fn baseline_rate(s: Settings, requests: &Arc<Vec<Prepared>>) -> LoadResult
         requests.clone(),
         s.connections,
         s.duration,
+        true,
     )
     .await;
     drop(b);
@@ -681,7 +687,8 @@ async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool
     let n = if s.rounds == 1 && s.duration < Duration::from_secs(2) {
         20_000
     } else {
-        150_000
+        // Enough distinct webhooks for the whole duration at ~30,000 req/s.
+        30_000 * s.duration.as_secs() as usize
     };
     let mut base_rates = Vec::new();
     let mut gw_rates = Vec::new();
@@ -708,6 +715,7 @@ async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool
             requests.clone(),
             s.connections,
             s.duration,
+            false,
         )
         .await;
         rss = rss.max(gw.peak_rss_mib());
@@ -749,7 +757,8 @@ async fn latency(report: &mut Report, store: Store, s: Settings) {
     let n = if s.rounds == 1 && s.duration < Duration::from_secs(2) {
         20_000
     } else {
-        150_000
+        // Enough distinct webhooks for the whole duration at ~30,000 req/s.
+        30_000 * s.duration.as_secs() as usize
     };
     let probe = Arc::new(prepare(n, "max", None));
     let max = closed_loop(
@@ -758,6 +767,7 @@ async fn latency(report: &mut Report, store: Store, s: Settings) {
         probe,
         s.connections,
         s.duration,
+        false,
     )
     .await;
     let rate = max.rate() * 0.5;
@@ -817,6 +827,7 @@ async fn forward_drain(report: &mut Report, s: Settings) {
         requests,
         s.connections,
         Duration::from_secs(600),
+        false,
     )
     .await;
     assert_eq!(r.requests as usize, s.drain_entries, "backlog ingest");
@@ -906,6 +917,7 @@ async fn recovery(report: &mut Report, s: Settings) {
         requests,
         s.connections,
         Duration::from_secs(600),
+        false,
     )
     .await;
     assert_eq!(r.requests as usize, s.recovery_entries);
@@ -937,6 +949,7 @@ async fn recovery(report: &mut Report, s: Settings) {
         cap_requests,
         64,
         Duration::from_secs(3),
+        true,
     )
     .await;
     report.add(format!(

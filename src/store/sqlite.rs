@@ -197,17 +197,17 @@ impl SqliteStore {
         let reader = open_conn(&path)?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (work_tx, work_rx) = watch::channel(0u64);
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let shared = Arc::new(Checkpointing::default());
         let checkpoint_conn = open_conn(&path)?;
-        let checkpoint_stop = stop.clone();
+        let checkpoint_shared = shared.clone();
         std::thread::Builder::new()
             .name("hookgate-sqlite-checkpoint".into())
-            .spawn(move || checkpointer(checkpoint_conn, checkpoint_stop))?;
+            .spawn(move || checkpointer(checkpoint_conn, checkpoint_shared))?;
         let handle = std::thread::Builder::new()
             .name("hookgate-sqlite-writer".into())
             .spawn(move || {
-                writer_loop(writer, wal, rx, batch_max, work_tx);
-                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                writer_loop(writer, wal, rx, batch_max, work_tx, &shared);
+                shared.stop.store(true, std::sync::atomic::Ordering::SeqCst);
             })?;
         Ok(SqliteStore {
             tx: Mutex::new(Some(tx)),
@@ -305,18 +305,98 @@ impl SqliteStore {
     }
 }
 
+/// The WAL is restarted from its beginning once it holds this many frames (a frame is
+/// a 4 KiB page plus a 24-byte header, so about 64 MiB, the `journal_size_limit`).
+const WAL_RESTART_FRAMES: i64 = 16384;
+/// The tail the writer is asked to copy: at most the frames appended during one
+/// checkpoint pass short enough to let no more than this many pile up (about 2 MiB).
+const WAL_TAIL_FRAMES: i64 = 512;
+/// Back-to-back passes before the tail is handed over whatever its length, so that
+/// the WAL restarts even when the disk is too slow for the passes to get shorter.
+const WAL_MAX_PASSES: u32 = 6;
+
+/// What the checkpointer and the writer share.
+#[derive(Default)]
+struct Checkpointing {
+    /// Set when the writer has stopped: the checkpointer runs a last full checkpoint.
+    stop: std::sync::atomic::AtomicBool,
+    /// Set by the checkpointer when it has copied all but a short tail of a long WAL:
+    /// the writer copies the tail between two batches and clears it.
+    tail: std::sync::atomic::AtomicBool,
+}
+
+/// `PRAGMA wal_checkpoint(PASSIVE)`: (frames in the WAL, frames copied into the db).
+fn checkpoint(conn: &Connection) -> Result<(i64, i64), rusqlite::Error> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok((r.get(1)?, r.get(2)?))
+    })
+}
+
 /// Copy the WAL back into the database on its own thread, so that commits (and the
-/// acknowledgements waiting on them) never pay for a checkpoint. PASSIVE never blocks
-/// the writer; SQLite restarts the WAL once a checkpoint has caught up.
-fn checkpointer(conn: Connection, stop: Arc<std::sync::atomic::AtomicBool>) {
-    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(200));
-        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::warn!(error = %e, "sqlite: checkpoint failed");
+/// acknowledgements waiting on them) never pay for a long checkpoint. PASSIVE never
+/// blocks the writer.
+///
+/// A checkpoint alone never lets the WAL restart under steady load: SQLite writes
+/// from the start of the WAL again only when a write transaction begins after every
+/// frame has been copied, and the writer appends new frames while the checkpointer
+/// copies. An ever-growing WAL costs more than disk space: every frame lands in a
+/// freshly allocated file block (zeroed, then copied into by the kernel), which made
+/// up half of the writer's CPU time under load. So once the WAL is long and the
+/// checkpointer has caught up to a short tail, it hands the tail to the writer, which
+/// copies it between two batches (a few milliseconds); the next batch then overwrites
+/// the WAL from its beginning, in blocks the page cache already holds.
+fn checkpointer(conn: Connection, shared: Arc<Checkpointing>) {
+    use std::sync::atomic::Ordering;
+    // While the WAL is long: the frame count at the previous pass, and how many
+    // passes have run back to back.
+    let mut chasing: Option<(i64, u32)> = None;
+    while !shared.stop.load(Ordering::SeqCst) {
+        if chasing.is_none() {
+            std::thread::sleep(Duration::from_millis(100));
         }
+        if shared.tail.load(Ordering::SeqCst) {
+            // The writer has not copied the tail yet (or is idle: nothing to do).
+            chasing = None;
+            continue;
+        }
+        // A pass copies the frames the WAL held when it began; the writer appends
+        // more meanwhile. So when the WAL is long, pass again at once: each pass is
+        // shorter than the one before, until the frames appended during one pass
+        // (what the next leaves behind too) make a short tail.
+        chasing = match checkpoint(&conn) {
+            Ok((log, _)) if log >= WAL_RESTART_FRAMES => match chasing {
+                Some((previous, passes))
+                    if (log >= previous && log - previous <= WAL_TAIL_FRAMES)
+                        || passes >= WAL_MAX_PASSES =>
+                {
+                    shared.tail.store(true, Ordering::SeqCst);
+                    None
+                }
+                Some((_, passes)) => Some((log, passes + 1)),
+                None => Some((log, 1)),
+            },
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "sqlite: checkpoint failed");
+                None
+            }
+        };
     }
     // A final full checkpoint once the writer has stopped.
     let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+}
+
+/// On the writer thread, between batches: copy the short tail the checkpointer left,
+/// so that the next transaction restarts the WAL.
+fn copy_wal_tail(conn: &Connection, shared: &Checkpointing) {
+    use std::sync::atomic::Ordering;
+    if !shared.tail.load(Ordering::SeqCst) {
+        return;
+    }
+    if let Err(e) = checkpoint(conn) {
+        tracing::warn!(error = %e, "sqlite: checkpoint of the WAL's tail failed");
+    }
+    shared.tail.store(false, Ordering::SeqCst);
 }
 
 /// A committed batch waiting for its fsync: each caller's answer, and whether the
@@ -336,6 +416,7 @@ fn writer_loop(
     mut rx: mpsc::Receiver<Op>,
     batch_max: usize,
     work: watch::Sender<u64>,
+    checkpointing: &Checkpointing,
 ) {
     let (sync_tx, sync_rx) = std::sync::mpsc::channel::<Committed>();
     let syncer = std::thread::Builder::new()
@@ -370,6 +451,7 @@ fn writer_loop(
                 finish(Err("the sync thread stopped".into()));
             }
         }
+        copy_wal_tail(&conn, checkpointing);
     }
     drop(sync_tx);
     if let Ok(handle) = syncer {
