@@ -345,23 +345,28 @@ async fn open_loop(
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let total = ((rate * duration.as_secs_f64()) as usize).min(requests.len());
-    let producer = tokio::spawn(async move {
+    // The producer is an OS thread that sleeps until each due time (tokio's timer has a
+    // 1 ms grain, which would add up to a millisecond of the generator's own lateness
+    // to every figure).
+    let producer = std::thread::spawn(move || {
         let interval = Duration::from_secs_f64(1.0 / rate);
         let mut i = 0usize;
         while i < total {
             let now = Instant::now();
-            // Everything due by now goes out; then sleep a millisecond.
             while i < total && start + interval.mul_f64(i as f64) <= now {
                 if tx
-                    .send((i, start + interval.mul_f64(i as f64)))
-                    .await
+                    .blocking_send((i, start + interval.mul_f64(i as f64)))
                     .is_err()
                 {
                     return;
                 }
                 i += 1;
             }
-            tokio::time::sleep(Duration::from_micros(500)).await;
+            if let Some(wait) =
+                (start + interval.mul_f64(i as f64)).checked_duration_since(Instant::now())
+            {
+                std::thread::sleep(wait);
+            }
         }
     });
     let mut tasks = Vec::new();
@@ -400,7 +405,7 @@ async fn open_loop(
             hist
         }));
     }
-    let _ = producer.await;
+    let _ = producer.join();
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
     for t in tasks {
         hist.add(t.await.expect("task")).expect("merge");
@@ -776,6 +781,7 @@ async fn latency(report: &mut Report, store: Store, s: Settings) {
         "lat",
         None,
     ));
+    let requests_again = requests.clone();
     let r = open_loop(
         addr(gw.port),
         "/ingest/bench",
@@ -786,14 +792,32 @@ async fn latency(report: &mut Report, store: Store, s: Settings) {
         None,
     )
     .await;
+    let rss = gw.peak_rss_mib();
+    drop(gw);
+    // The same open loop against the bare-hyper baseline: what the generator and HTTP
+    // alone add on this machine.
+    let b = start_baseline();
+    let base = open_loop(
+        addr(b.port),
+        "/ingest/bench",
+        requests_again,
+        s.connections,
+        rate,
+        s.duration,
+        None,
+    )
+    .await;
+    drop(b);
     report.add(format!(
-        "ack latency, {store:?} store, open loop at 50% of max ({rate:.0} of {:.0} req/s): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms ({} errors, peak RSS {:.1} MiB)",
+        "ack latency, {store:?} store, open loop at 50% of max ({rate:.0} of {:.0} req/s): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms ({} errors, peak RSS {rss:.1} MiB); baseline at the same rate: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
         max.rate(),
         r.pct(0.5),
         r.pct(0.99),
         r.pct(0.999),
         r.errors,
-        gw.peak_rss_mib()
+        base.pct(0.5),
+        base.pct(0.99),
+        base.pct(0.999),
     ));
 }
 
