@@ -543,6 +543,13 @@ fn start_redis() -> Redis {
             "",
         ])
         .args(["--appendonly", "yes", "--appendfsync", "always"])
+        // Extra redis-server arguments, for diagnosis (e.g. what AOF rewrites cost:
+        // `HOOKGATE_BENCH_REDIS_ARGS="--auto-aof-rewrite-percentage 0"`).
+        .args(
+            std::env::var("HOOKGATE_BENCH_REDIS_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .arg("--dir")
         .arg(dir.path())
         .stdout(Stdio::null())

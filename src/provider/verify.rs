@@ -445,6 +445,9 @@ pub(crate) struct Context<'a> {
     /// `{form_sorted}` contributes nothing.
     pub digest_bound: bool,
     json: OnceCell<Option<serde_json::Value>>,
+    /// The body's top-level object with its values borrowed raw, parsed once and
+    /// shared by every pointer (event id and type read one scan, not four).
+    top: OnceCell<Option<TopLevel<'a>>>,
     form: OnceCell<Option<Vec<(String, String)>>>,
     query: OnceCell<Vec<(String, String)>>,
 }
@@ -456,6 +459,7 @@ impl<'a> Context<'a> {
             header,
             digest_bound: false,
             json: OnceCell::new(),
+            top: OnceCell::new(),
             form: OnceCell::new(),
             query: OnceCell::new(),
         }
@@ -463,6 +467,12 @@ impl<'a> Context<'a> {
 
     fn json(&self) -> Option<&serde_json::Value> {
         self.json
+            .get_or_init(|| serde_json::from_slice(self.req.body).ok())
+            .as_ref()
+    }
+
+    fn top(&self) -> Option<&TopLevel<'a>> {
+        self.top
             .get_or_init(|| serde_json::from_slice(self.req.body).ok())
             .as_ref()
     }
@@ -498,7 +508,10 @@ impl<'a> Context<'a> {
                 .iter()
                 .find(|(k, _)| k == key)
                 .map(|(_, v)| v.clone()),
-            ValueSource::Json(ptr) => json_pointer_text(self.req.body, ptr),
+            ValueSource::Json(ptr) => match self.top() {
+                Some(top) if !ptr.is_empty() => top_pointer_text(top, ptr),
+                _ => json_pointer_text(self.req.body, ptr),
+            },
             ValueSource::Form { field, pointer } => {
                 let value = self.form()?.iter().find(|(n, _)| n == field)?.1.as_str();
                 match pointer {
@@ -743,18 +756,44 @@ impl Verified<'_> {
     }
 }
 
+/// A JSON object's members, their values borrowed raw from the body.
+type TopLevel<'a> =
+    std::collections::HashMap<std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue>;
+
 /// The text at a JSON pointer in `body` (strings unescaped; numbers and booleans as
 /// written), found without building the document: each level is read as a map of raw,
 /// borrowed values, so a large body is scanned, not copied. This is the hot path of
 /// event id and type extraction.
 pub(crate) fn json_pointer_text(body: &[u8], ptr: &str) -> Option<String> {
+    let root: &serde_json::value::RawValue = serde_json::from_slice(body).ok()?;
+    raw_pointer_text(root, ptr)
+}
+
+/// [`json_pointer_text`] with the top level already parsed (a non-empty pointer into
+/// an object body): the first token is a lookup.
+fn top_pointer_text(top: &TopLevel<'_>, ptr: &str) -> Option<String> {
+    let tokens = ptr.strip_prefix('/')?;
+    // `rest` keeps its leading slash: it is a pointer into the first token's value.
+    let (first, rest) = match tokens.find('/') {
+        Some(i) => tokens.split_at(i),
+        None => (tokens, ""),
+    };
+    let value = top.get(unescape_token(first).as_str())?;
+    raw_pointer_text(value, rest)
+}
+
+fn unescape_token(token: &str) -> String {
+    token.replace("~1", "/").replace("~0", "~")
+}
+
+/// Follow `ptr` from `current`, one level at a time.
+fn raw_pointer_text(mut current: &serde_json::value::RawValue, ptr: &str) -> Option<String> {
     use serde_json::value::RawValue;
     use std::borrow::Cow;
     use std::collections::HashMap;
-    let mut current: &RawValue = serde_json::from_slice(body).ok()?;
     if !ptr.is_empty() {
         for token in ptr.strip_prefix('/')?.split('/') {
-            let token = token.replace("~1", "/").replace("~0", "~");
+            let token = unescape_token(token);
             let text = current.get();
             current = match text.as_bytes().first()? {
                 b'{' => {
@@ -962,6 +1001,28 @@ mod tests {
         );
         assert_eq!(json_pointer_text(body, "/esc").as_deref(), Some("a\"b"));
         assert_eq!(json_pointer_text(body, "/nul"), None);
+        // The shared top-level parse answers every pointer the same way.
+        let top: TopLevel<'_> = serde_json::from_slice(body).expect("object");
+        for ptr in [
+            "/id",
+            "/n",
+            "/ok",
+            "/event/type",
+            "/event/a~1b",
+            "/event/x/1/y",
+            "/esc",
+            "/nul",
+            "/event",
+            "/missing",
+            "/event/x/9",
+            "/id/deeper",
+        ] {
+            assert_eq!(
+                top_pointer_text(&top, ptr),
+                json_pointer_text(body, ptr),
+                "{ptr}"
+            );
+        }
         assert_eq!(json_pointer_text(body, "/event"), None);
         assert_eq!(json_pointer_text(body, "/missing"), None);
         assert_eq!(json_pointer_text(b"not json", "/id"), None);
