@@ -756,6 +756,58 @@ async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool
     ));
 }
 
+/// Measures the disk itself while a scenario runs: a 4 KiB overwrite plus `fdatasync`
+/// every 10 ms in the store's directory. Every acknowledgement waits for one such
+/// flush, so this is the floor under the gateway's latency tail.
+struct FsyncProbe {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Histogram<u64>>,
+}
+
+impl FsyncProbe {
+    fn start(dir: &Path) -> FsyncProbe {
+        use std::io::{Seek, SeekFrom, Write};
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let path = dir.join("fsync-probe");
+        let thread = std::thread::spawn(move || {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(&path)
+                .expect("probe file");
+            let page = [7u8; 4096];
+            let mut i = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                f.seek(SeekFrom::Start((i % 256) * 4096)).expect("seek");
+                f.write_all(&page).expect("write");
+                f.sync_data().expect("fdatasync");
+                let _ = hist.record(t.elapsed().as_micros().max(1) as u64);
+                i += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            hist
+        });
+        FsyncProbe { stop, thread }
+    }
+
+    /// "p50 …, p99 …, max …" in milliseconds.
+    fn finish(self) -> String {
+        self.stop.store(true, Ordering::Relaxed);
+        let h = self.thread.join().expect("probe");
+        format!(
+            "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            h.value_at_quantile(0.5) as f64 / 1000.0,
+            h.value_at_quantile(0.99) as f64 / 1000.0,
+            h.max() as f64 / 1000.0
+        )
+    }
+}
+
 async fn latency(report: &mut Report, store: Store, s: Settings) {
     let dir = tempfile::tempdir().expect("tempdir");
     let redis = (store == Store::Redis).then(start_redis);
@@ -789,6 +841,7 @@ async fn latency(report: &mut Report, store: Store, s: Settings) {
         None,
     ));
     let requests_again = requests.clone();
+    let disk = FsyncProbe::start(dir.path());
     let r = open_loop(
         addr(gw.port),
         "/ingest/bench",
@@ -799,6 +852,7 @@ async fn latency(report: &mut Report, store: Store, s: Settings) {
         None,
     )
     .await;
+    let disk = disk.finish();
     let rss = gw.peak_rss_mib();
     drop(gw);
     // The same open loop against the bare-hyper baseline: what the generator and HTTP
@@ -816,7 +870,7 @@ async fn latency(report: &mut Report, store: Store, s: Settings) {
     .await;
     drop(b);
     report.add(format!(
-        "ack latency, {store:?} store, open loop at 50% of max ({rate:.0} of {:.0} req/s): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms ({} errors, peak RSS {rss:.1} MiB); baseline at the same rate: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
+        "ack latency, {store:?} store, open loop at 50% of max ({rate:.0} of {:.0} req/s): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms ({} errors, peak RSS {rss:.1} MiB); baseline at the same rate: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms; the disk's own 4 KiB fdatasync meanwhile: {disk}",
         max.rate(),
         r.pct(0.5),
         r.pct(0.99),
