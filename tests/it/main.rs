@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod conformance;
 mod crash;
+mod embedded;
 mod forward;
 mod hostile;
 mod ingest;
