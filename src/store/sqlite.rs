@@ -203,11 +203,11 @@ impl SqliteStore {
         let (work_tx, work_rx) = watch::channel(0u64);
         let shared = Arc::new(Checkpointing::default());
         let checkpoint_conn = open_conn(&path)?;
-        let db_file = std::fs::File::open(&path)?;
+        let writeback = Writeback::open(&path)?;
         let checkpoint_shared = shared.clone();
         std::thread::Builder::new()
             .name("hookgate-sqlite-checkpoint".into())
-            .spawn(move || checkpointer(checkpoint_conn, db_file, checkpoint_shared))?;
+            .spawn(move || checkpointer(checkpoint_conn, writeback, checkpoint_shared))?;
         let handle = std::thread::Builder::new()
             .name("hookgate-sqlite-writer".into())
             .spawn(move || {
@@ -316,18 +316,45 @@ const WAL_RESTART_FRAMES: i64 = 16384;
 /// The tail the writer is asked to copy: at most the frames appended during one
 /// checkpoint pass short enough to let no more than this many pile up (about 2 MiB).
 const WAL_TAIL_FRAMES: i64 = 512;
-/// Back-to-back passes before the tail is handed over whatever its length, so that
-/// the WAL restarts even when the disk is too slow for the passes to get shorter.
+/// Back-to-back passes after which a longer tail is handed over (up to
+/// `WAL_LONG_TAIL_FRAMES`, ~16 MiB, tens of milliseconds for the writer), so that the
+/// WAL restarts even when the disk is too slow for the passes to get shorter.
 const WAL_MAX_PASSES: u32 = 6;
+/// The longest tail ever handed to the writer: a longer one would stall acknowledgements
+/// for too long, so the checkpointer keeps copying (and the WAL keeps growing) until
+/// the load lets a pass catch up.
+const WAL_LONG_TAIL_FRAMES: i64 = 4096;
+/// Rounds (of 100 ms) a handed-over tail may wait for an idle writer before the
+/// checkpointer takes it back and copies it itself.
+const WAL_TAIL_PATIENCE: u32 = 5;
+
+const TAIL_NONE: u8 = 0;
+const TAIL_HANDED: u8 = 1;
+const TAIL_COPYING: u8 = 2;
+
+/// Claim a handed-over tail for copying.
+fn claim_tail(shared: &Checkpointing) -> bool {
+    use std::sync::atomic::Ordering;
+    shared
+        .tail
+        .compare_exchange(
+            TAIL_HANDED,
+            TAIL_COPYING,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok()
+}
 
 /// What the checkpointer and the writer share.
 #[derive(Default)]
 struct Checkpointing {
     /// Set when the writer has stopped: the checkpointer runs a last full checkpoint.
     stop: std::sync::atomic::AtomicBool,
-    /// Set by the checkpointer when it has copied all but a short tail of a long WAL:
-    /// the writer copies the tail between two batches and clears it.
-    tail: std::sync::atomic::AtomicBool,
+    /// `TAIL_NONE`, or `TAIL_HANDED` by the checkpointer when it has copied all but a
+    /// short tail of a long WAL, or `TAIL_COPYING` while the writer (between two
+    /// batches) or the checkpointer (taking it back from an idle writer) copies it.
+    tail: std::sync::atomic::AtomicU8,
 }
 
 /// `PRAGMA wal_checkpoint(PASSIVE)`: (frames in the WAL, frames copied into the db).
@@ -350,37 +377,64 @@ fn checkpoint(conn: &Connection) -> Result<(i64, i64), rusqlite::Error> {
 /// checkpointer has caught up to a short tail, it hands the tail to the writer, which
 /// copies it between two batches (a few milliseconds); the next batch then overwrites
 /// the WAL from its beginning, in blocks the page cache already holds.
-fn checkpointer(conn: Connection, db_file: std::fs::File, shared: Arc<Checkpointing>) {
+fn checkpointer(conn: Connection, writeback: Writeback, shared: Arc<Checkpointing>) {
     use std::sync::atomic::Ordering;
     // While the WAL is long: the frame count at the previous pass, and how many
     // passes have run back to back.
     let mut chasing: Option<(i64, u32)> = None;
+    // Rounds a handed-over tail has waited for the writer.
+    let mut waited = 0u32;
     while !shared.stop.load(Ordering::SeqCst) {
         if chasing.is_none() {
             std::thread::sleep(Duration::from_millis(100));
         }
-        if shared.tail.load(Ordering::SeqCst) {
-            // The writer has not copied the tail yet (or is idle: nothing to do).
-            chasing = None;
-            continue;
+        match shared.tail.load(Ordering::SeqCst) {
+            TAIL_NONE => waited = 0,
+            TAIL_HANDED => {
+                chasing = None;
+                waited += 1;
+                // The writer is idle (it copies the tail after its next batch): take
+                // the tail back rather than leave the WAL unchecked.
+                if waited < WAL_TAIL_PATIENCE || !claim_tail(&shared) {
+                    continue;
+                }
+                let copied = checkpoint(&conn);
+                writeback.start();
+                shared.tail.store(TAIL_NONE, Ordering::SeqCst);
+                waited = 0;
+                if let Err(e) = copied {
+                    tracing::warn!(error = %e, "sqlite: checkpoint failed");
+                }
+                continue;
+            }
+            _ => {
+                // The writer is copying it.
+                chasing = None;
+                continue;
+            }
         }
         // A pass copies the frames the WAL held when it began; the writer appends
         // more meanwhile. So when the WAL is long, pass again at once: each pass is
         // shorter than the one before, until the frames appended during one pass
         // (what the next leaves behind too) make a short tail.
         let pass = checkpoint(&conn);
-        start_writeback(&db_file);
+        writeback.start();
         chasing = match pass {
-            Ok((log, _)) if log >= WAL_RESTART_FRAMES => match chasing {
-                Some((previous, passes))
-                    if (log >= previous && log - previous <= WAL_TAIL_FRAMES)
-                        || passes >= WAL_MAX_PASSES =>
-                {
-                    shared.tail.store(true, Ordering::SeqCst);
-                    None
+            // Only a complete pass (nothing held back by a reader) leaves just a tail.
+            Ok((log, copied)) if log >= WAL_RESTART_FRAMES && copied == log => match chasing {
+                Some((previous, passes)) if log >= previous => {
+                    let appended = log - previous;
+                    if appended <= WAL_TAIL_FRAMES
+                        || (passes >= WAL_MAX_PASSES && appended <= WAL_LONG_TAIL_FRAMES)
+                    {
+                        shared.tail.store(TAIL_HANDED, Ordering::SeqCst);
+                        None
+                    } else {
+                        Some((log, passes.saturating_add(1)))
+                    }
                 }
-                Some((_, passes)) => Some((log, passes + 1)),
-                None => Some((log, 1)),
+                // The WAL restarted meanwhile: start over.
+                Some(_) | None => Some((log, 1)),
             },
             Ok(_) => None,
             Err(e) => {
@@ -393,39 +447,74 @@ fn checkpointer(conn: Connection, db_file: std::fs::File, shared: Arc<Checkpoint
     let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
 }
 
-/// Start writing the database file's dirty pages to disk, without waiting for them.
+/// Starts writing the database file's dirty pages to disk, without waiting for them.
 ///
-/// A PASSIVE checkpoint leaves the pages it copied dirty in the page cache; they would
-/// pile up for the kernel's 30 s writeback, and whichever fsync came first (the
-/// writer's, when it copies a WAL tail) paid for all of them: 20–40 ms of stall
+/// A PASSIVE checkpoint that the writer outran leaves the pages it copied dirty in the
+/// page cache (SQLite fsyncs the database only after a pass that copied everything);
+/// they would pile up for the kernel's 30 s writeback, and whichever fsync came first
+/// (the writer's, when it copies a WAL tail) paid for all of them: 20–40 ms of stall
 /// instead of 1–2 ms. Starting the writeback after each pass keeps that backlog to
 /// one pass. Failure only costs that stall, so it is logged and ignored.
-#[cfg(target_os = "linux")]
-fn start_writeback(file: &std::fs::File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: the descriptor belongs to `file`, which outlives the call; the call
-    // reads no memory of ours.
-    let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-    if rc != 0 {
-        tracing::debug!(error = %std::io::Error::last_os_error(), "sqlite: cannot start the database file's writeback");
-    }
-}
+struct Writeback(#[cfg(target_os = "linux")] Arc<std::fs::File>);
 
-/// Elsewhere the kernel's own writeback has to do.
-#[cfg(not(target_os = "linux"))]
-fn start_writeback(_file: &std::fs::File) {}
+impl Writeback {
+    /// A descriptor on the database file, shared per path and kept for the life of the
+    /// process: closing any descriptor of a file drops every POSIX lock the process
+    /// holds on it, SQLite's included, so ours is never closed while SQLite's
+    /// connections may be open.
+    #[cfg(target_os = "linux")]
+    fn open(path: &std::path::Path) -> std::io::Result<Writeback> {
+        use std::collections::HashMap;
+        use std::sync::OnceLock;
+        static FILES: OnceLock<Mutex<HashMap<PathBuf, Arc<std::fs::File>>>> = OnceLock::new();
+        let key = std::fs::canonicalize(path)?;
+        let mut files = FILES
+            .get_or_init(Default::default)
+            .lock()
+            .map_err(|_| std::io::Error::other("writeback registry poisoned"))?;
+        if let Some(f) = files.get(&key) {
+            return Ok(Writeback(f.clone()));
+        }
+        let f = Arc::new(std::fs::File::open(&key)?);
+        files.insert(key, f.clone());
+        Ok(Writeback(f))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn open(_path: &std::path::Path) -> std::io::Result<Writeback> {
+        Ok(Writeback())
+    }
+
+    #[cfg(target_os = "linux")]
+    fn start(&self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor belongs to a file that is never closed (see `open`);
+        // the call reads no memory of ours.
+        let rc =
+            unsafe { libc::sync_file_range(self.0.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        if rc != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "sqlite: cannot start the database file's writeback");
+        }
+    }
+
+    /// Elsewhere the kernel's own writeback has to do.
+    #[cfg(not(target_os = "linux"))]
+    fn start(&self) {}
+}
 
 /// On the writer thread, between batches: copy the short tail the checkpointer left,
 /// so that the next transaction restarts the WAL.
 fn copy_wal_tail(conn: &Connection, shared: &Checkpointing) {
-    use std::sync::atomic::Ordering;
-    if !shared.tail.load(Ordering::SeqCst) {
+    // The checkpointer may have taken it back from an idle writer.
+    if !claim_tail(shared) {
         return;
     }
     if let Err(e) = checkpoint(conn) {
         tracing::warn!(error = %e, "sqlite: checkpoint of the WAL's tail failed");
     }
-    shared.tail.store(false, Ordering::SeqCst);
+    shared
+        .tail
+        .store(TAIL_NONE, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// A committed batch waiting for its fsync: each caller's answer, and whether the

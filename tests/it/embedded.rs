@@ -14,7 +14,11 @@ use crate::util::{Backend, StoreHandle};
 /// the WAL only when a write begins after every frame was checkpointed, which never
 /// happens by itself under steady writes; the store arranges it (see
 /// `store::sqlite::checkpointer`). Without that, this load (~41,000 entries of 3 KiB,
-/// about 14 KiB of WAL each) leaves a WAL of about 500 MiB.
+/// about 14 KiB of WAL each) leaves a WAL of about 500 MiB, never restarted.
+///
+/// The WAL header's checkpoint sequence number (bytes 12–15) counts restarts: the
+/// test asserts the mechanism (restarts happen under load) and, loosely, the result
+/// (the WAL stays well under what it reaches without them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_stays_bounded_under_steady_writes() {
     const WRITERS: u64 = 64;
@@ -29,12 +33,23 @@ async fn the_wal_stays_bounded_under_steady_writes() {
     let monitor = {
         let (done, largest, wal) = (done.clone(), largest.clone(), wal.clone());
         tokio::spawn(async move {
+            // Checkpoint sequence numbers seen in the WAL header.
+            let mut sequences = std::collections::BTreeSet::new();
             while !done.load(Ordering::SeqCst) {
                 if let Ok(m) = std::fs::metadata(&wal) {
                     largest.fetch_max(m.len(), Ordering::SeqCst);
                 }
+                let mut header = [0u8; 16];
+                if let Ok(mut f) = std::fs::File::open(&wal)
+                    && std::io::Read::read_exact(&mut f, &mut header).is_ok()
+                {
+                    sequences.insert(u32::from_be_bytes([
+                        header[12], header[13], header[14], header[15],
+                    ]));
+                }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            sequences.len()
         })
     };
     let mut writers = Vec::new();
@@ -62,14 +77,19 @@ async fn the_wal_stays_bounded_under_steady_writes() {
         w.await.expect("writer");
     }
     done.store(true, Ordering::SeqCst);
-    monitor.await.expect("monitor");
+    let sequences = monitor.await.expect("monitor");
 
     assert_eq!(store.count("s").await.unwrap(), WRITERS * PER_WRITER);
     let largest = largest.load(Ordering::SeqCst);
-    // The WAL restarts at ~64 MiB; it may overshoot by what is written while the
-    // checkpointer notices and catches up (tens of MiB at this rate).
     assert!(
-        largest < 160 * 1024 * 1024,
+        sequences >= 3,
+        "the WAL restarted {} times under load",
+        sequences.saturating_sub(1)
+    );
+    // The WAL restarts at ~64 MiB; it may overshoot by what is written while the
+    // checkpointer catches up, more on a slow disk, but nowhere near 500 MiB.
+    assert!(
+        largest < 300 * 1024 * 1024,
         "the WAL grew to {} MiB",
         largest / (1024 * 1024)
     );
