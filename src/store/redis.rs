@@ -8,11 +8,10 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `hg:{src}:e:<id>` | hash | the entry: metadata, headers (JSON), body, status, attempts |
+//! | `hg:{src}:e:<id>` | hash | the entry: metadata, headers (JSON), body, status, attempts (counters start absent = 0; `budget_start` absent = `received_at`) |
 //! | `hg:{src}:d:<dedupe key>` | string, `PX` = dedupe TTL | the id of the first entry with that key |
 //! | `hg:{src}:work` | stream | one message per entry to deliver (the forwarder's queue) |
-//! | `hg:{src}:idx` | sorted set, all scores 0 | every entry id, in lexical (= arrival) order |
-//! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by status |
+//! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by status, in lexical (= arrival) order; listing every status merges the four |
 //! | `hg:{src}:sched` | sorted set, score = due time (ms) | entries waiting for a retry |
 //! | `hg:{src}:a:<id>` | list of JSON | the entry's delivery attempts |
 //! | `hg:{src}:audit:<id>` | list of JSON | operator actions on the entry (replay, discard) |
@@ -73,17 +72,19 @@ use super::{
 };
 use crate::config::RedisConfig;
 
-/// Accept a batch of entries of one source. KEYS: work, idx, st:pending, stats, then
-/// per entry: dedupe key, entry key. ARGV: per entry: id, ttl ms, source, event id,
+/// Accept a batch of entries of one source. KEYS: work, st:pending, stats, then per
+/// entry: dedupe key, entry key. ARGV: per entry: id, ttl ms, source, event id,
 /// event type, dedupe key, received at, headers, body. Returns per entry
 /// `{duplicate (0|1), id}`. Entries are taken in order, so a batch holding the same
-/// event twice stores it once.
+/// event twice stores it once. Fields whose value is their default (`attempts`,
+/// `budget_attempts`: 0; `budget_start`: `received_at`) are not written: every
+/// webhook costs Redis (and its AOF) only what it must.
 const ACCEPT_MANY: &str = r#"
-local n = (#KEYS - 4) / 2
+local n = (#KEYS - 3) / 2
 local out = {}
 local new, dups = 0, 0
 for i = 0, n - 1 do
-  local dk, ek, a = KEYS[5 + 2 * i], KEYS[6 + 2 * i], 9 * i
+  local dk, ek, a = KEYS[4 + 2 * i], KEYS[5 + 2 * i], 9 * i
   local existing = redis.call('GET', dk)
   if existing then
     dups = dups + 1
@@ -94,16 +95,15 @@ for i = 0, n - 1 do
     redis.call('HSET', ek,
       'source', ARGV[a + 3], 'event_id', ARGV[a + 4], 'event_type', ARGV[a + 5],
       'dedupe_key', ARGV[a + 6], 'received_at', ARGV[a + 7], 'status', 'pending',
-      'attempts', 0, 'next_attempt_at', ARGV[a + 7], 'budget_start', ARGV[a + 7],
-      'budget_attempts', 0, 'headers', ARGV[a + 8], 'body', ARGV[a + 9], 'msg', mid)
+      'next_attempt_at', ARGV[a + 7], 'headers', ARGV[a + 8], 'body', ARGV[a + 9],
+      'msg', mid)
     redis.call('ZADD', KEYS[2], 0, ARGV[a + 1])
-    redis.call('ZADD', KEYS[3], 0, ARGV[a + 1])
     new = new + 1
     out[#out + 1] = {0, ARGV[a + 1]}
   end
 end
-if new > 0 then redis.call('HINCRBY', KEYS[4], 'received', new) end
-if dups > 0 then redis.call('HINCRBY', KEYS[4], 'duplicates', dups) end
+if new > 0 then redis.call('HINCRBY', KEYS[3], 'received', new) end
+if dups > 0 then redis.call('HINCRBY', KEYS[3], 'duplicates', dups) end
 return out
 "#;
 
@@ -159,7 +159,6 @@ impl AcceptContext {
     async fn accept_batch(&self, source: &str, batch: Vec<AcceptJob>) {
         let mut inv = self.script.prepare_invoke();
         inv.key(self.key(source, "work"))
-            .key(self.key(source, "idx"))
             .key(self.key(source, "st:pending"))
             .key(self.key(source, "stats"));
         for (e, _) in &batch {
@@ -282,7 +281,7 @@ end
 return 1
 "#;
 
-/// KEYS: done zset, idx, st a, st b. ARGV: cutoff, limit, key base (`hg:{src}:`).
+/// KEYS: done zset, st a, st b. ARGV: cutoff, limit, key base (`hg:{src}:`).
 /// The per-entry keys are derived from the base; they share the source's hash tag.
 const PURGE: &str = r#"
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, ARGV[2])
@@ -291,7 +290,6 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
-  redis.call('ZREM', KEYS[4], id)
 end
 return #ids
 "#;
@@ -459,7 +457,31 @@ impl RedisStore {
         };
         store.check_persistence().await;
         store.check_epoch().await?;
+        store.drop_legacy_index().await;
         Ok(store)
+    }
+
+    /// Earlier versions kept every id of a source in `hg:{src}:idx` as well; listing
+    /// now merges the status sets, so that set is dead weight. Best effort: a failure
+    /// only leaves it in place.
+    async fn drop_legacy_index(&self) {
+        let sources = match self.sources().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, "redis: cannot list sources to drop the legacy index");
+                return;
+            }
+        };
+        for source in sources {
+            let mut c = self.conn();
+            let dropped: Result<i64, _> = redis::cmd("UNLINK")
+                .arg(self.key(&source, "idx"))
+                .query_async(&mut c)
+                .await;
+            if let Err(e) = dropped {
+                tracing::debug!(source, error = %e, "redis: cannot drop the legacy index");
+            }
+        }
     }
 
     /// Warn when Redis is not configured to make acknowledged writes durable.
@@ -712,7 +734,7 @@ impl RedisStore {
     }
 
     /// Up to `n` ids of one source, newest first, strictly older than `below` and
-    /// not older than `floor`.
+    /// not older than `floor`; without a status, the four status sets merged.
     async fn ids_page(
         &self,
         source: &str,
@@ -721,9 +743,9 @@ impl RedisStore {
         floor: Option<&str>,
         n: usize,
     ) -> Result<Vec<String>, StoreError> {
-        let key = match status {
-            Some(s) => self.status_key(source, s),
-            None => self.key(source, "idx"),
+        let statuses: Vec<Status> = match status {
+            Some(s) => vec![s],
+            None => Status::ALL.to_vec(),
         };
         let max = match below {
             Some(c) => format!("({c}"),
@@ -733,18 +755,28 @@ impl RedisStore {
             Some(f) => format!("[{f}"),
             None => "-".to_string(),
         };
-        let mut c = self.conn();
-        self.timed(
-            redis::cmd("ZREVRANGEBYLEX")
-                .arg(key)
-                .arg(max)
-                .arg(min)
-                .arg("LIMIT")
-                .arg(0)
-                .arg(n)
-                .query_async(&mut c),
-        )
-        .await
+        let mut ids: Vec<String> = Vec::new();
+        for status in statuses {
+            let mut c = self.conn();
+            let page: Vec<String> = self
+                .timed(
+                    redis::cmd("ZREVRANGEBYLEX")
+                        .arg(self.status_key(source, status))
+                        .arg(&max)
+                        .arg(&min)
+                        .arg("LIMIT")
+                        .arg(0)
+                        .arg(n)
+                        .query_async(&mut c),
+                )
+                .await?;
+            ids.extend(page);
+        }
+        // The newest `n` of the union are among the newest `n` of each set.
+        ids.sort_by(|a, b| b.cmp(a));
+        ids.dedup();
+        ids.truncate(n);
+        Ok(ids)
     }
 }
 
@@ -917,8 +949,11 @@ impl Store for RedisStore {
     }
 
     async fn count(&self, source: &str) -> Result<u64, StoreError> {
-        let mut c = self.conn();
-        self.timed(c.zcard(self.key(source, "idx"))).await
+        let mut total = 0;
+        for status in Status::ALL {
+            total += self.count_status(source, status).await?;
+        }
+        Ok(total)
     }
 
     async fn set_paused(&self, source: &str, paused: bool) -> Result<(), StoreError> {
@@ -1101,7 +1136,6 @@ impl Store for RedisStore {
             ] {
                 let mut inv = self.purge.prepare_invoke();
                 inv.key(self.key(&source, done))
-                    .key(self.key(&source, "idx"))
                     .key(self.status_key(&source, a))
                     .key(self.status_key(&source, b))
                     .arg(cutoff)

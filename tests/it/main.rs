@@ -15,4 +15,5 @@ mod ingest;
 mod logs;
 mod operate;
 mod providers;
+mod redis_store;
 mod upstream;
