@@ -627,6 +627,33 @@ struct Sink {
     up: Arc<AtomicBool>,
 }
 
+impl Sink {
+    /// Wait (at most ten minutes) until the sink has received `n` deliveries.
+    async fn wait_for(&self, n: usize, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while (self.received.load(Ordering::Relaxed) as usize) < n {
+            assert!(Instant::now() < deadline, "{what} did not finish");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Ingest every prepared webhook through the gateway on `port`, each accepted: the
+/// backlog of the forward scenarios.
+async fn ingest_backlog(port: u16, requests: Vec<Prepared>, connections: usize) {
+    let n = requests.len();
+    let r = closed_loop(
+        addr(port),
+        "/ingest/bench",
+        Arc::new(requests),
+        connections,
+        Duration::from_secs(600),
+        false,
+    )
+    .await;
+    assert_eq!(r.requests as usize, n, "backlog ingest");
+}
+
 async fn start_sink(port: Option<u16>, record: bool) -> Sink {
     let listener = TcpListener::bind(("127.0.0.1", port.unwrap_or(0)))
         .await
@@ -905,24 +932,15 @@ async fn forward_drain(report: &mut Report, s: Settings) {
     };
     pause("pause").await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // the forwarder sees the pause
-    let requests = Arc::new(prepare(s.drain_entries, "drain", None));
-    let r = closed_loop(
-        addr(gw.port),
-        "/ingest/bench",
-        requests,
+    ingest_backlog(
+        gw.port,
+        prepare(s.drain_entries, "drain", None),
         s.connections,
-        Duration::from_secs(600),
-        false,
     )
     .await;
-    assert_eq!(r.requests as usize, s.drain_entries, "backlog ingest");
     let start = Instant::now();
     pause("resume").await;
-    let deadline = start + Duration::from_secs(600);
-    while (sink.received.load(Ordering::Relaxed) as usize) < s.drain_entries {
-        assert!(Instant::now() < deadline, "drain did not finish");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    sink.wait_for(s.drain_entries, "drain").await;
     let secs = start.elapsed().as_secs_f64();
     report.add(format!(
         "forward drain, embedded: {} entries in {secs:.2} s = {:.0} entries/s (concurrency 64; peak RSS {:.1} MiB)",
@@ -995,25 +1013,16 @@ async fn recovery(report: &mut Report, s: Settings) {
         "[forwarder]\npoll_interval = \"100ms\"\n",
         "[sources.retry]\nbase = \"1s\"\ncap = \"60s\"\nmax_attempts = 100\n",
     );
-    let requests = Arc::new(prepare(s.recovery_entries, "rec", None));
-    let r = closed_loop(
-        addr(gw.port),
-        "/ingest/bench",
-        requests,
+    ingest_backlog(
+        gw.port,
+        prepare(s.recovery_entries, "rec", None),
         s.connections,
-        Duration::from_secs(600),
-        false,
     )
     .await;
-    assert_eq!(r.requests as usize, s.recovery_entries);
     tokio::time::sleep(s.outage).await;
     let back = Instant::now();
     sink.up.store(true, Ordering::SeqCst);
-    let deadline = back + Duration::from_secs(600);
-    while (sink.received.load(Ordering::Relaxed) as usize) < s.recovery_entries {
-        assert!(Instant::now() < deadline, "recovery did not finish");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sink.wait_for(s.recovery_entries, "recovery").await;
     let total = back.elapsed().as_secs_f64();
     let mut buckets: HashMap<u64, u64> = HashMap::new();
     for (at, _) in sink.arrivals.lock().expect("lock").iter() {

@@ -332,20 +332,6 @@ const TAIL_NONE: u8 = 0;
 const TAIL_HANDED: u8 = 1;
 const TAIL_COPYING: u8 = 2;
 
-/// Claim a handed-over tail for copying.
-fn claim_tail(shared: &Checkpointing) -> bool {
-    use std::sync::atomic::Ordering;
-    shared
-        .tail
-        .compare_exchange(
-            TAIL_HANDED,
-            TAIL_COPYING,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        )
-        .is_ok()
-}
-
 /// What the checkpointer and the writer share.
 #[derive(Default)]
 struct Checkpointing {
@@ -395,15 +381,9 @@ fn checkpointer(conn: Connection, writeback: Writeback, shared: Arc<Checkpointin
                 waited += 1;
                 // The writer is idle (it copies the tail after its next batch): take
                 // the tail back rather than leave the WAL unchecked.
-                if waited < WAL_TAIL_PATIENCE || !claim_tail(&shared) {
-                    continue;
-                }
-                let copied = checkpoint(&conn);
-                writeback.start();
-                shared.tail.store(TAIL_NONE, Ordering::SeqCst);
-                waited = 0;
-                if let Err(e) = copied {
-                    tracing::warn!(error = %e, "sqlite: checkpoint failed");
+                if waited >= WAL_TAIL_PATIENCE && copy_wal_tail(&conn, &shared) {
+                    writeback.start();
+                    waited = 0;
                 }
                 continue;
             }
@@ -502,19 +482,29 @@ impl Writeback {
     fn start(&self) {}
 }
 
-/// On the writer thread, between batches: copy the short tail the checkpointer left,
-/// so that the next transaction restarts the WAL.
-fn copy_wal_tail(conn: &Connection, shared: &Checkpointing) {
-    // The checkpointer may have taken it back from an idle writer.
-    if !claim_tail(shared) {
-        return;
+/// Copy the short tail the checkpointer handed over, so that the next transaction
+/// restarts the WAL: on the writer thread between two batches, or on the checkpointer
+/// taking it back from an idle writer. Whoever claims it copies it; false if there was
+/// nothing to claim.
+fn copy_wal_tail(conn: &Connection, shared: &Checkpointing) -> bool {
+    use std::sync::atomic::Ordering;
+    if shared
+        .tail
+        .compare_exchange(
+            TAIL_HANDED,
+            TAIL_COPYING,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_err()
+    {
+        return false;
     }
     if let Err(e) = checkpoint(conn) {
         tracing::warn!(error = %e, "sqlite: checkpoint of the WAL's tail failed");
     }
-    shared
-        .tail
-        .store(TAIL_NONE, std::sync::atomic::Ordering::SeqCst);
+    shared.tail.store(TAIL_NONE, Ordering::SeqCst);
+    true
 }
 
 /// A committed batch waiting for its fsync: each caller's answer, and whether the
