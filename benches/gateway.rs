@@ -467,6 +467,102 @@ fn wait_port(port: u16) {
     }
 }
 
+/// CPU time that processes spend over a measured window, read from `/proc` (Linux;
+/// zeros elsewhere). It turns a throughput ratio into its cause: on a machine whose
+/// cores are shared by everyone, req/s follows the CPU that each request costs.
+struct CpuMeter {
+    pids: Vec<u32>,
+    ticks: Vec<u64>,
+    machine: (u64, u64),
+}
+
+/// A finished `CpuMeter` window: CPU seconds per process, and the machine's share busy.
+struct CpuUse {
+    secs: Vec<f64>,
+    busy: f64,
+}
+
+impl CpuMeter {
+    /// `pids[0]` may be 0 for "this process" (the load generator).
+    fn start(pids: &[u32]) -> CpuMeter {
+        CpuMeter {
+            pids: pids.to_vec(),
+            ticks: pids.iter().map(|&p| proc_ticks(p)).collect(),
+            machine: machine_ticks(),
+        }
+    }
+
+    fn stop(self) -> CpuUse {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let secs = self
+            .pids
+            .iter()
+            .zip(&self.ticks)
+            .map(|(&p, &t)| proc_ticks(p).saturating_sub(t) as f64 / hz)
+            .collect();
+        let (busy, total) = machine_ticks();
+        let busy = busy.saturating_sub(self.machine.0);
+        let total = total.saturating_sub(self.machine.1);
+        CpuUse {
+            secs,
+            busy: busy as f64 / total.max(1) as f64,
+        }
+    }
+}
+
+impl CpuUse {
+    /// Microseconds of CPU that process `i` spent per request.
+    fn per_request(&self, i: usize, requests: u64) -> f64 {
+        self.secs[i] * 1e6 / requests.max(1) as f64
+    }
+}
+
+/// User + system ticks of a process and of its reaped children (Redis's AOF rewrite
+/// children count for Redis); pid 0 is this process.
+fn proc_ticks(pid: u32) -> u64 {
+    let path = if pid == 0 {
+        "/proc/self/stat".to_string()
+    } else {
+        format!("/proc/{pid}/stat")
+    };
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name, which ends at the last ')': utime is the
+            // 14th field overall, so the 12th here; then stime, cutime, cstime.
+            let rest = &s[s.rfind(')')? + 2..];
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .skip(11)
+                .take(4)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            Some(f.iter().sum())
+        })
+        .unwrap_or(0)
+}
+
+/// (busy, total) ticks of the whole machine; idle and iowait count as not busy.
+fn machine_ticks() -> (u64, u64) {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let f: Vec<u64> = s
+                .lines()
+                .next()?
+                .split_whitespace()
+                .skip(1)
+                .take(8)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            let total: u64 = f.iter().sum();
+            let idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+            Some((total.saturating_sub(idle), total))
+        })
+        .unwrap_or((0, 0))
+}
+
 struct Proc {
     child: Child,
     port: u16,
@@ -707,8 +803,9 @@ async fn start_sink(port: Option<u16>, record: bool) -> Sink {
     }
 }
 
-async fn baseline_rate(s: Settings, requests: &Arc<Vec<Prepared>>) -> LoadResult {
+async fn baseline_rate(s: Settings, requests: &Arc<Vec<Prepared>>) -> (LoadResult, CpuUse) {
     let b = start_baseline();
+    let meter = CpuMeter::start(&[b.child.id(), 0]);
     let r = closed_loop(
         addr(b.port),
         "/ingest/bench",
@@ -718,8 +815,9 @@ async fn baseline_rate(s: Settings, requests: &Arc<Vec<Prepared>>) -> LoadResult
         true,
     )
     .await;
+    let cpu = meter.stop();
     drop(b);
-    r
+    (r, cpu)
 }
 
 async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool) {
@@ -733,10 +831,12 @@ async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool
     let mut gw_rates = Vec::new();
     let mut p99s = Vec::new();
     let mut rss = 0f64;
+    let (mut base_us, mut gw_us) = (Vec::new(), Vec::new());
     for round in 0..s.rounds {
         let requests = Arc::new(prepare(n, &format!("r{round}"), duplicates.then_some(2)));
-        let b = baseline_rate(s, &requests).await;
+        let (b, b_cpu) = baseline_rate(s, &requests).await;
         base_rates.push(b.rate());
+        base_us.push(b_cpu.per_request(0, b.requests));
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = (store == Store::Redis).then(start_redis);
         let gw = start_gateway(
@@ -748,6 +848,11 @@ async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool
         );
         // Deliveries are off the ingest path: the sink is unreachable (port 9), so the
         // forwarder only schedules retries in the background.
+        let mut pids = vec![gw.child.id(), 0];
+        if let Some(r) = &redis {
+            pids.push(r.child.id());
+        }
+        let meter = CpuMeter::start(&pids);
         let g = closed_loop(
             addr(gw.port),
             "/ingest/bench",
@@ -757,6 +862,7 @@ async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool
             false,
         )
         .await;
+        let cpu = meter.stop();
         rss = rss.max(gw.peak_rss_mib());
         println!(
             "  round {round}: baseline {:.0} req/s, gateway {:.0} req/s (p50 {:.2} ms, p99 {:.2} ms, {} errors)",
@@ -765,6 +871,27 @@ async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool
             g.pct(0.5),
             g.pct(0.99),
             g.errors
+        );
+        let redis_us = if redis.is_some() {
+            format!(", redis {:.0} µs", cpu.per_request(2, g.requests))
+        } else {
+            String::new()
+        };
+        println!(
+            "    CPU per request: baseline server {:.0} µs + generator {:.0} µs (machine {:.0}% busy); \
+             gateway {:.0} µs{redis_us} + generator {:.0} µs (machine {:.0}% busy)",
+            b_cpu.per_request(0, b.requests),
+            b_cpu.per_request(1, b.requests),
+            100.0 * b_cpu.busy,
+            cpu.per_request(0, g.requests),
+            cpu.per_request(1, g.requests),
+            100.0 * cpu.busy,
+        );
+        gw_us.push(
+            cpu.per_request(0, g.requests)
+                + redis
+                    .as_ref()
+                    .map_or(0.0, |_| cpu.per_request(2, g.requests)),
         );
         gw_rates.push(g.rate());
         p99s.push(g.pct(0.99));
@@ -776,10 +903,13 @@ async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool
         format!("ingest, {store:?} store")
     };
     report.add(format!(
-        "{name}: {g:.0} req/s = {:.0}% of baseline {b:.0} req/s (c={}, p99 {:.2} ms, peak RSS {rss:.1} MiB)",
+        "{name}: {g:.0} req/s = {:.0}% of baseline {b:.0} req/s (c={}, p99 {:.2} ms, peak RSS {rss:.1} MiB; \
+         server CPU per request {:.0} µs against the baseline's {:.0} µs)",
         100.0 * g / b,
         s.connections,
-        median(p99s)
+        median(p99s),
+        median(gw_us),
+        median(base_us),
     ));
 }
 
