@@ -389,6 +389,12 @@ pub async fn open(cfg: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
 /// Headers are stored as JSON: `[[name, text]]`, or `[name, null, base64]` for a
 /// value that is not UTF-8, so nothing is lost.
 pub(crate) fn encode_headers(headers: &[Header]) -> String {
+    headers_json(headers).to_string()
+}
+
+/// Headers as a JSON array: `[name, value]`, or `[name, null, base64]` for a value
+/// that is not UTF-8.
+pub(crate) fn headers_json(headers: &[Header]) -> serde_json::Value {
     let arr: Vec<serde_json::Value> = headers
         .iter()
         .map(|h| match std::str::from_utf8(&h.value) {
@@ -396,7 +402,7 @@ pub(crate) fn encode_headers(headers: &[Header]) -> String {
             Err(_) => serde_json::json!([h.name, null, B64.encode(&h.value)]),
         })
         .collect();
-    serde_json::Value::Array(arr).to_string()
+    serde_json::Value::Array(arr)
 }
 
 pub(crate) fn decode_headers(id: &str, text: &str) -> Result<Vec<Header>, StoreError> {
