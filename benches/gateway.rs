@@ -629,16 +629,12 @@ impl Drop for Redis {
 fn start_redis() -> Redis {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = free_port();
+    // The Redis settings that deploy/ ships (AOF `appendfsync always`, rewrites, …),
+    // on a private port and directory.
+    let conf = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis.conf");
     let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "yes", "--appendfsync", "always"])
+        .arg(conf)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         // Extra redis-server arguments, for diagnosis (e.g. what AOF rewrites cost:
         // `HOOKGATE_BENCH_REDIS_ARGS="--auto-aof-rewrite-percentage 0"`).
         .args(
