@@ -5,17 +5,24 @@ use redis::AsyncCommands;
 
 use crate::util::{Backend, StoreHandle};
 
+/// A Redis store handle (not opened yet) and a plain connection to its Redis, to
+/// write what an earlier version would have left there.
+async fn redis_store() -> (StoreHandle, redis::aio::MultiplexedConnection) {
+    let h = StoreHandle::new(Backend::Redis);
+    let url = h.redis.as_ref().expect("redis").url();
+    let client = redis::Client::open(url).expect("client");
+    let c = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    (h, c)
+}
+
 /// Earlier versions also kept every id in `hg:{src}:idx`; listing now merges the
 /// status sets, and opening the store drops that set. Entries stay listable.
 #[tokio::test]
 async fn opening_drops_the_legacy_index_and_keeps_entries_listable() {
-    let h = StoreHandle::new(Backend::Redis);
-    let url = h.redis.as_ref().expect("redis").url();
-    let client = redis::Client::open(url).expect("client");
-    let mut c = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    let (h, mut c) = redis_store().await;
     let _: () = c.sadd("hg:sources", "s").await.expect("sadd");
     let _: () = c
         .zadd("hg:{s}:idx", "0197a000-0000-7000-8000-000000000001", 0)
@@ -58,13 +65,7 @@ async fn opening_drops_the_legacy_index_and_keeps_entries_listable() {
 /// ones pack the fields written once into `d`. Both read the same.
 #[tokio::test]
 async fn entries_in_the_earlier_layout_read_as_before_and_new_ones_are_packed() {
-    let h = StoreHandle::new(Backend::Redis);
-    let url = h.redis.as_ref().expect("redis").url();
-    let client = redis::Client::open(url).expect("client");
-    let mut c = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    let (h, mut c) = redis_store().await;
     let old_id = "0197a000-0000-7000-8000-0000000000aa";
     let _: () = c.sadd("hg:sources", "s").await.expect("sadd");
     let _: () = c
