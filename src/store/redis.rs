@@ -887,16 +887,7 @@ impl Mutable {
             id: id.to_string(),
             problem,
         };
-        let int = |name: &str| -> Result<Option<i64>, StoreError> {
-            match field_str(map, name) {
-                None => Ok(None),
-                Some(s) if s.is_empty() => Ok(None),
-                Some(s) => s
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| corrupt(format!("{name} is not an integer"))),
-            }
-        };
+        let int = |name: &str| int_field(id, map, name);
         let status_text = field_str(map, "status").unwrap_or_default();
         let status = Status::parse(&status_text)
             .ok_or_else(|| corrupt(format!("unknown status {status_text:?}")))?;
@@ -911,6 +902,22 @@ impl Mutable {
     }
 }
 
+/// An integer hash field; absent or empty is `None`.
+fn int_field(
+    id: &str,
+    map: &HashMap<String, Vec<u8>>,
+    name: &str,
+) -> Result<Option<i64>, StoreError> {
+    match field_str(map, name) {
+        None => Ok(None),
+        Some(s) if s.is_empty() => Ok(None),
+        Some(s) => s.parse().map(Some).map_err(|_| StoreError::Corrupt {
+            id: id.to_string(),
+            problem: format!("{name} is not an integer"),
+        }),
+    }
+}
+
 /// An entry hash as stored: packed (`d`) or, as earlier versions wrote it, one hash
 /// field per value.
 fn entry_from_map(id: &str, mut map: HashMap<String, Vec<u8>>) -> Result<Entry, StoreError> {
@@ -922,13 +929,7 @@ fn entry_from_map(id: &str, mut map: HashMap<String, Vec<u8>>) -> Result<Entry, 
         problem,
     };
     let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
-    let received_at = match field_str(&map, "received_at") {
-        None => 0,
-        Some(s) if s.is_empty() => 0,
-        Some(s) => s
-            .parse()
-            .map_err(|_| corrupt("received_at is not an integer".into()))?,
-    };
+    let received_at = int_field(id, &map, "received_at")?.unwrap_or(0);
     let mutable = Mutable::read(id, &map)?;
     Ok(Entry {
         id: id.to_string(),

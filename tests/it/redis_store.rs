@@ -18,6 +18,18 @@ async fn redis_store() -> (StoreHandle, redis::aio::MultiplexedConnection) {
     (h, c)
 }
 
+/// The first page (up to 10) of a source's entries, newest first.
+async fn list_source(store: &dyn hookgate::store::Store, source: &str) -> hookgate::store::Page {
+    store
+        .list(&hookgate::store::ListQuery {
+            source: Some(source.into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+}
+
 /// Earlier versions also kept every id in `hg:{src}:idx`; listing now merges the
 /// status sets, and opening the store drops that set. Entries stay listable.
 #[tokio::test]
@@ -46,14 +58,7 @@ async fn opening_drops_the_legacy_index_and_keeps_entries_listable() {
     };
     let id = e.id.clone();
     store.accept(e).await.expect("accept");
-    let page = store
-        .list(&hookgate::store::ListQuery {
-            source: Some("s".into()),
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .expect("list");
+    let page = list_source(&*store, "s").await;
     assert_eq!(page.entries.len(), 1);
     assert_eq!(page.entries[0].id, id);
     assert_eq!(page.entries[0].attempts, 0);
@@ -137,14 +142,7 @@ async fn entries_in_the_earlier_layout_read_as_before_and_new_ones_are_packed() 
     assert_eq!(new.headers[0].value, vec![0xff, b'\n', 0x00]);
     assert_eq!(&new.body[..], body);
 
-    let page = store
-        .list(&hookgate::store::ListQuery {
-            source: Some("s".into()),
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .expect("list");
+    let page = list_source(&*store, "s").await;
     let ids: Vec<&str> = page.entries.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, vec![id.as_str(), old_id]);
     store.close().await;
