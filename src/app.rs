@@ -57,6 +57,7 @@ pub fn build_sources(cfg: &Config, registry: &Registry) -> anyhow::Result<Vec<So
                 verifier,
                 dedupe_ttl: s.dedupe_ttl,
                 public_url: s.public_url.clone(),
+                metrics: ingest::SourceMetrics::new(&s.name),
             })
         })
         .collect()

@@ -32,6 +32,32 @@ pub struct Source {
     pub dedupe_ttl: Duration,
     /// The URL the provider calls, for providers that sign it.
     pub public_url: Option<String>,
+    pub metrics: SourceMetrics,
+}
+
+/// A source's ingest metrics for the outcomes every accepted request has, registered
+/// once: the hot path bumps a handle instead of building a labelled key and looking
+/// it up in the registry on every request. Rarer outcomes use the macros.
+#[derive(Debug, Clone)]
+pub struct SourceMetrics {
+    accepted: metrics::Counter,
+    duplicate: metrics::Counter,
+    handshake: metrics::Counter,
+    ack_seconds: metrics::Histogram,
+}
+
+impl SourceMetrics {
+    /// Register the handles of `source` with the installed recorder (install it
+    /// first: handles taken before are no-ops).
+    pub fn new(source: &str) -> Self {
+        let requests = |outcome: &'static str| metrics::counter!("hookgate_ingest_requests_total", "source" => source.to_string(), "outcome" => outcome);
+        SourceMetrics {
+            accepted: requests("accepted"),
+            duplicate: requests("duplicate"),
+            handshake: requests("handshake"),
+            ack_seconds: metrics::histogram!("hookgate_ingest_ack_seconds", "source" => source.to_string()),
+        }
+    }
 }
 
 /// Verification failures per source, counted in memory and added to the store's
@@ -159,20 +185,6 @@ async fn ingest(
 ) -> Response {
     let started = Instant::now();
     let outcome = handle(&st, &source_name, req).await;
-    // The name comes from the URL: only configured names are logged verbatim, and
-    // metrics label every unknown name as one value.
-    let known = st.sources.contains_key(&source_name);
-    let label = if known {
-        source_name.clone()
-    } else {
-        "_unknown".to_string()
-    };
-    let source_name = if known {
-        source_name
-    } else {
-        let escaped: String = source_name.escape_debug().take(64).collect();
-        format!("unknown:{escaped}")
-    };
     let elapsed = started.elapsed();
     let latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let outcome_label = match &outcome {
@@ -181,16 +193,40 @@ async fn ingest(
         Ok((_, None, _)) => "handshake",
         Err(e) => e.outcome(),
     };
-    metrics::counter!("hookgate_ingest_requests_total", "source" => label.clone(), "outcome" => outcome_label)
-        .increment(1);
-    if let Err(ApiError::Unverified(reason)) = &outcome {
-        metrics::counter!("hookgate_ingest_unverified_total", "source" => label.clone(), "reason" => reason.code())
-            .increment(1);
-    }
-    if matches!(outcome_label, "accepted" | "duplicate") {
-        metrics::histogram!("hookgate_ingest_ack_seconds", "source" => label)
-            .record(elapsed.as_secs_f64());
-    }
+    // The name comes from the URL: only configured names are logged verbatim, and
+    // metrics label every unknown name as one value.
+    let source_name = match st.sources.get(&source_name) {
+        Some(source) => {
+            let m = &source.metrics;
+            match outcome_label {
+                "accepted" | "duplicate" => {
+                    let counter = if outcome_label == "accepted" {
+                        &m.accepted
+                    } else {
+                        &m.duplicate
+                    };
+                    counter.increment(1);
+                    m.ack_seconds.record(elapsed.as_secs_f64());
+                }
+                "handshake" => m.handshake.increment(1),
+                _ => {
+                    metrics::counter!("hookgate_ingest_requests_total", "source" => source_name.clone(), "outcome" => outcome_label)
+                        .increment(1);
+                    if let Err(ApiError::Unverified(reason)) = &outcome {
+                        metrics::counter!("hookgate_ingest_unverified_total", "source" => source_name.clone(), "reason" => reason.code())
+                            .increment(1);
+                    }
+                }
+            }
+            source_name
+        }
+        None => {
+            metrics::counter!("hookgate_ingest_requests_total", "source" => "_unknown", "outcome" => outcome_label)
+                .increment(1);
+            let escaped: String = source_name.escape_debug().take(64).collect();
+            format!("unknown:{escaped}")
+        }
+    };
     match outcome {
         Ok((resp, Some(accepted), event_id)) => {
             let dup = matches!(accepted, Accepted::Duplicate(_));
@@ -227,6 +263,13 @@ async fn ingest(
 }
 
 type Handled = (Response, Option<Accepted>, Option<String>);
+
+/// The answer to a stored (or already stored) webhook.
+#[derive(serde::Serialize)]
+struct Ack<'a> {
+    id: &'a str,
+    duplicate: bool,
+}
 
 async fn handle(
     st: &IngestState,
@@ -318,10 +361,10 @@ async fn handle(
         Decision::Store(entry) => {
             let event_id = entry.event_id.clone();
             let accepted = st.store.accept(*entry).await?;
-            let body = Json(serde_json::json!({
-                "id": accepted.id(),
-                "duplicate": matches!(accepted, Accepted::Duplicate(_)),
-            }));
+            let body = Json(Ack {
+                id: accepted.id(),
+                duplicate: matches!(accepted, Accepted::Duplicate(_)),
+            });
             Ok((
                 (StatusCode::OK, body).into_response(),
                 Some(accepted),
