@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -616,6 +616,9 @@ enum Store {
 struct Redis {
     child: Child,
     port: u16,
+    /// Its Unix socket, which the gateway uses instead of TCP when
+    /// `HOOKGATE_BENCH_REDIS_UNIX` is set (Redis on the gateway's own host).
+    socket: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -632,6 +635,7 @@ fn start_redis() -> Redis {
     // The Redis settings that deploy/ ships (AOF `appendfsync always`, rewrites, …),
     // on a private port and directory.
     let conf = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis.conf");
+    let socket = dir.path().join("redis.sock");
     let child = Command::new("redis-server")
         .arg(conf)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -642,6 +646,9 @@ fn start_redis() -> Redis {
                 .unwrap_or_default()
                 .split_whitespace(),
         )
+        .arg("--unixsocket")
+        .arg(&socket)
+        .args(["--unixsocketperm", "700"])
         .arg("--dir")
         .arg(dir.path())
         .stdout(Stdio::null())
@@ -651,6 +658,7 @@ fn start_redis() -> Redis {
     Redis {
         child,
         port,
+        socket,
         _dir: dir,
     }
 }
@@ -690,6 +698,10 @@ fn store_toml(store: Store, dir: &Path, redis: Option<&Redis>) -> String {
         Store::Embedded => format!(
             "[store]\nkind = \"embedded\"\npath = \"{}\"\n",
             dir.join("data").display()
+        ),
+        Store::Redis if std::env::var_os("HOOKGATE_BENCH_REDIS_UNIX").is_some() => format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis+unix://{}\"\n",
+            redis.expect("redis").socket.display()
         ),
         Store::Redis => format!(
             "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{}\"\n",
