@@ -78,10 +78,15 @@ impl RedisServer {
             .arg("--protected-mode")
             .arg("no");
         if self.persistent {
+            // As deploy/redis.conf ships it: entries stay compact listpacks. The
+            // servers without persistence keep Redis's default (hash tables), so the
+            // tests cover both encodings.
             cmd.arg("--appendonly")
                 .arg("yes")
                 .arg("--appendfsync")
-                .arg("always");
+                .arg("always")
+                .arg("--hash-max-ziplist-value")
+                .arg("16384");
         } else {
             cmd.arg("--appendonly").arg("no");
         }
