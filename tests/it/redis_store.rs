@@ -1,5 +1,5 @@
 //! Behaviour of the Redis store that the conformance suite cannot see: what it does
-//! with data an earlier version left in Redis.
+//! with data an earlier version left in Redis, and reaching Redis through its Unix socket.
 
 use redis::AsyncCommands;
 
@@ -146,4 +146,40 @@ async fn entries_in_the_earlier_layout_read_as_before_and_new_ones_are_packed() 
     let ids: Vec<&str> = page.entries.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, vec![id.as_str(), old_id]);
     store.close().await;
+}
+
+/// Redis on the gateway's own host can be reached through its Unix socket
+/// (`redis+unix://`): webhooks are acknowledged, deduplicated and stored as over TCP.
+#[tokio::test]
+async fn the_gateway_stores_through_a_unix_socket() {
+    let h = StoreHandle::new(Backend::Redis);
+    let redis = h.redis.as_ref().expect("redis");
+    let text = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\n{}",
+        redis.unix_url(),
+        crate::util::sources_toml()
+    );
+    let cfg = hookgate::config::from_toml_str(&text, &|_| None).expect("config");
+    let gw = crate::util::Gateway::start(cfg).await;
+    let client = crate::util::http();
+    let body = crate::util::event_body("stripe", "evt_unix_1");
+
+    let (status, first) =
+        crate::util::post_signed(&client, &gw, "stripe", &body, "evt_unix_1").await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["duplicate"], false);
+    let (status, again) =
+        crate::util::post_signed(&client, &gw, "stripe", &body, "evt_unix_1").await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["duplicate"], true);
+    assert_eq!(again["id"], first["id"]);
+    gw.stop().await;
+
+    // Stored in that Redis: the same store read over TCP holds the entry and its body.
+    let store = h.open().await;
+    let page = list_source(store.as_ref(), "stripe").await;
+    assert_eq!(page.entries.len(), 1);
+    let id = first["id"].as_str().expect("id");
+    let entry = store.get(id).await.expect("get").expect("stored");
+    assert_eq!(entry.body.as_ref(), body.as_slice());
 }

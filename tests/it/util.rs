@@ -76,7 +76,11 @@ impl RedisServer {
             .arg("--daemonize")
             .arg("no")
             .arg("--protected-mode")
-            .arg("no");
+            .arg("no")
+            .arg("--unixsocket")
+            .arg(self.socket())
+            .arg("--unixsocketperm")
+            .arg("700");
         if self.persistent {
             // As deploy/redis.conf ships it: entries stay compact listpacks. The
             // servers without persistence keep Redis's default (hash tables), so the
@@ -112,6 +116,15 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The same server through its Unix socket.
+    pub fn unix_url(&self) -> String {
+        format!("redis+unix://{}", self.socket().display())
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
     }
 
     /// Stop it (SIGKILL: nothing is flushed beyond what AOF already fsynced).
