@@ -86,7 +86,7 @@ async fn the_wal_stays_bounded_under_steady_writes() {
         "the WAL restarted {} times under load",
         sequences.saturating_sub(1)
     );
-    // The WAL restarts at ~64 MiB; it may overshoot by what is written while the
+    // The WAL restarts at ~16 MiB; it may overshoot by what is written while the
     // checkpointer catches up, more on a slow disk, but nowhere near 500 MiB.
     assert!(
         largest < 300 * 1024 * 1024,
