@@ -85,12 +85,11 @@ local out = {}
 local new, dups = 0, 0
 for i = 0, n - 1 do
   local dk, ek, a = KEYS[4 + 2 * i], KEYS[5 + 2 * i], 4 * i
-  local existing = redis.call('GET', dk)
-  if existing then
+  -- SET NX answers nil when the key is there: only a duplicate pays for the GET.
+  if not redis.call('SET', dk, ARGV[a + 1], 'NX', 'PX', ARGV[a + 2]) then
     dups = dups + 1
-    out[#out + 1] = {1, existing}
+    out[#out + 1] = {1, redis.call('GET', dk)}
   else
-    redis.call('SET', dk, ARGV[a + 1], 'PX', ARGV[a + 2])
     local mid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[a + 1])
     redis.call('HSET', ek, 'd', ARGV[a + 4], 'status', 'pending',
       'next_attempt_at', ARGV[a + 3], 'msg', mid)
