@@ -17,6 +17,7 @@ use crate::alerts::{self, Alerts};
 use crate::config::Config;
 use crate::error;
 use crate::forward;
+use crate::header_policy::HeaderPolicy;
 use crate::ingest::{self, IngestState, Source};
 use crate::provider::{Registry, Verifier};
 use crate::serve::{HttpLimits, serve};
@@ -52,11 +53,14 @@ pub fn build_sources(cfg: &Config, registry: &Registry) -> anyhow::Result<Vec<So
             }
             let verifier =
                 Verifier::new(spec, &s.secrets).with_context(|| format!("sources[{i}].secret"))?;
+            let headers =
+                HeaderPolicy::new(&s.delivery.pass_headers, &verifier.spec.credential_headers);
             Ok(Source {
                 name: s.name.clone(),
                 verifier,
                 dedupe_ttl: s.dedupe_ttl,
                 public_url: s.public_url.clone(),
+                headers,
                 metrics: ingest::SourceMetrics::new(&s.name),
             })
         })
@@ -105,6 +109,16 @@ pub async fn run(
             )
         })
         .collect();
+    let provider_facts: HashMap<String, forward::ProviderFacts> = sources
+        .iter()
+        .map(|s| {
+            let facts = forward::ProviderFacts {
+                headers: s.headers.clone(),
+                body_signed: s.verifier.spec.signs_whole_body(),
+            };
+            (s.name.clone(), facts)
+        })
+        .collect();
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
     let state = Arc::new(IngestState {
         unverified: unverified.clone(),
@@ -115,6 +129,10 @@ pub async fn run(
         store: store.clone(),
         max_body_bytes: cfg.server.max_body_bytes,
         body_read_timeout: cfg.server.body_read_timeout,
+        body_budget: ingest::body::BodyBudget::new(cfg.server.body_budget_bytes),
+        verify_slots: Arc::new(tokio::sync::Semaphore::new(
+            std::thread::available_parallelism().map_or(2, |n| n.get()),
+        )),
         clock: ingest::system_clock,
     });
     let limits = HttpLimits {
@@ -153,7 +171,8 @@ pub async fn run(
         limits,
         shutdown.clone(),
     ));
-    let routes = forward::routes(&cfg.sources, &cfg.forwarder).context("delivery client")?;
+    let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts)
+        .context("delivery client")?;
     let alerts = Arc::new(Alerts::default());
     let on_dead: Option<forward::OnDead> = cfg.alerts.webhook_url.as_ref().map(|_| {
         let alerts = alerts.clone();

@@ -28,6 +28,7 @@ const DEFAULTS: &str = r#"
 [server]
 listen = "0.0.0.0:8080"
 max_body_bytes = 1048576
+body_budget_bytes = 67108864
 header_read_timeout = "10s"
 body_read_timeout = "30s"
 max_headers = 100
@@ -167,6 +168,7 @@ pub struct RawConfig {
 pub struct RawServer {
     pub listen: String,
     pub max_body_bytes: u64,
+    pub body_budget_bytes: u64,
     pub header_read_timeout: String,
     pub body_read_timeout: String,
     pub max_headers: usize,
@@ -311,6 +313,8 @@ pub struct Config {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub max_body_bytes: usize,
+    /// Bytes all request bodies in flight may hold together; beyond it, 503.
+    pub body_budget_bytes: usize,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub max_headers: usize,
@@ -525,6 +529,9 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
                 ConfigError::invalid("server.max_body_bytes", "too large for this platform")
             })?,
         },
+        body_budget_bytes: usize::try_from(raw.server.body_budget_bytes).map_err(|_| {
+            ConfigError::invalid("server.body_budget_bytes", "too large for this platform")
+        })?,
         header_read_timeout: parse_duration(
             "server.header_read_timeout",
             &raw.server.header_read_timeout,
@@ -537,6 +544,21 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
         max_connections: raw.server.max_connections.max(1),
         shutdown_grace: parse_duration("server.shutdown_grace", &raw.server.shutdown_grace)?,
     };
+    if server.body_budget_bytes < server.max_body_bytes {
+        return Err(ConfigError::invalid(
+            "server.body_budget_bytes",
+            format!(
+                "{} is smaller than server.max_body_bytes ({}); a body of the largest size could never be read",
+                server.body_budget_bytes, server.max_body_bytes
+            ),
+        ));
+    }
+    if server.body_budget_bytes > u32::MAX as usize {
+        return Err(ConfigError::invalid(
+            "server.body_budget_bytes",
+            "must be at most 4294967295 (4 GiB)",
+        ));
+    }
     if server.max_headers == 0 {
         return Err(ConfigError::invalid(
             "server.max_headers",

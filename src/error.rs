@@ -27,6 +27,8 @@ pub enum ApiError {
     BodyTimeout,
     #[error("could not read the body")]
     BodyRead,
+    #[error("too many request bodies in flight, retry later")]
+    Busy,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -40,7 +42,7 @@ impl ApiError {
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::BodyRead => StatusCode::BAD_REQUEST,
-            ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Busy | ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -54,6 +56,7 @@ impl ApiError {
             ApiError::TooLarge { .. } => "too_large",
             ApiError::BodyTimeout => "body_timeout",
             ApiError::BodyRead => "body_read",
+            ApiError::Busy => "busy",
             ApiError::Store(_) => "store_error",
         }
     }
@@ -68,6 +71,7 @@ impl ApiError {
             ApiError::TooLarge { .. } => "too_large",
             ApiError::BodyTimeout => "body_timeout",
             ApiError::BodyRead => "body_read",
+            ApiError::Busy => "busy",
             ApiError::Store(_) => "store_unavailable",
         }
     }
@@ -82,10 +86,16 @@ impl IntoResponse for ApiError {
             other => other.to_string(),
         };
         let mut resp = (status, Json(serde_json::json!({ "error": message }))).into_response();
-        if matches!(self, ApiError::Store(_)) {
+        let retry_after = match self {
+            ApiError::Store(_) => Some("5"),
+            // Bodies in flight finish within seconds.
+            ApiError::Busy => Some("1"),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
             resp.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("5"),
+                axum::http::HeaderValue::from_static(secs),
             );
         }
         resp

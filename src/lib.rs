@@ -34,6 +34,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod forward;
+pub mod header_policy;
 pub mod ingest;
 pub mod provider;
 pub mod serve;

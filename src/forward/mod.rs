@@ -25,9 +25,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{ForwarderConfig, RetentionConfig};
+use crate::header_policy::HeaderPolicy;
 use crate::store::{Attempt, Claim, Completion, Store};
 use breaker::{Breaker, Gate};
-use request::PassHeaders;
 use retry::{Next, Outcome, RetryPolicy};
 
 /// Unix milliseconds. Injected so that tests control time.
@@ -53,7 +53,11 @@ pub struct Route {
     pub policy: RetryPolicy,
     pub timeout: Duration,
     pub concurrency: usize,
-    pub pass_headers: PassHeaders,
+    /// Which stored headers go to the destination.
+    pub headers: HeaderPolicy,
+    /// Whether the provider's signature covers the whole body; when it does not,
+    /// deliveries say so (`hookgate-body-signed: false`).
+    pub body_signed: bool,
     pub client: reqwest::Client,
     /// Attempts in flight to the destination origin, shared by every source that
     /// delivers there.
@@ -74,15 +78,19 @@ pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Err
         .build()
 }
 
-/// The key of a destination's breaker: scheme, host and port.
+/// The key of a destination's breaker, and how logs and metrics name a destination:
+/// `scheme://host:port` only. A `user:password@` in the URL never leaves the route.
 pub fn origin(url: &str) -> String {
     match url.parse::<http::Uri>() {
-        Ok(u) => format!(
-            "{}://{}",
-            u.scheme_str().unwrap_or("http"),
-            u.authority().map(|a| a.as_str()).unwrap_or("")
-        ),
-        Err(_) => url.to_string(),
+        Ok(u) => {
+            let host = u.host().unwrap_or("");
+            match u.port_u16() {
+                Some(port) => format!("{}://{host}:{port}", u.scheme_str().unwrap_or("http")),
+                None => format!("{}://{host}", u.scheme_str().unwrap_or("http")),
+            }
+        }
+        // Not a URL (config validation refuses those): name nothing of it.
+        Err(_) => "invalid-url".to_string(),
     }
 }
 
@@ -421,7 +429,8 @@ async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcom
         &route.source,
         attempt,
         now_ms.div_euclid(1000),
-        &route.pass_headers,
+        &route.headers,
+        route.body_signed,
         route.signing_key.as_deref(),
     );
     let req = route
@@ -624,11 +633,20 @@ async fn complete(shared: &Shared, claim: &Claim, completion: Completion) {
     );
 }
 
+/// What the forwarder needs to know of a source's provider.
+#[derive(Debug, Clone)]
+pub struct ProviderFacts {
+    pub headers: HeaderPolicy,
+    pub body_signed: bool,
+}
+
 /// Build the routes of every source. Sources delivering to the same destination
 /// origin share one breaker and one concurrency limit (the smallest configured).
+/// `facts` gives each source's provider facts (by source name).
 pub fn routes(
     sources: &[crate::config::SourceConfig],
     cfg: &ForwarderConfig,
+    facts: &HashMap<String, ProviderFacts>,
 ) -> Result<Vec<Route>, reqwest::Error> {
     let mut limits: HashMap<String, usize> = HashMap::new();
     for s in sources {
@@ -667,7 +685,11 @@ pub fn routes(
                 },
                 timeout: s.delivery.timeout,
                 concurrency: limit,
-                pass_headers: PassHeaders::from_list(&s.delivery.pass_headers),
+                headers: facts
+                    .get(&s.name)
+                    .map(|f| f.headers.clone())
+                    .unwrap_or_else(|| HeaderPolicy::new(&s.delivery.pass_headers, &[])),
+                body_signed: facts.get(&s.name).is_none_or(|f| f.body_signed),
                 client: client(s.delivery.connect_timeout)?,
                 permits,
                 breaker,
@@ -693,5 +715,10 @@ mod tests {
     fn origin_keys_scheme_host_and_port() {
         assert_eq!(origin("http://a.example:8080/x?y"), "http://a.example:8080");
         assert_eq!(origin("https://a.example/x"), "https://a.example");
+        assert_eq!(
+            origin("http://user:S3cretPW@a.example:81/x"),
+            "http://a.example:81"
+        );
+        assert_eq!(origin("http://[::1]:81/x"), "http://[::1]:81");
     }
 }

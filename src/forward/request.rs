@@ -13,55 +13,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use hmac::{Hmac, KeyInit, Mac};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::header_policy::HeaderPolicy;
 use crate::store::Entry;
-
-/// Received headers that are never passed on: framing, hop-by-hop, and the ones
-/// hookgate sets itself.
-fn never_pass(name: &str) -> bool {
-    matches!(
-        name,
-        "host"
-            | "content-length"
-            | "transfer-encoding"
-            | "connection"
-            | "keep-alive"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "expect"
-            | "proxy-authorization"
-            | "proxy-connection"
-    ) || name.starts_with("webhook-")
-        || name.starts_with("hookgate-")
-}
-
-/// Which received headers go to the destination.
-#[derive(Debug, Clone)]
-pub enum PassHeaders {
-    All,
-    Only(Vec<String>),
-}
-
-impl PassHeaders {
-    pub fn from_list(list: &[String]) -> PassHeaders {
-        if list.iter().any(|h| h == "*") {
-            PassHeaders::All
-        } else {
-            PassHeaders::Only(list.to_vec())
-        }
-    }
-
-    fn passes(&self, name: &str) -> bool {
-        if never_pass(name) {
-            return false;
-        }
-        match self {
-            PassHeaders::All => true,
-            // The content type always travels with the body.
-            PassHeaders::Only(list) => name == "content-type" || list.iter().any(|h| h == name),
-        }
-    }
-}
 
 /// The Standard Webhooks v1 signature of a delivery.
 pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
@@ -84,7 +37,8 @@ pub fn headers(
     source: &str,
     attempt: u32,
     now_secs: i64,
-    pass: &PassHeaders,
+    pass: &HeaderPolicy,
+    body_signed: bool,
     signing_key: Option<&[u8]>,
 ) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -119,6 +73,10 @@ pub fn headers(
     }
     if let Some(t) = &entry.event_type {
         set("hookgate-event-type", t);
+    }
+    if !body_signed {
+        // The provider signed only part of the request: nothing vouches for the body.
+        set("hookgate-body-signed", "false");
     }
     h
 }
@@ -188,7 +146,8 @@ mod tests {
             ],
             body: bytes::Bytes::from_static(b"{}"),
         };
-        let h = headers(&entry, "s", 2, 100, &PassHeaders::All, None);
+        let all = HeaderPolicy::new(&["*".to_string()], &[]);
+        let h = headers(&entry, "s", 2, 100, &all, true, None);
         assert_eq!(h["webhook-id"], "e1");
         assert_eq!(h.get_all("webhook-id").iter().count(), 1);
         assert_eq!(h["stripe-signature"], "t=1,v1=ab");
@@ -197,14 +156,17 @@ mod tests {
         assert!(h.get("host").is_none());
         assert!(h.get("hookgate-event-type").is_none());
         assert!(h.get("webhook-signature").is_none());
+        assert!(h.get("hookgate-body-signed").is_none());
         let only = headers(
             &entry,
             "s",
             1,
             100,
-            &PassHeaders::from_list(&[]),
+            &HeaderPolicy::new(&[], &[]),
+            false,
             Some(b"k"),
         );
+        assert_eq!(only["hookgate-body-signed"], "false");
         assert!(only.get("stripe-signature").is_none());
         assert_eq!(only["content-type"], "application/json");
         assert!(only.get("webhook-signature").is_some());

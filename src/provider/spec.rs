@@ -62,6 +62,14 @@
 //!   (`json:/id`) or placeholders with literals (`{json:/type}.{json:/action}`). An
 //!   event id counts as signed (and so dedupes on its own) only when every value in
 //!   every alternative is covered by the signature.
+//!   A spec that does not sign the whole body may set `event.digest = "json:/pointer"`,
+//!   the part of the body that identifies the event: the dedupe key binds the event
+//!   id to its digest (Mailgun: `json:/event-data`), else to the whole body's.
+//! * A `timestamp.from` that the signature does not cover is refused: a replay
+//!   window on an unsigned value is no window.
+//! * `credential_headers = ["Name", …]`: received headers that carry a credential of
+//!   the sender; with the signature header of a `token` scheme they are neither stored
+//!   nor passed on unless a source names them in `pass_headers`.
 //! * `handshake.kind`: a verified request that the provider sends to check the
 //!   endpoint, answered instead of stored: `slack-url-verification` (echo the
 //!   challenge), `zoom-url-validation` (JSON `plainToken` and its HMAC-SHA256 under the
@@ -105,6 +113,11 @@ pub struct RawSpec {
     pub event: RawEvent,
     #[serde(default)]
     pub handshake: Option<RawHandshake>,
+    /// Headers that carry a credential of the sender (besides the signature header of
+    /// a `token` scheme, which always does): never stored nor passed on unless a
+    /// source names them in `pass_headers`.
+    #[serde(default)]
+    pub credential_headers: Vec<String>,
     #[serde(default)]
     pub vectors: Vec<Vector>,
 }
@@ -198,6 +211,10 @@ pub struct RawEvent {
     pub id: Option<OneOrMany>,
     #[serde(default, rename = "type")]
     pub kind: Option<OneOrMany>,
+    /// For a spec that does not sign the whole body: the JSON part that identifies
+    /// the event, digested into the dedupe key (`json:/pointer`).
+    #[serde(default)]
+    pub digest: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -474,7 +491,13 @@ pub struct Spec {
     pub event_id: Vec<ValueTemplate>,
     /// Alternatives, tried in order.
     pub event_type: Vec<ValueTemplate>,
+    /// The JSON pointer of the body part the dedupe digest covers, for a spec that
+    /// does not sign the whole body (`event.digest`).
+    pub event_digest: Option<String>,
     pub handshake: Option<Handshake>,
+    /// Received headers that carry a credential: the `token` scheme's signature
+    /// header and the spec's `credential_headers`.
+    pub credential_headers: Vec<http::HeaderName>,
     pub vectors: Vec<Vector>,
 }
 
@@ -551,6 +574,14 @@ impl Spec {
                 .event_id
                 .iter()
                 .all(|t| t.sources().all(|s| self.is_signed(s)))
+    }
+
+    /// Whether the signature covers the whole body (`{body}`, or the decoded form as
+    /// `{form_sorted}`). When it does not (Mailgun signs only a timestamp and a
+    /// token), the body could have been replaced by anyone holding one genuine
+    /// signature block.
+    pub fn signs_whole_body(&self) -> bool {
+        self.content.contains(&Segment::Body) || self.content.contains(&Segment::FormSorted)
     }
 
     /// Whether the signed content needs a timestamp.
@@ -785,6 +816,31 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
             "uses {timestamp} but the spec has no [timestamp] section".into(),
         ));
     }
+    if let Some(t) = &timestamp {
+        // A window on a value the signature does not cover is no window: a replayed
+        // request would simply carry a fresh one.
+        let covered = content.contains(&Segment::Timestamp)
+            || content.contains(&Segment::Value(t.from.clone()))
+            || match &t.from {
+                ValueSource::Json(_) => content.contains(&Segment::Body),
+                ValueSource::Form { .. } => {
+                    content.contains(&Segment::Body) || content.contains(&Segment::FormSorted)
+                }
+                ValueSource::Query(_) => {
+                    content.contains(&Segment::Url) || content.contains(&Segment::Path)
+                }
+                ValueSource::Header(_) | ValueSource::Signature(_) => false,
+            };
+        if !covered {
+            return Err(invalid(
+                "timestamp.from",
+                format!(
+                    "{} is not covered by signature.content; sign {{timestamp}} (or what the timestamp is read from), or drop the [timestamp] section",
+                    t.from
+                ),
+            ));
+        }
+    }
     let uses_signature_items = content
         .iter()
         .any(|seg| matches!(seg, Segment::Value(ValueSource::Signature(_))))
@@ -808,6 +864,26 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
     };
     let event_id = templates("event.id", &raw.event.id)?;
     let event_type = templates("event.type", &raw.event.kind)?;
+    let event_digest = match raw.event.digest.as_deref().map(parse_source).transpose() {
+        Err(p) => return Err(invalid("event.digest", p)),
+        Ok(None) => None,
+        Ok(Some(ValueSource::Json(ptr))) => Some(ptr),
+        Ok(Some(other)) => {
+            return Err(invalid(
+                "event.digest",
+                format!("{other} is not a JSON part of the body; use json:/pointer"),
+            ));
+        }
+    };
+    if event_digest.is_some()
+        && (content.contains(&Segment::Body) || content.contains(&Segment::FormSorted))
+    {
+        return Err(invalid(
+            "event.digest",
+            "the signature covers the whole body, which is what dedupe digests; drop event.digest"
+                .into(),
+        ));
+    }
     let handshake = match &raw.handshake {
         Some(h) => Some(match h.kind.as_str() {
             "slack-url-verification" => Handshake::SlackUrlVerification,
@@ -831,6 +907,23 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
                 .into(),
         ));
     }
+    let mut credential_headers = Vec::new();
+    if algorithm == Algorithm::Token
+        && let ValueSource::Header(h) = &signature_from
+    {
+        credential_headers.push(h.clone());
+    }
+    for name in &raw.credential_headers {
+        let h = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            invalid(
+                "credential_headers",
+                format!("{name:?} is not a header name"),
+            )
+        })?;
+        if !credential_headers.contains(&h) {
+            credential_headers.push(h);
+        }
+    }
     for v in &raw.vectors {
         if v.expect != "valid" && v.expect != "invalid" {
             return Err(invalid(
@@ -853,7 +946,9 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
         timestamp,
         event_id,
         event_type,
+        event_digest,
         handshake,
+        credential_headers,
         vectors: raw.vectors,
     })
 }

@@ -14,7 +14,6 @@
 //! the signature, the timestamp or a signed value from the body.
 
 use std::cell::OnceCell;
-use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -37,6 +36,42 @@ pub const MAX_HEADER_ITEMS: usize = 32;
 pub const MAX_EVENT_ID_LEN: usize = 200;
 /// Longest Zoom `plainToken` answered (Zoom's are 22 characters).
 pub const MAX_PLAIN_TOKEN_LEN: usize = 256;
+/// Most parameters a form body may hold (Twilio sends a few dozen). A form with more
+/// is refused as malformed before anything is decoded, so a forged body of a million
+/// tiny parameters costs one byte scan.
+pub const MAX_FORM_PARAMS: usize = 1000;
+
+/// The work one verification did, counted on the verifying thread: how many bytes
+/// went into MACs and hashes, how often the sorted form was built, and how many
+/// offered signatures were checked. Tests state each verifier's cost with it (linear
+/// in the body, with a small constant) instead of timing it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Work {
+    pub bytes_hashed: u64,
+    pub form_builds: u32,
+    pub signatures_checked: u32,
+}
+
+thread_local! {
+    static WORK: std::cell::Cell<Work> = const { std::cell::Cell::new(Work {
+        bytes_hashed: 0,
+        form_builds: 0,
+        signatures_checked: 0,
+    }) };
+}
+
+fn count(f: impl FnOnce(&mut Work)) {
+    WORK.with(|w| {
+        let mut v = w.get();
+        f(&mut v);
+        w.set(v);
+    });
+}
+
+/// The work counted on this thread since the last call, and a reset.
+pub fn take_work() -> Work {
+    WORK.with(|w| w.replace(Work::default()))
+}
 
 /// Why a request was refused. All of these answer 401; the text is safe to return
 /// (it never contains the expected value).
@@ -58,6 +93,8 @@ pub enum VerifyError {
     MissingSignedValue,
     #[error("body does not match its signed digest")]
     BodyDigestMismatch,
+    #[error("malformed form body")]
+    MalformedForm,
 }
 
 impl VerifyError {
@@ -72,6 +109,7 @@ impl VerifyError {
             VerifyError::TimestampOutsideTolerance => "stale",
             VerifyError::MissingSignedValue => "missing_signed_value",
             VerifyError::BodyDigestMismatch => "body_digest_mismatch",
+            VerifyError::MalformedForm => "malformed_form",
         }
     }
 }
@@ -365,12 +403,30 @@ pub(crate) fn encode_sig(encoding: Encoding, mac: &[u8]) -> String {
     }
 }
 
+/// Why a form body has no parameters to verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FormError {
+    /// More than [`MAX_FORM_PARAMS`] parameters.
+    TooManyParameters,
+    /// A decoded name or value is not UTF-8.
+    NotUtf8,
+}
+
 /// Decode an `application/x-www-form-urlencoded` string: `&`-separated `name=value`
 /// pairs, `+` for a space, `%XX` escapes (a malformed escape is kept literally, as
-/// form parsers do). `None` when a decoded name or value is not UTF-8: such a body
-/// has no unambiguous parameters to verify.
-pub fn parse_form(bytes: &[u8]) -> Option<Vec<(String, String)>> {
-    let mut out = Vec::new();
+/// form parsers do). Refused when a decoded name or value is not UTF-8 (such a body
+/// has no unambiguous parameters to verify) or when it holds more than
+/// [`MAX_FORM_PARAMS`] parameters (counted before anything is decoded).
+pub fn parse_form(bytes: &[u8]) -> Result<Vec<(String, String)>, FormError> {
+    let pairs = bytes
+        .split(|b| *b == b'&')
+        .filter(|p| !p.is_empty())
+        .take(MAX_FORM_PARAMS + 1)
+        .count();
+    if pairs > MAX_FORM_PARAMS {
+        return Err(FormError::TooManyParameters);
+    }
+    let mut out = Vec::with_capacity(pairs);
     for pair in bytes.split(|b| *b == b'&') {
         if pair.is_empty() {
             continue;
@@ -379,9 +435,10 @@ pub fn parse_form(bytes: &[u8]) -> Option<Vec<(String, String)>> {
             Some(i) => (&pair[..i], &pair[i + 1..]),
             None => (pair, &[][..]),
         };
-        out.push((decode_component(name)?, decode_component(value)?));
+        let decode = |c| decode_component(c).ok_or(FormError::NotUtf8);
+        out.push((decode(name)?, decode(value)?));
     }
-    Some(out)
+    Ok(out)
 }
 
 fn decode_component(s: &[u8]) -> Option<String> {
@@ -418,14 +475,14 @@ fn decode_component(s: &[u8]) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Form parameters grouped by name, names and each name's distinct values sorted
-/// (by code point, as Twilio's validators sort).
-fn sorted_form(pairs: &[(String, String)]) -> BTreeMap<&str, BTreeSet<&str>> {
-    let mut map: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for (n, v) in pairs {
-        map.entry(n.as_str()).or_default().insert(v.as_str());
-    }
-    map
+/// The distinct form parameters in canonical order (by name, then value, by code
+/// point, as Twilio's validators sort), as indexes into `pairs`.
+fn sorted_form(pairs: &[(String, String)]) -> Vec<usize> {
+    count(|w| w.form_builds += 1);
+    let mut order: Vec<usize> = (0..pairs.len()).collect();
+    order.sort_unstable_by(|a, b| pairs[*a].cmp(&pairs[*b]));
+    order.dedup_by(|a, b| pairs[*a] == pairs[*b]);
+    order
 }
 
 fn scalar(v: &serde_json::Value) -> Option<String> {
@@ -448,7 +505,10 @@ pub(crate) struct Context<'a> {
     /// The body's top-level object with its values borrowed raw, parsed once and
     /// shared by every pointer (event id and type read one scan, not four).
     top: OnceCell<Option<TopLevel<'a>>>,
-    form: OnceCell<Option<Vec<(String, String)>>>,
+    form: OnceCell<Result<Vec<(String, String)>, FormError>>,
+    /// The form's canonical order, built once however many keys and URL forms
+    /// are tried.
+    form_order: OnceCell<Vec<usize>>,
     query: OnceCell<Vec<(String, String)>>,
 }
 
@@ -461,6 +521,7 @@ impl<'a> Context<'a> {
             json: OnceCell::new(),
             top: OnceCell::new(),
             form: OnceCell::new(),
+            form_order: OnceCell::new(),
             query: OnceCell::new(),
         }
     }
@@ -477,10 +538,27 @@ impl<'a> Context<'a> {
             .as_ref()
     }
 
+    fn parsed_form(&self) -> Result<&[(String, String)], FormError> {
+        match self.form.get_or_init(|| parse_form(self.req.body)) {
+            Ok(pairs) => Ok(pairs),
+            Err(e) => Err(*e),
+        }
+    }
+
     fn form(&self) -> Option<&[(String, String)]> {
-        self.form
-            .get_or_init(|| parse_form(self.req.body))
-            .as_deref()
+        self.parsed_form().ok()
+    }
+
+    /// The distinct form parameters in canonical order.
+    fn sorted_form(&self) -> Result<impl Iterator<Item = (&str, &str)>, VerifyError> {
+        let pairs = self.parsed_form().map_err(|e| match e {
+            FormError::TooManyParameters => VerifyError::MalformedForm,
+            FormError::NotUtf8 => VerifyError::MissingSignedValue,
+        })?;
+        let order = self.form_order.get_or_init(|| sorted_form(pairs));
+        Ok(order
+            .iter()
+            .map(move |i| (pairs[*i].0.as_str(), pairs[*i].1.as_str())))
     }
 
     fn query(&self) -> &[(String, String)] {
@@ -488,7 +566,7 @@ impl<'a> Context<'a> {
             self.req
                 .path
                 .split_once('?')
-                .and_then(|(_, q)| parse_form(q.as_bytes()))
+                .and_then(|(_, q)| parse_form(q.as_bytes()).ok())
                 .unwrap_or_default()
         })
     }
@@ -568,12 +646,9 @@ pub(crate) fn signed_content(
             Segment::Url => sink(url.ok_or(VerifyError::MissingSignedValue)?.as_bytes()),
             Segment::FormSorted if ctx.digest_bound => {}
             Segment::FormSorted => {
-                let pairs = ctx.form().ok_or(VerifyError::MissingSignedValue)?;
-                for (name, values) in sorted_form(pairs) {
-                    for value in values {
-                        sink(name.as_bytes());
-                        sink(value.as_bytes());
-                    }
+                for (name, value) in ctx.sorted_form()? {
+                    sink(name.as_bytes());
+                    sink(value.as_bytes());
                 }
             }
             Segment::Value(src) => {
@@ -602,7 +677,12 @@ pub(crate) fn compute(
         url: Option<&str>,
     ) -> Result<Vec<u8>, VerifyError> {
         let mut m = m.clone();
-        signed_content(spec, ctx, timestamp, url, |b| m.update(b))?;
+        let mut n = 0u64;
+        signed_content(spec, ctx, timestamp, url, |b| {
+            n += b.len() as u64;
+            m.update(b)
+        })?;
+        count(|w| w.bytes_hashed += n);
         Ok(m.finalize().into_bytes().to_vec())
     }
     match key {
@@ -626,19 +706,34 @@ pub(crate) fn message(
     Ok(out)
 }
 
-/// Whether `sig` is a valid signature of `msg` under the public key.
-fn verify_public(key: &Key, msg: &[u8], sig: &[u8]) -> bool {
+/// The signed content of one URL form, ready for public-key verification: the
+/// message itself (Ed25519 signs it whole) and, when a key needs it, its SHA-256
+/// (ECDSA P-256 verifies the digest, computed once however many keys are tried).
+struct PublicMessage {
+    msg: Vec<u8>,
+    sha256: Option<[u8; 32]>,
+}
+
+/// Whether `sig` is a valid signature of the message under the public key.
+fn verify_public(key: &Key, message: &PublicMessage, sig: &[u8]) -> bool {
+    count(|w| w.signatures_checked += 1);
     match key {
-        Key::Ed25519(vk) => ed25519_dalek::Signature::from_slice(sig)
-            .is_ok_and(|s| vk.verify_strict(msg, &s).is_ok()),
+        Key::Ed25519(vk) => {
+            count(|w| w.bytes_hashed += message.msg.len() as u64);
+            ed25519_dalek::Signature::from_slice(sig)
+                .is_ok_and(|s| vk.verify_strict(&message.msg, &s).is_ok())
+        }
         Key::EcdsaP256(vk) => {
-            use p256::ecdsa::signature::Verifier as _;
+            use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
+            let Some(digest) = &message.sha256 else {
+                return false;
+            };
             let parsed = if sig.len() == 64 {
                 p256::ecdsa::Signature::from_slice(sig)
             } else {
                 p256::ecdsa::Signature::from_der(sig)
             };
-            parsed.is_ok_and(|s| vk.verify(msg, &s).is_ok())
+            parsed.is_ok_and(|s| vk.verify_prehash(digest, &s).is_ok())
         }
         _ => false,
     }
@@ -693,18 +788,29 @@ impl Verified<'_> {
     /// when the provider signs decoded form parameters rather than the bytes (Twilio),
     /// `form-sha256:<hex>` of those parameters in canonical order, so that a captured
     /// request whose parameters were reordered or re-encoded is still a duplicate.
+    ///
+    /// A spec whose signature does not cover the body may name the part that
+    /// identifies the event (`event.digest`, Mailgun's `json:/event-data`): the digest
+    /// is then `part-sha256:<hex>` of that part as written, so that a redelivery whose
+    /// signature block was signed afresh is still a duplicate, and a forged event
+    /// under a genuine signature block is not.
     pub fn content_digest(&self) -> String {
+        if let Some(ptr) = &self.spec.event_digest
+            && let Ok(root) =
+                serde_json::from_slice::<&serde_json::value::RawValue>(self.ctx.req.body)
+            && let Some(part) = raw_pointer(root, ptr)
+        {
+            return format!("part-sha256:{}", body_digest(part.get().as_bytes()));
+        }
         let signs_form = self.spec.content.contains(&Segment::FormSorted)
             && !self.spec.content.contains(&Segment::Body)
             && !self.ctx.digest_bound;
-        if signs_form && let Some(pairs) = self.ctx.form() {
+        if signs_form && let Ok(params) = self.ctx.sorted_form() {
             let mut h = sha2::Sha256::new();
-            for (name, values) in sorted_form(pairs) {
-                for value in values {
-                    for part in [name, value] {
-                        h.update((part.len() as u64).to_be_bytes());
-                        h.update(part.as_bytes());
-                    }
+            for (name, value) in params {
+                for part in [name, value] {
+                    h.update((part.len() as u64).to_be_bytes());
+                    h.update(part.as_bytes());
                 }
             }
             return format!("form-sha256:{}", hex::encode(h.finalize()));
@@ -787,7 +893,20 @@ fn unescape_token(token: &str) -> String {
 }
 
 /// Follow `ptr` from `current`, one level at a time.
-fn raw_pointer_text(mut current: &serde_json::value::RawValue, ptr: &str) -> Option<String> {
+fn raw_pointer_text(current: &serde_json::value::RawValue, ptr: &str) -> Option<String> {
+    let text = raw_pointer(current, ptr)?.get();
+    match text.as_bytes().first()? {
+        b'"' => serde_json::from_str::<String>(text).ok(),
+        b'-' | b'0'..=b'9' | b't' | b'f' => Some(text.to_string()),
+        _ => None,
+    }
+}
+
+/// The value at `ptr` under `current`, as written (any JSON type).
+fn raw_pointer<'b>(
+    mut current: &'b serde_json::value::RawValue,
+    ptr: &str,
+) -> Option<&'b serde_json::value::RawValue> {
     use serde_json::value::RawValue;
     use std::borrow::Cow;
     use std::collections::HashMap;
@@ -808,12 +927,7 @@ fn raw_pointer_text(mut current: &serde_json::value::RawValue, ptr: &str) -> Opt
             };
         }
     }
-    let text = current.get();
-    match text.as_bytes().first()? {
-        b'"' => serde_json::from_str::<String>(text).ok(),
-        b'-' | b'0'..=b'9' | b't' | b'f' => Some(text.to_string()),
-        _ => None,
-    }
+    Some(current)
 }
 
 /// Verify a request at `now` (unix seconds): signature and timestamp window.
@@ -889,10 +1003,24 @@ fn verify_inner<'a>(
     }
 
     let urls = urls(spec, req.url)?;
-    let messages = if keys.iter().any(Key::is_public) {
+    let public = keys.iter().any(Key::is_public);
+    // A public-key signature is one value: more than one offered is malformed, and
+    // each key checks exactly one signature per URL form.
+    if public && ctx.header.signatures.len() > 1 {
+        return Err(VerifyError::MalformedSignature);
+    }
+    let messages = if public {
+        let digest = keys.iter().any(|k| matches!(k, Key::EcdsaP256(_)));
         urls.iter()
-            .map(|u| message(spec, &ctx, ts_text.as_deref(), u.as_deref()))
-            .collect::<Result<Vec<_>, _>>()?
+            .map(|u| {
+                let msg = message(spec, &ctx, ts_text.as_deref(), u.as_deref())?;
+                let sha256 = digest.then(|| {
+                    count(|w| w.bytes_hashed += msg.len() as u64);
+                    sha2::Sha256::digest(&msg).into()
+                });
+                Ok(PublicMessage { msg, sha256 })
+            })
+            .collect::<Result<Vec<_>, VerifyError>>()?
     } else {
         Vec::new()
     };
@@ -912,6 +1040,7 @@ fn verify_inner<'a>(
                 continue;
             }
             let expected = compute(spec, key, &ctx, ts_text.as_deref(), url.as_deref())?;
+            count(|w| w.signatures_checked += ctx.header.signatures.len() as u32);
             for offered in &ctx.header.signatures {
                 let candidate;
                 let offered = match key {
@@ -1040,7 +1169,17 @@ mod tests {
                 ("a".into(), "2".into()),
             ]
         );
-        assert_eq!(parse_form(b"a=%FF"), None, "not UTF-8");
+        assert_eq!(parse_form(b"a=%FF"), Err(FormError::NotUtf8));
         assert_eq!(parse_form(b"").unwrap(), []);
+        let at_cap = vec!["a=1"; MAX_FORM_PARAMS].join("&");
+        assert_eq!(
+            parse_form(at_cap.as_bytes()).unwrap().len(),
+            MAX_FORM_PARAMS
+        );
+        let over = format!("{at_cap}&b");
+        assert_eq!(
+            parse_form(over.as_bytes()),
+            Err(FormError::TooManyParameters)
+        );
     }
 }

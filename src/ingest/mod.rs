@@ -1,9 +1,14 @@
 //! The ingest endpoint: `POST /ingest/{source}`.
 //!
-//! Read the raw body (bounded in size and time), verify it against the source's
-//! provider spec, answer a handshake if it is one, extract the event id and type,
-//! then dedupe and persist through [`Store::accept`]. Only a durable entry gets a 2xx.
-//! Ingest never delivers: the forwarder picks entries up from the store.
+//! Refuse what can be refused from the headers alone (a body over the limit, a
+//! missing signature header, a spent body budget), read the raw body (bounded in size,
+//! time and shared memory: [`body`]), verify it against the source's provider spec
+//! (on the blocking pool when it is large, so a flood of big forgeries never stalls
+//! the async workers), answer a handshake if it is one, extract the event id and
+//! type, then dedupe and persist through [`Store::accept`]. Only a durable entry gets
+//! a 2xx. Ingest never delivers: the forwarder picks entries up from the store.
+
+pub mod body;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,12 +22,17 @@ use axum::http::{HeaderMap, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
+use crate::header_policy::HeaderPolicy;
 use crate::provider::Verifier;
-use crate::provider::verify::{self, HandshakeReply};
+use crate::provider::verify::{self, HandshakeReply, VerifyError};
 use crate::store::{Accepted, Header, NewEntry, Store};
+use body::BodyBudget;
+
+/// Bodies larger than this are verified on the blocking pool.
+pub const OFFLOAD_BODY_BYTES: usize = 64 * 1024;
 
 /// A configured source, ready to verify requests.
 #[derive(Debug, Clone)]
@@ -32,6 +42,8 @@ pub struct Source {
     pub dedupe_ttl: Duration,
     /// The URL the provider calls, for providers that sign it.
     pub public_url: Option<String>,
+    /// Which received headers are stored (credentials only when named).
+    pub headers: HeaderPolicy,
     pub metrics: SourceMetrics,
 }
 
@@ -111,6 +123,10 @@ pub struct IngestState {
     pub store: Arc<dyn Store>,
     pub max_body_bytes: usize,
     pub body_read_timeout: Duration,
+    /// Bytes every body in flight shares.
+    pub body_budget: BodyBudget,
+    /// Large bodies verified at once on the blocking pool (one per core).
+    pub verify_slots: Arc<Semaphore>,
     /// Unix seconds; a function so tests can move time.
     pub clock: fn() -> i64,
 }
@@ -133,43 +149,15 @@ pub fn system_clock() -> i64 {
         .unwrap_or(0)
 }
 
-/// Hop-by-hop and framing headers are not part of what the provider sent us to keep.
-fn keep_header(name: &header::HeaderName) -> bool {
-    !matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "transfer-encoding"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "proxy-authorization"
-            | "proxy-connection"
-            | "content-length"
-            | "expect"
-    )
-}
-
-fn capture_headers(headers: &HeaderMap) -> Vec<Header> {
+fn capture_headers(policy: &HeaderPolicy, headers: &HeaderMap) -> Vec<Header> {
     headers
         .iter()
-        .filter(|(n, _)| keep_header(n))
+        .filter(|(n, _)| policy.keeps(n.as_str()))
         .map(|(n, v)| Header {
             name: n.as_str().to_string(),
             value: v.as_bytes().to_vec(),
         })
         .collect()
-}
-
-async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, ApiError> {
-    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Err(_) => Err(ApiError::BodyTimeout),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ApiError::TooLarge { limit })
-        }
-        Ok(Err(_)) => Err(ApiError::BodyRead),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-    }
 }
 
 /// What verification decided, with everything borrowed from the request released.
@@ -271,6 +259,88 @@ struct Ack<'a> {
     duplicate: bool,
 }
 
+/// Refuse from the headers alone, or reserve the declared body's bytes: a body over
+/// the limit (413), no signature header where the provider sends one (401), no room
+/// left in the body budget (503).
+fn refuse_early(
+    st: &IngestState,
+    source: &Source,
+    headers: &HeaderMap,
+    declared: Option<u64>,
+) -> Result<body::Reservation, ApiError> {
+    if declared.is_some_and(|len| len > st.max_body_bytes as u64) {
+        return Err(ApiError::TooLarge {
+            limit: st.max_body_bytes,
+        });
+    }
+    if let Some(name) = source.verifier.spec.signature_header()
+        && !headers.contains_key(name)
+    {
+        return Err(ApiError::Unverified(VerifyError::MissingSignature));
+    }
+    let mut reservation = st.body_budget.none();
+    if let Some(len) = declared {
+        // Within max_body_bytes, which is a usize.
+        st.body_budget
+            .grow(&mut reservation, usize::try_from(len).unwrap_or(usize::MAX))?;
+    }
+    Ok(reservation)
+}
+
+/// Verify a request and decide what to do with it: answer a handshake, or store an
+/// entry (with its dedupe key). Synchronous, so that it can run on the blocking pool.
+fn decide(
+    source: &Source,
+    parts: &http::request::Parts,
+    url: Option<&str>,
+    body: &Bytes,
+    now: i64,
+) -> Result<Decision, VerifyError> {
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let verified = source.verifier.verify(
+        verify::Request {
+            method: parts.method.as_str(),
+            path,
+            url,
+            headers: &parts.headers,
+            body,
+        },
+        now,
+    )?;
+    if let Some(reply) = verified.handshake() {
+        return Ok(Decision::Handshake(reply));
+    }
+    let spec = &source.verifier.spec;
+    let event_id = verified.event_id();
+    let dedupe_key = match &event_id {
+        // The signature covers the id and the whole body: the id alone identifies it.
+        Some(id) if spec.event_id_is_signed() && spec.signs_whole_body() => format!("id:{id}"),
+        // The id is not signed (GitHub's X-GitHub-Delivery, Shopify's
+        // X-Shopify-Event-Id), or the body is not (Mailgun signs a token, not the
+        // event): bind the id to the body, so that whoever replays a captured request
+        // under someone else's id, or posts a genuine signature block with a forged
+        // body first, cannot make the genuine webhook a duplicate. A genuine
+        // redelivery has the same id and the same body.
+        Some(id) => format!("id:{id}:{}", verified.content_digest()),
+        None => verified.content_digest(),
+    };
+    Ok(Decision::Store(Box::new(NewEntry {
+        id: uuid::Uuid::now_v7().to_string(),
+        source: source.name.clone(),
+        event_type: verified.event_type(),
+        event_id,
+        dedupe_key,
+        dedupe_ttl: source.dedupe_ttl,
+        received_at: crate::store::now_ms(),
+        headers: capture_headers(&source.headers, &parts.headers),
+        body: body.clone(),
+    })))
+}
+
 async fn handle(
     st: &IngestState,
     source_name: &str,
@@ -282,67 +352,57 @@ async fn handle(
         .cloned()
         .ok_or_else(|| ApiError::UnknownSource(source_name.to_string()))?;
     let (parts, body) = req.into_parts();
-    if let Some(len) = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        && len > st.max_body_bytes as u64
+    let declared = body::declared_length(&parts.headers);
+    // What the headers alone decide, before a byte of the body is buffered.
+    let reservation = match refuse_early(st, &source, &parts.headers, declared) {
+        Ok(r) => r,
+        Err(e) => {
+            body::drain(body, declared);
+            return Err(e);
+        }
+    };
+    let read = match body::read(
+        body,
+        declared,
+        st.max_body_bytes,
+        st.body_read_timeout,
+        &st.body_budget,
+        reservation,
+    )
+    .await
     {
-        return Err(ApiError::TooLarge {
-            limit: st.max_body_bytes,
-        });
-    }
-    let body = read_body(body, st.max_body_bytes, st.body_read_timeout).await?;
+        Ok(read) => read,
+        Err(e) => {
+            if let Some(rest) = e.rest {
+                body::drain(rest, None);
+            }
+            return Err(e.error);
+        }
+    };
     let now = (st.clock)();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
+    // The reservation is held until the store has the entry (it shares the buffer).
+    let body::ReadBody {
+        bytes: body,
+        reservation: _reservation,
+    } = read;
     let url = source
         .public_url
         .as_deref()
         .map(|base| crate::provider::request_url(base, parts.uri.query()));
-
-    // Verification borrows the request; it ends before the first await below.
-    let decision = {
-        let verified = source.verifier.verify(
-            verify::Request {
-                method: parts.method.as_str(),
-                path,
-                url: url.as_deref(),
-                headers: &parts.headers,
-                body: &body,
-            },
-            now,
-        )?;
-        match verified.handshake() {
-            Some(reply) => Decision::Handshake(reply),
-            None => {
-                let event_id = verified.event_id();
-                let dedupe_key = match &event_id {
-                    Some(id) if source.verifier.spec.event_id_is_signed() => format!("id:{id}"),
-                    // The id is not signed (GitHub's X-GitHub-Delivery, Shopify's
-                    // X-Shopify-Event-Id): bind it to the signed body, so a captured
-                    // request replayed under someone else's id cannot pre-empt that id.
-                    // A genuine redelivery has the same id and the same body.
-                    Some(id) => format!("id:{id}:{}", verified.content_digest()),
-                    None => verified.content_digest(),
-                };
-                Decision::Store(Box::new(NewEntry {
-                    id: uuid::Uuid::now_v7().to_string(),
-                    source: source.name.clone(),
-                    event_type: verified.event_type(),
-                    event_id,
-                    dedupe_key,
-                    dedupe_ttl: source.dedupe_ttl,
-                    received_at: crate::store::now_ms(),
-                    headers: capture_headers(&parts.headers),
-                    body: body.clone(),
-                }))
-            }
-        }
+    let decision = if body.len() > OFFLOAD_BODY_BYTES {
+        // Hashing a large body takes long enough to stall the other requests of an
+        // async worker: do it on the blocking pool, a bounded number at a time.
+        let _slot = st
+            .verify_slots
+            .acquire()
+            .await
+            .map_err(|_| ApiError::Busy)?;
+        let source = source.clone();
+        tokio::task::spawn_blocking(move || decide(&source, &parts, url.as_deref(), &body, now))
+            .await
+            .map_err(|_| ApiError::Busy)??
+    } else {
+        decide(&source, &parts, url.as_deref(), &body, now)?
     };
     match decision {
         Decision::Handshake(HandshakeReply::Text(text)) => Ok((

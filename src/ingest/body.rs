@@ -1,0 +1,184 @@
+//! Reading a webhook's body under two bounds, and finishing a refused one politely.
+//!
+//! The per-request bound is `server.max_body_bytes`. The second bound is shared: every
+//! body in flight holds a reservation on one byte budget (`server.body_budget_bytes`),
+//! taken before its bytes are read (the declared `Content-Length` up front; a chunked
+//! body grows its reservation as it arrives). When the budget is spent the request is
+//! answered 503 with `Retry-After` instead of being buffered, so a crowd of slow or
+//! stalled uploads costs at most the budget, never an out-of-memory kill. The body is
+//! read into one buffer sized from the declared length (no second copy).
+//!
+//! A request refused before its body was read (413, 401 without a signature header,
+//! 503 over budget) still has bytes on the wire. Closing the connection on them makes
+//! the kernel answer the client's next segments with a reset, and many clients (Python's
+//! `urllib`, most HTTP libraries that send the whole body before reading) then report a
+//! broken pipe instead of the answer. So the rest of the body is read and thrown away,
+//! up to [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`], while the answer goes out; past
+//! either bound the connection is closed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::ApiError;
+
+/// Most bytes of a refused request's body read and discarded so that the client sees
+/// the answer.
+pub const DRAIN_MAX_BYTES: u64 = 16 * 1024 * 1024;
+/// Longest a refused request's body is drained.
+pub const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
+/// How much a chunked body's reservation grows at a time.
+const GROW_STEP: usize = 64 * 1024;
+
+/// The byte budget shared by every body in flight.
+#[derive(Debug)]
+pub struct BodyBudget {
+    bytes: Arc<Semaphore>,
+}
+
+/// Bytes of the budget held by one request; given back when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    permits: Vec<OwnedSemaphorePermit>,
+    bytes: usize,
+}
+
+impl BodyBudget {
+    /// A budget of `bytes` (at least one byte; at most what a semaphore can count).
+    pub fn new(bytes: usize) -> BodyBudget {
+        BodyBudget {
+            bytes: Arc::new(Semaphore::new(bytes.clamp(1, Semaphore::MAX_PERMITS))),
+        }
+    }
+
+    /// Bytes of the budget not reserved.
+    pub fn available(&self) -> usize {
+        self.bytes.available_permits()
+    }
+
+    /// An empty reservation, to grow.
+    pub fn none(&self) -> Reservation {
+        Reservation {
+            permits: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Add `n` bytes to `r`, or refuse at once when the budget does not have them.
+    pub fn grow(&self, r: &mut Reservation, n: usize) -> Result<(), ApiError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let n32 = u32::try_from(n).map_err(|_| ApiError::Busy)?;
+        let permit = self
+            .bytes
+            .clone()
+            .try_acquire_many_owned(n32)
+            .map_err(|_| ApiError::Busy)?;
+        r.permits.push(permit);
+        r.bytes += n;
+        Ok(())
+    }
+}
+
+/// The declared `Content-Length`, when there is a valid one.
+pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// A body read in full, with the reservation that covers it.
+pub struct ReadBody {
+    pub bytes: Bytes,
+    pub reservation: Reservation,
+}
+
+/// Why a body could not be read, with what is left of it to drain (when draining it
+/// lets the client read the answer).
+pub struct ReadError {
+    pub error: ApiError,
+    pub rest: Option<Body>,
+}
+
+/// Read `body` (its declared length `declared`, if any, is within `limit` and already
+/// reserved in `reservation`) within `timeout`, growing the reservation for bytes
+/// beyond it.
+pub async fn read(
+    body: Body,
+    declared: Option<u64>,
+    limit: usize,
+    timeout: Duration,
+    budget: &BodyBudget,
+    mut reservation: Reservation,
+) -> Result<ReadBody, ReadError> {
+    let capacity = declared
+        .and_then(|d| usize::try_from(d).ok())
+        .unwrap_or(0)
+        .min(limit);
+    let mut buf = BytesMut::with_capacity(capacity);
+    let mut body = body;
+    let outcome = tokio::time::timeout(timeout, async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| ApiError::BodyRead)?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            let len = buf.len() + data.len();
+            if len > limit {
+                return Err(ApiError::TooLarge { limit });
+            }
+            if len > reservation.bytes {
+                let more = (len - reservation.bytes).max(GROW_STEP.min(limit - reservation.bytes));
+                budget.grow(&mut reservation, more)?;
+            }
+            buf.extend_from_slice(&data);
+        }
+        Ok(())
+    })
+    .await;
+    match outcome {
+        Ok(Ok(())) => Ok(ReadBody {
+            bytes: buf.freeze(),
+            reservation,
+        }),
+        Ok(Err(error)) => {
+            let rest = matches!(error, ApiError::TooLarge { .. } | ApiError::Busy).then_some(body);
+            Err(ReadError { error, rest })
+        }
+        Err(_) => Err(ReadError {
+            error: ApiError::BodyTimeout,
+            rest: None,
+        }),
+    }
+}
+
+/// Read and discard what is left of a refused request's body, within
+/// [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`], in the background; the answer is sent
+/// meanwhile. A body declared longer than the bound is not drained: the connection
+/// closes after the answer.
+pub fn drain(body: Body, declared: Option<u64>) {
+    if declared.is_some_and(|d| d > DRAIN_MAX_BYTES) || declared == Some(0) {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut body = body;
+        let mut read = 0u64;
+        let _ = tokio::time::timeout(DRAIN_MAX_TIME, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Some(data) = frame.data_ref() {
+                    read += data.len() as u64;
+                    if read > DRAIN_MAX_BYTES {
+                        break;
+                    }
+                }
+            }
+        })
+        .await;
+    });
+}
