@@ -216,7 +216,11 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     match &cfg.store {
         StoreConfig::Embedded(e) => println!("store: embedded, {}", e.path.display()),
         StoreConfig::Redis(r) => {
-            println!("store: redis, {} (prefix {})", redact_url(&r.url), r.prefix)
+            println!(
+                "store: redis, {} (prefix {})",
+                config::redact_url(&r.url),
+                r.prefix
+            )
         }
     }
     println!("sources: {}", cfg.sources.len());
@@ -226,7 +230,7 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
             s.name,
             s.provider,
             s.secrets.len(),
-            redact_url(&s.destination),
+            config::redact_url(&s.destination),
             humantime::format_duration(s.dedupe_ttl),
             s.retry.max_attempts,
             humantime::format_duration(s.retry.max_age),
@@ -234,19 +238,6 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     }
     println!("ok");
     Ok(())
-}
-
-/// Hide credentials in a URL: the userinfo, and the query string (tokens often ride
-/// there).
-fn redact_url(url: &str) -> String {
-    let url = match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://[redacted]@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_string(),
-    };
-    match url.split_once('?') {
-        Some((base, _)) => format!("{base}?[redacted]"),
-        None => url,
-    }
 }
 
 fn providers(a: ConfigArg) -> anyhow::Result<()> {

@@ -101,7 +101,63 @@ impl ConfigError {
 
 impl From<figment::Error> for ConfigError {
     fn from(e: figment::Error) -> Self {
-        ConfigError::Figment(Box::new(e))
+        ConfigError::Figment(Box::new(redact_values(e)))
+    }
+}
+
+/// Whether a key's value may be a credential: a secret, a token, a password, or a URL
+/// (which may carry a password or a token).
+fn secret_bearing(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["secret", "token", "password", "url", "destination"]
+        .iter()
+        .any(|s| key.contains(s))
+}
+
+/// Figment errors quote the value they could not use (`found string "whsec_…"`);
+/// for a key that may hold a credential, say only what kind of value it was.
+fn redact_values(e: figment::Error) -> figment::Error {
+    use figment::error::{Actual, Kind};
+    let redact = |a: Actual| match a {
+        Actual::Str(_) => Actual::Other("a string (value not shown)".into()),
+        Actual::Bytes(_) => Actual::Other("bytes (value not shown)".into()),
+        Actual::Char(_)
+        | Actual::Bool(_)
+        | Actual::Unsigned(_)
+        | Actual::Signed(_)
+        | Actual::Float(_)
+        | Actual::Other(_) => Actual::Other("a value (not shown)".into()),
+        other => other,
+    };
+    let mut errors: Vec<figment::Error> = e.into_iter().collect();
+    for err in &mut errors {
+        if !err.path.iter().any(|k| secret_bearing(k)) {
+            continue;
+        }
+        err.kind = match std::mem::replace(&mut err.kind, Kind::Message(String::new())) {
+            Kind::InvalidType(a, exp) => Kind::InvalidType(redact(a), exp),
+            Kind::InvalidValue(a, exp) => Kind::InvalidValue(redact(a), exp),
+            other => other,
+        };
+    }
+    // `into_iter` yields the newest error first; chain them back oldest first.
+    let mut rest = errors.into_iter().rev();
+    match rest.next() {
+        Some(first) => rest.fold(first, |acc, e| acc.chain(e)),
+        None => figment::Error::from("invalid configuration".to_string()),
+    }
+}
+
+/// A URL with its credentials hidden, for messages and listings: the userinfo, and
+/// the query string (tokens often ride there).
+pub fn redact_url(url: &str) -> String {
+    let url = match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://[redacted]@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    };
+    match url.split_once('?') {
+        Some((base, _)) => format!("{base}?[redacted]"),
+        None => url,
     }
 }
 
@@ -608,7 +664,7 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
                     "store.url",
                     format!(
                         "{:?} is not a redis URL; use redis://host:port",
-                        raw.store.url
+                        redact_url(&raw.store.url)
                     ),
                 ));
             }
@@ -804,14 +860,20 @@ fn validate_source(
     let destination = match s.destination {
         Some(d) => {
             let uri: http::Uri = d.parse().map_err(|_| {
-                ConfigError::invalid(key("destination"), format!("{d:?} is not a valid URL"))
+                ConfigError::invalid(
+                    key("destination"),
+                    format!("{:?} is not a valid URL", redact_url(&d)),
+                )
             })?;
             match uri.scheme_str() {
                 Some("http") | Some("https") if uri.host().is_some() => d,
                 _ => {
                     return Err(ConfigError::invalid(
                         key("destination"),
-                        format!("{d:?} must be an absolute http:// or https:// URL"),
+                        format!(
+                            "{:?} must be an absolute http:// or https:// URL",
+                            redact_url(&d)
+                        ),
                     ));
                 }
             }
@@ -833,14 +895,18 @@ fn validate_source(
             if !valid {
                 return Err(ConfigError::invalid(
                     key("public_url"),
-                    format!("{u:?} must be an absolute http:// or https:// URL"),
+                    format!(
+                        "{:?} must be an absolute http:// or https:// URL",
+                        redact_url(&u)
+                    ),
                 ));
             }
             if u.contains(['?', '#']) {
                 return Err(ConfigError::invalid(
                     key("public_url"),
                     format!(
-                        "{u:?} has a query or fragment; give the URL without them (the query of each request is added to it)"
+                        "{:?} has a query or fragment; give the URL without them (the query of each request is added to it)",
+                        redact_url(&u)
                     ),
                 ));
             }
@@ -973,6 +1039,45 @@ mod tests {
     fn unknown_key_is_named() {
         let err = from_toml_str("[server]\nlisten_addr = \"x\"\n", &no_env).unwrap_err();
         assert!(err.to_string().contains("listen_addr"), "{err}");
+    }
+
+    #[test]
+    fn errors_never_echo_a_value_that_may_be_a_credential() {
+        let src = |extra: &str| {
+            format!(
+                "[[sources]]\nname = \"s\"\nprovider = \"stripe\"\ndestination = \"http://127.0.0.1:9/\"\n{extra}\n"
+            )
+        };
+        for (toml, planted) in [
+            (src("secrets = \"whsec_PLANTED1\""), "whsec_PLANTED1"),
+            (src("secret = [\"x\", 7]\nsecret_env = 7"), "7"),
+            (
+                src("secret = \"a\"\ndestination_secret = [\"whsec_PLANTED2\"]"),
+                "PLANTED2",
+            ),
+            (
+                "[store]\nkind = \"redis\"\nurl = \"http://u:PLANTEDPW@h/\"\n".to_string(),
+                "PLANTEDPW",
+            ),
+        ] {
+            let err = from_toml_str(&toml, &no_env).unwrap_err().to_string();
+            assert!(!err.contains(planted), "{toml}: {err}");
+        }
+        let err = from_toml_str(
+            &src("secret = \"a\"").replace("http://127.0.0.1:9/", "ftp://u:PLANTEDPW@h/"),
+            &no_env,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("destination") && !err.contains("PLANTEDPW"),
+            "{err}"
+        );
+        // Values of other keys are still quoted: they help.
+        let err = from_toml_str("[server]\nmax_headers = \"many\"\n", &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("many"), "{err}");
     }
 
     #[test]

@@ -17,6 +17,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+/// Largest read buffer of one connection.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Connection-level limits.
 #[derive(Debug, Clone)]
 pub struct HttpLimits {
@@ -42,6 +45,10 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_headers(limits.max_headers)
+        // The connection's read buffer: it bounds the header block (431 beyond) and
+        // what one connection buffers of a body before ingest takes it, so that
+        // `max_connections` × this is the most the read side can hold.
+        .max_buf_size(READ_BUFFER_BYTES)
         .keep_alive(true);
     loop {
         let permit = tokio::select! {

@@ -581,7 +581,10 @@ impl Spec {
     /// token), the body could have been replaced by anyone holding one genuine
     /// signature block.
     pub fn signs_whole_body(&self) -> bool {
-        self.content.contains(&Segment::Body) || self.content.contains(&Segment::FormSorted)
+        // A token scheme compares a shared secret and signs nothing.
+        !self.algorithms.contains(&Algorithm::Token)
+            && (self.content.contains(&Segment::Body)
+                || self.content.contains(&Segment::FormSorted))
     }
 
     /// Whether the signed content needs a timestamp.
@@ -819,18 +822,19 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
     if let Some(t) = &timestamp {
         // A window on a value the signature does not cover is no window: a replayed
         // request would simply carry a fresh one.
-        let covered = content.contains(&Segment::Timestamp)
-            || content.contains(&Segment::Value(t.from.clone()))
-            || match &t.from {
-                ValueSource::Json(_) => content.contains(&Segment::Body),
-                ValueSource::Form { .. } => {
-                    content.contains(&Segment::Body) || content.contains(&Segment::FormSorted)
-                }
-                ValueSource::Query(_) => {
-                    content.contains(&Segment::Url) || content.contains(&Segment::Path)
-                }
-                ValueSource::Header(_) | ValueSource::Signature(_) => false,
-            };
+        let covered = algorithm != Algorithm::Token
+            && (content.contains(&Segment::Timestamp)
+                || content.contains(&Segment::Value(t.from.clone()))
+                || match &t.from {
+                    ValueSource::Json(_) => content.contains(&Segment::Body),
+                    ValueSource::Form { .. } => {
+                        content.contains(&Segment::Body) || content.contains(&Segment::FormSorted)
+                    }
+                    ValueSource::Query(_) => {
+                        content.contains(&Segment::Url) || content.contains(&Segment::Path)
+                    }
+                    ValueSource::Header(_) | ValueSource::Signature(_) => false,
+                });
         if !covered {
             return Err(invalid(
                 "timestamp.from",
