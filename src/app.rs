@@ -35,8 +35,13 @@ pub fn registry(cfg: &Config) -> anyhow::Result<Registry> {
     Registry::with_dir(cfg.providers_dir.as_deref()).context("providers_dir")
 }
 
-/// Compile every configured source against its provider spec.
-pub fn build_sources(cfg: &Config, registry: &Registry) -> anyhow::Result<Vec<Source>> {
+/// Compile every configured source against its provider spec. Each gets its share
+/// of `budget` (the ingest body budget).
+pub fn build_sources(
+    cfg: &Config,
+    registry: &Registry,
+    budget: &ingest::body::BodyBudget,
+) -> anyhow::Result<Vec<Source>> {
     cfg.sources
         .iter()
         .enumerate()
@@ -61,6 +66,7 @@ pub fn build_sources(cfg: &Config, registry: &Registry) -> anyhow::Result<Vec<So
                 dedupe_ttl: s.dedupe_ttl,
                 public_url: s.public_url.clone(),
                 headers,
+                body_share: budget.share(cfg.server.max_body_bytes),
                 metrics: ingest::SourceMetrics::new(&s.name),
             })
         })
@@ -86,7 +92,8 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     telemetry::install_metrics();
     let registry = registry(&cfg)?;
-    let sources = build_sources(&cfg, &registry)?;
+    let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
+    let sources = build_sources(&cfg, &registry, &body_budget)?;
     let store = store::open(&cfg.store).await.context("store")?;
 
     if cfg.admin.token.is_none() {
@@ -129,7 +136,7 @@ pub async fn run(
         store: store.clone(),
         max_body_bytes: cfg.server.max_body_bytes,
         body_read_timeout: cfg.server.body_read_timeout,
-        body_budget: ingest::body::BodyBudget::new(cfg.server.body_budget_bytes),
+        body_budget,
         verify_slots: Arc::new(tokio::sync::Semaphore::new(
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )),

@@ -167,7 +167,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     telemetry::init(cfg.log.format);
     // Validate everything before binding anything: a bad config never half-starts.
     let registry = app::registry(&cfg)?;
-    app::build_sources(&cfg, &registry).context("invalid configuration")?;
+    app::build_sources(&cfg, &registry, &hookgate_budget(&cfg)).context("invalid configuration")?;
     let listeners = app::bind(&cfg).await?;
     let token = shutdown::CancellationToken::new();
     let on_signal = token.clone();
@@ -198,7 +198,7 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     let path = config::config_path(a.config.as_deref());
     let cfg = config::load(path.as_deref()).context("invalid configuration")?;
     let registry = app::registry(&cfg)?;
-    app::build_sources(&cfg, &registry).context("invalid configuration")?;
+    app::build_sources(&cfg, &registry, &hookgate_budget(&cfg)).context("invalid configuration")?;
     match &path {
         Some(p) => println!("config: {}", p.display()),
         None => println!("config: defaults and HOOKGATE_* environment only"),
@@ -471,4 +471,9 @@ fn secret_arg(a: &SignArgs) -> anyhow::Result<Secret> {
 
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// A body budget of the configured size, for validating sources.
+fn hookgate_budget(cfg: &Config) -> crate::ingest::body::BodyBudget {
+    crate::ingest::body::BodyBudget::new(cfg.server.body_budget_bytes)
 }

@@ -5,8 +5,10 @@
 //! taken before its bytes are read (the declared `Content-Length` up front; a chunked
 //! body grows its reservation as it arrives). When the budget is spent the request is
 //! answered 503 with `Retry-After` instead of being buffered, so a crowd of slow or
-//! stalled uploads costs at most the budget, never an out-of-memory kill. The body is
-//! read into one buffer sized from the declared length (no second copy).
+//! stalled uploads costs at most the budget, never an out-of-memory kill. No source
+//! may hold more than half of the budget ([`SourceShare`]), so a flood aimed at one
+//! source leaves room for the others. The body is read into one buffer sized from the
+//! declared length (no second copy).
 //!
 //! A request refused before its body was read (413, 401 without a signature header,
 //! 503 over budget) still has bytes on the wire. Closing the connection on them makes
@@ -38,6 +40,14 @@ const GROW_STEP: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct BodyBudget {
     bytes: Arc<Semaphore>,
+    total: usize,
+}
+
+/// The part of the budget one source may hold: half of it (at least one body of the
+/// largest size).
+#[derive(Debug, Clone)]
+pub struct SourceShare {
+    bytes: Arc<Semaphore>,
 }
 
 /// Bytes of the budget held by one request; given back when dropped.
@@ -50,8 +60,19 @@ pub struct Reservation {
 impl BodyBudget {
     /// A budget of `bytes` (at least one byte; at most what a semaphore can count).
     pub fn new(bytes: usize) -> BodyBudget {
+        let total = bytes.clamp(1, Semaphore::MAX_PERMITS);
         BodyBudget {
-            bytes: Arc::new(Semaphore::new(bytes.clamp(1, Semaphore::MAX_PERMITS))),
+            bytes: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// A source's share: half the budget, and at least `max_body` bytes.
+    pub fn share(&self, max_body: usize) -> SourceShare {
+        SourceShare {
+            bytes: Arc::new(Semaphore::new(
+                (self.total / 2).max(max_body).min(self.total),
+            )),
         }
     }
 
@@ -68,18 +89,25 @@ impl BodyBudget {
         }
     }
 
-    /// Add `n` bytes to `r`, or refuse at once when the budget does not have them.
-    pub fn grow(&self, r: &mut Reservation, n: usize) -> Result<(), ApiError> {
+    /// Add `n` bytes to `r`, from the budget and from the source's share, or refuse
+    /// at once when either does not have them.
+    pub fn grow(&self, share: &SourceShare, r: &mut Reservation, n: usize) -> Result<(), ApiError> {
         if n == 0 {
             return Ok(());
         }
         let n32 = u32::try_from(n).map_err(|_| ApiError::Busy)?;
-        let permit = self
+        let from_share = share
             .bytes
             .clone()
             .try_acquire_many_owned(n32)
             .map_err(|_| ApiError::Busy)?;
-        r.permits.push(permit);
+        let from_budget = self
+            .bytes
+            .clone()
+            .try_acquire_many_owned(n32)
+            .map_err(|_| ApiError::Busy)?;
+        r.permits.push(from_share);
+        r.permits.push(from_budget);
         r.bytes += n;
         Ok(())
     }
@@ -115,6 +143,7 @@ pub async fn read(
     limit: usize,
     timeout: Duration,
     budget: &BodyBudget,
+    share: &SourceShare,
     mut reservation: Reservation,
 ) -> Result<ReadBody, ReadError> {
     let capacity = declared
@@ -135,7 +164,7 @@ pub async fn read(
             }
             if len > reservation.bytes {
                 let more = (len - reservation.bytes).max(GROW_STEP.min(limit - reservation.bytes));
-                budget.grow(&mut reservation, more)?;
+                budget.grow(share, &mut reservation, more)?;
             }
             buf.extend_from_slice(&data);
         }

@@ -44,6 +44,8 @@ pub struct Source {
     pub public_url: Option<String>,
     /// Which received headers are stored (credentials only when named).
     pub headers: HeaderPolicy,
+    /// The part of the body budget this source's requests may hold.
+    pub body_share: body::SourceShare,
     pub metrics: SourceMetrics,
 }
 
@@ -281,8 +283,11 @@ fn refuse_early(
     let mut reservation = st.body_budget.none();
     if let Some(len) = declared {
         // Within max_body_bytes, which is a usize.
-        st.body_budget
-            .grow(&mut reservation, usize::try_from(len).unwrap_or(usize::MAX))?;
+        st.body_budget.grow(
+            &source.body_share,
+            &mut reservation,
+            usize::try_from(len).unwrap_or(usize::MAX),
+        )?;
     }
     Ok(reservation)
 }
@@ -367,6 +372,7 @@ async fn handle(
         st.max_body_bytes,
         st.body_read_timeout,
         &st.body_budget,
+        &source.body_share,
         reservation,
     )
     .await

@@ -4,6 +4,7 @@
 mod util;
 
 mod admin;
+mod attack;
 mod cli;
 mod cluster;
 mod conformance;

@@ -652,7 +652,12 @@ fn a_provider_that_signs_the_url_needs_public_url() {
         );
         let cfg = config::from_toml_str(&text, &|_| None).unwrap();
         let reg = hookgate::app::registry(&cfg).unwrap();
-        let err = hookgate::app::build_sources(&cfg, &reg).unwrap_err();
+        let err = hookgate::app::build_sources(
+            &cfg,
+            &reg,
+            &hookgate::ingest::body::BodyBudget::new(1 << 20),
+        )
+        .unwrap_err();
         let err = format!("{err:#}");
         assert!(
             err.starts_with("sources[0].public_url:"),
