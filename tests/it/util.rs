@@ -463,6 +463,16 @@ pub struct ChildGateway {
 
 impl ChildGateway {
     pub fn spawn(config_path: &Path, env: &[(&str, &str)], stderr_path: &Path) -> ChildGateway {
+        Self::spawn_with(config_path, env, stderr_path, |_| {})
+    }
+
+    /// As [`ChildGateway::spawn`], with a last say on the command (e.g. its umask).
+    pub fn spawn_with(
+        config_path: &Path,
+        env: &[(&str, &str)],
+        stderr_path: &Path,
+        customize: impl FnOnce(&mut Command),
+    ) -> ChildGateway {
         let ingest_port = free_port();
         let admin_port = free_port();
         let stderr = std::fs::File::create(stderr_path).unwrap();
@@ -480,6 +490,7 @@ impl ChildGateway {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        customize(&mut cmd);
         let child = cmd.spawn().expect("spawn hookgate");
         let gw = ChildGateway {
             child,
