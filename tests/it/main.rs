@@ -4,6 +4,7 @@
 mod util;
 
 mod admin;
+mod admin_guard;
 mod cli;
 mod cluster;
 mod conformance;

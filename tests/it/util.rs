@@ -509,8 +509,10 @@ impl ChildGateway {
             if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ =
-                    s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+                // A loopback Host: without an admin token, the listener refuses others.
+                let req =
+                    format!("GET /readyz HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+                let _ = s.write_all(req.as_bytes());
                 let mut buf = Vec::new();
                 let _ = s.read_to_end(&mut buf);
                 if buf.starts_with(b"HTTP/1.1 200") {
