@@ -1,23 +1,31 @@
 //! The admin API: inspect, replay, discard, pause. Its own listener.
 //!
-//! Every `/admin/*` route except the OpenAPI document needs `Authorization: Bearer
-//! <token>` when a token is configured; the comparison is over SHA-256 digests in
-//! constant time, so neither content nor length leaks. `/healthz` and `/readyz` are
-//! open (probes). The request and response types here are also what the CLI uses.
+//! Every `/admin/*` route, the OpenAPI document included, needs `Authorization:
+//! Bearer <token>` when a token is configured; the comparison is over SHA-256
+//! digests in constant time, so neither content nor length leaks. `/healthz`,
+//! `/readyz` and `/metrics` (in `telemetry`) stay open. The request and response
+//! types here are also what the CLI uses.
+//!
+//! [`guard`] wraps the whole listener. Without a token, the listener is reachable by
+//! any web page open in a browser on the same host, so it refuses what a browser
+//! sends on a page's behalf: an `Origin` header, or a `Host` other than a loopback
+//! literal (DNS rebinding). With or without a token, a body must be JSON, which a
+//! page cannot send cross-site without a CORS preflight that nothing here answers.
 //!
 //! Replays keep the entry id (the consumer's idempotency key) and get a fresh retry
 //! budget. A bulk replay spreads its entries over time at `admin.replay_rate` per
 //! second, so replaying a large dead-letter queue never stampedes the destination.
 
 use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Bytes, HttpBody as _};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, Version, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -84,8 +92,34 @@ pub enum AdminError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    #[error("{0}")]
+    Forbidden(Refusal),
+    #[error("unsupported media type: a request body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Why a listener without an admin token refused a request (see [`guard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The request carries an `Origin` header: a browser sent it for a web page.
+    CrossSite,
+    /// The `Host` is missing or not a loopback literal: possibly a DNS-rebound name.
+    HostNotLoopback,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refusal::CrossSite => {
+                "cross-site request refused: without an admin token the admin API answers only requests without an Origin header; set an admin token to use it from elsewhere"
+            }
+            Refusal::HostNotLoopback => {
+                "host not loopback: without an admin token the admin API answers only requests addressed to 127.0.0.1, [::1] or localhost; set an admin token to use it from elsewhere"
+            }
+        })
+    }
 }
 
 impl IntoResponse for AdminError {
@@ -95,6 +129,8 @@ impl IntoResponse for AdminError {
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::NotFound(_) => StatusCode::NOT_FOUND,
             AdminError::Conflict(_) => StatusCode::CONFLICT,
+            AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
+            AdminError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AdminError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         let message = match &self {
@@ -236,6 +272,10 @@ pub struct Stats {
 
 pub fn router(state: Arc<AdminState>) -> Router {
     let protected = Router::new()
+        .route(
+            "/admin/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
         .route("/admin/entries", get(list_entries))
         .route("/admin/entries/{id}", get(show_entry))
         .route("/admin/entries/{id}/replay", post(replay_entry))
@@ -245,13 +285,9 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/admin/sources/{name}/pause", post(pause))
         .route("/admin/sources/{name}/resume", post(resume))
         .route("/admin/stats", get(stats))
-        // Auth wraps only the routes above; the document and the probes stay open.
+        // Auth wraps only the routes above: the fallbacks answer 404 and 405 alike.
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
-        .route(
-            "/admin/openapi.json",
-            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
-        )
         .merge(protected)
         .method_not_allowed_fallback(|| async {
             (
@@ -281,6 +317,95 @@ async fn require_token(
         }
     }
     Ok(next.run(req).await)
+}
+
+/// The middleware around the whole admin listener (the API, `/metrics` and the
+/// probes): without a token, refuse what a browser sends on a web page's behalf; in
+/// any case, refuse a POST body that is not JSON. A refused request changes nothing.
+pub async fn guard(
+    State(st): State<Arc<AdminState>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, AdminError> {
+    if st.token_digest.is_none()
+        && let Some(refusal) = browser_request(&req)
+    {
+        tracing::warn!(
+            method = %req.method(),
+            path = %req.uri().path(),
+            reason = ?refusal,
+            "admin: refused a request (no admin token is configured)"
+        );
+        return Err(AdminError::Forbidden(refusal));
+    }
+    if req.method() == Method::POST && carries_body(&req) && !is_json(req.headers()) {
+        return Err(AdminError::UnsupportedMediaType);
+    }
+    Ok(next.run(req).await)
+}
+
+/// Whether `req` may come from a web page in a local browser. Browsers send `Origin`
+/// on every cross-origin request a page can read and on every POST; a page that
+/// reached this listener through a rebound DNS name sends that name as `Host`.
+fn browser_request(req: &Request) -> Option<Refusal> {
+    if req.headers().contains_key(header::ORIGIN) {
+        return Some(Refusal::CrossSite);
+    }
+    // HTTP/1.1 absolute-form targets (and HTTP/2) carry the host in the URI too.
+    let uri_host_ok = req
+        .uri()
+        .authority()
+        .is_none_or(|a| is_loopback_host(a.as_str()));
+    let mut hosts = req.headers().get_all(header::HOST).iter().peekable();
+    let has_host = hosts.peek().is_some() || req.uri().authority().is_some();
+    let hosts_ok = hosts.all(|v| v.to_str().is_ok_and(is_loopback_host));
+    // HTTP/1.0 does not require a Host; a browser always sends one.
+    let host_required = req.version() != Version::HTTP_10 && req.version() != Version::HTTP_09;
+    if !uri_host_ok || !hosts_ok || (host_required && !has_host) {
+        return Some(Refusal::HostNotLoopback);
+    }
+    None
+}
+
+/// `127.0.0.0/8`, `[::1]` or `localhost`, each with an optional port.
+fn is_loopback_host(value: &str) -> bool {
+    let (host_ok, port) = match value.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, port)) => (ip.parse::<Ipv6Addr>().is_ok_and(|a| a.is_loopback()), port),
+            None => return false,
+        },
+        None => {
+            let (host, port) = match value.find(':') {
+                Some(i) => value.split_at(i),
+                None => (value, ""),
+            };
+            (
+                host.eq_ignore_ascii_case("localhost")
+                    || host.parse::<Ipv4Addr>().is_ok_and(|a| a.is_loopback()),
+                port,
+            )
+        }
+    };
+    let port_ok = port.is_empty()
+        || port.strip_prefix(':').is_some_and(|p| {
+            !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok()
+        });
+    host_ok && port_ok
+}
+
+/// Whether a request has a body: a `Content-Length` above 0 or a chunked body (the
+/// body's size hint covers both, for HTTP/1.1 and HTTP/2 alike).
+fn carries_body(req: &Request) -> bool {
+    req.body().size_hint().exact() != Some(0)
+}
+
+/// `Content-Type: application/json`, with or without parameters, in any case.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -746,6 +871,63 @@ mod tests {
         }
         for h in ["content-type", "user-agent", "x-github-event", "webhook-id"] {
             assert!(!is_sensitive(h, "x-hub-signature-256"), "{h}");
+        }
+    }
+
+    #[test]
+    fn loopback_hosts_are_literals_with_an_optional_port() {
+        for h in [
+            "127.0.0.1",
+            "127.0.0.1:8081",
+            "127.3.4.5:1",
+            "[::1]",
+            "[::1]:8081",
+            "localhost",
+            "LocalHost:65535",
+        ] {
+            assert!(is_loopback_host(h), "{h}");
+        }
+        for h in [
+            "",
+            "evil.example",
+            "evil.example:8081",
+            "localhost.evil.example",
+            "localhost.",
+            "127.0.0.1.nip.io",
+            "127.1",
+            "10.0.0.1:8081",
+            "0.0.0.0:8081",
+            "[::]:8081",
+            "[::ffff:7f00:1]",
+            "::1",
+            "[::1",
+            "[::1]x",
+            "127.0.0.1:",
+            "127.0.0.1:65536",
+            "127.0.0.1:+80",
+            "127.0.0.1:80:80",
+            "localhost:80@evil.example",
+        ] {
+            assert!(!is_loopback_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn json_content_types_allow_parameters_and_any_case() {
+        let mut h = HeaderMap::new();
+        assert!(!is_json(&h));
+        for (v, ok) in [
+            ("application/json", true),
+            ("Application/JSON; charset=utf-8", true),
+            (" application/json ;charset=UTF-8", true),
+            ("text/plain", false),
+            ("application/x-www-form-urlencoded", false),
+            ("multipart/form-data; boundary=x", false),
+            ("application/json-seq", false),
+            ("application/jsonx", false),
+        ] {
+            h.insert(header::CONTENT_TYPE, v.parse().unwrap());
+            assert_eq!(is_json(&h), ok, "{v}");
         }
     }
 

@@ -99,7 +99,7 @@ pub async fn run(
     if cfg.admin.token.is_none() {
         tracing::warn!(
             listen = %cfg.admin.listen,
-            "no admin token configured: the admin listener is bound to loopback only"
+            "no admin token configured: the admin listener is bound to loopback only and refuses cross-site requests"
         );
     }
     if sources.is_empty() {
@@ -173,7 +173,14 @@ pub async fn run(
         "admin",
         listeners.admin,
         telemetry::router(store.clone())
-            .merge(admin::router(admin_state))
+            .merge(admin::router(admin_state.clone()))
+            // Around everything the admin listener serves, not inside `admin::router`:
+            // a page in a local browser must not read `/metrics` or the probes through
+            // a rebound DNS name either, and each route needs no check of its own.
+            .layer(axum::middleware::from_fn_with_state(
+                admin_state,
+                admin::guard,
+            ))
             .layer(CatchPanicLayer::custom(error::panic_response)),
         limits,
         shutdown.clone(),

@@ -1,6 +1,7 @@
 //! Logs, metrics and health: the only module that installs a tracing subscriber or a
 //! metrics exporter. Serves `/metrics` (Prometheus text), `/healthz` (process up) and
-//! `/readyz` (store reachable) on the admin listener.
+//! `/readyz` (store reachable) on the admin listener, open even when an admin token
+//! is configured (see [`router`]).
 //!
 //! Modules record through the `metrics` facade; names follow Prometheus conventions
 //! (`hookgate_…_total`, `…_seconds`) and labels are bounded (source and destination
@@ -137,6 +138,11 @@ fn describe() {
     );
 }
 
+/// The probes and `/metrics`. None of them needs the admin token: probes say only
+/// ok or ready, and Prometheus scrapers are configured per target, without the
+/// token; the metrics carry counts, configured source names and destination hosts,
+/// never webhook data or a secret. (Without a token, the admin listener's guard,
+/// `admin::guard`, still refuses browser requests to them.)
 pub fn router(store: Arc<dyn Store>) -> Router {
     Router::new()
         .route(

@@ -10,9 +10,11 @@
 //! `Arc<dyn Store>`. Both backends pass the same conformance suite
 //! (`tests/it/conformance.rs`).
 
+mod private;
 pub mod redis;
 pub mod sqlite;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +43,22 @@ pub enum StoreError {
     Invalid(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// The embedded store's directory is writable by others: files may have been
+    /// placed in it already, so hookgate neither uses it nor tightens it by itself.
+    #[error(
+        "store directory {} is writable by others (mode {mode:04o}); check what is in it, then chmod 700 it",
+        path.display()
+    )]
+    WorldWritable { path: PathBuf, mode: u32 },
+    /// A file or directory of the embedded store could not be created, inspected or
+    /// made private.
+    #[error("cannot {action} {}", path.display())]
+    File {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The life of an entry.

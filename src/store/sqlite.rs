@@ -31,6 +31,7 @@ use bytes::Bytes;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::private;
 use super::{
     Accepted, Attempt, AuditEvent, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page,
     Purged, SourceStats, Status, Store, StoreError, Transition, decode_headers, encode_headers,
@@ -188,8 +189,14 @@ impl SqliteStore {
     }
 
     fn open_blocking(dir: PathBuf, batch_max: usize) -> Result<SqliteStore, StoreError> {
-        std::fs::create_dir_all(&dir)?;
+        // Webhook bodies carry customer data: a private directory, private files (see
+        // `store::private`), settled before SQLite creates anything.
+        private::prepare_dir(&dir)?;
         let path = dir.join(DB_FILE);
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            private::tighten_file(&dir.join(format!("{DB_FILE}{suffix}")))?;
+        }
+        private::create_file(&path)?;
         let mut writer = open_conn(&path)?;
         migrate(&mut writer)?;
         writer.pragma_update(None, "synchronous", "NORMAL")?;

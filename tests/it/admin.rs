@@ -342,11 +342,16 @@ async fn wrong_or_missing_tokens_are_refused_and_change_nothing() {
         store.paused_sources().await.unwrap().is_empty(),
         "a refused request paused"
     );
-    // Probes and the document need no token.
-    for path in ["/healthz", "/readyz", "/admin/openapi.json"] {
+    // Probes and metrics need no token; the document does.
+    for path in ["/healthz", "/readyz", "/metrics"] {
         let r = c.get(format!("{}{path}", gw.admin)).send().await.unwrap();
         assert_eq!(r.status(), 200, "{path}");
     }
+    let doc = format!("{}/admin/openapi.json", gw.admin);
+    let r = c.get(&doc).send().await.unwrap();
+    assert_eq!(r.status(), 401, "the document without the token");
+    let r = c.get(&doc).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the document with the token");
     gw.stop().await;
 }
 
@@ -549,6 +554,41 @@ async fn the_server_and_its_openapi_document_agree() {
             errors.is_empty(),
             "{method} {path} ({st}) violates its schema: {errors:?}\n{v}"
         );
+    }
+
+    // The guard around the listener answers on every route: 403 without a token (see
+    // admin_guard.rs), 415 for a POST body that is not JSON.
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            assert!(
+                op["responses"]["403"].is_object(),
+                "{method} {path}: no 403"
+            );
+            if method == "post" {
+                assert!(
+                    op["responses"]["415"].is_object(),
+                    "{method} {path}: no 415"
+                );
+            }
+        }
+    }
+    for path in [
+        format!("/admin/entries/{other}/discard"),
+        "/admin/replay".to_string(),
+    ] {
+        let resp = http()
+            .post(format!("{}{path}", gw.admin))
+            .bearer_auth(TOKEN)
+            .header("content-type", "text/plain")
+            .body(r#"{"note": "n"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 415, "{path}");
+        let v: Value = resp.json().await.unwrap();
+        let schema = &doc["paths"]["/admin/replay"]["post"]["responses"]["415"]["content"]["application/json"]
+            ["schema"];
+        assert!(validator(&doc, schema).is_valid(&v), "{path}: {v}");
     }
     gw.stop().await;
 }

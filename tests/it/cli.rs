@@ -298,3 +298,77 @@ async fn the_cli_drives_a_running_gateway() {
     assert!(err.contains("cannot reach the admin API"), "{err}");
     gw.stop().await;
 }
+
+/// Without an admin token, the admin listener refuses browser requests; the CLI is
+/// not one: it sends a loopback Host, no Origin, and JSON bodies as JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_drives_a_gateway_without_an_admin_token() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(config(&h, "")).await;
+    // A pending entry: its destination refuses connections.
+    let body = event_body("stripe", "evt_cli_tokenless");
+    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+    let (st, v) = post_raw(&http(), &gw.ingest, "stripe", &body, &headers).await;
+    assert_eq!(st, 200, "{v}");
+    let id = v["id"].as_str().expect("entry id").to_string();
+    let port = gw
+        .admin
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .unwrap_or_default();
+    let localhost = format!("http://localhost:{port}");
+    let cli = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            run(&a, &[])
+        })
+    };
+    let args = |url: &str, rest: &[&str]| -> Vec<String> {
+        rest.iter()
+            .map(|s| s.to_string())
+            .chain(["--admin-url".to_string(), url.to_string()])
+            .collect()
+    };
+
+    for url in [gw.admin.as_str(), localhost.as_str()] {
+        let (code, out, err) = cli(args(url, &["entries", "list"])).await.unwrap();
+        assert_eq!(code, 0, "{url}: {err}");
+        assert!(out.contains(&id), "{url}: {out}");
+    }
+    let (code, out, err) = cli(args(&gw.admin, &["sources", "pause", "stripe"]))
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("paused"), "{out}");
+    // JSON bodies: a bulk replay and a discard.
+    let (code, out, err) = cli(args(&gw.admin, &["dlq", "replay", "--source", "stripe"]))
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("0 dead entries queued"), "{out}");
+    let (code, out, err) = cli(args(
+        &localhost,
+        &["entries", "discard", &id, "--note", "spam"],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("discarded"), "{out}");
+    let (code, out, err) = cli(args(&gw.admin, &["entries", "show", &id, "--json"]))
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["status"], "discarded", "{v}");
+    let (code, out, err) = cli(args(&gw.admin, &["sources", "list", "--json"]))
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let stripe = v
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["source"] == "stripe"))
+        .unwrap_or_else(|| panic!("no stripe in {v}"));
+    assert_eq!(stripe["paused"], true, "{v}");
+    gw.stop().await;
+}

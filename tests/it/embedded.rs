@@ -1,5 +1,5 @@
 //! Behaviour of the embedded store that the conformance suite cannot see: what it
-//! does to its files under steady load.
+//! does to its files under steady load, and their permissions.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hookgate::store::{Accepted, NewEntry};
 
-use crate::util::{Backend, StoreHandle};
+use crate::util::*;
 
 /// Writers that never let up must not grow the WAL without bound. SQLite restarts
 /// the WAL only when a write begins after every frame was checkpointed, which never
@@ -94,4 +94,157 @@ async fn the_wal_stays_bounded_under_steady_writes() {
         largest / (1024 * 1024)
     );
     store.close().await;
+}
+
+/// The mode bits of `path`.
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+fn set_mode(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+/// Every file in `dir` with its mode, by name.
+fn file_modes(dir: &std::path::Path) -> Vec<(String, u32)> {
+    let mut files: Vec<(String, u32)> = std::fs::read_dir(dir)
+        .expect("read the store directory")
+        .map(|e| {
+            let e = e.expect("directory entry");
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                mode(&e.path()),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Accept one stripe webhook through `gw`, so the database and its WAL hold it.
+async fn accept_one(ingest: &str, event: &str) {
+    let body = event_body("stripe", event);
+    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+    let (status, json) = post_raw(&http(), ingest, "stripe", &body, &headers).await;
+    assert_eq!(status, 200, "{json}");
+}
+
+/// Webhook bodies carry customer data: the store directory is 0700 and its files
+/// 0600 even under umask 000 (set in the child only: the umask is process-wide), and
+/// an older run's looser modes are tightened at start, with a log line for each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_files_are_private_whatever_the_umask() {
+    use std::os::unix::process::CommandExt as _;
+    let h = StoreHandle::new(Backend::Embedded);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg_path = dir.path().join("hookgate.toml");
+    std::fs::write(&cfg_path, format!("{}\n{}", h.toml(), sources_toml())).expect("config");
+    let data = h.dir.path().join("data");
+    let umask_000 = |cmd: &mut std::process::Command| {
+        // SAFETY: umask is async-signal-safe and touches no memory of ours.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0);
+                Ok(())
+            });
+        }
+    };
+
+    let mut gw = ChildGateway::spawn_with(&cfg_path, &[], &dir.path().join("log1"), umask_000);
+    accept_one(&gw.ingest, "evt_private_1").await;
+    // SIGKILL keeps the WAL and the shared-memory file in place (a clean stop removes
+    // them), so the restart below finds every kind of file an older run can leave.
+    gw.kill();
+    assert_eq!(mode(&data), 0o700, "the store directory");
+    let files = file_modes(&data);
+    let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["hookgate.db", "hookgate.db-shm", "hookgate.db-wal"],
+        "{files:?}"
+    );
+    for (name, m) in &files {
+        assert_eq!(*m, 0o600, "{name} is {m:04o}");
+    }
+
+    // What an older release left: a group-writable directory, readable files.
+    set_mode(&data, 0o775);
+    for (name, _) in &files {
+        set_mode(&data.join(name), 0o664);
+    }
+    let log = dir.path().join("log2");
+    let gw = ChildGateway::spawn_with(&cfg_path, &[], &log, umask_000);
+    accept_one(&gw.ingest, "evt_private_2").await;
+    assert_eq!(mode(&data), 0o700, "the store directory, tightened");
+    for (name, m) in file_modes(&data) {
+        assert_eq!(m, 0o600, "{name} is {m:04o} after the restart");
+    }
+    let text = std::fs::read_to_string(&log).expect("log");
+    for name in ["data", "hookgate.db", "hookgate.db-wal", "hookgate.db-shm"] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains("made it private") && l.contains(&format!("/{name} "))),
+            "no log line says {name} was tightened:\n{text}"
+        );
+    }
+}
+
+/// A store directory writable by others may already hold someone else's files:
+/// `hookgate serve` refuses it, naming the path and the mode, and creates nothing.
+#[test]
+fn a_world_writable_store_directory_is_refused() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let data = h.dir.path().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    set_mode(&data, 0o777);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg_path = dir.path().join("hookgate.toml");
+    std::fs::write(&cfg_path, format!("{}\n{}", h.toml(), sources_toml())).expect("config");
+
+    let mut child = std::process::Command::new(bin())
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg_path)
+        .env(
+            "HOOKGATE_SERVER__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env(
+            "HOOKGATE_ADMIN__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn hookgate");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hookgate serve kept running on a world-writable store directory");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    assert!(!status.success(), "exit status {status}: {stderr}");
+    let expected = format!(
+        "store directory {} is writable by others (mode 0777)",
+        data.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(stderr.contains("chmod 700"), "{stderr}");
+    assert!(file_modes(&data).is_empty(), "files were created in it");
+    assert_eq!(mode(&data), 0o777, "the directory was changed");
 }

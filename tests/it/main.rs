@@ -4,6 +4,7 @@
 mod util;
 
 mod admin;
+mod admin_guard;
 mod attack;
 mod cli;
 mod cluster;

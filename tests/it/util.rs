@@ -463,6 +463,16 @@ pub struct ChildGateway {
 
 impl ChildGateway {
     pub fn spawn(config_path: &Path, env: &[(&str, &str)], stderr_path: &Path) -> ChildGateway {
+        Self::spawn_with(config_path, env, stderr_path, |_| {})
+    }
+
+    /// As [`ChildGateway::spawn`], with a last say on the command (e.g. its umask).
+    pub fn spawn_with(
+        config_path: &Path,
+        env: &[(&str, &str)],
+        stderr_path: &Path,
+        customize: impl FnOnce(&mut Command),
+    ) -> ChildGateway {
         let ingest_port = free_port();
         let admin_port = free_port();
         let stderr = std::fs::File::create(stderr_path).unwrap();
@@ -480,6 +490,7 @@ impl ChildGateway {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        customize(&mut cmd);
         let child = cmd.spawn().expect("spawn hookgate");
         let gw = ChildGateway {
             child,
@@ -498,8 +509,10 @@ impl ChildGateway {
             if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ =
-                    s.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+                // A loopback Host: without an admin token, the listener refuses others.
+                let req =
+                    format!("GET /readyz HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+                let _ = s.write_all(req.as_bytes());
                 let mut buf = Vec::new();
                 let _ = s.read_to_end(&mut buf);
                 if buf.starts_with(b"HTTP/1.1 200") {

@@ -1,0 +1,284 @@
+//! The guard around the admin listener: without a token, what a browser sends for a
+//! web page (an `Origin`, a rebound `Host`) is refused and changes nothing; with or
+//! without one, a POST body must be JSON. Raw HTTP/1.1, so that every header is ours.
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::admin::{TOKEN, admin_config};
+use crate::forward::source;
+use crate::util::*;
+
+/// One exchange on a fresh connection: `head` is the request line and headers
+/// (without the blank line); answers the status and the JSON (or text) body.
+async fn raw(base: &str, head: &str, body: &str) -> (u16, Value) {
+    let addr = base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the admin listener");
+    let req = format!("{head}\r\nconnection: close\r\n\r\n{body}");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).await.expect("read");
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {answer:?}"));
+    let text = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let json = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
+    (status, json)
+}
+
+/// Whether `source` is paused, as the admin API reports it.
+async fn paused(base: &str, source: &str) -> bool {
+    let host = base.trim_start_matches("http://");
+    let (st, v) = raw(
+        base,
+        &format!("GET /admin/sources HTTP/1.1\r\nhost: {host}"),
+        "",
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    v.as_array()
+        .and_then(|a| a.iter().find(|s| s["source"] == source))
+        .map(|s| s["paused"] == true)
+        .unwrap_or_else(|| panic!("no source {source} in {v}"))
+}
+
+fn error_of(v: &Value) -> &str {
+    v["error"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_browser_requests_are_refused_and_change_nothing() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(config(&h, "")).await;
+    let base = gw.admin.as_str();
+    let host = base.trim_start_matches("http://").to_string();
+    let port = host.rsplit_once(':').map(|(_, p)| p.to_string()).unwrap();
+
+    // What a page's `fetch(…, {method: 'POST', mode: 'no-cors'})` sends: refused.
+    let (st, v) = raw(
+        base,
+        &format!(
+            "POST /admin/sources/stripe/pause HTTP/1.1\r\nhost: {host}\r\norigin: https://evil.example"
+        ),
+        "",
+    )
+    .await;
+    assert_eq!(st, 403, "{v}");
+    assert!(error_of(&v).contains("cross-site request refused"), "{v}");
+    assert!(error_of(&v).contains("admin token"), "{v}");
+    // What a page reaching the listener through a rebound DNS name sends: refused.
+    for h in ["evil.example", &format!("evil.example:{port}")] {
+        let (st, v) = raw(
+            base,
+            &format!("POST /admin/sources/stripe/pause HTTP/1.1\r\nhost: {h}"),
+            "",
+        )
+        .await;
+        assert_eq!(st, 403, "host {h}: {v}");
+        assert!(error_of(&v).contains("host not loopback"), "{v}");
+    }
+    assert!(!paused(base, "stripe").await, "a refused request paused");
+
+    // Every route of the listener, reads included.
+    for path in [
+        "/admin/entries",
+        "/metrics",
+        "/healthz",
+        "/readyz",
+        "/admin/openapi.json",
+    ] {
+        for extra in [
+            format!("host: evil.example:{port}"),
+            format!("host: {host}\r\norigin: null"),
+            format!("host: 127.0.0.1.nip.io:{port}"),
+            // No Host at all (HTTP/1.1 requires one).
+            String::new(),
+        ] {
+            let head = format!("GET {path} HTTP/1.1\r\n{extra}");
+            let (st, v) = raw(base, head.trim_end(), "").await;
+            assert_eq!(st, 403, "{head:?}: {v}");
+        }
+    }
+    // An absolute-form target names the host too.
+    let (st, v) = raw(
+        base,
+        &format!("GET http://evil.example:{port}/admin/entries HTTP/1.1\r\nhost: {host}"),
+        "",
+    )
+    .await;
+    assert_eq!(st, 403, "{v}");
+
+    // What the CLI, curl and probes send: answered, under every loopback spelling.
+    for h in [
+        host.clone(),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "127.0.0.1".to_string(),
+    ] {
+        for path in [
+            "/admin/entries",
+            "/metrics",
+            "/readyz",
+            "/admin/openapi.json",
+        ] {
+            let (st, v) = raw(base, &format!("GET {path} HTTP/1.1\r\nhost: {h}"), "").await;
+            assert_eq!(st, 200, "GET {path} with host {h}: {v}");
+        }
+    }
+    let (st, v) = raw(base, "GET /admin/entries HTTP/1.0", "").await;
+    assert_eq!(st, 200, "HTTP/1.0 needs no Host: {v}");
+
+    // A POST without a body needs no content type.
+    let (st, v) = raw(
+        base,
+        &format!("POST /admin/sources/stripe/pause HTTP/1.1\r\nhost: {host}"),
+        "",
+    )
+    .await;
+    assert_eq!((st, &v["paused"]), (200, &json!(true)), "{v}");
+    assert!(paused(base, "stripe").await);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_body_must_be_json() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(config(&h, "")).await;
+    let base = gw.admin.as_str();
+    let host = base.trim_start_matches("http://").to_string();
+    // A pending entry (its destination refuses connections) to discard.
+    let body = event_body("stripe", "evt_guard_json");
+    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+    let (st, v) = post_raw(&http(), &gw.ingest, "stripe", &body, &headers).await;
+    assert_eq!(st, 200, "{v}");
+    let id = v["id"].as_str().expect("entry id").to_string();
+    let status = || async {
+        let (st, v) = raw(
+            base,
+            &format!("GET /admin/entries/{id} HTTP/1.1\r\nhost: {host}"),
+            "",
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        v["status"].as_str().unwrap_or_default().to_string()
+    };
+
+    // What an HTML form or a no-cors fetch can send cross-site, and no type at all.
+    let note = r#"{"note":"spam"}"#;
+    for (content_type, framing) in [
+        (
+            "content-type: text/plain",
+            format!("content-length: {}", note.len()),
+        ),
+        (
+            "content-type: application/x-www-form-urlencoded",
+            format!("content-length: {}", note.len()),
+        ),
+        (
+            "content-type: multipart/form-data; boundary=x",
+            format!("content-length: {}", note.len()),
+        ),
+        (
+            "content-type: application/jsonx",
+            format!("content-length: {}", note.len()),
+        ),
+        ("x-none: 1", format!("content-length: {}", note.len())),
+    ] {
+        let (st, v) = raw(
+            base,
+            &format!(
+                "POST /admin/entries/{id}/discard HTTP/1.1\r\nhost: {host}\r\n{content_type}\r\n{framing}"
+            ),
+            note,
+        )
+        .await;
+        assert_eq!(st, 415, "{content_type}: {v}");
+        assert!(error_of(&v).contains("application/json"), "{v}");
+    }
+    // A chunked body counts as a body.
+    let chunked = format!("{:x}\r\n{note}\r\n0\r\n\r\n", note.len());
+    let (st, v) = raw(
+        base,
+        &format!(
+            "POST /admin/entries/{id}/discard HTTP/1.1\r\nhost: {host}\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked"
+        ),
+        &chunked,
+    )
+    .await;
+    assert_eq!(st, 415, "chunked: {v}");
+    // A body on a route that takes none is refused the same way, and changes nothing.
+    let (st, v) = raw(
+        base,
+        &format!(
+            "POST /admin/sources/stripe/pause HTTP/1.1\r\nhost: {host}\r\ncontent-type: text/plain\r\ncontent-length: 2"
+        ),
+        "{}",
+    )
+    .await;
+    assert_eq!(st, 415, "{v}");
+    assert!(!paused(base, "stripe").await, "a refused request paused");
+    assert_eq!(status().await, "pending", "a refused request discarded");
+
+    // JSON, with parameters and in any case, goes through.
+    let (st, v) = raw(
+        base,
+        &format!(
+            "POST /admin/entries/{id}/discard HTTP/1.1\r\nhost: {host}\r\ncontent-type: Application/JSON; charset=utf-8\r\ncontent-length: {}",
+            note.len()
+        ),
+        note,
+    )
+    .await;
+    assert_eq!((st, &v["status"]), (200, &json!("discarded")), "{v}");
+    assert_eq!(status().await, "discarded");
+    gw.stop().await;
+}
+
+/// With a token, the bearer token is what protects the API: requests from anywhere
+/// are answered once authenticated, and a POST body must still be JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_the_token_decides_and_bodies_are_still_json() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(admin_config(
+        &h,
+        "",
+        &source("a", "http://127.0.0.1:9/a", ""),
+    ))
+    .await;
+    let base = gw.admin.as_str();
+    let host = base.trim_start_matches("http://").to_string();
+    let auth = format!("authorization: Bearer {TOKEN}");
+    let (st, v) = raw(
+        base,
+        &format!(
+            "GET /admin/entries HTTP/1.1\r\nhost: admin.example\r\norigin: https://ops.example\r\n{auth}"
+        ),
+        "",
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = raw(
+        base,
+        &format!(
+            "POST /admin/replay HTTP/1.1\r\nhost: {host}\r\n{auth}\r\ncontent-type: text/plain\r\ncontent-length: 2"
+        ),
+        "{}",
+    )
+    .await;
+    assert_eq!(st, 415, "{v}");
+    let (st, v) = raw(
+        base,
+        &format!(
+            "POST /admin/replay HTTP/1.1\r\nhost: {host}\r\n{auth}\r\ncontent-type: application/json\r\ncontent-length: 2"
+        ),
+        "{}",
+    )
+    .await;
+    assert_eq!((st, &v["queued"]), (202, &json!(0)), "{v}");
+    gw.stop().await;
+}
