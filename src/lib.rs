@@ -7,7 +7,9 @@
 //!   engine ([`provider::verify`]) and its inverse, the signer ([`provider::sign`]).
 //! * [`store`]: the `Store` trait and its backends, [`store::sqlite`] (embedded, group
 //!   commit) and [`store::redis`] (one Lua script per accept).
-//! * [`ingest`]: `POST /ingest/{source}`: read, verify, dedupe + persist, answer.
+//! * [`ingest`]: `POST /ingest/{source}`: read (within [`ingest::body`]'s budget),
+//!   verify, dedupe + persist, answer; [`header_policy`]: which headers are kept and
+//!   passed on.
 //! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::retry`]
 //!   is the pure policy, [`forward::breaker`] the per-destination circuit breaker.
 //! * [`serve`]: the hyper accept loop with connection limits and graceful drain.

@@ -465,14 +465,33 @@ async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcom
 }
 
 /// The innermost error message (e.g. "Connection refused (os error 111)"). It never
-/// holds request data.
+/// holds request data, nor a URL's `user:password@` should an error quote its URL.
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
         cur = next;
     }
-    let text = cur.to_string();
+    let text = without_userinfo(&cur.to_string());
     text.chars().take(200).collect()
+}
+
+/// `text` with the userinfo of every URL in it removed.
+fn without_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace() || c == ')')
+            .unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(at) => rest = &tail[at + 1..],
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Deliver one claimed entry. `permit` is the destination slot: it is given back as
@@ -709,6 +728,19 @@ mod tests {
         let c = client(Duration::from_secs(1)).unwrap();
         let err = c.post("https://127.0.0.1:1/").send().await.unwrap_err();
         assert!(err.is_connect(), "{err}");
+    }
+
+    #[test]
+    fn error_texts_lose_url_userinfo() {
+        assert_eq!(
+            without_userinfo("error sending request for url (http://u:S3cretPW@h:81/x): boom"),
+            "error sending request for url (http://h:81/x): boom"
+        );
+        assert_eq!(
+            without_userinfo("Connection refused (os error 111)"),
+            "Connection refused (os error 111)"
+        );
+        assert_eq!(without_userinfo("a https://h/x@y b"), "a https://h/x@y b");
     }
 
     #[test]

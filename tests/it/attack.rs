@@ -375,6 +375,7 @@ async fn planted_secrets_never_come_out() {
     const GITLAB_TOKEN: &str = "glwt-PLANTED-9f1c";
     const AUTH: &str = "PLANTED-BEARER-77";
     const COOKIE: &str = "PLANTED-COOKIE-55";
+    const WHSEC: &str = "whsec_PLANTEDmistyped00";
     let h = StoreHandle::new(Backend::Embedded);
     let upstream = Upstream::ok().await;
     let closed = free_port();
@@ -518,10 +519,16 @@ base = "100ms"
     let mistyped = dir.path().join("mistyped.toml");
     std::fs::write(
         &mistyped,
-        config_text.replace(
-            "secret_env = \"PLANTED_GITLAB_TOKEN\"",
-            &format!("secrets = \"{GITLAB_TOKEN}\""),
-        ),
+        config_text
+            .replace(
+                "secret_env = \"PLANTED_GITLAB_TOKEN\"",
+                &format!("secrets = \"{GITLAB_TOKEN}\""),
+            )
+            // A Standard Webhooks secret given as a list where a string belongs.
+            .replace(
+                &format!("secret = \"{HMAC_SECRET}\""),
+                &format!("secret = \"{HMAC_SECRET}\"\ndestination_secret = [\"{WHSEC}\"]"),
+            ),
     )
     .unwrap();
     let check = std::process::Command::new(bin())
@@ -556,7 +563,7 @@ base = "100ms"
             .collect(),
     ));
     for (what, text) in &outputs {
-        for planted in [PASSWORD, GITLAB_TOKEN, AUTH, COOKIE] {
+        for planted in [PASSWORD, GITLAB_TOKEN, AUTH, COOKIE, WHSEC] {
             assert!(!text.contains(planted), "{what} contains {planted}");
         }
     }
