@@ -456,14 +456,7 @@ base = "100ms"
     let admin = gw.admin.clone();
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let e: serde_json::Value = c
-            .get(format!("{admin}/admin/entries/{leaky_id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let e = get_json(&c, &format!("{admin}/admin/entries/{leaky_id}")).await;
         if e["status"] == "dead" {
             break;
         }
@@ -472,14 +465,7 @@ base = "100ms"
     }
 
     let mut outputs: Vec<(String, String)> = Vec::new();
-    let metrics = c
-        .get(format!("{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = get_text(&c, &format!("{admin}/metrics")).await;
     assert!(
         metrics.contains(&format!("destination=\"http://127.0.0.1:{closed}\"")),
         "the breaker gauge names the destination by origin:\n{metrics}"
@@ -492,14 +478,7 @@ base = "100ms"
         "/admin/sources".to_string(),
         "/admin/stats".to_string(),
     ] {
-        let text = c
-            .get(format!("{admin}{path}"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = get_text(&c, &format!("{admin}{path}")).await;
         outputs.push((path, text));
     }
     let check = std::process::Command::new(bin())

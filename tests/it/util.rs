@@ -448,6 +448,23 @@ pub async fn post_raw(
     (status, json)
 }
 
+/// GET `url` and return its body as text.
+pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
+    client
+        .get(url)
+        .send()
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("body")
+}
+
+/// GET `url` and return its body as JSON.
+pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
+    serde_json::from_str(&get_text(client, url).await).expect("a JSON body")
+}
+
 /// The path of the hookgate binary built for these tests.
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_hookgate"))
