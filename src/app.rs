@@ -84,12 +84,23 @@ pub async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
     Ok(Listeners { ingest, admin })
 }
 
-/// Run the gateway until `shutdown` is cancelled; then drain and close the store.
+/// The store stopped for good while the gateway ran (the embedded store after a
+/// failed fsync): `serve` exits non-zero once it has drained.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the store stopped while serving (a failed fsync); restart hookgate to recover from what is on disk"
+)]
+pub struct StoreStopped;
+
+/// Run the gateway until `shutdown` is cancelled, or until the store stops for good
+/// (then the result is [`StoreStopped`]); then drain and close the store.
 pub async fn run(
     cfg: Config,
     listeners: Listeners,
-    shutdown: CancellationToken,
+    outer: CancellationToken,
 ) -> anyhow::Result<()> {
+    // Everything below stops on the caller's shutdown or on a stopped store.
+    let shutdown = outer.child_token();
     telemetry::install_metrics();
     let registry = registry(&cfg)?;
     let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
@@ -207,12 +218,37 @@ pub async fn run(
         store.clone(),
         shutdown.clone(),
     ));
+    let store_stopped = {
+        let mut stopped = store.stopped();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                if *stopped.borrow_and_update() {
+                    tracing::error!("the store stopped for good; draining, then exiting");
+                    shutdown.cancel();
+                    return true;
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return false,
+                    changed = stopped.changed() => if changed.is_err() {
+                        // The store can never stop: wait for the shutdown.
+                        shutdown.cancelled().await;
+                        return false;
+                    },
+                }
+            }
+        })
+    };
     let _ = ingest_task.await;
     let _ = flush_task.await;
     let _ = admin_task.await;
     let _ = forward_task.await;
     let _ = alerts_task.await;
+    let store_stopped = store_stopped.await.unwrap_or(false);
     store.close().await;
     tracing::info!("hookgate stopped");
+    if store_stopped {
+        return Err(StoreStopped.into());
+    }
     Ok(())
 }

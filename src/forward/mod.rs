@@ -17,7 +17,7 @@ pub mod request;
 pub mod retry;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{ForwarderConfig, RetentionConfig};
 use crate::header_policy::HeaderPolicy;
-use crate::store::{Attempt, Claim, Completion, Store};
+use crate::store::{Attempt, Claim, Completion, Control, Store};
 use breaker::{Breaker, Gate};
 use retry::{Next, Outcome, RetryPolicy};
 
@@ -103,6 +103,8 @@ struct Shared {
     /// This process's consumer name: unique per run.
     worker: String,
     paused: RwLock<HashSet<String>>,
+    /// The attempts in flight, by entry id: cancelled when the entry is discarded.
+    in_flight: Mutex<HashMap<String, CancellationToken>>,
     /// Cancelled when in-flight deliveries must give up (after the grace period).
     abort: CancellationToken,
     on_dead: Option<OnDead>,
@@ -131,6 +133,7 @@ pub async fn run(
         clock,
         worker,
         paused: RwLock::new(HashSet::new()),
+        in_flight: Mutex::new(HashMap::new()),
         abort: CancellationToken::new(),
         on_dead,
     });
@@ -153,12 +156,14 @@ pub async fn run(
         )));
     }
     let control = tokio::spawn(control_loop(shared.clone(), sources, shutdown.clone()));
+    let operator = tokio::spawn(operator_loop(shared.clone(), shutdown.clone()));
 
     shutdown.cancelled().await;
     for l in loops {
         let _ = l.await;
     }
     let _ = control.await;
+    let _ = operator.await;
     deliveries.close();
     if tokio::time::timeout(shared.cfg.shutdown_grace, deliveries.wait())
         .await
@@ -182,6 +187,45 @@ async fn refresh_paused(shared: &Shared) {
             }
         }
         Err(e) => tracing::warn!(error = %e, "cannot read paused sources"),
+    }
+}
+
+/// Applies pauses and discards made through this process the moment they happen: a
+/// paused source sends nothing more, and a discarded entry's attempt is cancelled.
+/// (Other processes sharing the store see a pause at their next `poll_interval`.)
+async fn operator_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut controls = shared.store.controls();
+    loop {
+        let control = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            c = controls.recv() => c,
+        };
+        match control {
+            Ok(Control::Paused { source, paused }) => {
+                if let Ok(mut p) = shared.paused.write() {
+                    if paused {
+                        p.insert(source);
+                    } else {
+                        p.remove(&source);
+                    }
+                }
+            }
+            Ok(Control::Discarded { id }) => {
+                if let Some(token) = shared
+                    .in_flight
+                    .lock()
+                    .ok()
+                    .and_then(|m| m.get(&id).cloned())
+                {
+                    token.cancel();
+                }
+            }
+            // Missed some: the pause state is read again; a missed discard's
+            // attempt runs to its end and is recorded against the discarded entry.
+            Err(RecvError::Lagged(_)) => refresh_paused(&shared).await,
+            Err(RecvError::Closed) => return,
+        }
     }
 }
 
@@ -341,28 +385,33 @@ async fn source_loop(
             limit = limit.min(allowed.saturating_sub(in_flight).max(1));
         }
         // Wait for a free slot before claiming, so nothing is claimed while the
-        // destination is saturated.
+        // destination is saturated; then take every other slot free right now. Only
+        // as many entries are claimed as can start at once: a claimed entry never
+        // waits for a slot, so its lease (longer than the delivery timeout) cannot run
+        // out before its attempt ends, however many sources share the destination.
         let first = tokio::select! {
             _ = shutdown.cancelled() => return,
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
         };
+        let limit = limit.min(route.concurrency.max(1));
+        let mut slots = vec![first];
+        while slots.len() < limit {
+            match permits.clone().try_acquire_owned() {
+                Ok(p) => slots.push(p),
+                Err(_) => break,
+            }
+        }
         // From here on, a granted probe that sends nothing must be handed back.
         let unused_probe = |route: &Route| {
             if probe {
                 route.breaker.release_probe((shared.clock)());
             }
         };
-        // Claim up to one round of the destination's concurrency ahead, not just the
-        // slots free right now: slots free up one at a time, and claiming one entry
-        // per store round trip would bound delivery by store latency. A claimed entry
-        // waits at most one delivery for its slot, well inside its lease (the lease is
-        // validated to be longer than the delivery timeout).
-        let limit = limit.min(route.concurrency.max(1));
         // The lease runs from now: read the clock after waiting for the permit.
         let now = (shared.clock)();
         let claims = match shared
             .store
-            .claim(&route.source, &shared.worker, now, limit, lease)
+            .claim(&route.source, &shared.worker, now, slots.len(), lease)
             .await
         {
             Ok(c) => {
@@ -375,7 +424,7 @@ async fn source_loop(
                 if store_errors == 1 || store_errors.is_multiple_of(60) {
                     tracing::warn!(source = %route.source, error = %e, "claim failed; retrying");
                 }
-                drop(first);
+                drop(slots);
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(poll) => {}
@@ -385,33 +434,13 @@ async fn source_loop(
         };
         if claims.is_empty() {
             unused_probe(&route);
-            drop(first);
+            drop(slots);
             idle(&mut signal, poll, &shutdown).await;
             continue;
         }
-        let mut first = Some(first);
-        let mut claims = claims.into_iter();
-        while let Some(claim) = claims.next() {
-            let permit = match first.take() {
-                Some(p) => p,
-                None => {
-                    let p = tokio::select! {
-                        _ = shutdown.cancelled() => None,
-                        p = permits.clone().acquire_owned() => p.ok(),
-                    };
-                    match p {
-                        Some(p) => p,
-                        None => {
-                            // Shutting down: give back what was claimed but not sent.
-                            let at = (shared.clock)();
-                            for c in std::iter::once(claim).chain(claims.by_ref()) {
-                                complete(&shared, &c, Completion::Release { at }).await;
-                            }
-                            return;
-                        }
-                    }
-                }
-            };
+        // One slot per claim (the store returns at most as many as asked); the
+        // slots left over go back at once.
+        for (claim, permit) in claims.into_iter().zip(slots.drain(..)) {
             let shared = shared.clone();
             let route = route.clone();
             deliveries.spawn(async move {
@@ -512,20 +541,59 @@ async fn deliver(
         complete(shared, &claim, Completion::Release { at: until }).await;
         return;
     }
+    // Paused since the claim (here or, seen at the last poll, elsewhere): give the
+    // entry back untouched; it is sent after the resume.
+    if is_paused(shared, &route.source) {
+        if probe {
+            route.breaker.release_probe(now);
+        }
+        complete(shared, &claim, Completion::Release { at: now }).await;
+        return;
+    }
+    let discarded = CancellationToken::new();
+    if let Ok(mut m) = shared.in_flight.lock() {
+        m.insert(entry.id.clone(), discarded.clone());
+    }
     let started = Instant::now();
     let outcome = tokio::select! {
-        o = send(route, &claim, attempt_no, now) => o,
+        o = send(route, &claim, attempt_no, now) => Some(o),
+        _ = discarded.cancelled() => None,
         _ = shared.abort.cancelled() => {
             if probe {
                 route.breaker.release_probe((shared.clock)());
             }
+            forget_in_flight(shared, &entry.id);
             complete(shared, &claim, Completion::Release { at: (shared.clock)() }).await;
             return;
         }
     };
+    forget_in_flight(shared, &entry.id);
     drop(permit);
     let elapsed = started.elapsed();
     let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    let Some(outcome) = outcome else {
+        // Discarded while it was being sent: the request is abandoned, the attempt
+        // recorded against the discarded entry (its status stays discarded).
+        if probe {
+            route.breaker.release_probe((shared.clock)());
+        }
+        tracing::info!(
+            source = %route.source,
+            entry_id = %entry.id,
+            attempt = attempt_no,
+            "delivery cancelled: the entry was discarded"
+        );
+        let attempt = Attempt {
+            n: attempt_no,
+            at: now,
+            status_code: None,
+            error: Some("cancelled: the entry was discarded".into()),
+            latency_ms,
+        };
+        let at = (shared.clock)();
+        complete(shared, &claim, Completion::Retry { attempt, at }).await;
+        return;
+    };
     let done_at = (shared.clock)();
     let result = match &outcome {
         Outcome::Status { code, .. } => match code {
@@ -556,7 +624,20 @@ async fn deliver(
     }
     let (status_code, error) = match &outcome {
         Outcome::Status { code, .. } => (Some(*code), None),
+        Outcome::Timeout => (
+            None,
+            Some(format!(
+                "timeout after {}",
+                humantime::format_duration(route.timeout)
+            )),
+        ),
         other => (None, Some(retry::describe(other))),
+    };
+    // What the log says went wrong: the error, or the HTTP status of a refusal.
+    let failure = match (&error, status_code) {
+        (Some(e), _) => Some(e.clone()),
+        (None, Some(code)) if !(200..300).contains(&code) => Some(format!("HTTP {code}")),
+        _ => None,
     };
     let attempt = Attempt {
         n: attempt_no,
@@ -607,17 +688,33 @@ async fn deliver(
             }
         }
     };
-    tracing::info!(
-        source = %route.source,
-        entry_id = %entry.id,
-        event_id = entry.event_id.as_deref().unwrap_or(""),
-        attempt = attempt_no,
-        status = status_code.map(i64::from).unwrap_or(0),
-        outcome = outcome_label,
-        latency_ms,
-        "delivery"
-    );
+    // One line per attempt: INFO when delivered, WARN when it failed and will be
+    // retried, ERROR when the entry is dead; a failure says what went wrong.
+    let failure = failure.as_deref().unwrap_or("");
+    match outcome_label {
+        "delivered" => tracing::info!(
+            source = %route.source, entry_id = %entry.id,
+            event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
+            status = status_code.unwrap_or(0), outcome = outcome_label, latency_ms, "delivery"
+        ),
+        "retry" => tracing::warn!(
+            source = %route.source, entry_id = %entry.id,
+            event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
+            error = failure, outcome = outcome_label, latency_ms, "delivery failed; retrying"
+        ),
+        _ => tracing::error!(
+            source = %route.source, entry_id = %entry.id,
+            event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
+            error = failure, outcome = outcome_label, latency_ms, "delivery failed; dead"
+        ),
+    }
     complete(shared, &claim, completion).await;
+}
+
+fn forget_in_flight(shared: &Shared, id: &str) {
+    if let Ok(mut m) = shared.in_flight.lock() {
+        m.remove(id);
+    }
 }
 
 /// Record a completion, retrying while the store is unreachable. If it never
@@ -635,7 +732,7 @@ async fn complete(shared: &Shared, claim: &Claim, completion: Completion) {
             Ok(false) => {
                 tracing::warn!(
                     entry_id = %claim.entry.id,
-                    "lease lost before completion (another worker holds the entry now)"
+                    "completion not applied: the lease expired and another worker holds the entry, or an operator discarded or replayed it"
                 );
                 return;
             }

@@ -41,6 +41,11 @@ pub enum StoreError {
     Corrupt { id: String, problem: String },
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The store stopped for good (the embedded store after a failed fsync).
+    #[error(
+        "the store stopped after a failed fsync; restart hookgate to recover from what is on disk"
+    )]
+    Stopped,
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
     /// The embedded store's directory is writable by others: files may have been
@@ -283,6 +288,35 @@ pub enum Completion {
     },
 }
 
+/// An operator's change, made through this process, that in-flight work must see at
+/// once (other processes sharing the store see it at their next poll).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// A source was paused or resumed.
+    Paused { source: String, paused: bool },
+    /// An entry was discarded.
+    Discarded { id: String },
+}
+
+/// The sending side of [`Store::controls`], held by each backend.
+#[derive(Debug, Clone)]
+pub(crate) struct Controls(tokio::sync::broadcast::Sender<Control>);
+
+impl Controls {
+    pub(crate) fn new() -> Controls {
+        Controls(tokio::sync::broadcast::channel(256).0)
+    }
+
+    pub(crate) fn send(&self, c: Control) {
+        // Nobody listening (no forwarder in this process) is fine.
+        let _ = self.0.send(c);
+    }
+
+    pub(crate) fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Control> {
+        self.0.subscribe()
+    }
+}
+
 /// What one retention pass removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Purged {
@@ -322,9 +356,11 @@ pub trait Store: Send + Sync + 'static {
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError>;
 
-    /// Record what happened to a claimed entry. Returns `false` when the lease had
-    /// been lost (expired and claimed by another worker): the attempt is recorded,
-    /// the entry's state is left to the new holder.
+    /// Record what happened to a claimed entry. Returns `true` when the claim still
+    /// held the lease and the completion was applied. Otherwise (`false`) nothing the
+    /// current holder relies on changes: a lease that expired and was claimed again
+    /// stays the new holder's (nothing is recorded), and an entry discarded while its
+    /// attempt ran records the attempt and stays discarded.
     async fn complete(
         &self,
         claim: &Claim,
@@ -352,6 +388,11 @@ pub trait Store: Send + Sync + 'static {
     /// A counter that moves whenever this process stores new work; the forwarder
     /// waits on it instead of polling hard.
     fn work_signal(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Pauses, resumes and discards made through this process, as they happen: the
+    /// forwarder stops sending to a paused source and cancels the attempt of a
+    /// discarded entry at once.
+    fn controls(&self) -> tokio::sync::broadcast::Receiver<Control>;
 
     /// Periodic backend housekeeping (Redis: detect a Redis that came back empty,
     /// recreate consumer groups).
@@ -389,8 +430,16 @@ pub trait Store: Send + Sync + 'static {
     /// previous run of this process left leased (embedded store only).
     async fn recover(&self) -> Result<(), StoreError>;
 
-    /// Whether the store answers (for `/readyz`).
+    /// Whether the store answers, reads and writes (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Becomes `true` when the store has stopped for good (the embedded store after a
+    /// failed fsync). The serving process then drains what it can and exits
+    /// non-zero; a restart recovers from what is on disk. Stores that never stop
+    /// answer a receiver that stays `false`.
+    fn stopped(&self) -> tokio::sync::watch::Receiver<bool> {
+        tokio::sync::watch::channel(false).1
+    }
 
     /// Flush and release resources; called once on shutdown.
     async fn close(&self);

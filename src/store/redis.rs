@@ -248,12 +248,29 @@ return redis.call('HGETALL', KEYS[1])
 /// KEYS: entry, work, sched, attempts, st:pending, st:<new>, done zset, dlq.
 /// ARGV: msg id, group, new status, next_at, attempt JSON, last_error, now, entry id,
 /// reason, lease token.
-/// Only the holder of the current lease completes; anything else returns 0 and
-/// changes nothing (so a retried call after a lost reply is harmless).
+/// Only the holder of the current lease completes (returns 1). Anything else returns
+/// 0 and changes nothing the current holder relies on (so a retried call after a lost
+/// reply is harmless): a message claimed again by another worker after this lease
+/// expired stays in its pending list, so that it is reclaimed should that worker die
+/// too. A message that no longer stands for work (the entry ended, or a replay gave
+/// it a newer message) is acknowledged and deleted, so the stream never leaks it;
+/// an attempt that ran while the entry was discarded is recorded, and the status
+/// stays discarded.
 const COMPLETE: &str = r#"
-local st = redis.call('HMGET', KEYS[1], 'status', 'lease')
+local st = redis.call('HMGET', KEYS[1], 'status', 'lease', 'msg')
 if st[1] ~= 'pending' or st[2] ~= ARGV[10] then
+  if st[1] == 'pending' and st[3] == ARGV[1] then
+    return 0
+  end
   redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+  redis.call('XDEL', KEYS[2], ARGV[1])
+  if st[1] == 'discarded' and st[2] == ARGV[10] then
+    redis.call('HSET', KEYS[1], 'lease', '')
+    if ARGV[5] ~= '' then
+      redis.call('RPUSH', KEYS[4], ARGV[5])
+      redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+    end
+  end
   return 0
 end
 redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
@@ -312,8 +329,8 @@ if action == 'replay' then
   redis.call('ZREM', KEYS[8], ARGV[2])
   redis.call('ZADD', KEYS[6], ARGV[3], ARGV[2])
 else
-  redis.call('HSET', KEYS[1], 'status', 'discarded', 'next_attempt_at', '', 'updated_at', ARGV[4],
-    'lease', '', 'msg', '')
+  -- The lease stays: a worker delivering it right now records its attempt (COMPLETE).
+  redis.call('HSET', KEYS[1], 'status', 'discarded', 'next_attempt_at', '', 'updated_at', ARGV[4])
   redis.call('ZADD', KEYS[5], 0, ARGV[2])
   redis.call('ZREM', KEYS[6], ARGV[2])
   redis.call('ZADD', KEYS[8], ARGV[4], ARGV[2])
@@ -397,6 +414,8 @@ pub struct RedisStore {
     epoch: Mutex<String>,
     work_tx: Arc<tokio::sync::watch::Sender<u64>>,
     work_rx: tokio::sync::watch::Receiver<u64>,
+    /// Pauses and discards made through this store.
+    controls: super::Controls,
 }
 
 impl RedisStore {
@@ -451,6 +470,7 @@ impl RedisStore {
             epoch: Mutex::new(String::new()),
             work_tx: Arc::new(work_tx),
             work_rx,
+            controls: super::Controls::new(),
         };
         store.check_persistence().await;
         store.check_epoch().await?;
@@ -1093,10 +1113,15 @@ impl Store for RedisStore {
         let mut c = self.conn();
         let key = format!("{}:paused", self.prefix);
         if paused {
-            self.timed(c.sadd::<_, _, ()>(key, source)).await
+            self.timed(c.sadd::<_, _, ()>(key, source)).await?;
         } else {
-            self.timed(c.srem::<_, _, ()>(key, source)).await
+            self.timed(c.srem::<_, _, ()>(key, source)).await?;
         }
+        self.controls.send(super::Control::Paused {
+            source: source.to_string(),
+            paused,
+        });
+        Ok(())
     }
 
     async fn paused_sources(&self) -> Result<Vec<String>, StoreError> {
@@ -1118,6 +1143,13 @@ impl Store for RedisStore {
     ) -> Result<Vec<Claim>, StoreError> {
         let limit = limit.max(1);
         let mut c = self.conn();
+        // A paused source yields nothing, whichever process paused it.
+        let paused: bool = self
+            .timed(c.sismember(format!("{}:paused", self.prefix), source))
+            .await?;
+        if paused {
+            return Ok(Vec::new());
+        }
         let mut inv = self.promote.prepare_invoke();
         inv.key(self.key(source, "sched"))
             .key(self.key(source, "work"))
@@ -1297,6 +1329,10 @@ impl Store for RedisStore {
         self.work_rx.clone()
     }
 
+    fn controls(&self) -> tokio::sync::broadcast::Receiver<super::Control> {
+        self.controls.subscribe()
+    }
+
     async fn maintain(&self, sources: &[String]) -> Result<(), StoreError> {
         self.check_epoch().await?;
         for s in sources {
@@ -1341,7 +1377,12 @@ impl Store for RedisStore {
             actor: actor.to_string(),
             note: Some(note.to_string()),
         };
-        self.transition(id, "discard", now, now, &audit).await
+        let t = self.transition(id, "discard", now, now, &audit).await?;
+        if t == Transition::Done {
+            self.controls
+                .send(super::Control::Discarded { id: id.to_string() });
+        }
+        Ok(t)
     }
 
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {

@@ -15,8 +15,14 @@
 //! then answers. The writer goes on with the next batch while the disk flushes, and
 //! one fsync covers every batch committed in the meantime. The durability is that of
 //! `synchronous=FULL`: nobody hears "stored" before the WAL frames of their commit are
-//! on disk (SQLite recovers committed WAL frames at open). If the fsync fails, every
-//! answer waiting on it is a failure (503), and the provider's retry is deduped.
+//! on disk (SQLite recovers committed WAL frames at open). If an fsync fails, the
+//! store stops for good (fail-stop, as PostgreSQL does since "fsyncgate"): after a
+//! failed fsync the kernel may have dropped the dirty pages and a later fsync can
+//! succeed without them, so nothing on disk can be trusted to hold what was
+//! committed. Every answer waiting on it, and every write after it, is a failure
+//! (503: never a `duplicate` for a row that may not be on disk), `/readyz` answers
+//! 503, and `serve` drains and exits non-zero; a restart recovers from what is on
+//! disk.
 //! Checkpoints run on a third thread, off the commit path.
 //!
 //! Reads use a separate connection (WAL lets them run beside the writer) on the
@@ -136,7 +142,21 @@ pub struct SqliteStore {
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Bumped after a commit that stored new entries.
     work: watch::Receiver<u64>,
+    /// Pauses and discards made through this store.
+    controls: super::Controls,
+    /// Set (once, for good) when an fsync failed.
+    stopped: watch::Receiver<bool>,
 }
+
+/// How long `/readyz` waits for the writer thread to answer.
+const PING_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Fault injection for tests: `HOOKGATE_FAULT_FSYNC_AFTER=n` makes every WAL fsync
+/// after the n-th fail, as a failing disk would. Read once when the store opens.
+const FAULT_FSYNC_AFTER: &str = "HOOKGATE_FAULT_FSYNC_AFTER";
+
+/// Why every write fails once the store stopped.
+const STOPPED: &str = "the embedded store stopped after a failed fsync; restart hookgate to recover from what is on disk";
 
 fn open_conn(path: &PathBuf) -> Result<Connection, rusqlite::Error> {
     let conn = Connection::open_with_flags(
@@ -209,6 +229,10 @@ impl SqliteStore {
         let reader = open_conn(&path)?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (work_tx, work_rx) = watch::channel(0u64);
+        let (stopped_tx, stopped_rx) = watch::channel(false);
+        let fault_after = std::env::var(FAULT_FSYNC_AFTER)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok());
         let shared = Arc::new(Checkpointing::default());
         let checkpoint_conn = open_conn(&path)?;
         let writeback = Writeback::open(&path)?;
@@ -219,7 +243,13 @@ impl SqliteStore {
         let handle = std::thread::Builder::new()
             .name("hookgate-sqlite-writer".into())
             .spawn(move || {
-                writer_loop(writer, wal, rx, batch_max, work_tx, &shared);
+                let sync = Syncing {
+                    wal,
+                    work: work_tx,
+                    stopped: stopped_tx,
+                    fault_after,
+                };
+                writer_loop(writer, sync, rx, batch_max, &shared);
                 shared.stop.store(true, std::sync::atomic::Ordering::SeqCst);
             })?;
         Ok(SqliteStore {
@@ -227,6 +257,8 @@ impl SqliteStore {
             reader: Arc::new(Mutex::new(reader)),
             writer: Mutex::new(Some(handle)),
             work: work_rx,
+            controls: super::Controls::new(),
+            stopped: stopped_rx,
         })
     }
 
@@ -530,16 +562,16 @@ struct Committed {
 /// was in flight.
 fn writer_loop(
     mut conn: Connection,
-    wal: std::fs::File,
+    sync: Syncing,
     mut rx: mpsc::Receiver<Op>,
     batch_max: usize,
-    work: watch::Sender<u64>,
     checkpointing: &Checkpointing,
 ) {
     let (sync_tx, sync_rx) = std::sync::mpsc::channel::<Committed>();
+    let stopped = sync.stopped.subscribe();
     let syncer = std::thread::Builder::new()
         .name("hookgate-sqlite-sync".into())
-        .spawn(move || syncer(wal, sync_rx, work));
+        .spawn(move || syncer(sync, sync_rx));
     let mut batch = Vec::with_capacity(batch_max);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
@@ -548,6 +580,13 @@ fn writer_loop(
                 Ok(op) => batch.push(op),
                 Err(_) => break,
             }
+        }
+        if *stopped.borrow() {
+            // Fail-stop: nothing more is written after a failed fsync.
+            for op in batch.drain(..) {
+                (op.finish)(Err(STOPPED.into()));
+            }
+            continue;
         }
         let notify = batch.iter().any(|op| op.notify);
         let durable: Vec<bool> = batch.iter().map(|op| op.durable).collect();
@@ -578,9 +617,23 @@ fn writer_loop(
     tracing::debug!("sqlite writer stopped");
 }
 
+/// What the syncer thread owns.
+struct Syncing {
+    /// Our own handle on the WAL file.
+    wal: std::fs::File,
+    /// Bumped after an fsync that made new work durable (wakes the forwarder).
+    work: watch::Sender<u64>,
+    /// Set for good when an fsync fails.
+    stopped: watch::Sender<bool>,
+    /// Fault injection: fsyncs after this many fail (see [`FAULT_FSYNC_AFTER`]).
+    fault_after: Option<u64>,
+}
+
 /// fsync the WAL for every committed batch (coalescing what queued up meanwhile),
-/// then answer: a 2xx only ever follows a successful fsync.
-fn syncer(wal: std::fs::File, rx: std::sync::mpsc::Receiver<Committed>, work: watch::Sender<u64>) {
+/// then answer: a 2xx only ever follows a successful fsync. After a failed fsync,
+/// every answer is a failure and the store is stopped (see the module docs).
+fn syncer(sync: Syncing, rx: std::sync::mpsc::Receiver<Committed>) {
+    let mut fsyncs = 0u64;
     while let Ok(first) = rx.recv() {
         let mut pending = vec![first];
         while let Ok(more) = rx.try_recv() {
@@ -589,9 +642,21 @@ fn syncer(wal: std::fs::File, rx: std::sync::mpsc::Receiver<Committed>, work: wa
         let needs_sync = pending
             .iter()
             .any(|c| c.answers.iter().any(|(_, r)| r.is_ok()));
-        let synced = if needs_sync {
-            wal.sync_data().map_err(|e| {
-                tracing::error!(error = %e, "sqlite: fsync of the WAL failed; the batch is answered 503");
+        let synced: Result<(), String> = if *sync.stopped.borrow() {
+            Err(STOPPED.into())
+        } else if needs_sync {
+            fsyncs += 1;
+            let result = match sync.fault_after {
+                Some(n) if fsyncs > n => Err(std::io::Error::other("injected fsync failure")),
+                _ => sync.wal.sync_data(),
+            };
+            result.map_err(|e| {
+                tracing::error!(
+                    error = %e,
+                    "sqlite: fsync of the WAL failed; the store stops: every write now answers 503, \
+                     and hookgate exits once it has drained (a restart recovers from the disk)"
+                );
+                sync.stopped.send_replace(true);
                 format!("fsync failed: {e}")
             })
         } else {
@@ -608,7 +673,7 @@ fn syncer(wal: std::fs::File, rx: std::sync::mpsc::Receiver<Committed>, work: wa
             }
         }
         if notify {
-            work.send_modify(|n| *n = n.wrapping_add(1));
+            sync.work.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 }
@@ -826,6 +891,21 @@ fn apply_complete(
     {
         insert_attempt(conn, id, a)?;
     }
+    if changed == 0 {
+        // Discarded while this attempt ran (discard keeps the lease): the attempt is
+        // recorded, the status stays discarded.
+        let ran = conn
+            .prepare_cached(
+                "UPDATE entries SET attempts = attempts + ?1, lease_owner = NULL, lease_until = NULL
+                 WHERE id = ?2 AND lease_owner = ?3 AND status = 'discarded'",
+            )?
+            .execute(params![i64::from(attempt.is_some()), id, token])?;
+        if ran == 1
+            && let Some(a) = attempt
+        {
+            insert_attempt(conn, id, a)?;
+        }
+    }
     Ok(changed == 1)
 }
 
@@ -917,16 +997,21 @@ impl Store for SqliteStore {
     }
 
     async fn set_paused(&self, source: &str, paused: bool) -> Result<(), StoreError> {
-        let source = source.to_string();
+        let name = source.to_string();
         self.write(false, move |conn, _| {
             conn.prepare_cached(
                 "INSERT INTO sources (name, paused) VALUES (?1, ?2)
                  ON CONFLICT(name) DO UPDATE SET paused = excluded.paused",
             )?
-            .execute(params![source, paused])?;
+            .execute(params![name, paused])?;
             Ok(())
         })
-        .await
+        .await?;
+        self.controls.send(super::Control::Paused {
+            source: source.to_string(),
+            paused,
+        });
+        Ok(())
     }
 
     async fn paused_sources(&self) -> Result<Vec<String>, StoreError> {
@@ -1077,6 +1162,10 @@ impl Store for SqliteStore {
         self.work.clone()
     }
 
+    fn controls(&self) -> tokio::sync::broadcast::Receiver<super::Control> {
+        self.controls.subscribe()
+    }
+
     async fn maintain(&self, _sources: &[String]) -> Result<(), StoreError> {
         Ok(())
     }
@@ -1124,10 +1213,11 @@ impl Store for SqliteStore {
         note: &str,
         now: i64,
     ) -> Result<Transition, StoreError> {
-        let id = id.to_string();
+        let entry_id = id.to_string();
         let actor = actor.to_string();
         let note = note.to_string();
-        self.write(false, move |conn, _| {
+        let t = self.write(false, move |conn, _| {
+            let id = &entry_id;
             let status: Option<String> = conn
                 .prepare_cached("SELECT status FROM entries WHERE id = ?1")?
                 .query_row(params![id], |r| r.get(0))
@@ -1138,9 +1228,9 @@ impl Store for SqliteStore {
             if !matches!(status, Status::Pending | Status::Dead) {
                 return Ok(Transition::Conflict(status));
             }
+            // The lease stays: a worker delivering it right now records its attempt.
             conn.prepare_cached(
-                "UPDATE entries SET status = 'discarded', next_attempt_at = NULL,
-                     lease_owner = NULL, lease_until = NULL, updated_at = ?2
+                "UPDATE entries SET status = 'discarded', next_attempt_at = NULL, updated_at = ?2
                  WHERE id = ?1",
             )?
             .execute(params![id, now])?;
@@ -1150,7 +1240,12 @@ impl Store for SqliteStore {
             .execute(params![id, now, actor, note])?;
             Ok(Transition::Done)
         })
-        .await
+        .await?;
+        if t == Transition::Done {
+            self.controls
+                .send(super::Control::Discarded { id: id.to_string() });
+        }
+        Ok(t)
     }
 
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
@@ -1261,11 +1356,22 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        if *self.stopped.borrow() {
+            return Err(StoreError::Stopped);
+        }
         self.read(|conn| {
             conn.query_row("SELECT 1", [], |_| Ok(()))?;
             Ok(())
         })
-        .await
+        .await?;
+        // The writer thread answers too (a no-op through its queue).
+        tokio::time::timeout(PING_WRITE_TIMEOUT, self.write_fast(false, |_, _| Ok(())))
+            .await
+            .map_err(|_| StoreError::Timeout(PING_WRITE_TIMEOUT))?
+    }
+
+    fn stopped(&self) -> watch::Receiver<bool> {
+        self.stopped.clone()
     }
 
     async fn close(&self) {
