@@ -27,6 +27,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{ForwarderConfig, RetentionConfig};
 use crate::header_policy::HeaderPolicy;
 use crate::store::{Attempt, Claim, Completion, Store};
+use crate::telemetry::{DeliveryOutcome, DeliveryResult};
 use breaker::{Breaker, Gate};
 use retry::{Next, Outcome, RetryPolicy};
 
@@ -527,18 +528,7 @@ async fn deliver(
     let elapsed = started.elapsed();
     let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let done_at = (shared.clock)();
-    let result = match &outcome {
-        Outcome::Status { code, .. } => match code {
-            200..=299 => "2xx",
-            300..=399 => "3xx",
-            400..=499 => "4xx",
-            500..=599 => "5xx",
-            _ => "other",
-        },
-        Outcome::Timeout => "timeout",
-        Outcome::Connect(_) => "connect",
-        Outcome::Io(_) => "io",
-    };
+    let result = DeliveryResult::of(&outcome).label();
     metrics::counter!("hookgate_delivery_attempts_total", "source" => route.source.clone(), "result" => result)
         .increment(1);
     metrics::histogram!("hookgate_delivery_seconds", "source" => route.source.clone())
@@ -573,11 +563,7 @@ async fn deliver(
         done_at,
         fastrand::f64(),
     );
-    let outcome_label = match &next {
-        Next::Delivered => "delivered",
-        Next::RetryAt(_) => "retry",
-        Next::Dead(_) => "dead",
-    };
+    let outcome_label = DeliveryOutcome::of(&next).label();
     metrics::counter!("hookgate_deliveries_total", "source" => route.source.clone(), "outcome" => outcome_label)
         .increment(1);
     if matches!(next, Next::RetryAt(_)) {

@@ -15,6 +15,7 @@ mod forward;
 mod hostile;
 mod ingest;
 mod logs;
+mod observe;
 mod operate;
 mod providers;
 mod redis_store;
