@@ -5,6 +5,7 @@ mod util;
 
 mod admin;
 mod admin_guard;
+mod admin_reads;
 mod attack;
 mod cli;
 mod cluster;
