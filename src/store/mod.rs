@@ -50,6 +50,18 @@ pub enum StoreError {
         path.display()
     )]
     WorldWritable { path: PathBuf, mode: u32 },
+    /// Redis may evict keys (its `maxmemory-policy` is not `noeviction`): an evicted
+    /// dedupe key lets a webhook through twice, an evicted entry loses one that was
+    /// acknowledged. Refused at open; `ping` fails with it while it lasts.
+    #[error(
+        "redis{} runs with maxmemory-policy {policy}: under memory pressure it evicts dedupe keys (a webhook delivered twice) or acknowledged entries (a webhook lost); run it with maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf as deploy/redis.conf does)",
+        .node.as_deref().map(|n| format!(" at {n}")).unwrap_or_default()
+    )]
+    Evicting {
+        /// `host:port` of the cluster node; `None` for a single Redis.
+        node: Option<String>,
+        policy: String,
+    },
     /// A file or directory of the embedded store could not be created, inspected or
     /// made private.
     #[error("cannot {action} {}", path.display())]

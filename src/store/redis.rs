@@ -55,6 +55,8 @@
 //! connection reconnects by itself when Redis comes back. redis crate types never
 //! leave this file.
 
+mod preconditions;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -437,6 +439,8 @@ pub struct RedisStore {
     purge: redis::Script,
     transition: redis::Script,
     listed: redis::Script,
+    /// `maxmemory-policy` and AOF, as last checked (see `preconditions`).
+    preconditions: preconditions::Preconditions,
     /// The `hg:epoch` value this process saw last.
     epoch: Mutex<String>,
     work_tx: Arc<tokio::sync::watch::Sender<u64>>,
@@ -493,11 +497,14 @@ impl RedisStore {
             purge: redis::Script::new(PURGE),
             transition: redis::Script::new(TRANSITION),
             listed: redis::Script::new(LISTED),
+            preconditions: preconditions::Preconditions::default(),
             epoch: Mutex::new(String::new()),
             work_tx: Arc::new(work_tx),
             work_rx,
         };
-        store.check_persistence().await;
+        store
+            .check_preconditions(preconditions::Phase::Open)
+            .await?;
         store.check_epoch().await?;
         store.drop_legacy_index().await;
         Ok(store)
@@ -526,29 +533,11 @@ impl RedisStore {
         }
     }
 
-    /// Warn when Redis is not configured to make acknowledged writes durable.
-    async fn check_persistence(&self) {
-        let mut c = self.conn();
-        let got: Result<HashMap<String, String>, _> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("append*")
-            .query_async(&mut c)
-            .await;
-        match got {
-            Ok(map) => {
-                let aof = map.get("appendonly").map(String::as_str);
-                let fsync = map.get("appendfsync").map(String::as_str);
-                if aof != Some("yes") || fsync != Some("always") {
-                    tracing::warn!(
-                        appendonly = aof.unwrap_or("?"),
-                        appendfsync = fsync.unwrap_or("?"),
-                        "redis is not running with appendonly yes + appendfsync always: \
-                         a 2xx does not guarantee the entry survives a Redis crash"
-                    );
-                }
-            }
-            Err(e) => tracing::info!(error = %e, "cannot read the redis persistence settings"),
-        }
+    /// Check `maxmemory-policy` and AOF on every master (see `preconditions`).
+    async fn check_preconditions(&self, phase: preconditions::Phase) -> Result<(), StoreError> {
+        self.preconditions
+            .check(&self.conn(), self.timeout, phase)
+            .await
     }
 
     /// Detect a Redis that lost its data: `hg:epoch` vanished or changed.
@@ -1499,6 +1488,8 @@ impl Store for RedisStore {
     }
 
     async fn maintain(&self, sources: &[String]) -> Result<(), StoreError> {
+        self.check_preconditions(preconditions::Phase::Maintenance)
+            .await?;
         self.check_epoch().await?;
         for s in sources {
             self.ensure_group(s).await?;
@@ -1610,6 +1601,8 @@ impl Store for RedisStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        // Not ready while Redis may evict keys (see `preconditions`).
+        self.preconditions.ensure()?;
         let mut c = self.conn();
         let _: String = self.timed(redis::cmd("PING").query_async(&mut c)).await?;
         Ok(())

@@ -19,5 +19,6 @@ mod logs;
 mod observe;
 mod operate;
 mod providers;
+mod redis_preconditions;
 mod redis_store;
 mod upstream;
