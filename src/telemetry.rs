@@ -25,7 +25,7 @@ use tracing_subscriber::EnvFilter;
 use crate::config::LogFormat;
 use crate::forward::retry::{Next, Outcome};
 use crate::provider::VerifyError;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// Install the global subscriber. `RUST_LOG` filters (default `info`).
 pub fn init(format: LogFormat) {
@@ -362,10 +362,15 @@ async fn readyz(State(store): State<Arc<dyn Store>>) -> impl IntoResponse {
     match store.ping().await {
         Ok(()) => (StatusCode::OK, Json(serde_json::json!({"status": "ready"}))),
         Err(e) => {
-            tracing::warn!(error = %e, "readyz: store unreachable");
+            tracing::warn!(error = %e, "readyz: store not ready");
+            let status = match e {
+                // Reachable, but it may evict keys: the operator's fix is in the log.
+                StoreError::Evicting { .. } => "store may evict keys",
+                _ => "store unreachable",
+            };
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(serde_json::json!({"status": "store unreachable"})),
+                Json(serde_json::json!({ "status": status })),
             )
         }
     }

@@ -153,6 +153,8 @@ async fn an_eviction_policy_set_at_runtime_makes_readyz_503_until_set_back() {
         "OK"
     );
     wait_ready_status(&client, &gw.admin, 503).await;
+    let answer = get_json(&client, &format!("{}/readyz", gw.admin)).await;
+    assert_eq!(answer["status"], "store may evict keys");
     // Still accepting meanwhile: only readiness says something is wrong.
     let body = event_body("stripe", "evt_evicting");
     let (status, json) = post_signed(&client, &gw, "stripe", &body, "evt_evicting").await;
