@@ -37,7 +37,8 @@ use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
 use crate::store::{
-    Attempt, AuditEvent, Entry, ListQuery, MAX_PAGE, Status, Store, StoreError, Transition, now_ms,
+    Attempt, AuditEvent, ListQuery, ListedEntry, MAX_PAGE, Status, Store, StoreError, Transition,
+    now_ms,
 };
 
 /// The OpenAPI document of this API (kept in the repository, served as is).
@@ -467,7 +468,7 @@ fn parse_status(v: &str) -> Result<Status, AdminError> {
     })
 }
 
-fn summary(e: &Entry) -> EntrySummary {
+fn summary(e: &ListedEntry) -> EntrySummary {
     EntrySummary {
         id: e.id.clone(),
         source: e.source.clone(),
@@ -593,7 +594,7 @@ async fn show_entry(
         Err(_) => ("base64".to_string(), B64.encode(&e.body)),
     };
     Ok(Json(EntryDetail {
-        summary: summary(&e),
+        summary: summary(&e.listed()),
         headers,
         body_encoding,
         body,
@@ -742,10 +743,11 @@ async fn bulk_replay(
         cursor: None,
     };
     // Collect first, then queue: replayed entries leave the status being listed.
+    // Ids only: a bulk replay never reads an entry it does not need.
     let mut ids = Vec::new();
     loop {
-        let page = st.store.list(&query).await?;
-        ids.extend(page.entries.into_iter().map(|e| e.id));
+        let page = st.store.list_ids(&query).await?;
+        ids.extend(page.ids);
         match page.next_cursor {
             Some(c) if ids.len() < BULK_REPLAY_MAX => query.cursor = Some(c),
             _ => break,

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AlertsConfig;
+use crate::telemetry::AlertResult;
 
 /// Reasons kept per source and interval.
 const MAX_REASONS: usize = 5;
@@ -113,12 +114,12 @@ pub async fn run(alerts: Arc<Alerts>, cfg: AlertsConfig, shutdown: CancellationT
                     dead = batch.count,
                     "alert webhook failed; will retry next interval"
                 );
-                metrics::counter!("hookgate_alerts_sent_total", "result" => "failed").increment(1);
+                metrics::counter!("hookgate_alerts_sent_total", "result" => AlertResult::Failed.label()).increment(1);
                 if !stop {
                     alerts.put_back(source, batch);
                 }
             } else {
-                metrics::counter!("hookgate_alerts_sent_total", "result" => "sent").increment(1);
+                metrics::counter!("hookgate_alerts_sent_total", "result" => AlertResult::Sent.label()).increment(1);
             }
         }
         if stop {

@@ -73,6 +73,20 @@ pub fn build_sources(
         .collect()
 }
 
+/// Every metric family with a zero series per configured source and destination, so
+/// that the first scrape lists them all (see [`telemetry::register_families`]).
+fn register_metric_families(cfg: &Config) {
+    let sources: Vec<String> = cfg.sources.iter().map(|s| s.name.clone()).collect();
+    let mut destinations: Vec<String> = cfg
+        .sources
+        .iter()
+        .map(|s| forward::origin(&s.destination))
+        .collect();
+    destinations.sort();
+    destinations.dedup();
+    telemetry::register_families(&sources, &destinations);
+}
+
 /// Bind the configured addresses.
 pub async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
     let ingest = TcpListener::bind(cfg.server.listen)
@@ -102,6 +116,7 @@ pub async fn run(
     // Everything below stops on the caller's shutdown or on a stopped store.
     let shutdown = outer.child_token();
     telemetry::install_metrics();
+    register_metric_families(&cfg);
     let registry = registry(&cfg)?;
     let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
     let sources = build_sources(&cfg, &registry, &body_budget)?;

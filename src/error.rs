@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::provider::VerifyError;
 use crate::store::StoreError;
+use crate::telemetry::IngestOutcome;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -47,17 +48,17 @@ impl ApiError {
     }
 
     /// The outcome category for metrics (a small fixed set).
-    pub fn outcome(&self) -> &'static str {
+    pub fn outcome(&self) -> IngestOutcome {
         match self {
-            ApiError::UnknownSource(_) => "unknown_source",
-            ApiError::NotFound => "not_found",
-            ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::Unverified(_) => "unverified",
-            ApiError::TooLarge { .. } => "too_large",
-            ApiError::BodyTimeout => "body_timeout",
-            ApiError::BodyRead => "body_read",
-            ApiError::Busy => "busy",
-            ApiError::Store(_) => "store_error",
+            ApiError::UnknownSource(_) => IngestOutcome::UnknownSource,
+            ApiError::NotFound => IngestOutcome::NotFound,
+            ApiError::MethodNotAllowed => IngestOutcome::MethodNotAllowed,
+            ApiError::Unverified(_) => IngestOutcome::Unverified,
+            ApiError::TooLarge { .. } => IngestOutcome::TooLarge,
+            ApiError::BodyTimeout => IngestOutcome::BodyTimeout,
+            ApiError::BodyRead => IngestOutcome::BodyRead,
+            ApiError::Busy => IngestOutcome::Busy,
+            ApiError::Store(_) => IngestOutcome::StoreError,
         }
     }
 

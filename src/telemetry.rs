@@ -23,7 +23,9 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
-use crate::store::Store;
+use crate::forward::retry::{Next, Outcome};
+use crate::provider::VerifyError;
+use crate::store::{Store, StoreError};
 
 /// Install the global subscriber. `RUST_LOG` filters (default `info`).
 pub fn init(format: LogFormat) {
@@ -56,6 +58,184 @@ pub fn init(format: LogFormat) {
     };
 }
 
+/// An enum of metric label values, with `ALL` (every variant, in declaration order)
+/// and `label()`. Declared through this macro, a variant cannot lack its label nor be
+/// left out of `ALL`, so [`register_families`] registers every value the code emits.
+/// Attributes (docs, derives, `#[error]`) pass through to the enum and its variants.
+macro_rules! label_values {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident => $label:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant, )+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The metric label value.
+            pub fn label(&self) -> &'static str {
+                match self {
+                    $( $name::$variant => $label, )+
+                }
+            }
+        }
+    };
+}
+pub(crate) use label_values;
+
+label_values! {
+    /// How an ingest request ended: label `outcome` of `hookgate_ingest_requests_total`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum IngestOutcome {
+        Accepted => "accepted",
+        Duplicate => "duplicate",
+        /// A verified handshake (Slack's `url_verification`) was answered.
+        Handshake => "handshake",
+        Unverified => "unverified",
+        TooLarge => "too_large",
+        BodyTimeout => "body_timeout",
+        BodyRead => "body_read",
+        /// The body budget was spent (503).
+        Busy => "busy",
+        StoreError => "store_error",
+        /// Counted under the source `_unknown`.
+        UnknownSource => "unknown_source",
+        /// The routing fallbacks: answered, never counted (no source to count under).
+        NotFound => "not_found",
+        MethodNotAllowed => "method_not_allowed",
+    }
+}
+
+impl IngestOutcome {
+    /// Whether this outcome is counted under a configured source's name (the others
+    /// are counted under `_unknown`, or not at all).
+    pub fn counted_per_source(self) -> bool {
+        !matches!(
+            self,
+            IngestOutcome::UnknownSource
+                | IngestOutcome::NotFound
+                | IngestOutcome::MethodNotAllowed
+        )
+    }
+}
+
+/// The `source` label of ingest requests to a name that is not configured.
+pub const UNKNOWN_SOURCE: &str = "_unknown";
+
+label_values! {
+    /// What one delivery attempt got: label `result` of `hookgate_delivery_attempts_total`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum DeliveryResult {
+        Status2xx => "2xx",
+        Status3xx => "3xx",
+        Status4xx => "4xx",
+        Status5xx => "5xx",
+        /// A status outside 200–599.
+        OtherStatus => "other",
+        Timeout => "timeout",
+        Connect => "connect",
+        Io => "io",
+    }
+}
+
+impl DeliveryResult {
+    pub fn of(outcome: &Outcome) -> DeliveryResult {
+        match outcome {
+            Outcome::Status { code, .. } => match code {
+                200..=299 => DeliveryResult::Status2xx,
+                300..=399 => DeliveryResult::Status3xx,
+                400..=499 => DeliveryResult::Status4xx,
+                500..=599 => DeliveryResult::Status5xx,
+                _ => DeliveryResult::OtherStatus,
+            },
+            Outcome::Timeout => DeliveryResult::Timeout,
+            Outcome::Connect(_) => DeliveryResult::Connect,
+            Outcome::Io(_) => DeliveryResult::Io,
+        }
+    }
+}
+
+label_values! {
+    /// What became of an entry after an attempt: label `outcome` of
+    /// `hookgate_deliveries_total`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum DeliveryOutcome {
+        Delivered => "delivered",
+        Retry => "retry",
+        Dead => "dead",
+    }
+}
+
+impl DeliveryOutcome {
+    pub fn of(next: &Next) -> DeliveryOutcome {
+        match next {
+            Next::Delivered => DeliveryOutcome::Delivered,
+            Next::RetryAt(_) => DeliveryOutcome::Retry,
+            Next::Dead(_) => DeliveryOutcome::Dead,
+        }
+    }
+}
+
+label_values! {
+    /// Label `result` of `hookgate_alerts_sent_total`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum AlertResult {
+        Sent => "sent",
+        Failed => "failed",
+    }
+}
+
+/// Register every metric family with a zero series for each configured source (and
+/// each destination origin), for every label value the code can emit. Without this a
+/// series is born at its first event, and Prometheus, having no earlier sample, sees
+/// no increase: `increase(hookgate_dead_lettered_total[15m]) > 0` would never fire
+/// on the first dead letter. Call after [`install_metrics`] (handles taken before it
+/// are no-ops). Registering never changes a value already there. Histograms
+/// registered without an observation are rendered with a zero count, sum and buckets.
+pub fn register_families(sources: &[String], destinations: &[String]) {
+    use metrics::{counter, gauge, histogram};
+    for outcome in IngestOutcome::ALL {
+        if !outcome.counted_per_source() {
+            continue;
+        }
+        for s in sources {
+            counter!("hookgate_ingest_requests_total", "source" => s.clone(), "outcome" => outcome.label()).increment(0);
+        }
+    }
+    counter!("hookgate_ingest_requests_total", "source" => UNKNOWN_SOURCE, "outcome" => IngestOutcome::UnknownSource.label()).increment(0);
+    for s in sources {
+        for reason in VerifyError::ALL {
+            counter!("hookgate_ingest_unverified_total", "source" => s.clone(), "reason" => reason.label()).increment(0);
+        }
+        // Registered, not observed: rendered with a zero count.
+        let _ = histogram!("hookgate_ingest_ack_seconds", "source" => s.clone());
+        for result in DeliveryResult::ALL {
+            counter!("hookgate_delivery_attempts_total", "source" => s.clone(), "result" => result.label()).increment(0);
+        }
+        for outcome in DeliveryOutcome::ALL {
+            counter!("hookgate_deliveries_total", "source" => s.clone(), "outcome" => outcome.label()).increment(0);
+        }
+        counter!("hookgate_retries_scheduled_total", "source" => s.clone()).increment(0);
+        counter!("hookgate_dead_lettered_total", "source" => s.clone()).increment(0);
+        let _ = histogram!("hookgate_delivery_seconds", "source" => s.clone());
+        gauge!("hookgate_pending_entries", "source" => s.clone()).increment(0.0);
+        gauge!("hookgate_dead_entries", "source" => s.clone()).increment(0.0);
+        gauge!("hookgate_oldest_pending_age_seconds", "source" => s.clone()).increment(0.0);
+    }
+    for d in destinations {
+        gauge!("hookgate_circuit_breaker_state", "destination" => d.clone()).increment(0.0);
+    }
+    for result in AlertResult::ALL {
+        counter!("hookgate_alerts_sent_total", "result" => result.label()).increment(0);
+    }
+}
+
 /// Latency buckets (seconds) for the ack and delivery histograms.
 const BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -83,7 +263,7 @@ fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         "hookgate_ingest_requests_total",
-        "Ingest requests by source and outcome (accepted, duplicate, handshake, unverified, too_large, body_timeout, body_read, store_error, unknown_source, method_not_allowed)"
+        "Ingest requests by source and outcome (accepted, duplicate, handshake, unverified, too_large, body_timeout, body_read, busy, store_error; unknown_source under source _unknown)"
     );
     describe_counter!(
         "hookgate_ingest_unverified_total",
@@ -96,7 +276,7 @@ fn describe() {
     );
     describe_counter!(
         "hookgate_delivery_attempts_total",
-        "Delivery attempts by source and result (2xx, 3xx, 4xx, 5xx, timeout, connect, io)"
+        "Delivery attempts by source and result (2xx, 3xx, 4xx, 5xx, other, timeout, connect, io)"
     );
     describe_counter!(
         "hookgate_deliveries_total",
@@ -182,11 +362,143 @@ async fn readyz(State(store): State<Arc<dyn Store>>) -> impl IntoResponse {
     match store.ping().await {
         Ok(()) => (StatusCode::OK, Json(serde_json::json!({"status": "ready"}))),
         Err(e) => {
-            tracing::warn!(error = %e, "readyz: store unreachable");
+            tracing::warn!(error = %e, "readyz: store not ready");
+            let status = match e {
+                // Reachable, but it may evict keys: the operator's fix is in the log.
+                StoreError::Evicting { .. } => "store may evict keys",
+                _ => "store unreachable",
+            };
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(serde_json::json!({"status": "store unreachable"})),
+                Json(serde_json::json!({ "status": status })),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// README's Observability table: for each row, the metric names of its first
+    /// column and the words of the whole row.
+    fn readme_rows() -> Vec<(Vec<String>, BTreeSet<String>)> {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("## Observability")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("README has an Observability section");
+        section
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("| `hookgate_"))
+            .map(|row| {
+                let first = row.split('|').nth(1).unwrap_or_default();
+                let names = first
+                    .split('`')
+                    .filter(|w| w.starts_with("hookgate_"))
+                    .map(String::from)
+                    .collect();
+                let words = row
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| !w.is_empty())
+                    .map(String::from)
+                    .collect();
+                (names, words)
+            })
+            .collect()
+    }
+
+    fn row_of(rows: &[(Vec<String>, BTreeSet<String>)], family: &str) -> BTreeSet<String> {
+        rows.iter()
+            .find(|(names, _)| names.iter().any(|n| n == family))
+            .map(|(_, words)| words.clone())
+            .unwrap_or_else(|| panic!("README's metrics table has no row for {family}"))
+    }
+
+    #[test]
+    fn readme_table_lists_every_registered_family_and_label_value() {
+        let handle = install_metrics().expect("recorder");
+        register_families(&["unit_src".into()], &["http://127.0.0.1:9".into()]);
+        let rendered: BTreeSet<String> = handle
+            .render()
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(String::from)
+            .collect();
+        let rows = readme_rows();
+        let documented: BTreeSet<String> =
+            rows.iter().flat_map(|(names, _)| names.clone()).collect();
+        assert_eq!(rendered, documented, "rendered families vs README's table");
+
+        let check = |family: &str, labels: Vec<&str>| {
+            let words = row_of(&rows, family);
+            for l in labels {
+                assert!(words.contains(l), "README's row of {family} lacks {l}");
+            }
+        };
+        check(
+            "hookgate_ingest_requests_total",
+            IngestOutcome::ALL
+                .iter()
+                .filter(|o| o.counted_per_source() || **o == IngestOutcome::UnknownSource)
+                .map(|o| o.label())
+                .collect(),
+        );
+        check(
+            "hookgate_ingest_unverified_total",
+            VerifyError::ALL.iter().map(|r| r.label()).collect(),
+        );
+        check(
+            "hookgate_delivery_attempts_total",
+            DeliveryResult::ALL.iter().map(|r| r.label()).collect(),
+        );
+        check(
+            "hookgate_deliveries_total",
+            DeliveryOutcome::ALL.iter().map(|r| r.label()).collect(),
+        );
+        check(
+            "hookgate_alerts_sent_total",
+            AlertResult::ALL.iter().map(|r| r.label()).collect(),
+        );
+    }
+
+    #[test]
+    fn registered_series_start_at_zero_and_keep_later_values() {
+        let handle = install_metrics().expect("recorder");
+        register_families(&["unit_keep".into()], &[]);
+        metrics::counter!("hookgate_dead_lettered_total", "source" => "unit_keep").increment(3);
+        // A second registration (another gateway in this process) changes nothing.
+        register_families(&["unit_keep".into()], &[]);
+        let text = handle.render();
+        assert!(
+            text.contains("hookgate_dead_lettered_total{source=\"unit_keep\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hookgate_retries_scheduled_total{source=\"unit_keep\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hookgate_delivery_seconds_count{source=\"unit_keep\"} 0"),
+            "an unobserved histogram is rendered with a zero count:\n{text}"
+        );
+    }
+
+    #[test]
+    fn delivery_results_cover_every_status_class() {
+        let status = |code| Outcome::Status {
+            code,
+            retry_after: None,
+        };
+        assert_eq!(DeliveryResult::of(&status(204)).label(), "2xx");
+        assert_eq!(DeliveryResult::of(&status(302)).label(), "3xx");
+        assert_eq!(DeliveryResult::of(&status(429)).label(), "4xx");
+        assert_eq!(DeliveryResult::of(&status(503)).label(), "5xx");
+        assert_eq!(DeliveryResult::of(&status(700)).label(), "other");
+        assert_eq!(DeliveryResult::of(&Outcome::Timeout).label(), "timeout");
     }
 }

@@ -27,6 +27,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{ForwarderConfig, RetentionConfig};
 use crate::header_policy::HeaderPolicy;
 use crate::store::{Attempt, Claim, Completion, Control, Store};
+use crate::telemetry::{DeliveryOutcome, DeliveryResult};
 use breaker::{Breaker, Gate};
 use retry::{Next, Outcome, RetryPolicy};
 
@@ -595,18 +596,7 @@ async fn deliver(
         return;
     };
     let done_at = (shared.clock)();
-    let result = match &outcome {
-        Outcome::Status { code, .. } => match code {
-            200..=299 => "2xx",
-            300..=399 => "3xx",
-            400..=499 => "4xx",
-            500..=599 => "5xx",
-            _ => "other",
-        },
-        Outcome::Timeout => "timeout",
-        Outcome::Connect(_) => "connect",
-        Outcome::Io(_) => "io",
-    };
+    let result = DeliveryResult::of(&outcome).label();
     metrics::counter!("hookgate_delivery_attempts_total", "source" => route.source.clone(), "result" => result)
         .increment(1);
     metrics::histogram!("hookgate_delivery_seconds", "source" => route.source.clone())
@@ -654,11 +644,8 @@ async fn deliver(
         done_at,
         fastrand::f64(),
     );
-    let outcome_label = match &next {
-        Next::Delivered => "delivered",
-        Next::RetryAt(_) => "retry",
-        Next::Dead(_) => "dead",
-    };
+    let delivery_outcome = DeliveryOutcome::of(&next);
+    let outcome_label = delivery_outcome.label();
     metrics::counter!("hookgate_deliveries_total", "source" => route.source.clone(), "outcome" => outcome_label)
         .increment(1);
     if matches!(next, Next::RetryAt(_)) {
@@ -691,18 +678,18 @@ async fn deliver(
     // One line per attempt: INFO when delivered, WARN when it failed and will be
     // retried, ERROR when the entry is dead; a failure says what went wrong.
     let failure = failure.as_deref().unwrap_or("");
-    match outcome_label {
-        "delivered" => tracing::info!(
+    match delivery_outcome {
+        DeliveryOutcome::Delivered => tracing::info!(
             source = %route.source, entry_id = %entry.id,
             event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
             status = status_code.unwrap_or(0), outcome = outcome_label, latency_ms, "delivery"
         ),
-        "retry" => tracing::warn!(
+        DeliveryOutcome::Retry => tracing::warn!(
             source = %route.source, entry_id = %entry.id,
             event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
             error = failure, outcome = outcome_label, latency_ms, "delivery failed; retrying"
         ),
-        _ => tracing::error!(
+        DeliveryOutcome::Dead => tracing::error!(
             source = %route.source, entry_id = %entry.id,
             event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
             error = failure, outcome = outcome_label, latency_ms, "delivery failed; dead"

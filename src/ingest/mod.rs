@@ -29,6 +29,7 @@ use crate::header_policy::HeaderPolicy;
 use crate::provider::Verifier;
 use crate::provider::verify::{self, HandshakeReply, VerifyError};
 use crate::store::{Accepted, Header, NewEntry, Store};
+use crate::telemetry::{self, IngestOutcome};
 use body::BodyBudget;
 
 /// Bodies larger than this are verified on the blocking pool.
@@ -64,11 +65,11 @@ impl SourceMetrics {
     /// Register the handles of `source` with the installed recorder (install it
     /// first: handles taken before are no-ops).
     pub fn new(source: &str) -> Self {
-        let requests = |outcome: &'static str| metrics::counter!("hookgate_ingest_requests_total", "source" => source.to_string(), "outcome" => outcome);
+        let requests = |outcome: IngestOutcome| metrics::counter!("hookgate_ingest_requests_total", "source" => source.to_string(), "outcome" => outcome.label());
         SourceMetrics {
-            accepted: requests("accepted"),
-            duplicate: requests("duplicate"),
-            handshake: requests("handshake"),
+            accepted: requests(IngestOutcome::Accepted),
+            duplicate: requests(IngestOutcome::Duplicate),
+            handshake: requests(IngestOutcome::Handshake),
             ack_seconds: metrics::histogram!("hookgate_ingest_ack_seconds", "source" => source.to_string()),
         }
     }
@@ -177,10 +178,10 @@ async fn ingest(
     let outcome = handle(&st, &source_name, req).await;
     let elapsed = started.elapsed();
     let latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-    let outcome_label = match &outcome {
-        Ok((_, Some(Accepted::Duplicate(_)), _)) => "duplicate",
-        Ok((_, Some(Accepted::New(_)), _)) => "accepted",
-        Ok((_, None, _)) => "handshake",
+    let kind = match &outcome {
+        Ok((_, Some(Accepted::Duplicate(_)), _)) => IngestOutcome::Duplicate,
+        Ok((_, Some(Accepted::New(_)), _)) => IngestOutcome::Accepted,
+        Ok((_, None, _)) => IngestOutcome::Handshake,
         Err(e) => e.outcome(),
     };
     // The name comes from the URL: only configured names are logged verbatim, and
@@ -188,22 +189,21 @@ async fn ingest(
     let source_name = match st.sources.get(&source_name) {
         Some(source) => {
             let m = &source.metrics;
-            match outcome_label {
-                "accepted" | "duplicate" => {
-                    let counter = if outcome_label == "accepted" {
-                        &m.accepted
-                    } else {
-                        &m.duplicate
-                    };
-                    counter.increment(1);
+            match kind {
+                IngestOutcome::Accepted => {
+                    m.accepted.increment(1);
                     m.ack_seconds.record(elapsed.as_secs_f64());
                 }
-                "handshake" => m.handshake.increment(1),
+                IngestOutcome::Duplicate => {
+                    m.duplicate.increment(1);
+                    m.ack_seconds.record(elapsed.as_secs_f64());
+                }
+                IngestOutcome::Handshake => m.handshake.increment(1),
                 _ => {
-                    metrics::counter!("hookgate_ingest_requests_total", "source" => source_name.clone(), "outcome" => outcome_label)
+                    metrics::counter!("hookgate_ingest_requests_total", "source" => source_name.clone(), "outcome" => kind.label())
                         .increment(1);
                     if let Err(ApiError::Unverified(reason)) = &outcome {
-                        metrics::counter!("hookgate_ingest_unverified_total", "source" => source_name.clone(), "reason" => reason.code())
+                        metrics::counter!("hookgate_ingest_unverified_total", "source" => source_name.clone(), "reason" => reason.label())
                             .increment(1);
                     }
                 }
@@ -211,7 +211,7 @@ async fn ingest(
             source_name
         }
         None => {
-            metrics::counter!("hookgate_ingest_requests_total", "source" => "_unknown", "outcome" => outcome_label)
+            metrics::counter!("hookgate_ingest_requests_total", "source" => telemetry::UNKNOWN_SOURCE, "outcome" => kind.label())
                 .increment(1);
             let escaped: String = source_name.escape_debug().take(64).collect();
             format!("unknown:{escaped}")

@@ -73,44 +73,37 @@ pub fn take_work() -> Work {
     WORK.with(|w| w.replace(Work::default()))
 }
 
-/// Why a request was refused. All of these answer 401; the text is safe to return
-/// (it never contains the expected value).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum VerifyError {
-    #[error("missing signature header")]
-    MissingSignature,
-    #[error("malformed signature header")]
-    MalformedSignature,
-    #[error("signature does not match")]
-    Mismatch,
-    #[error("missing timestamp")]
-    MissingTimestamp,
-    #[error("malformed timestamp")]
-    MalformedTimestamp,
-    #[error("timestamp outside tolerance")]
-    TimestampOutsideTolerance,
-    #[error("missing signed value")]
-    MissingSignedValue,
-    #[error("body does not match its signed digest")]
-    BodyDigestMismatch,
-    #[error("malformed form body")]
-    MalformedForm,
+crate::telemetry::label_values! {
+    /// Why a request was refused. All of these answer 401; the text is safe to return
+    /// (it never contains the expected value). The label is the `reason` of
+    /// `hookgate_ingest_unverified_total`.
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    pub enum VerifyError {
+        #[error("missing signature header")]
+        MissingSignature => "missing_signature",
+        #[error("malformed signature header")]
+        MalformedSignature => "malformed_signature",
+        #[error("signature does not match")]
+        Mismatch => "mismatch",
+        #[error("missing timestamp")]
+        MissingTimestamp => "missing_timestamp",
+        #[error("malformed timestamp")]
+        MalformedTimestamp => "malformed_timestamp",
+        #[error("timestamp outside tolerance")]
+        TimestampOutsideTolerance => "stale",
+        #[error("missing signed value")]
+        MissingSignedValue => "missing_signed_value",
+        #[error("body does not match its signed digest")]
+        BodyDigestMismatch => "body_digest_mismatch",
+        #[error("malformed form body")]
+        MalformedForm => "malformed_form",
+    }
 }
 
 impl VerifyError {
     /// A stable label for logs and metrics.
     pub fn code(&self) -> &'static str {
-        match self {
-            VerifyError::MissingSignature => "missing_signature",
-            VerifyError::MalformedSignature => "malformed_signature",
-            VerifyError::Mismatch => "mismatch",
-            VerifyError::MissingTimestamp => "missing_timestamp",
-            VerifyError::MalformedTimestamp => "malformed_timestamp",
-            VerifyError::TimestampOutsideTolerance => "stale",
-            VerifyError::MissingSignedValue => "missing_signed_value",
-            VerifyError::BodyDigestMismatch => "body_digest_mismatch",
-            VerifyError::MalformedForm => "malformed_form",
-        }
+        self.label()
     }
 }
 

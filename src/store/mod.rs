@@ -55,6 +55,18 @@ pub enum StoreError {
         path.display()
     )]
     WorldWritable { path: PathBuf, mode: u32 },
+    /// Redis may evict keys (its `maxmemory-policy` is not `noeviction`): an evicted
+    /// dedupe key lets a webhook through twice, an evicted entry loses one that was
+    /// acknowledged. Refused at open; `ping` fails with it while it lasts.
+    #[error(
+        "redis{} runs with maxmemory-policy {policy}: under memory pressure it evicts dedupe keys (a webhook delivered twice) or acknowledged entries (a webhook lost); run it with maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf as deploy/redis.conf does)",
+        .node.as_deref().map(|n| format!(" at {n}")).unwrap_or_default()
+    )]
+    Evicting {
+        /// `host:port` of the cluster node; `None` for a single Redis.
+        node: Option<String>,
+        policy: String,
+    },
     /// A file or directory of the embedded store could not be created, inspected or
     /// made private.
     #[error("cannot {action} {}", path.display())]
@@ -171,6 +183,23 @@ pub struct Entry {
     pub body: Bytes,
 }
 
+impl Entry {
+    /// The entry as a listing shows it.
+    pub fn listed(&self) -> ListedEntry {
+        ListedEntry {
+            id: self.id.clone(),
+            source: self.source.clone(),
+            event_id: self.event_id.clone(),
+            event_type: self.event_type.clone(),
+            received_at: self.received_at,
+            status: self.status,
+            attempts: self.attempts,
+            next_attempt_at: self.next_attempt_at,
+            last_error: self.last_error.clone(),
+        }
+    }
+}
+
 /// An operator action on an entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEvent {
@@ -230,10 +259,34 @@ pub struct ListQuery {
     pub cursor: Option<String>,
 }
 
-/// A page of entries (bodies included) and the cursor of the next page.
+/// An entry as a listing shows it: everything but its headers and body. A listing
+/// never reads a body, so a page of a thousand entries costs kilobytes whatever the
+/// bodies weigh ([`Store::get`] returns the whole [`Entry`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedEntry {
+    pub id: String,
+    pub source: String,
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    pub received_at: i64,
+    pub status: Status,
+    pub attempts: u32,
+    /// Unix milliseconds of the next delivery attempt, while pending.
+    pub next_attempt_at: Option<i64>,
+    pub last_error: Option<String>,
+}
+
+/// A page of listed entries (no headers, no bodies) and the cursor of the next page.
 #[derive(Debug, Clone)]
 pub struct Page {
-    pub entries: Vec<Entry>,
+    pub entries: Vec<ListedEntry>,
+    pub next_cursor: Option<String>,
+}
+
+/// A page of entry ids, as [`Store::list_ids`] returns it.
+#[derive(Debug, Clone)]
+pub struct IdPage {
+    pub ids: Vec<String>,
     pub next_cursor: Option<String>,
 }
 
@@ -332,8 +385,14 @@ pub trait Store: Send + Sync + 'static {
     /// One entry by id.
     async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError>;
 
-    /// Entries, newest first, filtered.
+    /// Entries, newest first, filtered, without their headers and bodies: a listing
+    /// never reads a body (see [`ListedEntry`]).
     async fn list(&self, query: &ListQuery) -> Result<Page, StoreError>;
+
+    /// The ids `list` would return for `query`, in the same order and with the same
+    /// cursor, reading as little as the backend can (only the indexes when no filter
+    /// needs the entries themselves). For bulk operations that need nothing else.
+    async fn list_ids(&self, query: &ListQuery) -> Result<IdPage, StoreError>;
 
     /// Count entries of a source (all statuses).
     async fn count(&self, source: &str) -> Result<u64, StoreError>;

@@ -55,6 +55,8 @@
 //! connection reconnects by itself when Redis comes back. redis crate types never
 //! leave this file.
 
+mod preconditions;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,8 +69,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::{
-    Accepted, Attempt, AuditEvent, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page,
-    Purged, SourceStats, Status, Store, StoreError, Transition, decode_headers, headers_json,
+    Accepted, Attempt, AuditEvent, Claim, Completion, Entry, IdPage, ListQuery, ListedEntry,
+    MAX_PAGE, NewEntry, Page, Purged, SourceStats, Status, Store, StoreError, Transition,
+    decode_headers, headers_json,
 };
 use crate::config::RedisConfig;
 
@@ -339,6 +342,48 @@ redis.call('RPUSH', KEYS[9], ARGV[5])
 return {1, status}
 "#;
 
+/// What a listing shows of entries (no headers, no body). KEYS: entry keys of one
+/// source. Returns per key `false` (gone) or `{status, attempts, next_attempt_at,
+/// last_error, event_id, event_type, received_at}`, all text ('' when absent).
+/// The event id and type of a packed entry sit in the metadata line of `d`, in front
+/// of the body; a hash field cannot be read in part, so the script takes `d` and
+/// returns only what it needs from that line: the body costs Redis a copy inside
+/// the script, never the network or the gateway's memory. (Keeping the summary in a
+/// field of its own would cost every accept, the hot path, instead.)
+const LISTED: &str = r#"
+local function text(v)
+  if type(v) == 'string' then return v end
+  if type(v) == 'number' then return string.format('%.0f', v) end
+  return ''
+end
+local out = {}
+for i, k in ipairs(KEYS) do
+  local f = redis.call('HMGET', k, 'status', 'attempts', 'next_attempt_at', 'last_error',
+    'event_id', 'event_type', 'received_at')
+  if not f[1] then
+    out[i] = false
+  else
+    local eid, etype, at = f[5], f[6], f[7]
+    if not at then
+      local d = redis.call('HGET', k, 'd')
+      local nl = d and string.find(d, '\n', 1, true)
+      if nl then
+        local ok, meta = pcall(cjson.decode, string.sub(d, 1, nl - 1))
+        if ok and type(meta) == 'table' then
+          eid, etype, at = meta.event_id, meta.event_type, meta.received_at
+        end
+      end
+      d = nil
+    end
+    out[i] = {f[1], text(f[2]), text(f[3]), text(f[4]), text(eid), text(etype), text(at)}
+  end
+end
+return out
+"#;
+
+/// Most entries one `LISTED` call reads (each may copy a body inside Redis).
+const LISTED_BATCH: usize = 100;
+
 /// The consumer group every gateway process joins.
 const GROUP: &str = "workers";
 
@@ -410,6 +455,9 @@ pub struct RedisStore {
     complete: redis::Script,
     purge: redis::Script,
     transition: redis::Script,
+    listed: redis::Script,
+    /// `maxmemory-policy` and AOF, as last checked (see `preconditions`).
+    preconditions: preconditions::Preconditions,
     /// The `hg:epoch` value this process saw last.
     epoch: Mutex<String>,
     work_tx: Arc<tokio::sync::watch::Sender<u64>>,
@@ -467,12 +515,16 @@ impl RedisStore {
             complete: redis::Script::new(COMPLETE),
             purge: redis::Script::new(PURGE),
             transition: redis::Script::new(TRANSITION),
+            listed: redis::Script::new(LISTED),
+            preconditions: preconditions::Preconditions::default(),
             epoch: Mutex::new(String::new()),
             work_tx: Arc::new(work_tx),
             work_rx,
             controls: super::Controls::new(),
         };
-        store.check_persistence().await;
+        store
+            .check_preconditions(preconditions::Phase::Open)
+            .await?;
         store.check_epoch().await?;
         store.drop_legacy_index().await;
         Ok(store)
@@ -501,29 +553,11 @@ impl RedisStore {
         }
     }
 
-    /// Warn when Redis is not configured to make acknowledged writes durable.
-    async fn check_persistence(&self) {
-        let mut c = self.conn();
-        let got: Result<HashMap<String, String>, _> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("append*")
-            .query_async(&mut c)
-            .await;
-        match got {
-            Ok(map) => {
-                let aof = map.get("appendonly").map(String::as_str);
-                let fsync = map.get("appendfsync").map(String::as_str);
-                if aof != Some("yes") || fsync != Some("always") {
-                    tracing::warn!(
-                        appendonly = aof.unwrap_or("?"),
-                        appendfsync = fsync.unwrap_or("?"),
-                        "redis is not running with appendonly yes + appendfsync always: \
-                         a 2xx does not guarantee the entry survives a Redis crash"
-                    );
-                }
-            }
-            Err(e) => tracing::info!(error = %e, "cannot read the redis persistence settings"),
-        }
+    /// Check `maxmemory-policy` and AOF on every master (see `preconditions`).
+    async fn check_preconditions(&self, phase: preconditions::Phase) -> Result<(), StoreError> {
+        self.preconditions
+            .check(&self.conn(), self.timeout, phase)
+            .await
     }
 
     /// Detect a Redis that lost its data: `hg:epoch` vanished or changed.
@@ -645,10 +679,10 @@ impl RedisStore {
         now: i64,
         audit: &AuditEvent,
     ) -> Result<Transition, StoreError> {
-        let Some(entry) = self.get(id).await? else {
+        let Some(src) = self.source_of(id).await? else {
             return Ok(Transition::NotFound);
         };
-        let src = entry.source.as_str();
+        let src = src.as_str();
         let audit_json =
             serde_json::to_string(audit).map_err(|e| StoreError::Invalid(format!("audit: {e}")))?;
         let mut inv = self.transition.prepare_invoke();
@@ -748,6 +782,76 @@ impl RedisStore {
             return Ok(None);
         }
         entry_from_map(id, map).map(Some)
+    }
+
+    /// The source an entry belongs to (its hash exists there), without reading it.
+    async fn source_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+        if id.is_empty() || id.len() > 64 {
+            return Ok(None);
+        }
+        for source in self.sources().await? {
+            let mut c = self.conn();
+            let exists: bool = self
+                .timed(c.exists(self.key(&source, &format!("e:{id}"))))
+                .await?;
+            if exists {
+                return Ok(Some(source));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The listed form of entries of one source (`None` where the entry is gone).
+    async fn listed(
+        &self,
+        source: &str,
+        ids: &[String],
+    ) -> Result<Vec<Option<ListedEntry>>, StoreError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(LISTED_BATCH) {
+            let mut inv = self.listed.prepare_invoke();
+            for id in chunk {
+                inv.key(self.key(source, &format!("e:{id}")));
+            }
+            let mut c = self.conn();
+            let rows: Vec<Option<Vec<String>>> = self.timed(inv.invoke_async(&mut c)).await?;
+            if rows.len() != chunk.len() {
+                return Err(StoreError::Unavailable(format!(
+                    "listing script answered {} rows for {} entries",
+                    rows.len(),
+                    chunk.len()
+                )));
+            }
+            for (id, row) in chunk.iter().zip(rows) {
+                out.push(match row {
+                    Some(fields) => Some(listed_from_fields(id, source, fields)?),
+                    None => None,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The listed form of `ids` (each with its source), in the same order.
+    async fn listed_many(
+        &self,
+        ids: &[(String, String)],
+    ) -> Result<Vec<Option<ListedEntry>>, StoreError> {
+        let mut by_source: HashMap<&str, Vec<(usize, String)>> = HashMap::new();
+        for (i, (id, source)) in ids.iter().enumerate() {
+            by_source
+                .entry(source.as_str())
+                .or_default()
+                .push((i, id.clone()));
+        }
+        let mut out: Vec<Option<ListedEntry>> = vec![None; ids.len()];
+        for (source, items) in by_source {
+            let just_ids: Vec<String> = items.iter().map(|(_, id)| id.clone()).collect();
+            for ((i, _), listed) in items.iter().zip(self.listed(source, &just_ids).await?) {
+                out[*i] = listed;
+            }
+        }
+        Ok(out)
     }
 
     /// Up to `n` ids of one source, newest first, strictly older than `below` and
@@ -937,6 +1041,52 @@ fn int_field(
     }
 }
 
+/// A row of the `LISTED` script: status, attempts, next attempt, last error, event
+/// id, event type, received at ('' when absent).
+fn listed_from_fields(
+    id: &str,
+    source: &str,
+    fields: Vec<String>,
+) -> Result<ListedEntry, StoreError> {
+    let corrupt = |problem: String| StoreError::Corrupt {
+        id: id.to_string(),
+        problem,
+    };
+    let [
+        status,
+        attempts,
+        next_at,
+        last_error,
+        event_id,
+        event_type,
+        received_at,
+    ]: [String; 7] = fields
+        .try_into()
+        .map_err(|f: Vec<String>| corrupt(format!("listing row of {} fields", f.len())))?;
+    let int = |name: &str, v: &str| -> Result<Option<i64>, StoreError> {
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.parse()
+            .map(Some)
+            .map_err(|_| corrupt(format!("{name} is not an integer")))
+    };
+    let non_empty = |s: String| Some(s).filter(|s| !s.is_empty());
+    Ok(ListedEntry {
+        id: id.to_string(),
+        source: source.to_string(),
+        status: Status::parse(&status)
+            .ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,
+        attempts: u32::try_from(int("attempts", &attempts)?.unwrap_or(0)).unwrap_or(0),
+        next_attempt_at: int("next_attempt_at", &next_at)?,
+        last_error: non_empty(last_error),
+        event_id: non_empty(event_id),
+        event_type: non_empty(event_type),
+        received_at: int("received_at", &received_at)?
+            .ok_or_else(|| corrupt("no received_at".into()))?,
+    })
+}
+
 /// An entry hash as stored: packed (`d`) or, as earlier versions wrote it, one hash
 /// field per value.
 fn entry_from_map(id: &str, mut map: HashMap<String, Vec<u8>>) -> Result<Entry, StoreError> {
@@ -1050,7 +1200,7 @@ impl Store for RedisStore {
             (None, Some(u)) => Some(u.clone()),
             (None, None) => None,
         };
-        let mut entries: Vec<Entry> = Vec::new();
+        let mut entries: Vec<ListedEntry> = Vec::new();
         let mut exhausted = false;
         // Filters that the indexes do not cover (event type) may need several rounds;
         // a bounded number of them, then the cursor says where to go on.
@@ -1070,12 +1220,11 @@ impl Store for RedisStore {
                 exhausted = true;
             }
             ids.truncate(need);
-            for (id, source) in &ids {
-                // An id whose hash is gone (purged between the two reads) is skipped.
-                if let Some(e) = self.load(source, id).await?
-                    && q.event_type
-                        .as_ref()
-                        .is_none_or(|t| e.event_type.as_ref() == Some(t))
+            // An id whose hash is gone (purged between the two reads) is skipped.
+            for e in self.listed_many(&ids).await?.into_iter().flatten() {
+                if q.event_type
+                    .as_ref()
+                    .is_none_or(|t| e.event_type.as_ref() == Some(t))
                 {
                     entries.push(e);
                 }
@@ -1099,6 +1248,47 @@ impl Store for RedisStore {
             entries,
             next_cursor,
         })
+    }
+
+    async fn list_ids(&self, q: &ListQuery) -> Result<IdPage, StoreError> {
+        if q.event_type.is_some() {
+            // The event type is inside the entries: the listing reads it.
+            let page = self.list(q).await?;
+            return Ok(IdPage {
+                ids: page.entries.into_iter().map(|e| e.id).collect(),
+                next_cursor: page.next_cursor,
+            });
+        }
+        // Everything else is in the status indexes: no entry is read.
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        let sources = match &q.source {
+            Some(s) => vec![s.clone()],
+            None => self.sources().await?,
+        };
+        let until = q.until.map(super::id_floor);
+        let floor = q.since.map(super::id_floor);
+        let below: Option<String> = match (&q.cursor, &until) {
+            (Some(c), Some(u)) => Some(c.min(u).clone()),
+            (Some(c), None) => Some(c.clone()),
+            (None, Some(u)) => Some(u.clone()),
+            (None, None) => None,
+        };
+        let mut ids = Vec::new();
+        for s in &sources {
+            ids.extend(
+                self.ids_page(s, q.status, below.as_deref(), floor.as_deref(), limit + 1)
+                    .await?,
+            );
+        }
+        ids.sort_by(|a, b| b.cmp(a));
+        ids.dedup();
+        let next_cursor = if ids.len() > limit {
+            ids.truncate(limit);
+            ids.last().cloned()
+        } else {
+            None
+        };
+        Ok(IdPage { ids, next_cursor })
     }
 
     async fn count(&self, source: &str) -> Result<u64, StoreError> {
@@ -1260,12 +1450,12 @@ impl Store for RedisStore {
     }
 
     async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
-        let Some(entry) = self.get(id).await? else {
+        let Some(source) = self.source_of(id).await? else {
             return Ok(Vec::new());
         };
         let mut c = self.conn();
         let raw: Vec<String> = self
-            .timed(c.lrange(self.key(&entry.source, &format!("a:{id}")), 0, -1))
+            .timed(c.lrange(self.key(&source, &format!("a:{id}")), 0, -1))
             .await?;
         let mut out: Vec<Attempt> = raw
             .iter()
@@ -1334,6 +1524,8 @@ impl Store for RedisStore {
     }
 
     async fn maintain(&self, sources: &[String]) -> Result<(), StoreError> {
+        self.check_preconditions(preconditions::Phase::Maintenance)
+            .await?;
         self.check_epoch().await?;
         for s in sources {
             self.ensure_group(s).await?;
@@ -1386,12 +1578,12 @@ impl Store for RedisStore {
     }
 
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
-        let Some(entry) = self.get(id).await? else {
+        let Some(source) = self.source_of(id).await? else {
             return Ok(Vec::new());
         };
         let mut c = self.conn();
         let raw: Vec<String> = self
-            .timed(c.lrange(self.key(&entry.source, &format!("audit:{id}")), 0, -1))
+            .timed(c.lrange(self.key(&source, &format!("audit:{id}")), 0, -1))
             .await?;
         Ok(raw
             .iter()
@@ -1432,7 +1624,13 @@ impl Store for RedisStore {
             )
             .await?;
         if let Some(id) = oldest.first() {
-            st.oldest_pending_at = self.load(source, id).await?.map(|e| e.received_at);
+            st.oldest_pending_at = self
+                .listed(source, std::slice::from_ref(id))
+                .await?
+                .into_iter()
+                .flatten()
+                .next()
+                .map(|e| e.received_at);
         }
         Ok(st)
     }
@@ -1444,6 +1642,8 @@ impl Store for RedisStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        // Not ready while Redis may evict keys (see `preconditions`).
+        self.preconditions.ensure()?;
         let mut c = self.conn();
         let _: String = self.timed(redis::cmd("PING").query_async(&mut c)).await?;
         Ok(())

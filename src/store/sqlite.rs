@@ -39,9 +39,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::private;
 use super::{
-    Accepted, Attempt, AuditEvent, Claim, Completion, Entry, ListQuery, MAX_PAGE, NewEntry, Page,
-    Purged, SourceStats, Status, Store, StoreError, Transition, decode_headers, encode_headers,
-    now_ms,
+    Accepted, Attempt, AuditEvent, Claim, Completion, Entry, IdPage, ListQuery, ListedEntry,
+    MAX_PAGE, NewEntry, Page, Purged, SourceStats, Status, Store, StoreError, Transition,
+    decode_headers, encode_headers, now_ms,
 };
 use crate::config::EmbeddedConfig;
 
@@ -111,6 +111,14 @@ CREATE TABLE stats (
 ) WITHOUT ROWID;
 "#];
 
+/// How long a read waits for the read connection before giving up with 503
+/// (`StoreError::Timeout`). Reads are short (a listing reads no body), so a read
+/// that waits this long is stuck behind something that should not be; the caller
+/// hears so instead of waiting forever.
+pub const READ_WAIT: Duration = Duration::from_secs(5);
+/// How long `ping` waits for its connection (only another ping holds it).
+const PROBE_WAIT: Duration = Duration::from_secs(1);
+
 /// How long a caller waits for the writer before giving up with 503.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Queue depth in front of the writer; a full queue pushes back on ingest.
@@ -136,8 +144,11 @@ struct Op {
 pub struct SqliteStore {
     /// Feeds the writer thread; dropping it (in `close`) ends the thread.
     tx: Mutex<Option<mpsc::Sender<Op>>>,
-    /// The read connection, used on the blocking pool.
-    reader: Arc<Mutex<Connection>>,
+    /// The read connection, used on the blocking pool; a read waits at most
+    /// `READ_WAIT` for it.
+    reader: Arc<tokio::sync::Mutex<Connection>>,
+    /// `ping`'s own connection: a long read never makes `/readyz` wait.
+    probe: Arc<tokio::sync::Mutex<Connection>>,
     /// The writer thread, joined on close so the last batch is committed.
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Bumped after a commit that stored new entries.
@@ -227,6 +238,7 @@ impl SqliteStore {
             .write(true)
             .open(dir.join(format!("{DB_FILE}-wal")))?;
         let reader = open_conn(&path)?;
+        let probe = open_conn(&path)?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (work_tx, work_rx) = watch::channel(0u64);
         let (stopped_tx, stopped_rx) = watch::channel(false);
@@ -254,7 +266,8 @@ impl SqliteStore {
             })?;
         Ok(SqliteStore {
             tx: Mutex::new(Some(tx)),
-            reader: Arc::new(Mutex::new(reader)),
+            reader: Arc::new(tokio::sync::Mutex::new(reader)),
+            probe: Arc::new(tokio::sync::Mutex::new(probe)),
             writer: Mutex::new(Some(handle)),
             work: work_rx,
             controls: super::Controls::new(),
@@ -338,16 +351,22 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let reader = self.reader.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = reader
-                .lock()
-                .map_err(|_| StoreError::Unavailable("reader lock poisoned".into()))?;
-            f(&conn)
-        })
+        run_on(&self.reader, READ_WAIT, f).await
+    }
+}
+
+/// Run `f` with `conn` on the blocking pool, after waiting at most `wait` for it.
+async fn run_on<T: Send + 'static>(
+    conn: &Arc<tokio::sync::Mutex<Connection>>,
+    wait: Duration,
+    f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let guard = tokio::time::timeout(wait, conn.clone().lock_owned())
+        .await
+        .map_err(|_| StoreError::Timeout(wait))?;
+    tokio::task::spawn_blocking(move || f(&guard))
         .await
         .map_err(|e| StoreError::Unavailable(format!("read task failed: {e}")))?
-    }
 }
 
 /// The WAL is restarted from its beginning once it holds this many frames (a frame is
@@ -786,6 +805,62 @@ const ENTRY_COLUMNS: &str = "id, source, event_id, event_type, dedupe_key, recei
                              attempts, next_attempt_at, last_error, headers, body, \
                              budget_start, budget_attempts";
 
+/// What a listing reads: no headers, no body (SQLite then never touches the
+/// overflow pages that hold a large body).
+const LISTED_COLUMNS: &str = "id, source, event_id, event_type, received_at, status, attempts, \
+                              next_attempt_at, last_error";
+
+fn row_to_listed(r: &rusqlite::Row<'_>) -> Result<ListedEntry, StoreError> {
+    let id: String = r.get(0)?;
+    let status: String = r.get(5)?;
+    Ok(ListedEntry {
+        source: r.get(1)?,
+        event_id: r.get(2)?,
+        event_type: r.get(3)?,
+        received_at: r.get(4)?,
+        status: Status::parse(&status).ok_or_else(|| StoreError::Corrupt {
+            id: id.clone(),
+            problem: format!("unknown status {status:?}"),
+        })?,
+        attempts: u32::try_from(r.get::<_, i64>(6)?).unwrap_or(u32::MAX),
+        next_attempt_at: r.get(7)?,
+        last_error: r.get(8)?,
+        id,
+    })
+}
+
+/// The query of a listing page (`limit + 1` rows, to know whether another follows).
+fn list_sql(q: &ListQuery, columns: &str, limit: usize) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = format!("SELECT {columns} FROM entries WHERE 1 = 1");
+    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    if let Some(s) = &q.source {
+        args.push(s.clone().into());
+        sql.push_str(&format!(" AND source = ?{}", args.len()));
+    }
+    if let Some(st) = q.status {
+        args.push(st.as_str().to_string().into());
+        sql.push_str(&format!(" AND status = ?{}", args.len()));
+    }
+    if let Some(t) = &q.event_type {
+        args.push(t.clone().into());
+        sql.push_str(&format!(" AND event_type = ?{}", args.len()));
+    }
+    if let Some(since) = q.since {
+        args.push(super::id_floor(since).into());
+        sql.push_str(&format!(" AND id >= ?{}", args.len()));
+    }
+    if let Some(until) = q.until {
+        args.push(super::id_floor(until).into());
+        sql.push_str(&format!(" AND id < ?{}", args.len()));
+    }
+    if let Some(c) = &q.cursor {
+        args.push(c.clone().into());
+        sql.push_str(&format!(" AND id < ?{}", args.len()));
+    }
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", limit + 1));
+    (sql, args)
+}
+
 /// Add one to a per-source counter.
 fn bump_stat(conn: &Connection, source: &str, column: &'static str) -> Result<(), StoreError> {
     conn.prepare_cached(&format!(
@@ -938,38 +1013,12 @@ impl Store for SqliteStore {
         let q = query.clone();
         let limit = q.limit.clamp(1, MAX_PAGE);
         self.read(move |conn| {
-            let mut sql = format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE 1 = 1");
-            let mut args: Vec<rusqlite::types::Value> = Vec::new();
-            if let Some(s) = &q.source {
-                args.push(s.clone().into());
-                sql.push_str(&format!(" AND source = ?{}", args.len()));
-            }
-            if let Some(st) = q.status {
-                args.push(st.as_str().to_string().into());
-                sql.push_str(&format!(" AND status = ?{}", args.len()));
-            }
-            if let Some(t) = &q.event_type {
-                args.push(t.clone().into());
-                sql.push_str(&format!(" AND event_type = ?{}", args.len()));
-            }
-            if let Some(since) = q.since {
-                args.push(super::id_floor(since).into());
-                sql.push_str(&format!(" AND id >= ?{}", args.len()));
-            }
-            if let Some(until) = q.until {
-                args.push(super::id_floor(until).into());
-                sql.push_str(&format!(" AND id < ?{}", args.len()));
-            }
-            if let Some(c) = &q.cursor {
-                args.push(c.clone().into());
-                sql.push_str(&format!(" AND id < ?{}", args.len()));
-            }
-            sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", limit + 1));
+            let (sql, args) = list_sql(&q, LISTED_COLUMNS, limit);
             let mut stmt = conn.prepare_cached(&sql)?;
             let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
             let mut entries = Vec::new();
             while let Some(row) = rows.next()? {
-                entries.push(row_to_entry(row)?);
+                entries.push(row_to_listed(row)?);
             }
             let next_cursor = if entries.len() > limit {
                 entries.truncate(limit);
@@ -981,6 +1030,26 @@ impl Store for SqliteStore {
                 entries,
                 next_cursor,
             })
+        })
+        .await
+    }
+
+    async fn list_ids(&self, query: &ListQuery) -> Result<IdPage, StoreError> {
+        let q = query.clone();
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        self.read(move |conn| {
+            let (sql, args) = list_sql(&q, "id", limit);
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut ids = stmt
+                .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            let next_cursor = if ids.len() > limit {
+                ids.truncate(limit);
+                ids.last().cloned()
+            } else {
+                None
+            };
+            Ok(IdPage { ids, next_cursor })
         })
         .await
     }
@@ -1359,8 +1428,17 @@ impl Store for SqliteStore {
         if *self.stopped.borrow() {
             return Err(StoreError::Stopped);
         }
-        self.read(|conn| {
-            conn.query_row("SELECT 1", [], |_| Ok(()))?;
+        let writer_running = self
+            .tx
+            .lock()
+            .map(|tx| tx.as_ref().is_some_and(|s| !s.is_closed()))
+            .unwrap_or(false);
+        if !writer_running {
+            return Err(StoreError::Unavailable("the writer has stopped".into()));
+        }
+        // On its own connection: a long admin read holds the reader, not this.
+        run_on(&self.probe, PROBE_WAIT, |conn| {
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
             Ok(())
         })
         .await?;
@@ -1383,5 +1461,42 @@ impl Store for SqliteStore {
         if let Some(h) = handle {
             let _ = tokio::task::spawn_blocking(move || h.join()).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read that cannot get the read connection within `READ_WAIT` answers
+    /// `Timeout` (503) instead of waiting forever; `ping` has its own connection.
+    #[tokio::test(start_paused = true)]
+    async fn a_read_waits_for_the_reader_at_most_read_wait_and_ping_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&EmbeddedConfig {
+            path: dir.path().join("data"),
+            batch_max: 8,
+        })
+        .await
+        .unwrap();
+        let held = store.reader.clone().lock_owned().await;
+        let started = tokio::time::Instant::now();
+        let got = store.list(&ListQuery::default()).await;
+        assert!(
+            matches!(got, Err(StoreError::Timeout(d)) if d == READ_WAIT),
+            "{got:?}"
+        );
+        assert!(started.elapsed() >= READ_WAIT);
+        store.ping().await.unwrap();
+        drop(held);
+        assert!(
+            store
+                .list(&ListQuery::default())
+                .await
+                .unwrap()
+                .entries
+                .is_empty()
+        );
+        store.close().await;
     }
 }

@@ -5,6 +5,7 @@ mod util;
 
 mod admin;
 mod admin_guard;
+mod admin_reads;
 mod attack;
 mod cli;
 mod cluster;
@@ -15,7 +16,9 @@ mod forward;
 mod hostile;
 mod ingest;
 mod logs;
+mod observe;
 mod operate;
 mod providers;
+mod redis_preconditions;
 mod redis_store;
 mod upstream;

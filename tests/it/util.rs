@@ -37,6 +37,8 @@ pub struct RedisServer {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
     persistent: bool,
+    /// More `redis-server` arguments (e.g. `--maxmemory-policy allkeys-lru`).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -47,6 +49,11 @@ impl RedisServer {
 
     /// `persistent = false`: no AOF and no RDB (a restart comes back empty).
     pub fn start_with(persistent: bool) -> RedisServer {
+        Self::start_with_args(persistent, &[])
+    }
+
+    /// As [`RedisServer::start_with`], with more `redis-server` arguments.
+    pub fn start_with_args(persistent: bool, extra: &[&str]) -> RedisServer {
         let mut last_err = String::new();
         for _ in 0..5 {
             let mut s = RedisServer {
@@ -54,6 +61,7 @@ impl RedisServer {
                 dir: tempfile::tempdir().expect("tempdir"),
                 child: None,
                 persistent,
+                extra: extra.iter().map(|a| a.to_string()).collect(),
             };
             match s.spawn() {
                 Ok(()) => return s,
@@ -94,6 +102,7 @@ impl RedisServer {
         } else {
             cmd.arg("--appendonly").arg("no");
         }
+        cmd.args(&self.extra);
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
         let child = cmd.spawn().map_err(|e| {
             format!("cannot run redis-server ({e}); install it with `apt-get install redis-server`")

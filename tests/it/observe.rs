@@ -1,0 +1,354 @@
+//! Metrics from the first scrape: every family README documents exists on a fresh
+//! gateway with a zero series per configured source, and the shipped alert rules
+//! (deploy/prometheus/alerts.yml), evaluated by `promtool test rules` over real
+//! scrapes, stay quiet on an idle gateway and fire on a single dead letter.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use hookgate::config;
+use yaml_rust2::YamlLoader;
+
+use crate::forward::source;
+use crate::upstream::{Reply, Upstream};
+use crate::util::*;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The metric families of README's Observability table.
+fn readme_families() -> BTreeSet<String> {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let section = readme
+        .split("## Observability")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has an Observability section");
+    section
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("| `hookgate_"))
+        .filter_map(|row| row.split('|').nth(1))
+        .flat_map(|first| {
+            first
+                .split('`')
+                .filter(|w| w.starts_with("hookgate_"))
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// One scrape: `# TYPE` per family, and every sample line as `series → value`, the
+/// series written as in the exposition format (`name{label="value",…}`).
+struct Scrape {
+    types: BTreeMap<String, String>,
+    samples: BTreeMap<String, f64>,
+}
+
+impl Scrape {
+    fn parse(text: &str) -> Scrape {
+        let mut types = BTreeMap::new();
+        let mut samples = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let mut words = rest.split_whitespace();
+                if let (Some(name), Some(kind)) = (words.next(), words.next()) {
+                    types.insert(name.to_string(), kind.to_string());
+                }
+                continue;
+            }
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').expect("a sample line");
+            samples.insert(series.to_string(), value.parse().expect("a sample value"));
+        }
+        Scrape { types, samples }
+    }
+
+    /// The value of the series `name{labels}` (labels as written by the exporter).
+    fn value(&self, name: &str, label: &str, value: &str) -> Option<f64> {
+        let needle = format!("{label}=\"{value}\"");
+        self.samples
+            .iter()
+            .find(|(series, _)| {
+                series.strip_prefix(name).is_some_and(|rest| {
+                    rest.starts_with('{')
+                        && rest
+                            .trim_matches(|c| c == '{' || c == '}')
+                            .split(',')
+                            .any(|l| l == needle)
+                })
+            })
+            .map(|(_, v)| *v)
+    }
+
+    /// The series that carry one of `sources` as `source` or `destinations` as
+    /// `destination` (the gateway under test's own, not the rest of this process's).
+    fn own(&self, sources: &[&str], destinations: &[&str]) -> BTreeMap<String, f64> {
+        let mine = |series: &str| {
+            sources
+                .iter()
+                .any(|s| series.contains(&format!("source=\"{s}\"")))
+                || destinations
+                    .iter()
+                    .any(|d| series.contains(&format!("destination=\"{d}\"")))
+        };
+        self.samples
+            .iter()
+            .filter(|(k, _)| mine(k))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    }
+}
+
+async fn scrape(client: &reqwest::Client, admin: &str) -> Scrape {
+    Scrape::parse(&get_text(client, &format!("{admin}/metrics")).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let sources = format!(
+        "{}{}",
+        source("first_a", "http://127.0.0.1:9/a", ""),
+        source("first_b", "http://user:pw@127.0.0.1:19/b", "")
+    );
+    let cfg = config::from_toml_str(&format!("{}\n{sources}", h.toml()), &|_| None).unwrap();
+    let gw = Gateway::start(cfg).await;
+    let s = scrape(&http(), &gw.admin).await;
+
+    let documented = readme_families();
+    assert!(documented.len() >= 13, "{documented:?}");
+    for family in &documented {
+        let kind = s
+            .types
+            .get(family)
+            .unwrap_or_else(|| panic!("{family} is missing from the first scrape"));
+        match family.as_str() {
+            "hookgate_circuit_breaker_state" => {
+                for d in ["http://127.0.0.1:9", "http://127.0.0.1:19"] {
+                    assert_eq!(s.value(family, "destination", d), Some(0.0), "{family} {d}");
+                }
+            }
+            "hookgate_alerts_sent_total" => {
+                for r in ["sent", "failed"] {
+                    assert!(s.value(family, "result", r).is_some(), "{family} {r}");
+                }
+            }
+            _ => {
+                // A histogram's series: its count.
+                let name = if kind == "histogram" {
+                    format!("{family}_count")
+                } else {
+                    family.clone()
+                };
+                for src in ["first_a", "first_b"] {
+                    assert_eq!(s.value(&name, "source", src), Some(0.0), "{name} {src}");
+                }
+            }
+        }
+    }
+    // Every label value of a labelled counter, at zero.
+    for (family, label, value) in [
+        ("hookgate_ingest_requests_total", "outcome", "store_error"),
+        ("hookgate_ingest_unverified_total", "reason", "stale"),
+        ("hookgate_delivery_attempts_total", "result", "connect"),
+        ("hookgate_deliveries_total", "outcome", "dead"),
+    ] {
+        let series = format!("{family}{{source=\"first_a\",{label}=\"{value}\"}}");
+        let alt = format!("{family}{{{label}=\"{value}\",source=\"first_a\"}}");
+        assert!(
+            s.samples.get(&series).or(s.samples.get(&alt)) == Some(&0.0),
+            "{series} missing or not 0"
+        );
+    }
+    // No userinfo of a destination ever becomes a label.
+    assert!(!s.samples.keys().any(|k| k.contains("pw@")));
+    gw.stop().await;
+}
+
+/// The install command named when promtool is missing (CI runs it, see .ci/run).
+const PROMTOOL_INSTALL: &str = "apt-get install -y --no-install-recommends prometheus";
+
+fn promtool() -> std::path::PathBuf {
+    let found = Command::new("promtool").arg("--version").output();
+    match found {
+        Ok(out) if out.status.success() => "promtool".into(),
+        _ => panic!(
+            "promtool is needed to evaluate deploy/prometheus/alerts.yml; install it with \
+             `{PROMTOOL_INSTALL}` (Debian's package ships /usr/bin/promtool)"
+        ),
+    }
+}
+
+/// The shipped rules as a promtool rule file, without their annotations (their
+/// `{{ $value }}` would have to be predicted to the last digit; the expressions,
+/// `for` and labels are what decides whether an alert fires).
+fn rules_without_annotations() -> (serde_json::Value, Vec<String>) {
+    let text = std::fs::read_to_string(root().join("deploy/prometheus/alerts.yml")).unwrap();
+    let docs = YamlLoader::load_from_str(&text).unwrap();
+    let mut names = Vec::new();
+    let mut groups = Vec::new();
+    for g in docs[0]["groups"].as_vec().expect("groups") {
+        let mut rules = Vec::new();
+        for r in g["rules"].as_vec().expect("rules") {
+            let alert = r["alert"].as_str().expect("alert rules only").to_string();
+            let mut rule = serde_json::json!({
+                "alert": alert,
+                "expr": r["expr"].as_str().expect("expr"),
+            });
+            if let Some(f) = r["for"].as_str() {
+                rule["for"] = f.into();
+            }
+            if let Some(labels) = r["labels"].as_hash() {
+                let mut out = serde_json::Map::new();
+                for (k, v) in labels {
+                    out.insert(k.as_str().unwrap().to_string(), v.as_str().unwrap().into());
+                }
+                rule["labels"] = out.into();
+            }
+            names.push(alert);
+            rules.push(rule);
+        }
+        groups.push(serde_json::json!({"name": g["name"].as_str(), "rules": rules}));
+    }
+    (serde_json::json!({ "groups": groups }), names)
+}
+
+/// Run `promtool test rules` on `tests` (JSON is YAML) against the shipped rules.
+fn promtool_test(tests: Vec<serde_json::Value>) {
+    let promtool = promtool();
+    let dir = tempfile::tempdir().unwrap();
+    let (rules, _) = rules_without_annotations();
+    std::fs::write(dir.path().join("rules.yml"), rules.to_string()).unwrap();
+    let file = serde_json::json!({
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": tests,
+    });
+    std::fs::write(dir.path().join("test.yml"), file.to_string()).unwrap();
+    let out = Command::new(promtool)
+        .current_dir(dir.path())
+        .args(["test", "rules", "test.yml"])
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool test rules failed:\n{}\n{}\ninput: {file:#}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// promtool input series: each series of `phases` (value, minutes) in order, one
+/// sample a minute. A series absent from a phase has no sample there.
+fn input_series(phases: &[(&BTreeMap<String, f64>, u32)]) -> Vec<serde_json::Value> {
+    let names: BTreeSet<&String> = phases.iter().flat_map(|(s, _)| s.keys()).collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let values: Vec<String> = phases
+                .iter()
+                .map(|(s, minutes)| match s.get(name) {
+                    Some(v) => format!("{v}+0x{}", minutes - 1),
+                    None => format!("_x{minutes}"),
+                })
+                .collect();
+            serde_json::json!({"series": name, "values": values.join(" ")})
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shipped_alert_rules_are_quiet_when_idle_and_fire_on_one_dead_letter() {
+    let _ = promtool();
+    let (_, alerts) = rules_without_annotations();
+    let refuses = Upstream::scripted(|_, _| Reply::Status(404)).await;
+    let idle = Upstream::ok().await;
+    let h = StoreHandle::new(Backend::Embedded);
+    let sources = format!(
+        "{}{}",
+        source("rules_dead", &refuses.url, ""),
+        source("rules_idle", &idle.url, "")
+    );
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"100ms\"\n{sources}",
+        h.toml()
+    );
+    let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+    let gw = Gateway::start(cfg).await;
+    let c = http();
+    let own_sources = ["rules_dead", "rules_idle"];
+    let own_destinations = [
+        hookgate::forward::origin(&refuses.url),
+        hookgate::forward::origin(&idle.url),
+    ];
+    let own_destinations: Vec<&str> = own_destinations.iter().map(String::as_str).collect();
+    let fresh = scrape(&c, &gw.admin)
+        .await
+        .own(&own_sources, &own_destinations);
+    assert!(
+        fresh
+            .keys()
+            .any(|k| k.starts_with("hookgate_dead_lettered_total")),
+        "{fresh:?}"
+    );
+
+    // One webhook; its destination refuses it for good (404): one dead letter.
+    let body = event_body("stripe", "evt_rules_1");
+    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+    let (status, json) = post_raw(&c, &gw.ingest, "rules_dead", &body, &headers).await;
+    assert_eq!(status, 200, "{json}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let dead = loop {
+        let s = scrape(&c, &gw.admin).await;
+        if s.value("hookgate_dead_lettered_total", "source", "rules_dead") == Some(1.0)
+            && s.value("hookgate_dead_entries", "source", "rules_dead") == Some(1.0)
+        {
+            break s.own(&own_sources, &own_destinations);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dead letter did not show in the metrics"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    gw.stop().await;
+
+    // Idle for two hours: no rule fires (ratios of nothing are empty, not 0).
+    let quiet: Vec<serde_json::Value> = [5, 30, 60, 119]
+        .iter()
+        .flat_map(|m| {
+            alerts.iter().map(move |a| {
+                serde_json::json!({"eval_time": format!("{m}m"), "alertname": a, "exp_alerts": []})
+            })
+        })
+        .collect();
+    // Fresh for 5 minutes, then the dead letter: HookgateDeadLetters fires at once,
+    // and only while the 15-minute window holds the increase.
+    let fires = |m: u32| {
+        serde_json::json!({
+            "eval_time": format!("{m}m"),
+            "alertname": "HookgateDeadLetters",
+            "exp_alerts": [{"exp_labels": {"severity": "warning", "source": "rules_dead"}}],
+        })
+    };
+    let quiet_dead = |m: u32| serde_json::json!({"eval_time": format!("{m}m"), "alertname": "HookgateDeadLetters", "exp_alerts": []});
+    promtool_test(vec![
+        serde_json::json!({
+            "interval": "1m",
+            "input_series": input_series(&[(&fresh, 120)]),
+            "alert_rule_test": quiet,
+        }),
+        serde_json::json!({
+            "interval": "1m",
+            "input_series": input_series(&[(&fresh, 5), (&dead, 40)]),
+            "alert_rule_test": [quiet_dead(4), fires(5), fires(12), quiet_dead(25)],
+        }),
+    ]);
+}

@@ -1,0 +1,275 @@
+//! What Redis must guarantee, checked: a Redis that may evict keys is refused at
+//! open (the store and `hookgate serve`), one whose policy changes at runtime makes
+//! `/readyz` answer 503 until it is set back, one without AOF opens with a WARN, and
+//! one whose CONFIG command is disabled opens with a WARN that the check could not
+//! be made.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hookgate::config;
+use hookgate::store::StoreError;
+
+use crate::util::*;
+
+fn redis_toml(url: &str, extra: &str) -> String {
+    format!("[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout = \"2s\"\n{extra}\n")
+}
+
+async fn open(url: &str) -> Result<std::sync::Arc<dyn hookgate::store::Store>, StoreError> {
+    let cfg = config::from_toml_str(&redis_toml(url, ""), &|_| None).expect("config");
+    hookgate::store::open(&cfg.store).await
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    assert!(out.status.success(), "redis-cli {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_may_evict_keys_is_refused_at_open() {
+    for policy in ["allkeys-lru", "volatile-ttl"] {
+        let redis = RedisServer::start_with_args(true, &["--maxmemory-policy", policy]);
+        match open(&redis.url()).await {
+            Err(StoreError::Evicting { policy: p, node }) => {
+                assert_eq!(p, policy);
+                assert_eq!(node, None);
+            }
+            Err(other) => panic!("{policy}: another error: {other}"),
+            Ok(_) => panic!("{policy}: opened"),
+        }
+    }
+    let fine = RedisServer::start_with_args(true, &["--maxmemory-policy", "noeviction"]);
+    let store = open(&fine.url()).await.expect("noeviction opens");
+    store.ping().await.expect("ready");
+}
+
+#[test]
+fn hookgate_serve_exits_naming_the_policy() {
+    let redis = RedisServer::start_with_args(true, &["--maxmemory-policy", "allkeys-lru"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &config_path,
+        format!("{}{}", redis_toml(&redis.url(), ""), sources_toml()),
+    )
+    .unwrap();
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .arg("--config")
+        .arg(&config_path)
+        .env(
+            "HOOKGATE_SERVER__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env(
+            "HOOKGATE_ADMIN__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hookgate");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hookgate serve kept running on an allkeys-lru redis");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("maxmemory-policy allkeys-lru")
+            && stderr.contains("CONFIG SET maxmemory-policy noeviction"),
+        "{stderr}"
+    );
+}
+
+/// The JSON log lines of a child gateway.
+fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Poll `/readyz` until it answers `want` (bounded).
+async fn wait_ready_status(client: &reqwest::Client, admin: &str, want: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = client
+            .get(format!("{admin}/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz still answers {got}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_policy_set_at_runtime_makes_readyz_503_until_set_back() {
+    let redis = RedisServer::start();
+    let text = format!(
+        "{}[forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"100ms\"\n{}",
+        redis_toml(&redis.url(), ""),
+        sources_toml()
+    );
+    let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+    let gw = Gateway::start(cfg).await;
+    let client = http();
+
+    assert_eq!(
+        redis_cli(
+            redis.port,
+            &["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]
+        ),
+        "OK"
+    );
+    wait_ready_status(&client, &gw.admin, 503).await;
+    let answer = get_json(&client, &format!("{}/readyz", gw.admin)).await;
+    assert_eq!(answer["status"], "store may evict keys");
+    // Still accepting meanwhile: only readiness says something is wrong.
+    let body = event_body("stripe", "evt_evicting");
+    let (status, json) = post_signed(&client, &gw, "stripe", &body, "evt_evicting").await;
+    assert_eq!(status, 200, "{json}");
+
+    assert_eq!(
+        redis_cli(
+            redis.port,
+            &["CONFIG", "SET", "maxmemory-policy", "noeviction"]
+        ),
+        "OK"
+    );
+    wait_ready_status(&client, &gw.admin, 200).await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_without_aof_opens_with_a_warning() {
+    let redis = RedisServer::start_with(false);
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &config_path,
+        format!("{}{}", redis_toml(&redis.url(), ""), sources_toml()),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    let gw = ChildGateway::spawn(&config_path, &[("HOOKGATE_LOG__FORMAT", "json")], &log);
+    let lines = json_lines(&log);
+    let warning = lines
+        .iter()
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("appendonly yes + appendfsync always"))
+        })
+        .unwrap_or_else(|| panic!("no AOF warning in {lines:#?}"));
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    assert_eq!(warning["appendonly"], "no", "{warning}");
+    drop(gw);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_without_config_opens_with_one_warning() {
+    let redis = RedisServer::start_with_args(true, &["--rename-command", "CONFIG", ""]);
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("hookgate.toml");
+    let forwarder = "[forwarder]\nmaintenance_interval = \"100ms\"\n";
+    std::fs::write(
+        &config_path,
+        format!("{}{}", redis_toml(&redis.url(), forwarder), sources_toml()),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    let gw = ChildGateway::spawn(&config_path, &[("HOOKGATE_LOG__FORMAT", "json")], &log);
+    // An entry its destination refuses stays pending: each maintenance pass moves its
+    // age gauge. Three moves, three passes that found CONFIG unreadable again.
+    let client = http();
+    let body = event_body("stripe", "evt_noconfig");
+    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+    let (status, json) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
+    assert_eq!(status, 200, "{json}");
+    let mut ages = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while ages.len() < 3 {
+        let text = get_text(&client, &format!("{}/metrics", gw.admin)).await;
+        if let Some(age) = text
+            .lines()
+            .find(|l| l.starts_with("hookgate_oldest_pending_age_seconds{source=\"stripe\"}"))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+            .filter(|v| *v > 0.0)
+        {
+            ages.insert(age.to_bits());
+        }
+        assert!(Instant::now() < deadline, "no maintenance passes seen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let lines = json_lines(&log);
+    let warnings: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("cannot read the redis settings"))
+        })
+        .collect();
+    assert_eq!(warnings.len(), 1, "{lines:#?}");
+    assert_eq!(warnings[0]["level"], "WARN");
+    drop(gw);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_master_is_checked() {
+    let cluster = RedisCluster::start();
+    let target = cluster.nodes[2].port;
+    assert_eq!(
+        redis_cli(
+            target,
+            &["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]
+        ),
+        "OK"
+    );
+    match open(&cluster.url()).await {
+        Err(StoreError::Evicting { policy, node }) => {
+            assert_eq!(policy, "allkeys-lfu");
+            assert!(
+                node.as_deref()
+                    .is_some_and(|n| n.ends_with(&format!(":{target}"))),
+                "{node:?}"
+            );
+        }
+        Err(other) => panic!("another error: {other}"),
+        Ok(_) => panic!("a cluster with an evicting master opened"),
+    }
+    redis_cli(target, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    open(&cluster.url()).await.expect("every master noeviction");
+}
