@@ -409,7 +409,7 @@ async fn hanging_destination(backend: Backend) {
     let timed_out = page
         .entries
         .iter()
-        .filter(|e| e.last_error.as_deref() == Some("timeout"))
+        .filter(|e| e.last_error.as_deref() == Some("timeout after 500ms"))
         .count();
     assert!(
         timed_out > 0,
