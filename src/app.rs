@@ -236,11 +236,21 @@ pub async fn run(
     let store_stopped = {
         let mut stopped = store.stopped();
         let shutdown = shutdown.clone();
+        // Keep answering (503 for every write, /readyz 503) for the grace period, so
+        // that load balancers take this instance out and providers' retries hear a
+        // 503 rather than a refused connection; then drain and exit.
+        let linger = cfg.server.shutdown_grace;
         tokio::spawn(async move {
             loop {
                 if *stopped.borrow_and_update() {
-                    tracing::error!("the store stopped for good; draining, then exiting");
-                    shutdown.cancel();
+                    tracing::error!(
+                        linger = ?linger,
+                        "the store stopped for good: answering 503, then exiting"
+                    );
+                    tokio::select! {
+                        _ = shutdown.cancelled() => {}
+                        _ = tokio::time::sleep(linger) => shutdown.cancel(),
+                    }
                     return true;
                 }
                 tokio::select! {

@@ -12,6 +12,7 @@ mod cluster;
 mod conformance;
 mod crash;
 mod embedded;
+mod faults;
 mod forward;
 mod hostile;
 mod ingest;

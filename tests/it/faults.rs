@@ -1,0 +1,612 @@
+//! Faults: a 2xx means stored, and every stored entry is delivered at least once or
+//! is dead and visible, whatever fails: a worker's lease, the disk's fsync, the
+//! disk's space, an operator pausing or discarding mid-flight.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hookgate::config;
+use hookgate::store::{Attempt, Claim, Completion, Header, NewEntry, Status, Store};
+
+use crate::both_stores;
+use crate::forward::source;
+use crate::upstream::{Reply, Upstream};
+use crate::util::*;
+
+/// Wait until `cond` holds, polling; panic with `what` after `deadline`.
+async fn until<F, Fut>(what: &str, deadline: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + deadline;
+    while !cond().await {
+        assert!(Instant::now() < end, "not within {deadline:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Assert that `cond` stays true for `window`: absence can only be bounded, never
+/// observed, so the window is the test's bound (a few poll intervals).
+async fn stays<F, Fut>(what: &str, window: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        assert!(cond().await, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn new_entry(source: &str, key: &str) -> NewEntry {
+    NewEntry {
+        id: uuid::Uuid::now_v7().to_string(),
+        source: source.to_string(),
+        event_id: Some(key.to_string()),
+        event_type: None,
+        dedupe_key: format!("id:{key}"),
+        dedupe_ttl: Duration::from_secs(3600),
+        received_at: hookgate::store::now_ms(),
+        headers: vec![Header {
+            name: "content-type".into(),
+            value: b"application/json".to_vec(),
+        }],
+        body: Bytes::from_static(b"{}"),
+    }
+}
+
+fn delivered(n: u32) -> Completion {
+    Completion::Delivered {
+        attempt: Attempt {
+            n,
+            at: hookgate::store::now_ms(),
+            status_code: Some(200),
+            error: None,
+            latency_ms: 1,
+        },
+    }
+}
+
+/// Claim source `s` as `worker` until its entry is due again (its lease expired).
+async fn claim_when_due(store: &dyn Store, worker: &str, lease: Duration) -> Vec<Claim> {
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = store
+            .claim("s", worker, hookgate::store::now_ms(), 1, lease)
+            .await
+            .unwrap();
+        if !got.is_empty() {
+            return got;
+        }
+        assert!(Instant::now() < end, "{worker} never got the expired lease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Redis: worker A claims with a 200 ms lease; B takes it over; A's late completion
+/// returns false and leaves the message pending for B; B dies; C reclaims it and
+/// delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_completion_never_strands_an_entry_on_redis() {
+    let h = StoreHandle::new(Backend::Redis);
+    let store = h.open().await;
+    let e = new_entry("s", "evt_stale");
+    let id = e.id.clone();
+    store.accept(e).await.unwrap();
+    let lease = Duration::from_millis(200);
+    let now = hookgate::store::now_ms;
+    let a = store.claim("s", "A", now(), 1, lease).await.unwrap();
+    assert_eq!(a.len(), 1);
+    let b = claim_when_due(&*store, "B", lease).await;
+    assert_eq!(b[0].entry.id, id);
+    assert!(
+        !store
+            .complete(&a[0], "A", delivered(1), now())
+            .await
+            .unwrap()
+    );
+    let mut redis = redis::Client::open(h.redis.as_ref().unwrap().url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let pending = |redis: &mut redis::aio::MultiplexedConnection| {
+        let mut redis = redis.clone();
+        async move {
+            let summary: (
+                u64,
+                Option<String>,
+                Option<String>,
+                Option<Vec<(String, String)>>,
+            ) = redis::cmd("XPENDING")
+                .arg("hg:{s}:work")
+                .arg("workers")
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            summary
+        }
+    };
+    let (count, _, _, owners) = pending(&mut redis).await;
+    assert_eq!(count, 1, "A's stale completion acknowledged B's message");
+    assert_eq!(owners.unwrap()[0].0, "B");
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().status,
+        Status::Pending
+    );
+    // B dies without completing; C reclaims after the lease and delivers.
+    let c = claim_when_due(&*store, "C", lease).await;
+    assert!(
+        store
+            .complete(&c[0], "C", delivered(1), now())
+            .await
+            .unwrap()
+    );
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((e.status, e.attempts), (Status::Delivered, 1));
+    let (count, ..) = pending(&mut redis).await;
+    assert_eq!(count, 0, "the stream holds nothing pending");
+    let len: u64 = redis::cmd("XLEN")
+        .arg("hg:{s}:work")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(len, 0, "the stream keeps no message");
+}
+
+/// Six sources share one destination origin that answers after 900 ms, with a 1 s
+/// timeout and a concurrency of 2: every webhook arrives exactly once, each with one
+/// attempt; no entry waits for a slot under a lease that could run out.
+async fn shared_origin(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let up = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_millis(900))).await;
+    let mut text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"1500ms\"\n",
+        h.toml()
+    );
+    for i in 0..6 {
+        text.push_str(&source(
+            &format!("s{i}"),
+            &format!("{}/s{i}", up.url),
+            "[sources.delivery]\ntimeout = \"1s\"\nconcurrency = 2\n",
+        ));
+    }
+    let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+    let gw = Gateway::start(cfg).await;
+    let c = http();
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        for n in 0..10 {
+            let body = event_body("stripe", &format!("evt_{i}_{n}"));
+            let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+            let (st, json) = post_raw(&c, &gw.ingest, &format!("s{i}"), &body, &headers).await;
+            assert_eq!(st, 200, "{json}");
+            ids.push(json["id"].as_str().unwrap().to_string());
+        }
+    }
+    up.wait_for(Duration::from_secs(60), "all 60 deliveries", |r| {
+        r.len() >= 60
+    })
+    .await;
+    let store = h.open().await;
+    until("every entry delivered", Duration::from_secs(10), || {
+        let store = store.clone();
+        let ids = ids.clone();
+        async move {
+            for id in &ids {
+                if store.get(id).await.unwrap().unwrap().status != Status::Delivered {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for r in up.received() {
+        *seen.entry(r.header("webhook-id").unwrap()).or_default() += 1;
+    }
+    for id in &ids {
+        assert_eq!(
+            seen.get(id),
+            Some(&1),
+            "{id} delivered {:?} times",
+            seen.get(id)
+        );
+        assert_eq!(store.get(id).await.unwrap().unwrap().attempts, 1, "{id}");
+    }
+    assert_eq!(up.count(), 60);
+    gw.stop().await;
+}
+both_stores!(
+    sources_sharing_an_origin_never_overrun_their_lease,
+    super::shared_origin
+);
+
+/// Pause, then at once 20 webhooks: none is delivered while paused, all after the
+/// resume.
+async fn pause_at_once(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let up = Upstream::ok().await;
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\n{}",
+        h.toml(),
+        source("stripe", &up.url, "")
+    );
+    let gw = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let c = http();
+    let r = c
+        .post(format!("{}/admin/sources/stripe/pause", gw.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for n in 0..20 {
+        let body = event_body("stripe", &format!("evt_p{n}"));
+        let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+        assert_eq!(
+            post_raw(&c, &gw.ingest, "stripe", &body, &headers).await.0,
+            200
+        );
+    }
+    // Ten poll intervals: a forwarder that ignored the pause would have sent them.
+    stays(
+        "nothing delivered while paused",
+        Duration::from_millis(500),
+        || {
+            let n = up.count();
+            async move { n == 0 }
+        },
+    )
+    .await;
+    let r = c
+        .post(format!("{}/admin/sources/stripe/resume", gw.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    up.wait_for(Duration::from_secs(10), "all 20 after the resume", |r| {
+        r.len() >= 20
+    })
+    .await;
+    gw.stop().await;
+}
+both_stores!(a_pause_takes_effect_at_once, super::pause_at_once);
+
+/// Two gateways on one Redis: a pause made through one holds in the other (the
+/// claim itself refuses a paused source).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_in_every_process_sharing_redis() {
+    let h = StoreHandle::new(Backend::Redis);
+    let up = Upstream::ok().await;
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\n{}",
+        h.toml(),
+        source("stripe", &up.url, "")
+    );
+    let one = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let two = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let c = http();
+    let r = c
+        .post(format!("{}/admin/sources/stripe/pause", one.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for n in 0..20 {
+        let body = event_body("stripe", &format!("evt_q{n}"));
+        let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+        assert_eq!(
+            post_raw(&c, &two.ingest, "stripe", &body, &headers).await.0,
+            200
+        );
+    }
+    stays(
+        "nothing delivered by either process while paused",
+        Duration::from_millis(500),
+        || {
+            let n = up.count();
+            async move { n == 0 }
+        },
+    )
+    .await;
+    let r = c
+        .post(format!("{}/admin/sources/stripe/resume", two.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    up.wait_for(Duration::from_secs(10), "all 20 after the resume", |r| {
+        r.len() >= 20
+    })
+    .await;
+    one.stop().await;
+    two.stop().await;
+}
+
+/// Discarding an entry whose delivery is in flight cancels the attempt: it is
+/// recorded, and the entry stays discarded.
+async fn discard_in_flight(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let arrived = Arc::new(AtomicBool::new(false));
+    let flag = arrived.clone();
+    let up = Upstream::scripted(move |_, _| {
+        flag.store(true, Ordering::SeqCst);
+        Reply::Slow(200, Duration::from_secs(5))
+    })
+    .await;
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\n{}",
+        h.toml(),
+        source("stripe", &up.url, "")
+    );
+    let gw = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let c = http();
+    let body = event_body("stripe", "evt_discard");
+    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+    let (_, json) = post_raw(&c, &gw.ingest, "stripe", &body, &headers).await;
+    let id = json["id"].as_str().unwrap().to_string();
+    until("the delivery is in flight", Duration::from_secs(5), || {
+        let a = arrived.load(Ordering::SeqCst);
+        async move { a }
+    })
+    .await;
+    let started = Instant::now();
+    let r = c
+        .post(format!("{}/admin/entries/{id}/discard", gw.admin))
+        .json(&serde_json::json!({"note": "bad event"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let store = h.open().await;
+    until(
+        "the cancelled attempt is recorded",
+        Duration::from_secs(4),
+        || {
+            let store = store.clone();
+            let id = id.clone();
+            async move { !store.attempts(&id).await.unwrap().is_empty() }
+        },
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "cancelled, not waited out"
+    );
+    let attempts = store.attempts(&id).await.unwrap();
+    assert_eq!(
+        attempts[0].error.as_deref(),
+        Some("cancelled: the entry was discarded")
+    );
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((e.status, e.attempts), (Status::Discarded, 1));
+    gw.stop().await;
+}
+both_stores!(
+    a_discard_cancels_the_attempt_in_flight,
+    super::discard_in_flight
+);
+
+/// An fsync that fails stops the embedded store: the write answers 503, a retry of
+/// the same event 503 (never `duplicate`), `/readyz` 503, and `serve` exits non-zero;
+/// after a restart every entry acknowledged before the failure is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_stops_the_embedded_store() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nshutdown_grace = \"2s\"\n{}\n{}",
+            h.toml(),
+            source("stripe", "http://127.0.0.1:9/", "")
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    let mut gw = ChildGateway::spawn(&cfg, &[("HOOKGATE_FAULT_FSYNC_AFTER", "5")], &log);
+    let c = http();
+    let post = |n: usize| {
+        let c = c.clone();
+        let base = gw.ingest.clone();
+        async move {
+            let body = event_body("stripe", &format!("evt_f{n}"));
+            let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+            post_raw(&c, &base, "stripe", &body, &headers).await
+        }
+    };
+    let mut acked = Vec::new();
+    let mut failed_at = None;
+    for n in 0..20 {
+        let (st, json) = post(n).await;
+        match st {
+            200 => acked.push(json["id"].as_str().unwrap().to_string()),
+            503 => {
+                failed_at = Some(n);
+                break;
+            }
+            other => panic!("{other}: {json}"),
+        }
+    }
+    let failed_at = failed_at.expect("the injected fsync failure surfaced as a 503");
+    assert!(!acked.is_empty());
+    // The provider's retry of the same event: still 503, never "duplicate".
+    let (st, json) = post(failed_at).await;
+    assert_eq!(st, 503, "{json}");
+    let (st, _) = post(failed_at + 1).await;
+    assert_eq!(st, 503);
+    // /readyz says so (while the process drains), then serve exits non-zero.
+    let ready = c.get(format!("{}/readyz", gw.admin)).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = gw.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "serve did not exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!status.success(), "serve exited {status}");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("fsync"), "{log}");
+    // A restart recovers from what is on disk.
+    let store = h.open().await;
+    for id in &acked {
+        assert!(store.get(id).await.unwrap().is_some(), "{id} lost");
+    }
+    store.ping().await.unwrap();
+}
+
+/// A small filesystem for the store, made and removed by the test.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(bytes: u64) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])
+            .arg("tmpfs")
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "cannot mount a tmpfs (the disk-full test needs root, as CI has)"
+        );
+        Tmpfs { dir }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// The embedded store's disk fills up: 503 with Retry-After, never a 200 for what was
+/// not stored, no crash; ingest resumes when space returns, and every acknowledged
+/// entry is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_answers_503_and_recovers() {
+    let fs = Tmpfs::mount(4 * 1024 * 1024);
+    let data = fs.dir.path().join("data");
+    let filler = fs.dir.path().join("filler");
+    let up = Upstream::ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[store]\nkind = \"embedded\"\npath = \"{}\"\n[forwarder]\npoll_interval = \"50ms\"\n{}",
+            data.display(),
+            source("stripe", &up.url, "[sources.retry]\nbase = \"100ms\"\ncap = \"500ms\"\n")
+        ),
+    )
+    .unwrap();
+    let mut gw = ChildGateway::spawn(&cfg, &[], &dir.path().join("stderr.log"));
+    // Leave well under a megabyte free.
+    let free = {
+        let out = std::process::Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(fs.dir.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    std::fs::write(&filler, vec![0u8; (free - 600 * 1024) as usize]).unwrap();
+    let c = http();
+    let padding = "x".repeat(48 * 1024);
+    let post = |n: usize| {
+        let c = c.clone();
+        let base = gw.ingest.clone();
+        let padding = padding.clone();
+        async move {
+            let body =
+                format!(r#"{{"id":"evt_d{n}","object":"event","type":"t","pad":"{padding}"}}"#)
+                    .into_bytes();
+            let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+            let r = c
+                .post(format!("{base}/ingest/stripe"))
+                .header("content-type", "application/json")
+                .headers(
+                    headers
+                        .iter()
+                        .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
+                        .collect(),
+                )
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let retry_after = r.headers().get("retry-after").is_some();
+            let json: serde_json::Value = r.json().await.unwrap_or_default();
+            (status, retry_after, json)
+        }
+    };
+    let mut acked = Vec::new();
+    let mut refused = 0;
+    let mut n = 0;
+    while refused < 3 && n < 200 {
+        let (st, retry_after, json) = post(n).await;
+        match st {
+            200 => acked.push(json["id"].as_str().unwrap().to_string()),
+            503 => {
+                assert!(retry_after, "503 without Retry-After");
+                refused += 1;
+            }
+            other => panic!("{other}: {json}"),
+        }
+        n += 1;
+    }
+    assert_eq!(refused, 3, "the disk never filled up");
+    assert!(
+        gw.child.try_wait().unwrap().is_none(),
+        "the gateway crashed"
+    );
+    // Space returns: ingest resumes.
+    std::fs::remove_file(&filler).unwrap();
+    let mut resumed = false;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let (st, _, json) = post(n).await;
+        n += 1;
+        if st == 200 {
+            acked.push(json["id"].as_str().unwrap().to_string());
+            resumed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(resumed, "ingest did not resume once space returned");
+    let want: std::collections::HashSet<String> = acked.iter().cloned().collect();
+    up.wait_for(
+        Duration::from_secs(60),
+        "every acknowledged entry delivered",
+        |r| {
+            let got: std::collections::HashSet<String> =
+                r.iter().filter_map(|x| x.header("webhook-id")).collect();
+            want.is_subset(&got)
+        },
+    )
+    .await;
+    gw.kill();
+}
