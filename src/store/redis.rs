@@ -1644,8 +1644,19 @@ impl Store for RedisStore {
     async fn ping(&self) -> Result<(), StoreError> {
         // Not ready while Redis may evict keys (see `preconditions`).
         self.preconditions.ensure()?;
+        // A write, not a PING: a Redis that answers but refuses writes (read-only
+        // replica, `min-replicas-to-write` unmet, out of memory) is not ready.
         let mut c = self.conn();
-        let _: String = self.timed(redis::cmd("PING").query_async(&mut c)).await?;
+        let _: () = self
+            .timed(
+                redis::cmd("SET")
+                    .arg(format!("{}:ready", self.prefix))
+                    .arg(1)
+                    .arg("PX")
+                    .arg(60_000)
+                    .query_async(&mut c),
+            )
+            .await?;
         Ok(())
     }
 

@@ -72,6 +72,14 @@ fn delivered(n: u32) -> Completion {
     }
 }
 
+/// `XPENDING key group`: count, smallest and greatest id, messages per consumer.
+type PendingSummary = (
+    u64,
+    Option<String>,
+    Option<String>,
+    Option<Vec<(String, String)>>,
+);
+
 /// Claim source `s` as `worker` until its entry is due again (its lease expired).
 async fn claim_when_due(store: &dyn Store, worker: &str, lease: Duration) -> Vec<Claim> {
     let end = Instant::now() + Duration::from_secs(5);
@@ -118,12 +126,7 @@ async fn a_stale_completion_never_strands_an_entry_on_redis() {
     let pending = |redis: &mut redis::aio::MultiplexedConnection| {
         let mut redis = redis.clone();
         async move {
-            let summary: (
-                u64,
-                Option<String>,
-                Option<String>,
-                Option<Vec<(String, String)>>,
-            ) = redis::cmd("XPENDING")
+            let summary: PendingSummary = redis::cmd("XPENDING")
                 .arg("hg:{s}:work")
                 .arg("workers")
                 .query_async(&mut redis)
