@@ -780,10 +780,11 @@ fn validate(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Conf
             return Err(ConfigError::invalid(
                 "forwarder.lease",
                 format!(
-                    "the lease ({}) must be longer than the delivery timeout of source {:?} ({})",
+                    "the lease ({}) must be longer than sources[{i}].delivery.timeout ({}, source {:?}): \
+                     a claimed entry starts at once and its attempt may last that long",
                     humantime::format_duration(forwarder.lease),
-                    source.name,
-                    humantime::format_duration(source.delivery.timeout)
+                    humantime::format_duration(source.delivery.timeout),
+                    source.name
                 ),
             ));
         }

@@ -159,9 +159,6 @@ pub struct SqliteStore {
     stopped: watch::Receiver<bool>,
 }
 
-/// How long `/readyz` waits for the writer thread to answer.
-const PING_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// Fault injection for tests: `HOOKGATE_FAULT_FSYNC_AFTER=n` makes every WAL fsync
 /// after the n-th fail, as a failing disk would. Read once when the store opens.
 const FAULT_FSYNC_AFTER: &str = "HOOKGATE_FAULT_FSYNC_AFTER";
@@ -1441,11 +1438,7 @@ impl Store for SqliteStore {
             conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
             Ok(())
         })
-        .await?;
-        // The writer thread answers too (a no-op through its queue).
-        tokio::time::timeout(PING_WRITE_TIMEOUT, self.write_fast(false, |_, _| Ok(())))
-            .await
-            .map_err(|_| StoreError::Timeout(PING_WRITE_TIMEOUT))?
+        .await
     }
 
     fn stopped(&self) -> watch::Receiver<bool> {
