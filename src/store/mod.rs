@@ -408,7 +408,8 @@ pub trait Store: Send + Sync + 'static {
     async fn paused_sources(&self) -> Result<Vec<String>, StoreError>;
 
     /// Claim up to `limit` due, pending entries of `source` for `worker`, leased for
-    /// `lease` (a crashed worker's entries are claimed again once it expires).
+    /// `lease` (a crashed worker's entries are claimed again once it expires). A
+    /// paused source yields nothing, whoever paused it.
     async fn claim(
         &self,
         source: &str,

@@ -811,6 +811,28 @@ both_stores!(
     super::audit_trail_oldest_first
 );
 
+async fn paused_source_is_accepted_not_claimed(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    store.set_paused("s", true).await.unwrap();
+    assert_eq!(store.paused_sources().await.unwrap(), vec!["s".to_string()]);
+    let id = accept_new(&*store, entry("s", "evt_paused")).await;
+    assert_eq!(store.count("s").await.unwrap(), 1);
+    let t = now_ms();
+    assert!(claim_at(&*store, "s", "w", t).await.is_empty());
+    // Other sources go on.
+    let other = accept_new(&*store, entry("t", "evt_other")).await;
+    assert_eq!(claim_one(&*store, "t", "w", now_ms()).await.entry.id, other);
+    store.set_paused("s", false).await.unwrap();
+    assert!(store.paused_sources().await.unwrap().is_empty());
+    assert_eq!(claim_one(&*store, "s", "w", now_ms()).await.entry.id, id);
+    store.close().await;
+}
+both_stores!(
+    a_paused_source_is_accepted_but_not_claimed,
+    super::paused_source_is_accepted_not_claimed
+);
+
 async fn next(rx: &mut tokio::sync::broadcast::Receiver<Control>) -> Control {
     tokio::time::timeout(DEADLINE, rx.recv())
         .await
