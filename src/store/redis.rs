@@ -1216,7 +1216,9 @@ impl Store for RedisStore {
                 }
             }
             ids.sort_by(|a, b| b.0.cmp(&a.0));
-            if ids.len() <= need {
+            // Every source gave fewer than asked: nothing older is left. (A full
+            // batch says nothing: the next round looks further down.)
+            if ids.len() < need {
                 exhausted = true;
             }
             ids.truncate(need);

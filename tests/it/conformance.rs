@@ -1159,6 +1159,236 @@ both_stores!(
     super::stats_count_what_happened
 );
 
+/// One entry of the listing fixture, as the test knows it.
+struct Known {
+    id: String,
+    source: &'static str,
+    event_type: &'static str,
+    at: i64,
+    status: Status,
+}
+
+/// Twelve entries a second apart: sources a/b alternating, event types x/y/z in turn,
+/// the 4th and 8th discarded.
+async fn listing_fixture(store: &dyn Store, base: i64) -> Vec<Known> {
+    let mut known = Vec::new();
+    for i in 0..12 {
+        let source = ["a", "b"][i % 2];
+        let event_type = ["x", "y", "z"][i % 3];
+        let at = base + 1_000 * i as i64;
+        let id = accept_new(store, entry_at(source, &format!("evt_{i}"), at, event_type)).await;
+        let mut status = Status::Pending;
+        if i == 3 || i == 7 {
+            assert_eq!(
+                store.discard(&id, "ops", "n", base).await.unwrap(),
+                Transition::Done
+            );
+            status = Status::Discarded;
+        }
+        known.push(Known {
+            id,
+            source,
+            event_type,
+            at,
+            status,
+        });
+    }
+    known
+}
+
+/// Every page of `query` at `limit` per page, checking each page (and that `list_ids`
+/// pages the same way); the ids in order.
+async fn page_through(store: &dyn Store, query: &ListQuery) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let q = ListQuery {
+            cursor: cursor.clone(),
+            ..query.clone()
+        };
+        let page = store.list(&q).await.unwrap();
+        let ids = store.list_ids(&q).await.unwrap();
+        let listed: Vec<String> = page.entries.iter().map(|e| e.id.clone()).collect();
+        assert_eq!(listed, ids.ids, "list_ids pages as list does");
+        assert_eq!(page.next_cursor, ids.next_cursor);
+        assert!(page.entries.len() <= query.limit, "the limit holds");
+        for e in &page.entries {
+            let full = store
+                .get(&e.id)
+                .await
+                .unwrap()
+                .expect("listed entry exists");
+            assert_eq!(*e, full.listed());
+        }
+        seen.extend(listed);
+        match page.next_cursor {
+            Some(c) => {
+                assert_eq!(page.entries.len(), query.limit, "only a last page is short");
+                cursor = Some(c);
+            }
+            None => break,
+        }
+    }
+    seen
+}
+
+async fn list_filters(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let base = now_ms() - 60_000;
+    let known = listing_fixture(&*store, base).await;
+    let expect = |keep: &dyn Fn(&Known) -> bool| -> Vec<String> {
+        known
+            .iter()
+            .rev()
+            .filter(|k| keep(k))
+            .map(|k| k.id.clone())
+            .collect()
+    };
+    let q = |f: &dyn Fn(&mut ListQuery)| {
+        let mut q = ListQuery {
+            limit: 2,
+            ..Default::default()
+        };
+        f(&mut q);
+        q
+    };
+    let cases: Vec<(&str, ListQuery, Vec<String>)> = vec![
+        ("everything", q(&|_| {}), expect(&|_| true)),
+        (
+            "source",
+            q(&|q| q.source = Some("a".into())),
+            expect(&|k| k.source == "a"),
+        ),
+        (
+            "status",
+            q(&|q| q.status = Some(Status::Discarded)),
+            expect(&|k| k.status == Status::Discarded),
+        ),
+        (
+            "source and status",
+            q(&|q| {
+                q.source = Some("b".into());
+                q.status = Some(Status::Pending);
+            }),
+            expect(&|k| k.source == "b" && k.status == Status::Pending),
+        ),
+        (
+            "event type",
+            q(&|q| q.event_type = Some("x".into())),
+            expect(&|k| k.event_type == "x"),
+        ),
+        (
+            "event type and source",
+            q(&|q| {
+                q.event_type = Some("y".into());
+                q.source = Some("a".into());
+            }),
+            expect(&|k| k.event_type == "y" && k.source == "a"),
+        ),
+        (
+            "since and until",
+            q(&|q| {
+                q.since = Some(base + 4_000);
+                q.until = Some(base + 9_000);
+            }),
+            expect(&|k| k.at >= base + 4_000 && k.at < base + 9_000),
+        ),
+        (
+            "since alone",
+            q(&|q| q.since = Some(base + 10_000)),
+            expect(&|k| k.at >= base + 10_000),
+        ),
+        (
+            "until alone",
+            q(&|q| q.until = Some(base + 2_000)),
+            expect(&|k| k.at < base + 2_000),
+        ),
+        (
+            "all filters",
+            q(&|q| {
+                q.source = Some("a".into());
+                q.status = Some(Status::Pending);
+                q.event_type = Some("z".into());
+                q.since = Some(base + 1_000);
+                q.until = Some(base + 11_000);
+            }),
+            expect(&|k| {
+                k.source == "a"
+                    && k.status == Status::Pending
+                    && k.event_type == "z"
+                    && k.at >= base + 1_000
+                    && k.at < base + 11_000
+            }),
+        ),
+        (
+            "nothing matches",
+            q(&|q| q.event_type = Some("none".into())),
+            Vec::new(),
+        ),
+    ];
+    for (name, query, want) in cases {
+        assert!(
+            name == "nothing matches" || !want.is_empty(),
+            "{name}: the fixture has matches"
+        );
+        assert_eq!(page_through(&*store, &query).await, want, "{name}");
+    }
+    store.close().await;
+}
+both_stores!(
+    list_filters_by_source_status_type_and_time,
+    super::list_filters
+);
+
+async fn list_pages_stay_stable(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let base = now_ms() - 60_000;
+    let known = listing_fixture(&*store, base).await;
+    let want: Vec<String> = known.iter().rev().map(|k| k.id.clone()).collect();
+    let query = ListQuery {
+        limit: 5,
+        ..Default::default()
+    };
+    let first = store.list(&query).await.unwrap();
+    assert_eq!(first.entries.len(), 5);
+    let mut seen: Vec<String> = first.entries.iter().map(|e| e.id.clone()).collect();
+    // Between two pages: a newer entry arrives, an entry further down changes status.
+    accept_new(&*store, entry_at("a", "evt_late", base + 30_000, "x")).await;
+    assert_eq!(
+        store.discard(&known[2].id, "ops", "n", base).await.unwrap(),
+        Transition::Done
+    );
+    let mut cursor = first.next_cursor;
+    while let Some(c) = cursor {
+        let page = store
+            .list(&ListQuery {
+                cursor: Some(c),
+                ..query.clone()
+            })
+            .await
+            .unwrap();
+        seen.extend(page.entries.iter().map(|e| e.id.clone()));
+        cursor = page.next_cursor;
+    }
+    assert_eq!(seen, want, "every entry once, newest first, no gap");
+    // A limit of 0 is taken as 1.
+    let one = store
+        .list(&ListQuery {
+            limit: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(one.entries.len(), 1);
+    store.close().await;
+}
+both_stores!(
+    list_pages_are_stable_without_duplicates_or_gaps,
+    super::list_pages_stay_stable
+);
+
 async fn attempts_in_order(backend: Backend) {
     let h = StoreHandle::new(backend);
     let store = h.open().await;
