@@ -762,6 +762,54 @@ async fn unknown_ids_are_not_found(backend: Backend) {
 }
 both_stores!(unknown_ids_are_not_found, super::unknown_ids_are_not_found);
 
+async fn replay_queues_with_a_fresh_budget(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    for from in [Status::Dead, Status::Discarded, Status::Delivered] {
+        let source = format!("from-{}", from.as_str());
+        let id = entry_with_status(&*store, &source, "evt", from).await;
+        let before = store.get(&id).await.unwrap().unwrap();
+        let now = now_ms() + 10;
+        let at = now + 1_000;
+        assert_eq!(
+            store.replay(&id, at, "ops", now).await.unwrap(),
+            Transition::Done,
+            "replay of a {from:?} entry"
+        );
+        let e = store.get(&id).await.unwrap().unwrap();
+        assert_eq!(e.id, id);
+        assert_eq!(e.status, Status::Pending);
+        assert_eq!(e.next_attempt_at, Some(at));
+        assert_eq!(e.budget_start, now);
+        assert_eq!(e.attempts, before.attempts);
+        assert_eq!(e.budget_attempts, before.attempts);
+        assert_eq!(e.body, before.body);
+        assert_eq!(store.count(&source).await.unwrap(), 1);
+        assert_eq!(
+            store.count_status(&source, Status::Pending).await.unwrap(),
+            1
+        );
+        assert_eq!(store.count_status(&source, from).await.unwrap(), 0);
+        // Due at `at`, not before; then delivered like any other.
+        assert!(claim_at(&*store, &source, "w", at - 1).await.is_empty());
+        let c = claim_one(&*store, &source, "w", at).await;
+        assert_eq!(c.entry.id, id);
+        assert_eq!(c.entry.budget_start, now);
+        let n = before.attempts + 1;
+        let done = Completion::Delivered {
+            attempt: attempt(n, at, Some(200)),
+        };
+        assert!(store.complete(&c, "w", done, at).await.unwrap());
+        let e = store.get(&id).await.unwrap().unwrap();
+        assert_eq!((e.status, e.attempts), (Status::Delivered, n));
+    }
+    store.close().await;
+}
+both_stores!(
+    replay_queues_the_same_entry_again_with_a_fresh_budget,
+    super::replay_queues_with_a_fresh_budget
+);
+
 async fn audit_trail_oldest_first(backend: Backend) {
     let h = StoreHandle::new(backend);
     let store = h.open().await;
