@@ -373,7 +373,10 @@ impl Controls {
 /// What one retention pass removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Purged {
+    /// Entries removed, with their attempts and audit trails.
     pub entries: u64,
+    /// Expired dedupe keys removed by this pass. Redis expires them by itself (`PX`),
+    /// so a pass there removes none.
     pub dedupe_keys: u64,
 }
 
@@ -405,7 +408,8 @@ pub trait Store: Send + Sync + 'static {
     async fn paused_sources(&self) -> Result<Vec<String>, StoreError>;
 
     /// Claim up to `limit` due, pending entries of `source` for `worker`, leased for
-    /// `lease` (a crashed worker's entries are claimed again once it expires).
+    /// `lease` (a crashed worker's entries are claimed again once it expires). A
+    /// paused source yields nothing, whoever paused it.
     async fn claim(
         &self,
         source: &str,
@@ -435,7 +439,9 @@ pub trait Store: Send + Sync + 'static {
     async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError>;
 
     /// Remove up to `limit` delivered entries completed before `delivered_before`,
-    /// dead and discarded ones completed before `dead_before`, and expired dedupe keys.
+    /// up to `limit` dead and discarded ones completed (or discarded) before
+    /// `dead_before`, and up to `limit` expired dedupe keys (on Redis the limits hold
+    /// per source). Pending entries are never removed.
     async fn purge(
         &self,
         now: i64,

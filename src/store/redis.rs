@@ -239,11 +239,14 @@ return #ids
 
 /// Take the lease of a claimed stream message. KEYS: entry. ARGV: message id, token.
 /// Returns the entry, or nil when the message no longer stands for pending work
-/// (the entry ended, was purged, or a newer message replaced this one).
+/// (the entry ended, was purged, or a newer message replaced this one). An empty
+/// `msg` means no message stands for it: it waits in `sched` (a retry, a release, a
+/// replay) until `PROMOTE` gives it one. Entries written before `msg` existed have
+/// none and take any message.
 const LEASE: &str = r#"
 local st = redis.call('HMGET', KEYS[1], 'status', 'msg')
 if st[1] ~= 'pending' then return false end
-if st[2] and st[2] ~= '' and st[2] ~= ARGV[1] then return false end
+if st[2] and st[2] ~= ARGV[1] then return false end
 redis.call('HSET', KEYS[1], 'lease', ARGV[2])
 return redis.call('HGETALL', KEYS[1])
 "#;
@@ -1216,7 +1219,9 @@ impl Store for RedisStore {
                 }
             }
             ids.sort_by(|a, b| b.0.cmp(&a.0));
-            if ids.len() <= need {
+            // Every source gave fewer than asked: nothing older is left. (A full
+            // batch says nothing: the next round looks further down.)
+            if ids.len() < need {
                 exhausted = true;
             }
             ids.truncate(need);

@@ -1109,6 +1109,7 @@ impl Store for SqliteStore {
                     "SELECT id FROM entries
                      WHERE source = ?1 AND status = 'pending' AND next_attempt_at <= ?2
                        AND (lease_until IS NULL OR lease_until <= ?2)
+                       AND NOT EXISTS (SELECT 1 FROM sources WHERE name = ?1 AND paused = 1)
                      ORDER BY next_attempt_at LIMIT ?3",
                 )?
                 .query_map(params![source, now, limit], |r| r.get(0))?

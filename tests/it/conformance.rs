@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hookgate::store::{Accepted, Header, ListQuery, NewEntry, Status, Store};
+use hookgate::store::{
+    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Header, ListQuery, NewEntry,
+    SourceStats, Status, Store, Transition, now_ms,
+};
 
 use crate::both_stores;
 use crate::util::{Backend, StoreHandle};
@@ -210,3 +213,1358 @@ async fn pause_is_durable(backend: Backend) {
     );
 }
 both_stores!(pause_state_survives_reopen, super::pause_is_durable);
+
+// ---------------------------------------------------------------------------
+// Claims and completions.
+// ---------------------------------------------------------------------------
+
+/// The lease of every claim in this suite: short, so that an abandoned one expires
+/// within the test; waits loop on what the store shows, up to `DEADLINE`.
+const LEASE: Duration = Duration::from_millis(200);
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// An entry received at `ms`, its id carrying that time (as ingest's UUIDv7 ids do).
+fn entry_at(source: &str, key: &str, ms: i64, event_type: &str) -> NewEntry {
+    let ms = u64::try_from(ms).expect("a time after 1970");
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        ms / 1000,
+        u32::try_from(ms % 1000).unwrap() * 1_000_000,
+    );
+    let mut e = entry(source, key);
+    e.id = uuid::Uuid::new_v7(ts).to_string();
+    e.received_at = i64::try_from(ms).unwrap();
+    e.event_type = Some(event_type.to_string());
+    e
+}
+
+fn attempt(n: u32, at: i64, status_code: Option<u16>) -> Attempt {
+    Attempt {
+        n,
+        at,
+        status_code,
+        error: None,
+        latency_ms: 12,
+    }
+}
+
+async fn accept_new(store: &dyn Store, e: NewEntry) -> String {
+    match store.accept(e).await.unwrap() {
+        Accepted::New(id) => id,
+        other => panic!("expected a new entry, got {other:?}"),
+    }
+}
+
+async fn claim_at(store: &dyn Store, source: &str, worker: &str, now: i64) -> Vec<Claim> {
+    store.claim(source, worker, now, 10, LEASE).await.unwrap()
+}
+
+/// The one claim a claim at `now` returns.
+async fn claim_one(store: &dyn Store, source: &str, worker: &str, now: i64) -> Claim {
+    let mut claims = claim_at(store, source, worker, now).await;
+    assert_eq!(claims.len(), 1, "one claim at {now}");
+    claims.remove(0)
+}
+
+/// Claim at the current time until the store hands an entry out (a lease that has to
+/// expire first), at most until `DEADLINE`.
+async fn claim_when_due(store: &dyn Store, source: &str, worker: &str) -> Claim {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let mut claims = claim_at(store, source, worker, now_ms()).await;
+        if !claims.is_empty() {
+            assert_eq!(claims.len(), 1);
+            return claims.remove(0);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing claimable within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn status_of(store: &dyn Store, id: &str) -> Status {
+    store.get(id).await.unwrap().expect("the entry").status
+}
+
+async fn delivered_completion_ends_the_entry(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_d")).await;
+    let t = now_ms();
+    let c = claim_one(&*store, "s", "w1", t).await;
+    assert_eq!(c.entry.id, id);
+    assert_eq!(c.entry.status, Status::Pending);
+    assert_eq!(c.entry.attempts, 0);
+    // Leased: nobody else claims it meanwhile.
+    assert!(claim_at(&*store, "s", "w2", t).await.is_empty());
+    let done = Completion::Delivered {
+        attempt: attempt(1, t, Some(200)),
+    };
+    assert!(store.complete(&c, "w1", done, t + 5).await.unwrap());
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(e.status, Status::Delivered);
+    assert_eq!(e.attempts, 1);
+    assert_eq!(e.next_attempt_at, None);
+    assert_eq!(
+        store.attempts(&id).await.unwrap(),
+        vec![attempt(1, t, Some(200))]
+    );
+    // Never handed out again, whenever asked.
+    assert!(claim_at(&*store, "s", "w2", t + 3_600_000).await.is_empty());
+    assert_eq!(store.count_status("s", Status::Delivered).await.unwrap(), 1);
+    assert_eq!(store.count_status("s", Status::Pending).await.unwrap(), 0);
+    store.close().await;
+}
+both_stores!(
+    a_delivered_completion_ends_the_entry,
+    super::delivered_completion_ends_the_entry
+);
+
+async fn claims_hand_out_each_entry_once(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let mut ids = Vec::new();
+    for key in ["a", "b", "c"] {
+        ids.push(accept_new(&*store, entry("s", key)).await);
+    }
+    let t = now_ms();
+    let first = store.claim("s", "w1", t, 2, LEASE).await.unwrap();
+    assert_eq!(first.len(), 2, "the limit holds");
+    let second = store.claim("s", "w2", t, 2, LEASE).await.unwrap();
+    assert_eq!(second.len(), 1, "only what nobody holds");
+    assert!(
+        store
+            .claim("s", "w3", t, 2, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let mut claimed: Vec<String> = first
+        .iter()
+        .chain(&second)
+        .map(|c| c.entry.id.clone())
+        .collect();
+    claimed.sort();
+    ids.sort();
+    assert_eq!(claimed, ids, "each entry once");
+    let mut tokens: Vec<&str> = first
+        .iter()
+        .chain(&second)
+        .map(|c| c.token.as_str())
+        .collect();
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3, "a token per claim");
+    // Claims are per source.
+    assert!(
+        store
+            .claim("t", "w1", t, 2, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.close().await;
+}
+both_stores!(
+    claims_hand_out_each_due_entry_once_up_to_the_limit,
+    super::claims_hand_out_each_entry_once
+);
+
+async fn retry_is_due_again_at_its_time(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_r")).await;
+    let t = now_ms();
+    let at = t + 60_000;
+    let c = claim_one(&*store, "s", "w1", t).await;
+    let retry = Completion::Retry {
+        attempt: attempt(1, t, Some(503)),
+        at,
+    };
+    assert!(store.complete(&c, "w1", retry, t + 5).await.unwrap());
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(e.status, Status::Pending);
+    assert_eq!(e.attempts, 1);
+    assert_eq!(e.next_attempt_at, Some(at));
+    assert_eq!(e.last_error.as_deref(), Some("HTTP 503"));
+    // Not before `at`, from `at` on.
+    assert!(claim_at(&*store, "s", "w1", t + 10).await.is_empty());
+    assert!(claim_at(&*store, "s", "w1", at - 1).await.is_empty());
+    let again = claim_one(&*store, "s", "w2", at).await;
+    assert_eq!(again.entry.id, id);
+    assert_eq!(again.entry.attempts, 1);
+    let done = Completion::Delivered {
+        attempt: attempt(2, at, Some(200)),
+    };
+    assert!(store.complete(&again, "w2", done, at + 5).await.unwrap());
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(e.status, Status::Delivered);
+    assert_eq!(e.attempts, 2);
+    store.close().await;
+}
+both_stores!(
+    a_retry_is_due_again_at_its_time_and_not_before,
+    super::retry_is_due_again_at_its_time
+);
+
+async fn dead_completion_lists_the_entry_as_dead(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_dead")).await;
+    let t = now_ms();
+    let c = claim_one(&*store, "s", "w1", t).await;
+    let dead = Completion::Dead {
+        attempt: Some(attempt(1, t, Some(410))),
+        reason: "HTTP 410: gone for good".into(),
+    };
+    assert!(store.complete(&c, "w1", dead, t + 5).await.unwrap());
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(e.status, Status::Dead);
+    assert_eq!(e.attempts, 1);
+    assert_eq!(e.next_attempt_at, None);
+    assert_eq!(e.last_error.as_deref(), Some("HTTP 410: gone for good"));
+    let listed = store
+        .list(&ListQuery {
+            status: Some(Status::Dead),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.entries, vec![e.listed()]);
+    let st = store.stats("s").await.unwrap();
+    assert_eq!((st.dead, st.pending, st.delivered), (1, 0, 0));
+    assert!(claim_at(&*store, "s", "w1", t + 3_600_000).await.is_empty());
+
+    // Dead without an attempt (refused before any was made) records none.
+    let id2 = accept_new(&*store, entry("s", "evt_dead2")).await;
+    let t = now_ms();
+    let c = claim_one(&*store, "s", "w1", t).await;
+    let dead = Completion::Dead {
+        attempt: None,
+        reason: "no route".into(),
+    };
+    assert!(store.complete(&c, "w1", dead, t).await.unwrap());
+    let e = store.get(&id2).await.unwrap().unwrap();
+    assert_eq!((e.status, e.attempts), (Status::Dead, 0));
+    assert!(store.attempts(&id2).await.unwrap().is_empty());
+    assert_eq!(store.stats("s").await.unwrap().dead, 2);
+    store.close().await;
+}
+both_stores!(
+    a_dead_completion_lists_the_entry_as_dead,
+    super::dead_completion_lists_the_entry_as_dead
+);
+
+async fn release_records_no_attempt(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_rel")).await;
+    let t = now_ms();
+    let c = claim_one(&*store, "s", "w1", t).await;
+    let at = t + 1_000;
+    assert!(
+        store
+            .complete(&c, "w1", Completion::Release { at }, t)
+            .await
+            .unwrap()
+    );
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(e.status, Status::Pending);
+    assert_eq!(e.attempts, 0);
+    assert_eq!(e.next_attempt_at, Some(at));
+    assert!(store.attempts(&id).await.unwrap().is_empty());
+    assert!(claim_at(&*store, "s", "w1", at - 1).await.is_empty());
+    let again = claim_one(&*store, "s", "w2", at).await;
+    assert_eq!(
+        (again.entry.id.as_str(), again.entry.attempts),
+        (id.as_str(), 0)
+    );
+    store.close().await;
+}
+both_stores!(
+    a_release_records_no_attempt_and_is_due_again,
+    super::release_records_no_attempt
+);
+
+async fn stale_completion_changes_nothing(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_stale")).await;
+    let first = claim_one(&*store, "s", "w1", now_ms()).await;
+    // w1 stalls; its lease expires and w2 takes the entry.
+    let second = claim_when_due(&*store, "s", "w2").await;
+    assert_eq!(second.entry.id, id);
+    assert_ne!(second.token, first.token);
+    let t = now_ms();
+    for late in [
+        Completion::Delivered {
+            attempt: attempt(1, t, Some(200)),
+        },
+        Completion::Dead {
+            attempt: Some(attempt(1, t, Some(400))),
+            reason: "late".into(),
+        },
+        Completion::Retry {
+            attempt: attempt(1, t, Some(500)),
+            at: t + 1,
+        },
+        Completion::Release { at: t + 1 },
+    ] {
+        assert!(!store.complete(&first, "w1", late, t).await.unwrap());
+        let e = store.get(&id).await.unwrap().unwrap();
+        assert_eq!((e.status, e.attempts), (Status::Pending, 0));
+        assert!(store.attempts(&id).await.unwrap().is_empty());
+    }
+    // The new holder's lease is intact.
+    let done = Completion::Delivered {
+        attempt: attempt(1, t, Some(200)),
+    };
+    assert!(store.complete(&second, "w2", done, t + 5).await.unwrap());
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((e.status, e.attempts), (Status::Delivered, 1));
+    assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
+    store.close().await;
+}
+both_stores!(
+    a_stale_completion_changes_nothing_for_the_new_holder,
+    super::stale_completion_changes_nothing
+);
+
+async fn abandoned_lease_is_claimed_again(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_dies")).await;
+    // w1 claims and dies: it never completes.
+    let gone = claim_one(&*store, "s", "w1", now_ms()).await;
+    drop(gone);
+    let c = claim_when_due(&*store, "s", "w2").await;
+    assert_eq!((c.entry.id.as_str(), c.entry.attempts), (id.as_str(), 0));
+    let t = now_ms();
+    let done = Completion::Delivered {
+        attempt: attempt(1, t, Some(204)),
+    };
+    assert!(store.complete(&c, "w2", done, t).await.unwrap());
+    assert_eq!(status_of(&*store, &id).await, Status::Delivered);
+    store.close().await;
+}
+both_stores!(
+    an_abandoned_lease_is_claimed_again_and_delivered,
+    super::abandoned_lease_is_claimed_again
+);
+
+async fn repeated_completion_records_nothing_more(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    // Delivered, then the same call again (its reply was lost).
+    let id = accept_new(&*store, entry("s", "evt_twice")).await;
+    let t = now_ms();
+    let c = claim_one(&*store, "s", "w1", t).await;
+    let done = || Completion::Delivered {
+        attempt: attempt(1, t, Some(200)),
+    };
+    assert!(store.complete(&c, "w1", done(), t).await.unwrap());
+    assert!(!store.complete(&c, "w1", done(), t + 1).await.unwrap());
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((e.status, e.attempts), (Status::Delivered, 1));
+    assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
+
+    // A retry, repeated: still one attempt, still due at its time, once.
+    let id = accept_new(&*store, entry("s", "evt_twice_retry")).await;
+    let t = now_ms();
+    let at = t + 60_000;
+    let c = claim_one(&*store, "s", "w1", t).await;
+    let retry = || Completion::Retry {
+        attempt: attempt(1, t, None),
+        at,
+    };
+    assert!(store.complete(&c, "w1", retry(), t).await.unwrap());
+    assert!(!store.complete(&c, "w1", retry(), t + 1).await.unwrap());
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((e.status, e.attempts), (Status::Pending, 1));
+    assert_eq!(e.next_attempt_at, Some(at));
+    assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
+    assert!(claim_at(&*store, "s", "w1", at - 1).await.is_empty());
+    let again = claim_one(&*store, "s", "w1", at).await;
+    assert_eq!(again.entry.id, id);
+
+    // Dead, repeated: dead once.
+    let t = now_ms().max(at);
+    let dead = || Completion::Dead {
+        attempt: Some(attempt(2, t, Some(400))),
+        reason: "refused".into(),
+    };
+    assert!(store.complete(&again, "w1", dead(), t).await.unwrap());
+    assert!(!store.complete(&again, "w1", dead(), t + 1).await.unwrap());
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((e.status, e.attempts), (Status::Dead, 2));
+    assert_eq!(store.attempts(&id).await.unwrap().len(), 2);
+    assert_eq!(store.stats("s").await.unwrap().dead, 1);
+    store.close().await;
+}
+both_stores!(
+    a_repeated_completion_records_nothing_more,
+    super::repeated_completion_records_nothing_more
+);
+
+async fn attempt_while_discarded_is_recorded(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_disc_run")).await;
+    let t = now_ms();
+    let c = claim_one(&*store, "s", "w1", t).await;
+    // The attempt is running when an operator discards the entry.
+    assert_eq!(
+        store
+            .discard(&id, "ops", "wrong tenant", t + 1)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    let done = Completion::Delivered {
+        attempt: attempt(1, t, Some(200)),
+    };
+    assert!(!store.complete(&c, "w1", done, t + 2).await.unwrap());
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(e.status, Status::Discarded);
+    assert_eq!(e.attempts, 1);
+    assert_eq!(
+        store.attempts(&id).await.unwrap(),
+        vec![attempt(1, t, Some(200))]
+    );
+    assert_eq!(store.count_status("s", Status::Discarded).await.unwrap(), 1);
+    assert_eq!(store.count_status("s", Status::Delivered).await.unwrap(), 0);
+    // Nothing to claim, now or later.
+    assert!(claim_at(&*store, "s", "w2", t + 3_600_000).await.is_empty());
+    store.close().await;
+}
+both_stores!(
+    an_attempt_that_ran_while_discarded_is_recorded_and_stays_discarded,
+    super::attempt_while_discarded_is_recorded
+);
+
+// ---------------------------------------------------------------------------
+// Operators: replay, discard, audit, pause, controls.
+// ---------------------------------------------------------------------------
+
+/// An entry of `source` driven to `status` through the store's own operations (the
+/// source has no other pending entry).
+async fn entry_with_status(store: &dyn Store, source: &str, key: &str, status: Status) -> String {
+    let id = accept_new(store, entry(source, key)).await;
+    let t = now_ms();
+    match status {
+        Status::Pending => {}
+        Status::Discarded => {
+            assert_eq!(
+                store.discard(&id, "ops", "setup", t).await.unwrap(),
+                Transition::Done
+            );
+        }
+        Status::Delivered | Status::Dead => {
+            let c = claim_one(store, source, "setup", t).await;
+            assert_eq!(c.entry.id, id);
+            let completion = if status == Status::Delivered {
+                Completion::Delivered {
+                    attempt: attempt(1, t, Some(200)),
+                }
+            } else {
+                Completion::Dead {
+                    attempt: Some(attempt(1, t, Some(400))),
+                    reason: "refused".into(),
+                }
+            };
+            assert!(store.complete(&c, "setup", completion, t).await.unwrap());
+        }
+    }
+    assert_eq!(status_of(store, &id).await, status);
+    id
+}
+
+async fn transitions_by_status(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let t = now_ms();
+    let pending = entry_with_status(&*store, "p", "evt", Status::Pending).await;
+    let delivered = entry_with_status(&*store, "d", "evt", Status::Delivered).await;
+    let dead = entry_with_status(&*store, "x", "evt", Status::Dead).await;
+    let discarded = entry_with_status(&*store, "z", "evt", Status::Discarded).await;
+
+    assert_eq!(
+        store.replay(&pending, t, "ops", t).await.unwrap(),
+        Transition::Conflict(Status::Pending)
+    );
+    assert_eq!(
+        store.discard(&delivered, "ops", "n", t).await.unwrap(),
+        Transition::Conflict(Status::Delivered)
+    );
+    assert_eq!(
+        store.discard(&discarded, "ops", "n", t).await.unwrap(),
+        Transition::Conflict(Status::Discarded)
+    );
+    // A refused transition changes nothing and leaves no audit.
+    assert_eq!(status_of(&*store, &pending).await, Status::Pending);
+    assert_eq!(status_of(&*store, &delivered).await, Status::Delivered);
+    assert!(store.audit(&pending).await.unwrap().is_empty());
+    assert!(store.audit(&delivered).await.unwrap().is_empty());
+    assert_eq!(store.audit(&discarded).await.unwrap().len(), 1);
+
+    assert_eq!(
+        store.discard(&dead, "ops", "n", t).await.unwrap(),
+        Transition::Done
+    );
+    assert_eq!(status_of(&*store, &dead).await, Status::Discarded);
+    assert_eq!(
+        store.discard(&pending, "ops", "n", t).await.unwrap(),
+        Transition::Done
+    );
+    assert_eq!(status_of(&*store, &pending).await, Status::Discarded);
+    store.close().await;
+}
+both_stores!(
+    replay_and_discard_answer_by_status,
+    super::transitions_by_status
+);
+
+async fn unknown_ids_are_not_found(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    // A store with something in it, so that the lookups have somewhere to look.
+    accept_new(&*store, entry("s", "evt_known")).await;
+    let t = now_ms();
+    for id in ["no-such-id", &uuid::Uuid::now_v7().to_string(), ""] {
+        assert!(store.get(id).await.unwrap().is_none(), "{id:?}");
+        assert_eq!(
+            store.replay(id, t, "ops", t).await.unwrap(),
+            Transition::NotFound
+        );
+        assert_eq!(
+            store.discard(id, "ops", "n", t).await.unwrap(),
+            Transition::NotFound
+        );
+        assert!(store.attempts(id).await.unwrap().is_empty());
+        assert!(store.audit(id).await.unwrap().is_empty());
+    }
+    assert_eq!(store.count("nowhere").await.unwrap(), 0);
+    assert_eq!(
+        store
+            .count_status("nowhere", Status::Pending)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store.stats("nowhere").await.unwrap(),
+        SourceStats::default()
+    );
+    store.close().await;
+}
+both_stores!(unknown_ids_are_not_found, super::unknown_ids_are_not_found);
+
+async fn replay_queues_with_a_fresh_budget(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    for from in [Status::Dead, Status::Discarded, Status::Delivered] {
+        let source = format!("from-{}", from.as_str());
+        let id = entry_with_status(&*store, &source, "evt", from).await;
+        let before = store.get(&id).await.unwrap().unwrap();
+        let now = now_ms() + 10;
+        let at = now + 1_000;
+        assert_eq!(
+            store.replay(&id, at, "ops", now).await.unwrap(),
+            Transition::Done,
+            "replay of a {from:?} entry"
+        );
+        let e = store.get(&id).await.unwrap().unwrap();
+        assert_eq!(e.id, id);
+        assert_eq!(e.status, Status::Pending);
+        assert_eq!(e.next_attempt_at, Some(at));
+        assert_eq!(e.budget_start, now);
+        assert_eq!(e.attempts, before.attempts);
+        assert_eq!(e.budget_attempts, before.attempts);
+        assert_eq!(e.body, before.body);
+        assert_eq!(store.count(&source).await.unwrap(), 1);
+        assert_eq!(
+            store.count_status(&source, Status::Pending).await.unwrap(),
+            1
+        );
+        assert_eq!(store.count_status(&source, from).await.unwrap(), 0);
+        // Due at `at`, not before; then delivered like any other.
+        assert!(claim_at(&*store, &source, "w", at - 1).await.is_empty());
+        let c = claim_one(&*store, &source, "w", at).await;
+        assert_eq!(c.entry.id, id);
+        assert_eq!(c.entry.budget_start, now);
+        let n = before.attempts + 1;
+        let done = Completion::Delivered {
+            attempt: attempt(n, at, Some(200)),
+        };
+        assert!(store.complete(&c, "w", done, at).await.unwrap());
+        let e = store.get(&id).await.unwrap().unwrap();
+        assert_eq!((e.status, e.attempts), (Status::Delivered, n));
+    }
+    store.close().await;
+}
+both_stores!(
+    replay_queues_the_same_entry_again_with_a_fresh_budget,
+    super::replay_queues_with_a_fresh_budget
+);
+
+async fn audit_trail_oldest_first(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = entry_with_status(&*store, "s", "evt_audit", Status::Dead).await;
+    let t = now_ms();
+    assert_eq!(
+        store.replay(&id, t, "alice", t + 1).await.unwrap(),
+        Transition::Done
+    );
+    assert_eq!(
+        store
+            .discard(&id, "bob", "customer asked", t + 2)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert_eq!(
+        store.replay(&id, t, "carol", t + 3).await.unwrap(),
+        Transition::Done
+    );
+    let trail = store.audit(&id).await.unwrap();
+    let expect = vec![
+        AuditEvent {
+            at: t + 1,
+            action: "replay".into(),
+            actor: "alice".into(),
+            note: None,
+        },
+        AuditEvent {
+            at: t + 2,
+            action: "discard".into(),
+            actor: "bob".into(),
+            note: Some("customer asked".into()),
+        },
+        AuditEvent {
+            at: t + 3,
+            action: "replay".into(),
+            actor: "carol".into(),
+            note: None,
+        },
+    ];
+    assert_eq!(trail, expect);
+    store.close().await;
+}
+both_stores!(
+    the_audit_trail_records_replays_and_discards_oldest_first,
+    super::audit_trail_oldest_first
+);
+
+async fn paused_source_is_accepted_not_claimed(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    store.set_paused("s", true).await.unwrap();
+    assert_eq!(store.paused_sources().await.unwrap(), vec!["s".to_string()]);
+    let id = accept_new(&*store, entry("s", "evt_paused")).await;
+    assert_eq!(store.count("s").await.unwrap(), 1);
+    let t = now_ms();
+    assert!(claim_at(&*store, "s", "w", t).await.is_empty());
+    // Other sources go on.
+    let other = accept_new(&*store, entry("t", "evt_other")).await;
+    assert_eq!(claim_one(&*store, "t", "w", now_ms()).await.entry.id, other);
+    store.set_paused("s", false).await.unwrap();
+    assert!(store.paused_sources().await.unwrap().is_empty());
+    assert_eq!(claim_one(&*store, "s", "w", now_ms()).await.entry.id, id);
+    store.close().await;
+}
+both_stores!(
+    a_paused_source_is_accepted_but_not_claimed,
+    super::paused_source_is_accepted_not_claimed
+);
+
+async fn next(rx: &mut tokio::sync::broadcast::Receiver<Control>) -> Control {
+    tokio::time::timeout(DEADLINE, rx.recv())
+        .await
+        .expect("a control within the deadline")
+        .expect("the control channel open")
+}
+
+async fn controls_announce_changes(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_ctl")).await;
+    let mut rx = store.controls();
+    store.set_paused("s", true).await.unwrap();
+    assert_eq!(
+        next(&mut rx).await,
+        Control::Paused {
+            source: "s".into(),
+            paused: true
+        }
+    );
+    store.set_paused("s", false).await.unwrap();
+    assert_eq!(
+        next(&mut rx).await,
+        Control::Paused {
+            source: "s".into(),
+            paused: false
+        }
+    );
+    let t = now_ms();
+    assert_eq!(
+        store.discard(&id, "ops", "n", t).await.unwrap(),
+        Transition::Done
+    );
+    assert_eq!(next(&mut rx).await, Control::Discarded { id: id.clone() });
+    // A refused discard announces nothing.
+    assert_eq!(
+        store.discard(&id, "ops", "n", t).await.unwrap(),
+        Transition::Conflict(Status::Discarded)
+    );
+    assert!(matches!(
+        rx.try_recv(),
+        Err(tokio::sync::broadcast::error::TryRecvError::Empty)
+    ));
+    store.close().await;
+}
+both_stores!(
+    controls_announce_pauses_and_discards,
+    super::controls_announce_changes
+);
+
+// ---------------------------------------------------------------------------
+// Retention, statistics, listings.
+// ---------------------------------------------------------------------------
+
+/// Claim the one pending entry of `s` (it is due) and complete it at `now`.
+async fn complete_at(store: &dyn Store, id: &str, completion: Completion, now: i64) {
+    let c = claim_one(store, "s", "w", now_ms()).await;
+    assert_eq!(c.entry.id, id);
+    assert!(store.complete(&c, "w", completion, now).await.unwrap());
+}
+
+async fn purge_by_cutoff(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let t = now_ms();
+    let delivered = || Completion::Delivered {
+        attempt: attempt(1, t, Some(200)),
+    };
+    let old_delivered = accept_new(&*store, entry("s", "d_old")).await;
+    complete_at(&*store, &old_delivered, delivered(), t).await;
+    let new_delivered = accept_new(&*store, entry("s", "d_new")).await;
+    complete_at(&*store, &new_delivered, delivered(), t + 10_000).await;
+    let old_dead = accept_new(&*store, entry("s", "x_old")).await;
+    let dead = Completion::Dead {
+        attempt: Some(attempt(1, t, Some(400))),
+        reason: "refused".into(),
+    };
+    complete_at(&*store, &old_dead, dead, t).await;
+    let old_discarded = accept_new(&*store, entry("s", "z_old")).await;
+    assert_eq!(
+        store.discard(&old_discarded, "ops", "n", t).await.unwrap(),
+        Transition::Done
+    );
+    let new_discarded = accept_new(&*store, entry("s", "z_new")).await;
+    assert_eq!(
+        store
+            .discard(&new_discarded, "ops", "n", t + 10_000)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    let pending = accept_new(&*store, entry("s", "p")).await;
+    assert_eq!(store.count("s").await.unwrap(), 6);
+
+    // Delivered before t+5s; dead and discarded before t+1ms.
+    let p = store
+        .purge(t + 20_000, t + 5_000, t + 1, 100)
+        .await
+        .unwrap();
+    assert_eq!(p.entries, 3, "{p:?}");
+    for gone in [&old_delivered, &old_dead, &old_discarded] {
+        assert!(store.get(gone).await.unwrap().is_none());
+        assert!(store.attempts(gone).await.unwrap().is_empty());
+        assert!(store.audit(gone).await.unwrap().is_empty());
+    }
+    for kept in [&new_delivered, &new_discarded, &pending] {
+        assert!(store.get(kept).await.unwrap().is_some());
+    }
+    assert_eq!(store.count("s").await.unwrap(), 3);
+    let st = store.stats("s").await.unwrap();
+    assert_eq!(
+        (st.pending, st.delivered, st.dead, st.discarded),
+        (1, 1, 0, 1)
+    );
+    // Received counts what arrived, not what is kept.
+    assert_eq!(st.received, 6);
+    // Nothing more to do at the same cutoffs.
+    assert_eq!(
+        store
+            .purge(t + 20_000, t + 5_000, t + 1, 100)
+            .await
+            .unwrap()
+            .entries,
+        0
+    );
+    // Each cutoff on its own: the dead cutoff does not reach delivered entries.
+    let p = store.purge(t + 20_000, t, t + 20_000, 100).await.unwrap();
+    assert_eq!(p.entries, 1);
+    assert!(store.get(&new_discarded).await.unwrap().is_none());
+    assert!(store.get(&new_delivered).await.unwrap().is_some());
+    let p = store.purge(t + 20_000, t + 20_000, t, 100).await.unwrap();
+    assert_eq!(p.entries, 1);
+    assert!(store.get(&new_delivered).await.unwrap().is_none());
+    // A pending entry is never purged.
+    let p = store
+        .purge(t + 3_600_000, t + 3_600_000, t + 3_600_000, 100)
+        .await
+        .unwrap();
+    assert_eq!(p.entries, 0);
+    assert_eq!(status_of(&*store, &pending).await, Status::Pending);
+    store.close().await;
+}
+both_stores!(
+    purge_removes_what_ended_before_its_cutoff,
+    super::purge_by_cutoff
+);
+
+async fn purge_respects_its_limit(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let t = now_ms();
+    for key in ["a", "b", "c"] {
+        let id = accept_new(&*store, entry("s", key)).await;
+        let done = Completion::Delivered {
+            attempt: attempt(1, t, Some(200)),
+        };
+        complete_at(&*store, &id, done, t).await;
+    }
+    let far = t + 3_600_000;
+    assert_eq!(store.purge(far, far, far, 2).await.unwrap().entries, 2);
+    assert_eq!(store.count("s").await.unwrap(), 1);
+    assert_eq!(store.purge(far, far, far, 2).await.unwrap().entries, 1);
+    assert_eq!(store.count("s").await.unwrap(), 0);
+    store.close().await;
+}
+both_stores!(
+    purge_removes_at_most_its_limit,
+    super::purge_respects_its_limit
+);
+
+async fn purge_lets_an_expired_event_in_again(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let ttl = Duration::from_millis(200);
+    let with_ttl = || {
+        let mut e = entry("s", "evt_expiring");
+        e.dedupe_ttl = ttl;
+        e
+    };
+    let first = accept_new(&*store, with_ttl()).await;
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let mut purged_keys = 0;
+    let second = loop {
+        let now = now_ms();
+        let p = store.purge(now, 0, 0, 100).await.unwrap();
+        assert_eq!(p.entries, 0);
+        purged_keys += p.dedupe_keys;
+        match store.accept(with_ttl()).await.unwrap() {
+            Accepted::New(id) => break id,
+            Accepted::Duplicate(id) => assert_eq!(id, first),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dedupe key outlived its TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_ne!(first, second);
+    // At most the one expired key was there to purge.
+    assert!(purged_keys <= 1, "{purged_keys}");
+    assert_eq!(store.count("s").await.unwrap(), 2);
+    // Both entries are intact; the second is a duplicate target now.
+    assert_eq!(
+        store.accept(with_ttl()).await.unwrap(),
+        Accepted::Duplicate(second.clone())
+    );
+    store.close().await;
+}
+both_stores!(
+    purge_lets_an_event_in_again_once_its_dedupe_key_expired,
+    super::purge_lets_an_expired_event_in_again
+);
+
+async fn stats_count_what_happened(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let t = now_ms();
+    let mut ids = Vec::new();
+    for (i, key) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        let at = t - 5_000 + 1_000 * i as i64;
+        ids.push(accept_new(&*store, entry_at("s", key, at, "x")).await);
+    }
+    // A duplicate of a, and requests refused by verification.
+    assert_eq!(
+        store.accept(entry_at("s", "a", t, "x")).await.unwrap(),
+        Accepted::Duplicate(ids[0].clone())
+    );
+    store.record_unverified("s", 2).await.unwrap();
+    store.record_unverified("s", 3).await.unwrap();
+    // Another source's counters are its own.
+    accept_new(&*store, entry("t", "a")).await;
+    store.record_unverified("t", 1).await.unwrap();
+
+    let st = store.stats("s").await.unwrap();
+    assert_eq!(
+        st,
+        SourceStats {
+            received: 5,
+            duplicates: 1,
+            unverified: 5,
+            pending: 5,
+            delivered: 0,
+            dead: 0,
+            discarded: 0,
+            oldest_pending_at: Some(t - 5_000),
+        }
+    );
+
+    // a delivered, b dead, c discarded; d and e still pending.
+    let claims = claim_at(&*store, "s", "w", t).await;
+    assert_eq!(claims.len(), 5);
+    for c in &claims {
+        let completion = if c.entry.id == ids[0] {
+            Completion::Delivered {
+                attempt: attempt(1, t, Some(200)),
+            }
+        } else if c.entry.id == ids[1] {
+            Completion::Dead {
+                attempt: Some(attempt(1, t, Some(400))),
+                reason: "refused".into(),
+            }
+        } else {
+            Completion::Release { at: t }
+        };
+        assert!(store.complete(c, "w", completion, t).await.unwrap());
+    }
+    assert_eq!(
+        store.discard(&ids[2], "ops", "n", t).await.unwrap(),
+        Transition::Done
+    );
+    let st = store.stats("s").await.unwrap();
+    assert_eq!(
+        st,
+        SourceStats {
+            received: 5,
+            duplicates: 1,
+            unverified: 5,
+            pending: 2,
+            delivered: 1,
+            dead: 1,
+            discarded: 1,
+            oldest_pending_at: Some(t - 2_000),
+        }
+    );
+    assert_eq!(store.count("s").await.unwrap(), 5);
+    for (status, n) in [
+        (Status::Pending, 2),
+        (Status::Delivered, 1),
+        (Status::Dead, 1),
+        (Status::Discarded, 1),
+    ] {
+        assert_eq!(
+            store.count_status("s", status).await.unwrap(),
+            n,
+            "{status:?}"
+        );
+    }
+    let other = store.stats("t").await.unwrap();
+    assert_eq!(
+        (
+            other.received,
+            other.duplicates,
+            other.unverified,
+            other.pending
+        ),
+        (1, 0, 1, 1)
+    );
+    // Nothing pending: no oldest.
+    for c in claim_at(&*store, "s", "w", t).await {
+        let done = Completion::Delivered {
+            attempt: attempt(1, t, Some(200)),
+        };
+        assert!(store.complete(&c, "w", done, t).await.unwrap());
+    }
+    let st = store.stats("s").await.unwrap();
+    assert_eq!(
+        (st.pending, st.delivered, st.oldest_pending_at),
+        (0, 3, None)
+    );
+    store.close().await;
+}
+both_stores!(
+    stats_count_what_happened_to_a_source,
+    super::stats_count_what_happened
+);
+
+/// One entry of the listing fixture, as the test knows it.
+struct Known {
+    id: String,
+    source: &'static str,
+    event_type: &'static str,
+    at: i64,
+    status: Status,
+}
+
+/// Twelve entries a second apart: sources a/b alternating, event types x/y/z in turn,
+/// the 4th and 8th discarded.
+async fn listing_fixture(store: &dyn Store, base: i64) -> Vec<Known> {
+    let mut known = Vec::new();
+    for i in 0..12 {
+        let source = ["a", "b"][i % 2];
+        let event_type = ["x", "y", "z"][i % 3];
+        let at = base + 1_000 * i as i64;
+        let id = accept_new(store, entry_at(source, &format!("evt_{i}"), at, event_type)).await;
+        let mut status = Status::Pending;
+        if i == 3 || i == 7 {
+            assert_eq!(
+                store.discard(&id, "ops", "n", base).await.unwrap(),
+                Transition::Done
+            );
+            status = Status::Discarded;
+        }
+        known.push(Known {
+            id,
+            source,
+            event_type,
+            at,
+            status,
+        });
+    }
+    known
+}
+
+/// Every page of `query` at `limit` per page, checking each page (and that `list_ids`
+/// pages the same way); the ids in order.
+async fn page_through(store: &dyn Store, query: &ListQuery) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let q = ListQuery {
+            cursor: cursor.clone(),
+            ..query.clone()
+        };
+        let page = store.list(&q).await.unwrap();
+        let ids = store.list_ids(&q).await.unwrap();
+        let listed: Vec<String> = page.entries.iter().map(|e| e.id.clone()).collect();
+        assert_eq!(listed, ids.ids, "list_ids pages as list does");
+        assert_eq!(page.next_cursor, ids.next_cursor);
+        assert!(page.entries.len() <= query.limit, "the limit holds");
+        for e in &page.entries {
+            let full = store
+                .get(&e.id)
+                .await
+                .unwrap()
+                .expect("listed entry exists");
+            assert_eq!(*e, full.listed());
+        }
+        seen.extend(listed);
+        match page.next_cursor {
+            Some(c) => {
+                assert_eq!(page.entries.len(), query.limit, "only a last page is short");
+                cursor = Some(c);
+            }
+            None => break,
+        }
+    }
+    seen
+}
+
+async fn list_filters(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let base = now_ms() - 60_000;
+    let known = listing_fixture(&*store, base).await;
+    let expect = |keep: &dyn Fn(&Known) -> bool| -> Vec<String> {
+        known
+            .iter()
+            .rev()
+            .filter(|k| keep(k))
+            .map(|k| k.id.clone())
+            .collect()
+    };
+    let q = |f: &dyn Fn(&mut ListQuery)| {
+        let mut q = ListQuery {
+            limit: 2,
+            ..Default::default()
+        };
+        f(&mut q);
+        q
+    };
+    let cases: Vec<(&str, ListQuery, Vec<String>)> = vec![
+        ("everything", q(&|_| {}), expect(&|_| true)),
+        (
+            "source",
+            q(&|q| q.source = Some("a".into())),
+            expect(&|k| k.source == "a"),
+        ),
+        (
+            "status",
+            q(&|q| q.status = Some(Status::Discarded)),
+            expect(&|k| k.status == Status::Discarded),
+        ),
+        (
+            "source and status",
+            q(&|q| {
+                q.source = Some("b".into());
+                q.status = Some(Status::Pending);
+            }),
+            expect(&|k| k.source == "b" && k.status == Status::Pending),
+        ),
+        (
+            "event type",
+            q(&|q| q.event_type = Some("x".into())),
+            expect(&|k| k.event_type == "x"),
+        ),
+        (
+            "event type and source",
+            q(&|q| {
+                q.event_type = Some("y".into());
+                q.source = Some("a".into());
+            }),
+            expect(&|k| k.event_type == "y" && k.source == "a"),
+        ),
+        (
+            "since and until",
+            q(&|q| {
+                q.since = Some(base + 4_000);
+                q.until = Some(base + 9_000);
+            }),
+            expect(&|k| k.at >= base + 4_000 && k.at < base + 9_000),
+        ),
+        (
+            "since alone",
+            q(&|q| q.since = Some(base + 10_000)),
+            expect(&|k| k.at >= base + 10_000),
+        ),
+        (
+            "until alone",
+            q(&|q| q.until = Some(base + 2_000)),
+            expect(&|k| k.at < base + 2_000),
+        ),
+        (
+            "all filters",
+            q(&|q| {
+                q.source = Some("a".into());
+                q.status = Some(Status::Pending);
+                q.event_type = Some("z".into());
+                q.since = Some(base + 1_000);
+                q.until = Some(base + 11_000);
+            }),
+            expect(&|k| {
+                k.source == "a"
+                    && k.status == Status::Pending
+                    && k.event_type == "z"
+                    && k.at >= base + 1_000
+                    && k.at < base + 11_000
+            }),
+        ),
+        (
+            "nothing matches",
+            q(&|q| q.event_type = Some("none".into())),
+            Vec::new(),
+        ),
+    ];
+    for (name, query, want) in cases {
+        assert!(
+            name == "nothing matches" || !want.is_empty(),
+            "{name}: the fixture has matches"
+        );
+        assert_eq!(page_through(&*store, &query).await, want, "{name}");
+    }
+    store.close().await;
+}
+both_stores!(
+    list_filters_by_source_status_type_and_time,
+    super::list_filters
+);
+
+async fn list_pages_stay_stable(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let base = now_ms() - 60_000;
+    let known = listing_fixture(&*store, base).await;
+    let want: Vec<String> = known.iter().rev().map(|k| k.id.clone()).collect();
+    let query = ListQuery {
+        limit: 5,
+        ..Default::default()
+    };
+    let first = store.list(&query).await.unwrap();
+    assert_eq!(first.entries.len(), 5);
+    let mut seen: Vec<String> = first.entries.iter().map(|e| e.id.clone()).collect();
+    // Between two pages: a newer entry arrives, an entry further down changes status.
+    accept_new(&*store, entry_at("a", "evt_late", base + 30_000, "x")).await;
+    assert_eq!(
+        store.discard(&known[2].id, "ops", "n", base).await.unwrap(),
+        Transition::Done
+    );
+    let mut cursor = first.next_cursor;
+    while let Some(c) = cursor {
+        let page = store
+            .list(&ListQuery {
+                cursor: Some(c),
+                ..query.clone()
+            })
+            .await
+            .unwrap();
+        seen.extend(page.entries.iter().map(|e| e.id.clone()));
+        cursor = page.next_cursor;
+    }
+    assert_eq!(seen, want, "every entry once, newest first, no gap");
+    // A limit of 0 is taken as 1.
+    let one = store
+        .list(&ListQuery {
+            limit: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(one.entries.len(), 1);
+    store.close().await;
+}
+both_stores!(
+    list_pages_are_stable_without_duplicates_or_gaps,
+    super::list_pages_stay_stable
+);
+
+async fn attempts_in_order(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_attempts")).await;
+    let t = now_ms();
+    let recorded = vec![
+        Attempt {
+            n: 1,
+            at: t,
+            status_code: None,
+            error: Some("connect timeout".into()),
+            latency_ms: 5_000,
+        },
+        Attempt {
+            n: 2,
+            at: t + 1_000,
+            status_code: Some(502),
+            error: None,
+            latency_ms: 40,
+        },
+        Attempt {
+            n: 3,
+            at: t + 3_000,
+            status_code: Some(500),
+            error: Some("body read failed".into()),
+            latency_ms: 7,
+        },
+    ];
+    let mut now = t;
+    for (i, a) in recorded.iter().enumerate() {
+        let c = claim_one(&*store, "s", "w", now).await;
+        let completion = if i + 1 < recorded.len() {
+            now = a.at + 1_000;
+            Completion::Retry {
+                attempt: a.clone(),
+                at: now,
+            }
+        } else {
+            Completion::Dead {
+                attempt: Some(a.clone()),
+                reason: "retry budget spent".into(),
+            }
+        };
+        assert!(store.complete(&c, "w", completion, a.at).await.unwrap());
+    }
+    assert_eq!(store.attempts(&id).await.unwrap(), recorded);
+    let e = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((e.status, e.attempts), (Status::Dead, 3));
+    store.close().await;
+}
+both_stores!(
+    attempts_come_oldest_first_as_recorded,
+    super::attempts_in_order
+);
+
+// ---------------------------------------------------------------------------
+// Signals and health.
+// ---------------------------------------------------------------------------
+
+async fn work_signal_moves(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let mut signal = store.work_signal();
+    signal.borrow_and_update();
+    let id = accept_new(&*store, entry("s", "evt_signal")).await;
+    tokio::time::timeout(DEADLINE, signal.changed())
+        .await
+        .expect("the signal moved after an accept")
+        .unwrap();
+    // A replay is new work too.
+    let id2 = entry_with_status(&*store, "s2", "evt_signal_2", Status::Dead).await;
+    signal.borrow_and_update();
+    let t = now_ms();
+    assert_eq!(
+        store.replay(&id2, t, "ops", t).await.unwrap(),
+        Transition::Done
+    );
+    tokio::time::timeout(DEADLINE, signal.changed())
+        .await
+        .expect("the signal moved after a replay")
+        .unwrap();
+    assert!(store.get(&id).await.unwrap().is_some());
+    store.close().await;
+}
+both_stores!(
+    work_signal_moves_after_an_accept_and_a_replay,
+    super::work_signal_moves
+);
+
+async fn healthy_store(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let stopped = store.stopped();
+    store.ping().await.unwrap();
+    accept_new(&*store, entry("s", "evt_ping")).await;
+    store.ping().await.unwrap();
+    assert!(!*stopped.borrow());
+    assert!(!*store.stopped().borrow());
+    store.close().await;
+}
+both_stores!(
+    a_healthy_store_answers_ping_and_never_stops,
+    super::healthy_store
+);
+
+async fn leases_of_a_previous_run(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let id = accept_new(&*store, entry("s", "evt_restart")).await;
+    let c = claim_one(&*store, "s", "w1", now_ms()).await;
+    assert_eq!(c.entry.id, id);
+    // The process stops with the entry leased.
+    store.close().await;
+    drop(store);
+    let store = h.open().await;
+    store.maintain(&["s".to_string()]).await.unwrap();
+    store.recover().await.unwrap();
+    let c = claim_when_due(&*store, "s", "w2").await;
+    assert_eq!(c.entry.id, id);
+    let t = now_ms();
+    let done = Completion::Delivered {
+        attempt: attempt(1, t, Some(200)),
+    };
+    assert!(store.complete(&c, "w2", done, t).await.unwrap());
+    assert_eq!(status_of(&*store, &id).await, Status::Delivered);
+    store.close().await;
+}
+both_stores!(
+    work_leased_by_a_previous_run_is_delivered_after_a_restart,
+    super::leases_of_a_previous_run
+);
