@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hookgate::config::{self, Config};
 use serde_json::{Value, json};
@@ -68,15 +68,12 @@ impl Admin {
 }
 
 async fn wait_entry(admin: &Admin, id: &str, status: &str, timeout: Duration) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let e = admin.get(&format!("/admin/entries/{id}")).await;
-        if e["status"] == status {
-            return e;
-        }
-        assert!(Instant::now() < deadline, "{id} never became {status}: {e}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let path = format!("/admin/entries/{id}");
+    wait_until_ok(&format!("{id} to become {status}"), timeout, async || {
+        let e = admin.get(&path).await;
+        if e["status"] == status { Ok(e) } else { Err(e) }
+    })
+    .await
 }
 
 async fn lifecycle(backend: Backend) {
@@ -153,15 +150,19 @@ async fn bulk_replay(backend: Backend) {
     .await;
     let admin = Admin::new(&gw);
     let ids = ingest_many(&gw.ingest, "bulk", "evt_bulk", 500).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = admin.get("/admin/stats").await;
-        if st["sources"][0]["dead"] == 500 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not all dead: {st}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_ok(
+        "all 500 entries dead",
+        Duration::from_secs(30),
+        async || {
+            let st = admin.get("/admin/stats").await;
+            if st["sources"][0]["dead"] == 500 {
+                Ok(())
+            } else {
+                Err(st)
+            }
+        },
+    )
+    .await;
     code.store(200, Ordering::SeqCst);
     let (st, v) = admin
         .call(
@@ -213,11 +214,13 @@ both_stores!(
 async fn discard(backend: Backend) {
     let h = StoreHandle::new(backend);
     let up = Upstream::ok().await;
-    let gw = Gateway::start(admin_config(&h, "", &source("d", &up.url, ""))).await;
+    let cfg = admin_config(&h, "", &source("d", &up.url, ""));
+    let quiet = quiet_window(&cfg);
+    let gw = Gateway::start(cfg).await;
     let admin = Admin::new(&gw);
+    // A pause made through this gateway holds its forwarder once the call answers.
     let (st, _) = admin.call("POST", "/admin/sources/d/pause", None).await;
     assert_eq!(st, 200);
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let ids = ingest_many(&gw.ingest, "d", "evt_disc", 2).await;
     let mut ids = ids.into_values();
     let (a, b) = (ids.next().unwrap(), ids.next().unwrap());
@@ -251,7 +254,16 @@ async fn discard(backend: Backend) {
     assert_eq!(st, 409);
     admin.call("POST", "/admin/sources/d/resume", None).await;
     wait_entry(&admin, &b, "delivered", Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    quiet_for(
+        "the discarded entry is never delivered",
+        quiet,
+        async || {
+            up.received()
+                .iter()
+                .all(|r| r.header("webhook-id").as_deref() != Some(a.as_str()))
+        },
+    )
+    .await;
     let e = admin.get(&format!("/admin/entries/{a}")).await;
     assert_eq!(e["status"], "discarded");
     assert_eq!(e["audit"][0]["action"], "discard");
@@ -271,25 +283,30 @@ async fn pause_survives_restart(backend: Backend) {
     let h = StoreHandle::new(backend);
     let up = Upstream::ok().await;
     let cfg = || admin_config(&h, "", &source("p", &up.url, ""));
+    let quiet = quiet_window(&cfg());
     let gw = Gateway::start(cfg()).await;
     let admin = Admin::new(&gw);
+    // A pause made through this gateway holds its forwarder once the call answers.
     let (st, v) = admin.call("POST", "/admin/sources/p/pause", None).await;
     assert_eq!((st, &v["paused"]), (200, &json!(true)));
     let (st, _) = admin.call("POST", "/admin/sources/nope/pause", None).await;
     assert_eq!(st, 404);
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let ids = ingest_many(&gw.ingest, "p", "evt_pause", 20).await;
     assert_eq!(ids.len(), 20);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(up.count(), 0, "a paused source delivered");
+    quiet_for("a paused source delivers nothing", quiet, async || {
+        up.count() == 0
+    })
+    .await;
     gw.stop().await;
 
     let gw = Gateway::start(cfg()).await;
     let admin = Admin::new(&gw);
     let sources = admin.get("/admin/sources").await;
     assert_eq!(sources, json!([{"source": "p", "paused": true}]));
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(up.count(), 0, "pause did not survive the restart");
+    quiet_for("the pause survives the restart", quiet, async || {
+        up.count() == 0
+    })
+    .await;
     let stats = admin.get("/admin/stats").await;
     assert_eq!(stats["sources"][0]["pending"], 20);
     assert!(stats["sources"][0]["oldest_pending_age_seconds"].is_u64());
@@ -361,6 +378,7 @@ async fn pagination(backend: Backend) {
     let gw = Gateway::start(admin_config(&h, "", &source("pg", &up.url, ""))).await;
     let admin = Admin::new(&gw);
     let ids = ingest_many(&gw.ingest, "pg", "evt_page", 1000).await;
+    let known: HashSet<&String> = ids.values().collect();
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let ingest = gw.ingest.clone();
@@ -372,10 +390,22 @@ async fn pagination(backend: Backend) {
         }
         n * 5
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // Start below everything that exists now: the 1,000 and whatever arrived already.
-    let first = admin.get("/admin/entries?source=pg&limit=1").await;
-    let start_cursor = first["entries"][0]["id"].as_str().unwrap().to_string();
+    // Start once the writer's entries show up, below everything that exists then: the
+    // 1,000 and whatever arrived already.
+    let start_cursor = wait_until_ok(
+        "the writer's first entries listed",
+        Duration::from_secs(10),
+        async || {
+            let first = admin.get("/admin/entries?source=pg&limit=1").await;
+            let newest = first["entries"][0]["id"].as_str().unwrap().to_string();
+            if known.contains(&newest) {
+                Err(format!("the newest is still {newest}"))
+            } else {
+                Ok(newest)
+            }
+        },
+    )
+    .await;
     let mut seen: Vec<String> = vec![start_cursor.clone()];
     let mut cursor = Some(start_cursor);
     let mut pages = 0;

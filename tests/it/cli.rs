@@ -205,16 +205,18 @@ async fn the_cli_drives_a_running_gateway() {
     let mut ids = ids.into_values();
     let (a, b) = (ids.next().unwrap(), ids.next().unwrap());
     let store = h.open().await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while store
-        .count_status("cli", hookgate::store::Status::Dead)
-        .await
-        .unwrap()
-        < 2
-    {
-        assert!(std::time::Instant::now() < deadline);
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_until(
+        "both entries dead",
+        std::time::Duration::from_secs(10),
+        async || {
+            store
+                .count_status("cli", hookgate::store::Status::Dead)
+                .await
+                .unwrap()
+                >= 2
+        },
+    )
+    .await;
     let env = [
         ("HOOKGATE_ADMIN_URL", gw.admin.as_str()),
         ("HOOKGATE_ADMIN_TOKEN", TOKEN),
@@ -266,9 +268,8 @@ async fn the_cli_drives_a_running_gateway() {
     let (code, out, _) = cli(vec!["sources", "pause", "cli"]).await;
     assert_eq!(code, 0);
     assert!(out.contains("paused"));
-    // The forwarder learns of a pause within one poll interval (50 ms here); until
-    // then a replay could be delivered and die again. Wait well past it.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // A pause made through this gateway holds its forwarder once the call answers, so
+    // the replay below stays pending instead of being delivered and dying again.
     let (code, out, err) = cli(vec!["entries", "replay", &a]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replay queued"), "{out}");

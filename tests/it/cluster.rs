@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::admin::TOKEN;
 use crate::forward::{FAST, FAST_RETRY, ingest_many, source};
@@ -30,14 +30,12 @@ async fn two_gateways_on_a_three_master_cluster() {
     sources.push_str(&source("dlq", &flaky.url, FAST_RETRY));
     let dir = tempfile::tempdir().unwrap();
     let cfg_path = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &cfg_path,
-        format!(
-            "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"3s\"\n{FAST}\n{sources}",
-            cluster.url()
-        ),
-    )
-    .unwrap();
+    let text = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"3s\"\n{FAST}\n{sources}",
+        cluster.url()
+    );
+    let quiet = quiet_window(&hookgate::config::from_toml_str(&text, &|_| None).unwrap());
+    std::fs::write(&cfg_path, text).unwrap();
     let env = [("HOOKGATE_ADMIN_TOKEN", TOKEN)];
     let gw1 = ChildGateway::spawn(&cfg_path, &env, &dir.path().join("log1"));
     let gw2 = ChildGateway::spawn(&cfg_path, &env, &dir.path().join("log2"));
@@ -58,7 +56,10 @@ async fn two_gateways_on_a_three_master_cluster() {
         r.len() >= 600
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    quiet_for("no entry delivered twice", quiet, async || {
+        ok.count() == 600
+    })
+    .await;
     let got: Vec<String> = ok
         .received()
         .iter()
@@ -71,8 +72,7 @@ async fn two_gateways_on_a_three_master_cluster() {
 
     // The DLQ, then a replay through the admin API once the destination is fixed.
     let c = http();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until_ok("all 20 entries dead", Duration::from_secs(20), async || {
         let st: serde_json::Value = c
             .get(format!("{}/admin/stats", gw1.admin))
             .bearer_auth(TOKEN)
@@ -89,12 +89,9 @@ async fn two_gateways_on_a_three_master_cluster() {
             .find(|s| s["source"] == "dlq")
             .unwrap()
             .clone();
-        if dlq["dead"] == 20 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "entries did not go dead: {dlq}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if dlq["dead"] == 20 { Ok(()) } else { Err(dlq) }
+    })
+    .await;
     fixed.store(true, Ordering::SeqCst);
     let r: serde_json::Value = c
         .post(format!("{}/admin/replay", gw2.admin))
@@ -112,7 +109,15 @@ async fn two_gateways_on_a_three_master_cluster() {
             r.iter().filter(|x| x.answered == 200).count() >= 20
         })
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    quiet_for("no replay delivered twice", quiet, async || {
+        flaky
+            .received()
+            .iter()
+            .filter(|x| x.answered == 200)
+            .count()
+            == 20
+    })
+    .await;
     let replayed: Vec<String> = flaky
         .received()
         .iter()

@@ -224,16 +224,12 @@ fn a_world_writable_store_directory_is_refused() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn hookgate");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("hookgate serve kept running on a world-writable store directory");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let exited = poll_until_blocking(Duration::from_secs(20), || {
+        child.try_wait().expect("wait").ok_or(())
+    });
+    let Ok(status) = exited else {
+        let _ = child.kill();
+        panic!("hookgate serve kept running on a world-writable store directory");
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)

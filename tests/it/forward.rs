@@ -87,24 +87,22 @@ fn ids_received(up: &Upstream, only_status: Option<u16>) -> Vec<String> {
 
 async fn wait_status(h: &StoreHandle, source: &str, status: Status, n: u64, timeout: Duration) {
     let store = h.open().await;
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got = store.count_status(source, status).await.unwrap();
-        if got >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{source}: only {got} of {n} entries {status:?} after {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until_ok(
+        &format!("{n} entries of {source} {status:?}"),
+        timeout,
+        async || match store.count_status(source, status).await.unwrap() {
+            got if got >= n => Ok(()),
+            got => Err(format!("{got} of them")),
+        },
+    )
+    .await;
 }
 
 async fn healthy(backend: Backend) {
     let h = StoreHandle::new(backend);
     let up = Upstream::ok().await;
     let cfg = fwd_config(&h, "", &source("stripe", &format!("{}/hook", up.url), ""));
+    let quiet = quiet_window(&cfg);
     let gw = Gateway::start(cfg).await;
     let ids = ingest_many(&gw.ingest, "stripe", "evt_ok", 1000).await;
     up.wait_for(Duration::from_secs(60), "1000 deliveries", |r| {
@@ -119,9 +117,11 @@ async fn healthy(backend: Backend) {
         Duration::from_secs(20),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    quiet_for("each entry delivered exactly once", quiet, async || {
+        up.count() == 1000
+    })
+    .await;
     let received = up.received();
-    assert_eq!(received.len(), 1000, "each entry delivered exactly once");
     let mut seen = std::collections::HashSet::new();
     let by_entry: HashMap<&str, &str> = ids.iter().map(|(e, i)| (i.as_str(), e.as_str())).collect();
     // The destination verifies hookgate's signature with the Standard Webhooks scheme.
@@ -189,7 +189,20 @@ async fn outage_then_recovery(backend: Backend) {
     let gw = Gateway::start(cfg).await;
     let n = 300;
     ingest_many(&gw.ingest, "stripe", "evt_outage", n).await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The outage lasts until every entry has failed three times: each then waits up to
+    // 4 s (full jitter over base·2²) for its next attempt.
+    up.wait_for(
+        Duration::from_secs(30),
+        "every entry to fail three times",
+        |r| {
+            let mut failures: HashMap<String, usize> = HashMap::new();
+            for id in r.iter().filter_map(|x| x.header("webhook-id")) {
+                *failures.entry(id).or_default() += 1;
+            }
+            failures.len() == n && failures.values().all(|&f| f >= 3)
+        },
+    )
+    .await;
     let recovered_at = Instant::now();
     down.store(false, Ordering::SeqCst);
     up.wait_for(Duration::from_secs(60), "every entry delivered", |r| {
@@ -264,7 +277,9 @@ async fn non_retryable(backend: Backend) {
         &up429.url,
         "[sources.retry]\nbase = \"100ms\"\ncap = \"10s\"\n",
     ));
-    let gw = Gateway::start(fwd_config(&h, "", &sources)).await;
+    let cfg = fwd_config(&h, "", &sources);
+    let quiet = quiet_window(&cfg);
+    let gw = Gateway::start(cfg).await;
     let store = h.open().await;
     for (code, up) in &ups {
         let ids = ingest_many(&gw.ingest, &format!("s{code}"), "evt_nr", 1).await;
@@ -277,8 +292,10 @@ async fn non_retryable(backend: Backend) {
             Duration::from_secs(10),
         )
         .await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(up.count(), 1, "{code}: exactly one attempt");
+        quiet_for(&format!("{code}: exactly one attempt"), quiet, async || {
+            up.count() == 1
+        })
+        .await;
         let e = store.get(&id).await.unwrap().unwrap();
         assert_eq!(e.status, Status::Dead);
         assert_eq!(e.attempts, 1);
@@ -331,13 +348,15 @@ async fn budget(backend: Backend) {
             "[sources.retry]\nmax_attempts = 1000\nmax_age = \"2s\"\nbase = \"100ms\"\ncap = \"300ms\"\n"
         ),
     );
-    let gw = Gateway::start(fwd_config(&h, "", &sources)).await;
+    let cfg = fwd_config(&h, "", &sources);
+    let quiet = quiet_window(&cfg);
+    let gw = Gateway::start(cfg).await;
     let store = h.open().await;
     let a = ingest_many(&gw.ingest, "attempts", "evt_budget", 1).await;
     let b = ingest_many(&gw.ingest, "age", "evt_age", 1).await;
     wait_status(&h, "attempts", Status::Dead, 1, Duration::from_secs(10)).await;
     wait_status(&h, "age", Status::Dead, 1, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // (An attempt reaches the destination before its outcome is recorded.)
     assert_eq!(up_a.count(), 3, "exactly max_attempts attempts");
     let e = store
         .get(a.values().next().unwrap())
@@ -366,8 +385,10 @@ async fn budget(backend: Backend) {
         e.attempts
     );
     let n = up_b.count();
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(up_b.count(), n, "no attempt after dead");
+    quiet_for("no attempt after dead", quiet, async || {
+        up_a.count() == 3 && up_b.count() == n
+    })
+    .await;
     gw.stop().await;
 }
 both_stores!(budget_of_attempts_and_age, super::budget);
@@ -391,29 +412,29 @@ async fn hanging_destination(backend: Backend) {
         |r| r.len() >= 200,
     )
     .await;
-    // Meanwhile the hanging destination holds at most its own concurrency.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Meanwhile attempts to the hanging destination time out, as retryable.
     let store = h.open().await;
+    wait_until(
+        "an attempt to the hanging destination to time out",
+        Duration::from_secs(10),
+        async || {
+            let page = store
+                .list(&hookgate::store::ListQuery {
+                    source: Some("hang".into()),
+                    limit: 50,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            page.entries
+                .iter()
+                .any(|e| e.last_error.as_deref() == Some("timeout after 500ms"))
+        },
+    )
+    .await;
     assert_eq!(
         store.count_status("hang", Status::Pending).await.unwrap(),
         50
-    );
-    let page = store
-        .list(&hookgate::store::ListQuery {
-            source: Some("hang".into()),
-            limit: 50,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let timed_out = page
-        .entries
-        .iter()
-        .filter(|e| e.last_error.as_deref() == Some("timeout after 500ms"))
-        .count();
-    assert!(
-        timed_out > 0,
-        "attempts to the hanging destination time out as retryable"
     );
     gw.stop().await;
 }
@@ -428,11 +449,9 @@ async fn two_gateway_processes_on_one_redis_deliver_each_entry_once() {
     let up = Upstream::ok().await;
     let dir = tempfile::tempdir().unwrap();
     let cfg_path = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &cfg_path,
-        format!("{}\n{FAST}\n{}", h.toml(), source("stripe", &up.url, "")),
-    )
-    .unwrap();
+    let text = format!("{}\n{FAST}\n{}", h.toml(), source("stripe", &up.url, ""));
+    let quiet = quiet_window(&config::from_toml_str(&text, &|_| None).unwrap());
+    std::fs::write(&cfg_path, text).unwrap();
     let gw1 = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("log1"));
     let gw2 = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("log2"));
     let (a, b) = tokio::join!(
@@ -452,7 +471,10 @@ async fn two_gateway_processes_on_one_redis_deliver_each_entry_once() {
         Duration::from_secs(20),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    quiet_for("each entry delivered exactly once", quiet, async || {
+        up.count() == 2000
+    })
+    .await;
     let ids = ids_received(&up, None);
     let unique: std::collections::HashSet<_> = ids.iter().collect();
     assert_eq!(ids.len(), 2000, "each entry delivered exactly once");
@@ -534,33 +556,34 @@ async fn retention(backend: Backend) {
         source("held", &ok.url, ""),
         source("live", &ok.url, ""),
     );
-    let gw = Gateway::start(fwd_config(&h, global, &sources)).await;
+    // Paused before the gateway starts: its forwarder reads the pause at start.
     let store = h.open().await;
     store.set_paused("held", true).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let gw = Gateway::start(fwd_config(&h, global, &sources)).await;
     let held = ingest_many(&gw.ingest, "held", "evt_held", 20).await;
     ingest_many(&gw.ingest, "ok", "evt_ret", 50).await;
     ingest_many(&gw.ingest, "gone", "evt_gone", 20).await;
     wait_status(&h, "ok", Status::Delivered, 50, Duration::from_secs(10)).await;
     wait_status(&h, "gone", Status::Dead, 20, Duration::from_secs(10)).await;
     // Ingest keeps answering while retention runs.
-    let deadline = Instant::now() + Duration::from_secs(15);
     let mut i = 0;
-    loop {
-        // (ingest_many asserts every answer is 200)
-        ingest_many(&gw.ingest, "live", &format!("evt_during_{i}"), 1).await;
-        i += 1;
-        let ok_left = store.count("ok").await.unwrap();
-        let gone_left = store.count("gone").await.unwrap();
-        if gone_left == 0 && ok_left == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "retention did not purge: ok {ok_left}, gone {gone_left}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_ok(
+        "retention to purge ok and gone",
+        Duration::from_secs(15),
+        async || {
+            // (ingest_many asserts every answer is 200)
+            ingest_many(&gw.ingest, "live", &format!("evt_during_{i}"), 1).await;
+            i += 1;
+            let ok_left = store.count("ok").await.unwrap();
+            let gone_left = store.count("gone").await.unwrap();
+            if gone_left == 0 && ok_left == 0 {
+                Ok(())
+            } else {
+                Err(format!("ok {ok_left}, gone {gone_left} left"))
+            }
+        },
+    )
+    .await;
     // Pending entries are never purged.
     assert_eq!(store.count("held").await.unwrap(), 20);
     for id in held.values() {
@@ -595,8 +618,9 @@ async fn breaker(backend: Backend) {
         )
     );
     let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+    let cooldown = cfg.forwarder.breaker_cooldown;
     let gw = Gateway::start(cfg).await;
-    ingest_many(&gw.ingest, "stripe", "evt_breaker", 20).await;
+    let ids = ingest_many(&gw.ingest, "stripe", "evt_breaker", 20).await;
     let store = h.open().await;
     let total_attempts = || async {
         let page = store
@@ -609,15 +633,47 @@ async fn breaker(backend: Backend) {
             .unwrap();
         page.entries.iter().map(|e| e.attempts).sum::<u32>()
     };
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The breaker opens after failures: its gauge says so.
+    let client = http();
+    let metrics = format!("{}/metrics", gw.admin);
+    let gauge =
+        format!("hookgate_circuit_breaker_state{{destination=\"http://127.0.0.1:{port}\"}}");
+    wait_until(
+        "the breaker to open after failures",
+        Duration::from_secs(10),
+        async || {
+            let open = get_text(&client, &metrics)
+                .await
+                .lines()
+                .filter_map(|l| l.strip_prefix(gauge.as_str()))
+                .any(|v| v.trim().parse::<f64>() == Ok(2.0));
+            open && total_attempts().await >= 3
+        },
+    )
+    .await;
+    let opened = hookgate::store::now_ms();
     let a1 = total_attempts().await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let a2 = total_attempts().await;
-    eprintln!("{backend:?}: attempts with the breaker open: {a1} then {a2} 3 s later");
-    assert!(a1 >= 3, "the breaker opened after failures: {a1}");
-    assert!(
-        a2 - a1 <= 4,
-        "attempts kept growing while open: {a1} -> {a2}"
+    // While it is open, only probes go out: one per cooldown, which doubles after each
+    // failed probe. Attempts sent before it opened (and recorded since) are stamped
+    // before `opened`.
+    let sent_since_open = async || {
+        let mut n = 0;
+        for id in ids.values() {
+            let attempts = store.attempts(id).await.unwrap();
+            n += attempts.iter().filter(|a| a.at > opened).count();
+        }
+        n
+    };
+    quiet_for(
+        "attempts stop growing while the breaker is open",
+        2 * cooldown,
+        async || sent_since_open().await <= 4,
+    )
+    .await;
+    eprintln!(
+        "{backend:?}: {a1} attempts when the breaker opened; {} sent in the {:?} after",
+        sent_since_open().await,
+        2 * cooldown
     );
     // The destination comes back: delivery resumes by itself.
     let up = Upstream::on_port(port, |_, _| Reply::Status(200)).await;
@@ -704,7 +760,13 @@ async fn redis_restarts(_: Backend) {
     .await;
     let gw = Gateway::start(fwd_config(&h, "", &source("stripe", &up.url, FAST_RETRY))).await;
     let ids = ingest_many(&gw.ingest, "stripe", "evt_aof", 50).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Restart Redis once the forwarder is at work: every entry attempted (and failed).
+    up.wait_for(Duration::from_secs(10), "every entry attempted", |r| {
+        let got: std::collections::HashSet<String> =
+            r.iter().filter_map(|x| x.header("webhook-id")).collect();
+        ids.values().all(|id| got.contains(id))
+    })
+    .await;
     h.redis_mut().restart();
     down.store(false, Ordering::SeqCst);
     up.wait_for(
@@ -753,41 +815,42 @@ async fn redis_restarted_empty_does_not_wedge_and_logs_the_loss() {
     .await;
     redis.restart(); // no persistence: it comes back empty
     let client = crate::util::http();
-    let deadline = Instant::now() + Duration::from_secs(20);
     let mut ids = Vec::new();
     let mut i = 0;
-    while ids.len() < 10 {
-        let body = event_body("stripe", &format!("evt_after_{i}"));
-        let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-        let (st, json) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
-        if st == 200 {
-            ids.push(json["id"].as_str().unwrap().to_string());
-        } else {
-            assert_eq!(st, 503);
-        }
-        i += 1;
-        assert!(
-            Instant::now() < deadline,
-            "ingest did not recover after the empty restart"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        "ingest to recover after the empty restart (10 accepted)",
+        Duration::from_secs(20),
+        async || {
+            let body = event_body("stripe", &format!("evt_after_{i}"));
+            let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+            let (st, json) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
+            if st == 200 {
+                ids.push(json["id"].as_str().unwrap().to_string());
+            } else {
+                assert_eq!(st, 503);
+            }
+            i += 1;
+            ids.len() >= 10
+        },
+    )
+    .await;
     up.wait_for(Duration::from_secs(20), "new webhooks delivered", |r| {
         let got: std::collections::HashSet<String> =
             r.iter().filter_map(|x| x.header("webhook-id")).collect();
         ids.iter().all(|id| got.contains(id))
     })
     .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap();
-        if text.contains("ERROR") && text.contains("redis lost its data") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the loss was not logged at ERROR:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_ok(
+        "the loss to be logged at ERROR",
+        Duration::from_secs(10),
+        async || {
+            let text = std::fs::read_to_string(&log).unwrap();
+            if text.contains("ERROR") && text.contains("redis lost its data") {
+                Ok(())
+            } else {
+                Err(format!("the log:\n{text}"))
+            }
+        },
+    )
+    .await;
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hookgate::config;
 use yaml_rust2::{Yaml, YamlLoader};
@@ -124,30 +124,34 @@ async fn metrics_alerts_and_dashboards_agree_with_the_server() {
     flow.wait_for(Duration::from_secs(10), "two attempts", |r| r.len() >= 2)
         .await;
 
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let (values, names) = loop {
-        let text = c
-            .get(format!("{}/metrics", gw.admin))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let (values, names) = scrape(&text);
-        let settled = value(
-            &values,
-            "hookgate_dead_entries",
-            &[("source", "metrics_flow")],
-        ) == 1.0
-            && value(&values, "hookgate_dead_entries", &[("source", "alerted")]) == 20.0
-            && value(&values, "hookgate_alerts_sent_total", &[("result", "sent")]) >= 1.0;
-        if settled {
-            break (values, names);
-        }
-        assert!(Instant::now() < deadline, "metrics did not settle:\n{text}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (values, names) = wait_until_ok(
+        "the metrics to settle",
+        Duration::from_secs(15),
+        async || {
+            let text = c
+                .get(format!("{}/metrics", gw.admin))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let (values, names) = scrape(&text);
+            let settled = value(
+                &values,
+                "hookgate_dead_entries",
+                &[("source", "metrics_flow")],
+            ) == 1.0
+                && value(&values, "hookgate_dead_entries", &[("source", "alerted")]) == 20.0
+                && value(&values, "hookgate_alerts_sent_total", &[("result", "sent")]) >= 1.0;
+            if settled {
+                Ok((values, names))
+            } else {
+                Err(format!("\n{text}"))
+            }
+        },
+    )
+    .await;
     let src = ("source", "metrics_flow");
     let expect = [
         (
@@ -211,8 +215,20 @@ async fn metrics_alerts_and_dashboards_agree_with_the_server() {
             .all(|k| !k.contains("evt_") && !k.contains("entry_id"))
     );
 
-    // One message for the 20 dead entries of "alerted", with count and reasons.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // One message for the 20 dead entries of "alerted", with count and reasons. (The
+    // sent counter above may count only the other source's message so far.)
+    let for_alerted = |r: &[crate::upstream::Received]| {
+        r.iter().any(|m| {
+            serde_json::from_slice::<serde_json::Value>(&m.body).unwrap()["source"] == "alerted"
+        })
+    };
+    alert_hook
+        .wait_for(
+            Duration::from_secs(10),
+            "the alert for \"alerted\"",
+            for_alerted,
+        )
+        .await;
     let alerts: Vec<serde_json::Value> = alert_hook
         .received()
         .iter()

@@ -5,7 +5,7 @@
 //! be made.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hookgate::config;
 use hookgate::store::StoreError;
@@ -76,16 +76,12 @@ fn hookgate_serve_exits_naming_the_policy() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn hookgate");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("hookgate serve kept running on an allkeys-lru redis");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let exited = poll_until_blocking(Duration::from_secs(20), || {
+        child.try_wait().unwrap().ok_or(())
+    });
+    let Ok(status) = exited else {
+        let _ = child.kill();
+        panic!("hookgate serve kept running on an allkeys-lru redis");
     };
     let mut stderr = String::new();
     use std::io::Read;
@@ -114,23 +110,25 @@ fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
 
 /// Poll `/readyz` until it answers `want` (bounded).
 async fn wait_ready_status(client: &reqwest::Client, admin: &str, want: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = client
-            .get(format!("{admin}/readyz"))
-            .send()
-            .await
-            .map(|r| r.status().as_u16())
-            .unwrap_or(0);
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz still answers {got}, not {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let url = format!("{admin}/readyz");
+    wait_until_ok(
+        &format!("/readyz to answer {want}"),
+        Duration::from_secs(10),
+        async || {
+            let got = client
+                .get(&url)
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0);
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("it answers {got}"))
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,21 +216,25 @@ async fn a_redis_without_config_opens_with_one_warning() {
     let (status, json) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
     assert_eq!(status, 200, "{json}");
     let mut ages = std::collections::BTreeSet::new();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while ages.len() < 3 {
-        let text = get_text(&client, &format!("{}/metrics", gw.admin)).await;
-        if let Some(age) = text
-            .lines()
-            .find(|l| l.starts_with("hookgate_oldest_pending_age_seconds{source=\"stripe\"}"))
-            .and_then(|l| l.rsplit_once(' '))
-            .and_then(|(_, v)| v.parse::<f64>().ok())
-            .filter(|v| *v > 0.0)
-        {
-            ages.insert(age.to_bits());
-        }
-        assert!(Instant::now() < deadline, "no maintenance passes seen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let metrics = format!("{}/metrics", gw.admin);
+    wait_until(
+        "three maintenance passes",
+        Duration::from_secs(15),
+        async || {
+            let text = get_text(&client, &metrics).await;
+            if let Some(age) = text
+                .lines()
+                .find(|l| l.starts_with("hookgate_oldest_pending_age_seconds{source=\"stripe\"}"))
+                .and_then(|l| l.rsplit_once(' '))
+                .and_then(|(_, v)| v.parse::<f64>().ok())
+                .filter(|v| *v > 0.0)
+            {
+                ages.insert(age.to_bits());
+            }
+            ages.len() >= 3
+        },
+    )
+    .await;
     let lines = json_lines(&log);
     let warnings: Vec<&serde_json::Value> = lines
         .iter()

@@ -12,6 +12,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
 
+use crate::util::wait_until_ok;
+
 /// One request as the upstream saw it.
 #[derive(Debug, Clone)]
 pub struct Received {
@@ -76,14 +78,13 @@ impl Upstream {
         port: u16,
         script: impl FnMut(&HeaderMap, usize) -> Reply + Send + 'static,
     ) -> Upstream {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match TcpListener::bind(("127.0.0.1", port)).await {
-                Ok(l) => return Self::on(l, Box::new(script)),
-                Err(e) if Instant::now() > deadline => panic!("rebind {port}: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
+        let listener = wait_until_ok(
+            &format!("port {port} to be free again"),
+            Duration::from_secs(10),
+            async || TcpListener::bind(("127.0.0.1", port)).await,
+        )
+        .await;
+        Self::on(listener, Box::new(script))
     }
 
     fn on(listener: TcpListener, script: Script) -> Upstream {
@@ -131,18 +132,15 @@ impl Upstream {
         what: &str,
         pred: impl Fn(&[Received]) -> bool,
     ) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if pred(&self.received()) {
-                return;
+        wait_until_ok(what, timeout, async || {
+            let received = self.received();
+            if pred(&received) {
+                Ok(())
+            } else {
+                Err(format!("{} requests received", received.len()))
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what} ({} requests received)",
-                self.count()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
     }
 }
 

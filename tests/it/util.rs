@@ -15,6 +15,118 @@ use hookgate::provider::sign::{SignInput, sign};
 use hookgate::store::{self, Store};
 use tokio_util::sync::CancellationToken;
 
+/// How often the waits below look at their condition again.
+pub const POLL: Duration = Duration::from_millis(25);
+
+/// Look at `probe` every [`POLL`] until it answers `Ok`, for at most `deadline`; after
+/// that, its last `Err` (what it saw instead). The probe runs at least once, and once
+/// more at or after the deadline.
+pub async fn poll_until<T, E>(
+    deadline: Duration,
+    mut probe: impl AsyncFnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let end = Instant::now() + deadline;
+    loop {
+        match probe().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= end => return Err(e),
+            Err(_) => tokio::time::sleep(POLL).await,
+        }
+    }
+}
+
+/// Wait until `cond` holds (looked at every [`POLL`]); panic naming `what` once
+/// `deadline` has passed without it.
+pub async fn wait_until(what: &str, deadline: Duration, mut cond: impl AsyncFnMut() -> bool) {
+    let got = poll_until(
+        deadline,
+        async || if cond().await { Ok(()) } else { Err(()) },
+    )
+    .await;
+    assert!(
+        got.is_ok(),
+        "timed out after {deadline:?} waiting for {what}"
+    );
+}
+
+/// As [`wait_until`], for a probe that returns what it waited for, or what it saw
+/// instead (shown in the panic).
+pub async fn wait_until_ok<T, E: std::fmt::Display>(
+    what: &str,
+    deadline: Duration,
+    probe: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    poll_until(deadline, probe).await.unwrap_or_else(|last| {
+        panic!("timed out after {deadline:?} waiting for {what}; last seen: {last}")
+    })
+}
+
+/// [`poll_until`] for code that runs outside the runtime (child processes, servers).
+pub fn poll_until_blocking<T, E>(
+    deadline: Duration,
+    mut probe: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let end = Instant::now() + deadline;
+    loop {
+        match probe() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= end => return Err(e),
+            Err(_) => std::thread::sleep(POLL),
+        }
+    }
+}
+
+/// [`wait_until`] for code that runs outside the runtime.
+pub fn wait_until_blocking(what: &str, deadline: Duration, mut cond: impl FnMut() -> bool) {
+    let got = poll_until_blocking(deadline, || if cond() { Ok(()) } else { Err(()) });
+    assert!(
+        got.is_ok(),
+        "timed out after {deadline:?} waiting for {what}"
+    );
+}
+
+/// The longest window [`quiet_for`] accepts.
+pub const QUIET_MAX: Duration = Duration::from_secs(2);
+
+/// Assert that something does not happen: `still` (say, "the destination has seen one
+/// request") holds throughout `window`, looked at every [`POLL`] and once more at its
+/// end. Panics naming `what` the moment it stops holding.
+///
+/// This is the one place the suite waits a fixed time, and it does so only to show an
+/// absence. That something happens is waited for ([`wait_until`]); that it does not
+/// cannot be observed, only bounded: a wrong attempt, delivery or alert would show up
+/// within some time, and the window is that time. So the caller derives it from the
+/// configuration under test ([`quiet_window`]: a few forwarder poll intervals; a
+/// breaker's cooldown) rather than picking a number. The window is at most
+/// [`QUIET_MAX`] (2 s, refused above): long enough for anything the configurations
+/// here would do, short enough that a fixed wait cannot stand in for synchronization.
+pub async fn quiet_for(what: &str, window: Duration, mut still: impl AsyncFnMut() -> bool) {
+    assert!(
+        window <= QUIET_MAX,
+        "quiet_for({what}): a {window:?} window is above the {QUIET_MAX:?} bound"
+    );
+    let start = Instant::now();
+    loop {
+        let last = start.elapsed() >= window;
+        assert!(
+            still().await,
+            "{what}: broken {:?} into a {window:?} quiet window",
+            start.elapsed()
+        );
+        if last {
+            return;
+        }
+        tokio::time::sleep(POLL.min(window.saturating_sub(start.elapsed()))).await;
+    }
+}
+
+/// Ten forwarder poll intervals of `cfg`: the [`quiet_for`] window after which a
+/// forwarder that would act (claim, retry, deliver) has acted, since it looks for due
+/// work at least once per interval.
+pub fn quiet_window(cfg: &Config) -> Duration {
+    cfg.forwarder.poll_interval * 10
+}
+
 /// The store backends every store-facing test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -108,19 +220,20 @@ impl RedisServer {
             format!("cannot run redis-server ({e}); install it with `apt-get install redis-server`")
         })?;
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
+        let port = self.port;
+        let exited = poll_until_blocking(Duration::from_secs(10), || {
             if let Some(c) = self.child.as_mut()
                 && let Ok(Some(status)) = c.try_wait()
             {
-                return Err(format!("redis-server exited: {status}"));
+                return Ok(Some(status));
             }
-            if redis_ping(self.port) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            if redis_ping(port) { Ok(None) } else { Err(()) }
+        });
+        match exited {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(format!("redis-server exited: {status}")),
+            Err(()) => Err("redis-server did not answer PING within 10 s".into()),
         }
-        Err("redis-server did not answer PING within 10 s".into())
     }
 
     pub fn url(&self) -> String {
@@ -147,13 +260,8 @@ impl RedisServer {
     /// Start it again on the same port and directory.
     pub fn restart(&mut self) {
         self.stop();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(e) if Instant::now() > deadline => panic!("redis restart failed: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
+        if let Err(e) = poll_until_blocking(Duration::from_secs(10), || self.spawn()) {
+            panic!("redis restart failed: {e}");
         }
     }
 }
@@ -386,16 +494,19 @@ impl Gateway {
 
     pub async fn wait_ready(&self) {
         let client = crate::util::http();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Ok(r) = client.get(format!("{}/readyz", self.admin)).send().await
-                && r.status() == 200
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "gateway not ready within 15 s");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let url = format!("{}/readyz", self.admin);
+        wait_until(
+            "the gateway to be ready",
+            Duration::from_secs(15),
+            async || {
+                client
+                    .get(&url)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 200)
+            },
+        )
+        .await;
     }
 
     pub async fn stop(mut self) {
@@ -529,27 +640,25 @@ impl ChildGateway {
     }
 
     fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
         let addr = self.admin.trim_start_matches("http://").to_string();
-        loop {
-            if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
-                use std::io::{Read, Write};
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                // A loopback Host: without an admin token, the listener refuses others.
-                let req =
-                    format!("GET /readyz HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-                let _ = s.write_all(req.as_bytes());
-                let mut buf = Vec::new();
-                let _ = s.read_to_end(&mut buf);
-                if buf.starts_with(b"HTTP/1.1 200") {
-                    return;
-                }
+        let ready = poll_until_blocking(Duration::from_secs(20), || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(&addr).map_err(|_| ())?;
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            // A loopback Host: without an admin token, the listener refuses others.
+            let req = format!("GET /readyz HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+            let _ = s.write_all(req.as_bytes());
+            let mut buf = Vec::new();
+            let _ = s.read_to_end(&mut buf);
+            if buf.starts_with(b"HTTP/1.1 200") {
+                Ok(())
+            } else {
+                Err(())
             }
-            if Instant::now() > deadline {
-                let log = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
-                panic!("child gateway not ready within 20 s; its log:\n{log}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        });
+        if ready.is_err() {
+            let log = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+            panic!("child gateway not ready within 20 s; its log:\n{log}");
         }
     }
 
@@ -653,15 +762,11 @@ impl RedisCluster {
             });
         }
         for n in &nodes {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !redis_ping(n.port) {
-                assert!(
-                    Instant::now() < deadline,
-                    "cluster node {} did not start",
-                    n.port
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            wait_until_blocking(
+                &format!("cluster node {} to answer PING", n.port),
+                Duration::from_secs(10),
+                || redis_ping(n.port),
+            );
         }
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
@@ -678,20 +783,19 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         // Wait until every node agrees the cluster is up.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for n in &nodes {
-            loop {
-                let info = Command::new("redis-cli")
-                    .args(["-p", &n.port.to_string(), "cluster", "info"])
-                    .output()
-                    .expect("redis-cli");
-                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "cluster did not reach state ok");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
+        wait_until_blocking(
+            "every cluster node to report cluster_state:ok",
+            Duration::from_secs(20),
+            || {
+                nodes.iter().all(|n| {
+                    let info = Command::new("redis-cli")
+                        .args(["-p", &n.port.to_string(), "cluster", "info"])
+                        .output()
+                        .expect("redis-cli");
+                    String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok")
+                })
+            },
+        );
         RedisCluster { nodes }
     }
 
@@ -703,4 +807,26 @@ impl RedisCluster {
             .collect::<Vec<_>>()
             .join(",")
     }
+}
+
+#[tokio::test]
+#[should_panic(expected = "above the 2s bound")]
+async fn quiet_for_refuses_a_window_above_its_bound() {
+    quiet_for("nothing", QUIET_MAX + POLL, async || true).await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "the clock stands still: broken")]
+async fn quiet_for_fails_once_its_condition_breaks() {
+    let start = Instant::now();
+    quiet_for("the clock stands still", QUIET_MAX, async || {
+        start.elapsed() < 4 * POLL
+    })
+    .await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "timed out after 100ms waiting for the impossible")]
+async fn wait_until_gives_up_at_its_deadline() {
+    wait_until("the impossible", 4 * POLL, async || false).await;
 }
