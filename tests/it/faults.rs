@@ -16,33 +16,6 @@ use crate::forward::source;
 use crate::upstream::{Reply, Upstream};
 use crate::util::*;
 
-/// Wait until `cond` holds, polling; panic with `what` after `deadline`.
-async fn until<F, Fut>(what: &str, deadline: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = Instant::now() + deadline;
-    while !cond().await {
-        assert!(Instant::now() < end, "not within {deadline:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Assert that `cond` stays true for `window`: absence can only be bounded, never
-/// observed, so the window is the test's bound (a few poll intervals).
-async fn stays<F, Fut>(what: &str, window: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = Instant::now() + window;
-    while Instant::now() < end {
-        assert!(cond().await, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn new_entry(source: &str, key: &str) -> NewEntry {
     NewEntry {
         id: uuid::Uuid::now_v7().to_string(),
@@ -82,18 +55,22 @@ type PendingSummary = (
 
 /// Claim source `s` as `worker` until its entry is due again (its lease expired).
 async fn claim_when_due(store: &dyn Store, worker: &str, lease: Duration) -> Vec<Claim> {
-    let end = Instant::now() + Duration::from_secs(5);
-    loop {
-        let got = store
-            .claim("s", worker, hookgate::store::now_ms(), 1, lease)
-            .await
-            .unwrap();
-        if !got.is_empty() {
-            return got;
-        }
-        assert!(Instant::now() < end, "{worker} never got the expired lease");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_ok(
+        &format!("{worker} gets the expired lease"),
+        Duration::from_secs(5),
+        async || {
+            let got = store
+                .claim("s", worker, hookgate::store::now_ms(), 1, lease)
+                .await
+                .unwrap();
+            if got.is_empty() {
+                Err("nothing due")
+            } else {
+                Ok(got)
+            }
+        },
+    )
+    .await
 }
 
 /// Redis: worker A claims with a 200 ms lease; B takes it over; A's late completion
@@ -197,18 +174,18 @@ async fn shared_origin(backend: Backend) {
     })
     .await;
     let store = h.open().await;
-    until("every entry delivered", Duration::from_secs(10), || {
-        let store = store.clone();
-        let ids = ids.clone();
-        async move {
+    wait_until(
+        "every entry delivered",
+        Duration::from_secs(10),
+        async || {
             for id in &ids {
                 if store.get(id).await.unwrap().unwrap().status != Status::Delivered {
                     return false;
                 }
             }
             true
-        }
-    })
+        },
+    )
     .await;
     let mut seen: HashMap<String, usize> = HashMap::new();
     for r in up.received() {
@@ -258,13 +235,10 @@ async fn pause_at_once(backend: Backend) {
         );
     }
     // Ten poll intervals: a forwarder that ignored the pause would have sent them.
-    stays(
+    quiet_for(
         "nothing delivered while paused",
         Duration::from_millis(500),
-        || {
-            let n = up.count();
-            async move { n == 0 }
-        },
+        async || up.count() == 0,
     )
     .await;
     let r = c
@@ -309,13 +283,10 @@ async fn a_pause_holds_in_every_process_sharing_redis() {
             200
         );
     }
-    stays(
+    quiet_for(
         "nothing delivered by either process while paused",
         Duration::from_millis(500),
-        || {
-            let n = up.count();
-            async move { n == 0 }
-        },
+        async || up.count() == 0,
     )
     .await;
     let r = c
@@ -354,10 +325,11 @@ async fn discard_in_flight(backend: Backend) {
     let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
     let (_, json) = post_raw(&c, &gw.ingest, "stripe", &body, &headers).await;
     let id = json["id"].as_str().unwrap().to_string();
-    until("the delivery is in flight", Duration::from_secs(5), || {
-        let a = arrived.load(Ordering::SeqCst);
-        async move { a }
-    })
+    wait_until(
+        "the delivery is in flight",
+        Duration::from_secs(5),
+        async || arrived.load(Ordering::SeqCst),
+    )
     .await;
     let started = Instant::now();
     let r = c
@@ -368,14 +340,10 @@ async fn discard_in_flight(backend: Backend) {
         .unwrap();
     assert_eq!(r.status(), 200);
     let store = h.open().await;
-    until(
+    wait_until(
         "the cancelled attempt is recorded",
         Duration::from_secs(4),
-        || {
-            let store = store.clone();
-            let id = id.clone();
-            async move { !store.attempts(&id).await.unwrap().is_empty() }
-        },
+        async || !store.attempts(&id).await.unwrap().is_empty(),
     )
     .await;
     assert!(
@@ -448,14 +416,10 @@ async fn a_failed_fsync_stops_the_embedded_store() {
     // /readyz says so (while the process drains), then serve exits non-zero.
     let ready = c.get(format!("{}/readyz", gw.admin)).send().await.unwrap();
     assert_eq!(ready.status(), 503);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = gw.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "serve did not exit");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = wait_until_ok("serve exits", Duration::from_secs(20), async || {
+        gw.child.try_wait().unwrap().ok_or("still running")
+    })
+    .await;
     assert!(!status.success(), "serve exited {status}");
     let log = std::fs::read_to_string(&log).unwrap();
     assert!(log.contains("fsync"), "{log}");
@@ -587,19 +551,20 @@ async fn a_full_disk_answers_503_and_recovers() {
     );
     // Space returns: ingest resumes.
     std::fs::remove_file(&filler).unwrap();
-    let mut resumed = false;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        let (st, _, json) = post(n).await;
-        n += 1;
-        if st == 200 {
-            acked.push(json["id"].as_str().unwrap().to_string());
-            resumed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(resumed, "ingest did not resume once space returned");
+    let id = wait_until_ok(
+        "ingest resumes once space returned",
+        Duration::from_secs(15),
+        async || {
+            let (st, _, json) = post(n).await;
+            n += 1;
+            match st {
+                200 => Ok(json["id"].as_str().unwrap().to_string()),
+                other => Err(other),
+            }
+        },
+    )
+    .await;
+    acked.push(id);
     let want: std::collections::HashSet<String> = acked.iter().cloned().collect();
     up.wait_for(
         Duration::from_secs(60),
