@@ -13,7 +13,8 @@ use hookgate::store::{
 use crate::both_stores;
 use crate::util::{Backend, StoreHandle};
 
-fn entry(source: &str, key: &str) -> NewEntry {
+/// A new entry of `source` with event id `key`.
+pub(crate) fn entry(source: &str, key: &str) -> NewEntry {
     NewEntry {
         id: uuid::Uuid::now_v7().to_string(),
         source: source.to_string(),

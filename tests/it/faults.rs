@@ -7,31 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use hookgate::config;
-use hookgate::store::{Attempt, Claim, Completion, Header, NewEntry, Status, Store};
+use hookgate::store::{Attempt, Claim, Completion, Status, Store};
 
 use crate::both_stores;
 use crate::forward::source;
 use crate::upstream::{Reply, Upstream};
 use crate::util::*;
-
-fn new_entry(source: &str, key: &str) -> NewEntry {
-    NewEntry {
-        id: uuid::Uuid::now_v7().to_string(),
-        source: source.to_string(),
-        event_id: Some(key.to_string()),
-        event_type: None,
-        dedupe_key: format!("id:{key}"),
-        dedupe_ttl: Duration::from_secs(3600),
-        received_at: hookgate::store::now_ms(),
-        headers: vec![Header {
-            name: "content-type".into(),
-            value: b"application/json".to_vec(),
-        }],
-        body: Bytes::from_static(b"{}"),
-    }
-}
 
 fn delivered(n: u32) -> Completion {
     Completion::Delivered {
@@ -80,7 +62,7 @@ async fn claim_when_due(store: &dyn Store, worker: &str, lease: Duration) -> Vec
 async fn a_stale_completion_never_strands_an_entry_on_redis() {
     let h = StoreHandle::new(Backend::Redis);
     let store = h.open().await;
-    let e = new_entry("s", "evt_stale");
+    let e = crate::conformance::entry("s", "evt_stale");
     let id = e.id.clone();
     store.accept(e).await.unwrap();
     let lease = Duration::from_millis(200);
@@ -208,31 +190,26 @@ both_stores!(
     super::shared_origin
 );
 
-/// Pause, then at once 20 webhooks: none is delivered while paused, all after the
-/// resume.
-async fn pause_at_once(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let up = Upstream::ok().await;
-    let text = format!(
-        "{}\n[forwarder]\npoll_interval = \"50ms\"\n{}",
-        h.toml(),
-        source("stripe", &up.url, "")
-    );
-    let gw = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+/// Pause through `pause_via`, then at once 20 webhooks through `ingest_via`: none is
+/// delivered while paused (by any gateway), all after the resume through
+/// `resume_via`.
+async fn pause_then_resume(
+    pause_via: &Gateway,
+    ingest_via: &Gateway,
+    resume_via: &Gateway,
+    up: &Upstream,
+) {
     let c = http();
-    let r = c
-        .post(format!("{}/admin/sources/stripe/pause", gw.admin))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let admin = |gw: &Gateway, action: &str| {
+        c.post(format!("{}/admin/sources/stripe/{action}", gw.admin))
+            .send()
+    };
+    assert_eq!(admin(pause_via, "pause").await.unwrap().status(), 200);
     for n in 0..20 {
         let body = event_body("stripe", &format!("evt_p{n}"));
         let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-        assert_eq!(
-            post_raw(&c, &gw.ingest, "stripe", &body, &headers).await.0,
-            200
-        );
+        let (st, _) = post_raw(&c, &ingest_via.ingest, "stripe", &body, &headers).await;
+        assert_eq!(st, 200);
     }
     // Ten poll intervals: a forwarder that ignored the pause would have sent them.
     quiet_for(
@@ -241,16 +218,30 @@ async fn pause_at_once(backend: Backend) {
         async || up.count() == 0,
     )
     .await;
-    let r = c
-        .post(format!("{}/admin/sources/stripe/resume", gw.admin))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(admin(resume_via, "resume").await.unwrap().status(), 200);
     up.wait_for(Duration::from_secs(10), "all 20 after the resume", |r| {
         r.len() >= 20
     })
     .await;
+}
+
+/// A gateway on `h`'s store delivering source `stripe` to `up`.
+async fn stripe_gateway(h: &StoreHandle, up: &Upstream) -> Gateway {
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\n{}",
+        h.toml(),
+        source("stripe", &up.url, "")
+    );
+    Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await
+}
+
+/// Pause, then at once 20 webhooks: none is delivered while paused, all after the
+/// resume.
+async fn pause_at_once(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let up = Upstream::ok().await;
+    let gw = stripe_gateway(&h, &up).await;
+    pause_then_resume(&gw, &gw, &gw, &up).await;
     gw.stop().await;
 }
 both_stores!(a_pause_takes_effect_at_once, super::pause_at_once);
@@ -261,44 +252,9 @@ both_stores!(a_pause_takes_effect_at_once, super::pause_at_once);
 async fn a_pause_holds_in_every_process_sharing_redis() {
     let h = StoreHandle::new(Backend::Redis);
     let up = Upstream::ok().await;
-    let text = format!(
-        "{}\n[forwarder]\npoll_interval = \"50ms\"\n{}",
-        h.toml(),
-        source("stripe", &up.url, "")
-    );
-    let one = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
-    let two = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
-    let c = http();
-    let r = c
-        .post(format!("{}/admin/sources/stripe/pause", one.admin))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    for n in 0..20 {
-        let body = event_body("stripe", &format!("evt_q{n}"));
-        let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-        assert_eq!(
-            post_raw(&c, &two.ingest, "stripe", &body, &headers).await.0,
-            200
-        );
-    }
-    quiet_for(
-        "nothing delivered by either process while paused",
-        Duration::from_millis(500),
-        async || up.count() == 0,
-    )
-    .await;
-    let r = c
-        .post(format!("{}/admin/sources/stripe/resume", two.admin))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    up.wait_for(Duration::from_secs(10), "all 20 after the resume", |r| {
-        r.len() >= 20
-    })
-    .await;
+    let one = stripe_gateway(&h, &up).await;
+    let two = stripe_gateway(&h, &up).await;
+    pause_then_resume(&one, &two, &two, &up).await;
     one.stop().await;
     two.stop().await;
 }
