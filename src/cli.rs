@@ -152,9 +152,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The context of every error that makes a configuration unusable: `main` answers
+/// it with exit code 2.
+#[derive(Debug, Clone, Copy)]
+pub struct InvalidConfiguration;
+
+impl std::fmt::Display for InvalidConfiguration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("invalid configuration")
+    }
+}
+
 fn load(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
     let path = config::config_path(path);
-    config::load(path.as_deref()).context("invalid configuration")
+    config::load(path.as_deref()).context(InvalidConfiguration)
 }
 
 async fn serve(a: ServeArgs) -> anyhow::Result<()> {
@@ -167,7 +178,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     telemetry::init(cfg.log.format);
     // Validate everything before binding anything: a bad config never half-starts.
     let registry = app::registry(&cfg)?;
-    app::build_sources(&cfg, &registry, &hookgate_budget(&cfg)).context("invalid configuration")?;
+    app::build_sources(&cfg, &registry, &hookgate_budget(&cfg)).context(InvalidConfiguration)?;
     let listeners = app::bind(&cfg).await?;
     let token = shutdown::CancellationToken::new();
     let on_signal = token.clone();
@@ -196,9 +207,9 @@ async fn healthcheck(url: &str) -> anyhow::Result<()> {
 
 fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     let path = config::config_path(a.config.as_deref());
-    let cfg = config::load(path.as_deref()).context("invalid configuration")?;
+    let cfg = config::load(path.as_deref()).context(InvalidConfiguration)?;
     let registry = app::registry(&cfg)?;
-    app::build_sources(&cfg, &registry, &hookgate_budget(&cfg)).context("invalid configuration")?;
+    app::build_sources(&cfg, &registry, &hookgate_budget(&cfg)).context(InvalidConfiguration)?;
     match &path {
         Some(p) => println!("config: {}", p.display()),
         None => println!("config: defaults and HOOKGATE_* environment only"),
@@ -242,7 +253,7 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
 
 fn providers(a: ConfigArg) -> anyhow::Result<()> {
     let registry = match config::config_path(a.config.as_deref()) {
-        Some(p) => app::registry(&config::load(Some(&p)).context("invalid configuration")?)?,
+        Some(p) => app::registry(&config::load(Some(&p)).context(InvalidConfiguration)?)?,
         None => Registry::builtin()?,
     };
     for spec in registry.iter() {
@@ -387,7 +398,7 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
     } else {
         let provider = a.provider.clone().context("give --provider or --source")?;
         let registry = match &a.config {
-            Some(p) => app::registry(&config::load(Some(p)).context("invalid configuration")?)?,
+            Some(p) => app::registry(&config::load(Some(p)).context(InvalidConfiguration)?)?,
             None => Registry::builtin()?,
         };
         let spec = registry.get(&provider).cloned().with_context(|| {

@@ -30,10 +30,10 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("error: {err:#}");
-            let is_config = err.chain().any(|e| {
-                e.downcast_ref::<hookgate::config::ConfigError>().is_some()
-                    || e.to_string() == "invalid configuration"
-            });
+            let is_config = err
+                .downcast_ref::<hookgate::cli::InvalidConfiguration>()
+                .is_some()
+                || err.chain().any(|e| e.is::<hookgate::config::ConfigError>());
             ExitCode::from(if is_config { 2 } else { 1 })
         }
     }

@@ -144,12 +144,31 @@ impl Breaker {
         (1usize << steps).clamp(1, max.max(1))
     }
 
-    /// `closed`, `open` or `half_open` (for logs and metrics).
-    pub fn state(&self) -> &'static str {
+    /// The breaker's state now, for logs and metrics.
+    pub fn state(&self) -> BreakerState {
         match *self.lock() {
-            State::Closed { .. } => "closed",
-            State::Open { .. } => "open",
-            State::HalfOpen { .. } => "half_open",
+            State::Closed { .. } => BreakerState::Closed,
+            State::Open { .. } => BreakerState::Open,
+            State::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+}
+
+/// What a breaker lets through, as logs and metrics show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed,
+    HalfOpen,
+    Open,
+}
+
+impl BreakerState {
+    /// The value of `hookgate_circuit_breaker_state`: 0 closed, 1 half-open, 2 open.
+    pub fn gauge(self) -> f64 {
+        match self {
+            BreakerState::Closed => 0.0,
+            BreakerState::HalfOpen => 1.0,
+            BreakerState::Open => 2.0,
         }
     }
 }
@@ -168,7 +187,7 @@ mod tests {
         assert!(!b.record(false, 0));
         assert!(!b.record(false, 0));
         assert!(b.record(false, 1_000));
-        assert_eq!(b.state(), "open");
+        assert_eq!(b.state(), BreakerState::Open);
         assert_eq!(b.gate(5_000), Gate::Deny(11_000));
         assert_eq!(b.gate(11_000), Gate::Probe);
         assert!(
@@ -186,7 +205,7 @@ mod tests {
             "an unused probe is granted again"
         );
         b.record(true, 33_000);
-        assert_eq!(b.state(), "closed");
+        assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(b.gate(33_000), Gate::Allow);
     }
 

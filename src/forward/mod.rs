@@ -308,11 +308,7 @@ async fn maintain(shared: &Shared, sources: &[String], shutdown: &CancellationTo
 
 /// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
 fn breaker_gauge(route: &Route) {
-    let v = match route.breaker.state() {
-        "closed" => 0.0,
-        "half_open" => 1.0,
-        _ => 2.0,
-    };
+    let v = route.breaker.state().gauge();
     metrics::gauge!("hookgate_circuit_breaker_state", "destination" => origin(&route.destination))
         .set(v);
 }
