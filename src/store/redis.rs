@@ -8,7 +8,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `hg:{src}:e:<id>` | hash | the entry: `d`, the fields written once (source, event id and type, dedupe key, received at, headers as one JSON line, then the raw body); the fields that change (status, next attempt, attempts, lease, …; counters start absent = 0, `budget_start` absent = `received_at`). Entries written by earlier versions hold each field on its own and read the same. |
+//! | `hg:{src}:e:<id>` | hash | the entry: `d`, the fields written once (source, event id and type, dedupe key, received at, headers as one JSON line, then the raw body); the fields that change (status, next attempt, attempts, lease, …; counters start absent = 0, `budget_start` absent = `received_at`). |
 //! | `hg:{src}:d:<dedupe key>` | string, `PX` = dedupe TTL | the id of the first entry with that key |
 //! | `hg:{src}:work` | stream | one message per entry to deliver (the forwarder's queue) |
 //! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by status, in lexical (= arrival) order; listing every status merges the four |
@@ -361,23 +361,20 @@ local function text(v)
 end
 local out = {}
 for i, k in ipairs(KEYS) do
-  local f = redis.call('HMGET', k, 'status', 'attempts', 'next_attempt_at', 'last_error',
-    'event_id', 'event_type', 'received_at')
+  local f = redis.call('HMGET', k, 'status', 'attempts', 'next_attempt_at', 'last_error')
   if not f[1] then
     out[i] = false
   else
-    local eid, etype, at = f[5], f[6], f[7]
-    if not at then
-      local d = redis.call('HGET', k, 'd')
-      local nl = d and string.find(d, '\n', 1, true)
-      if nl then
-        local ok, meta = pcall(cjson.decode, string.sub(d, 1, nl - 1))
-        if ok and type(meta) == 'table' then
-          eid, etype, at = meta.event_id, meta.event_type, meta.received_at
-        end
+    local eid, etype, at
+    local d = redis.call('HGET', k, 'd')
+    local nl = d and string.find(d, '\n', 1, true)
+    if nl then
+      local ok, meta = pcall(cjson.decode, string.sub(d, 1, nl - 1))
+      if ok and type(meta) == 'table' then
+        eid, etype, at = meta.event_id, meta.event_type, meta.received_at
       end
-      d = nil
     end
+    d = nil
     out[i] = {f[1], text(f[2]), text(f[3]), text(f[4]), text(eid), text(etype), text(at)}
   end
 end
@@ -529,31 +526,7 @@ impl RedisStore {
             .check_preconditions(preconditions::Phase::Open)
             .await?;
         store.check_epoch().await?;
-        store.drop_legacy_index().await;
         Ok(store)
-    }
-
-    /// Earlier versions kept every id of a source in `hg:{src}:idx` as well; listing
-    /// now merges the status sets, so that set is dead weight. Best effort: a failure
-    /// only leaves it in place.
-    async fn drop_legacy_index(&self) {
-        let sources = match self.sources().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!(error = %e, "redis: cannot list sources to drop the legacy index");
-                return;
-            }
-        };
-        for source in sources {
-            let mut c = self.conn();
-            let dropped: Result<i64, _> = redis::cmd("UNLINK")
-                .arg(self.key(&source, "idx"))
-                .query_async(&mut c)
-                .await;
-            if let Err(e) = dropped {
-                tracing::debug!(source, error = %e, "redis: cannot drop the legacy index");
-            }
-        }
     }
 
     /// Check `maxmemory-policy` and AOF on every master (see `preconditions`).
@@ -1090,38 +1063,16 @@ fn listed_from_fields(
     })
 }
 
-/// An entry hash as stored: packed (`d`) or, as earlier versions wrote it, one hash
-/// field per value.
+/// An entry hash as stored: the packed write-once record (`d`) and the fields that
+/// change.
 fn entry_from_map(id: &str, mut map: HashMap<String, Vec<u8>>) -> Result<Entry, StoreError> {
-    if let Some(packed) = map.remove("d") {
-        return entry_from_packed(id, packed, &map);
+    match map.remove("d") {
+        Some(packed) => entry_from_packed(id, packed, &map),
+        None => Err(StoreError::Corrupt {
+            id: id.to_string(),
+            problem: "no packed record (field d)".into(),
+        }),
     }
-    let corrupt = |problem: String| StoreError::Corrupt {
-        id: id.to_string(),
-        problem,
-    };
-    let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
-    let received_at = int_field(id, &map, "received_at")?.unwrap_or(0);
-    let mutable = Mutable::read(id, &map)?;
-    Ok(Entry {
-        id: id.to_string(),
-        source: field_str(&map, "source").ok_or_else(|| corrupt("no source".into()))?,
-        event_id: non_empty(field_str(&map, "event_id")),
-        event_type: non_empty(field_str(&map, "event_type")),
-        dedupe_key: field_str(&map, "dedupe_key").unwrap_or_default(),
-        received_at,
-        status: mutable.status,
-        attempts: mutable.attempts,
-        next_attempt_at: mutable.next_attempt_at,
-        last_error: mutable.last_error,
-        budget_start: mutable.budget_start.unwrap_or(received_at),
-        budget_attempts: mutable.budget_attempts,
-        headers: decode_headers(
-            id,
-            &field_str(&map, "headers").unwrap_or_else(|| "[]".into()),
-        )?,
-        body: Bytes::from(map.remove("body").unwrap_or_default()),
-    })
 }
 
 #[async_trait]

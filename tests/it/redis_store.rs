@@ -1,12 +1,12 @@
-//! Behaviour of the Redis store that the conformance suite cannot see: what it does
-//! with data an earlier version left in Redis, and reaching Redis through its Unix socket.
+//! Behaviour of the Redis store that the conformance suite cannot see: how an entry
+//! is laid out in Redis, and reaching Redis through its Unix socket.
 
 use redis::AsyncCommands;
 
 use crate::util::{Backend, StoreHandle};
 
 /// A Redis store handle (not opened yet) and a plain connection to its Redis, to
-/// write what an earlier version would have left there.
+/// look at what the store wrote.
 async fn redis_store() -> (StoreHandle, redis::aio::MultiplexedConnection) {
     let h = StoreHandle::new(Backend::Redis);
     let url = h.redis.as_ref().expect("redis").url();
@@ -30,85 +30,12 @@ async fn list_source(store: &dyn hookgate::store::Store, source: &str) -> hookga
         .expect("list")
 }
 
-/// Earlier versions also kept every id in `hg:{src}:idx`; listing now merges the
-/// status sets, and opening the store drops that set. Entries stay listable.
+/// An entry packs the fields written once into `d` (a JSON line, then the raw body),
+/// whatever bytes its body and headers hold, and reads back the same.
 #[tokio::test]
-async fn opening_drops_the_legacy_index_and_keeps_entries_listable() {
+async fn entries_are_packed_and_read_back_byte_for_byte() {
     let (h, mut c) = redis_store().await;
-    let _: () = c.sadd("hg:sources", "s").await.expect("sadd");
-    let _: () = c
-        .zadd("hg:{s}:idx", "0197a000-0000-7000-8000-000000000001", 0)
-        .await
-        .expect("zadd");
-
     let store = h.open().await;
-    let exists: bool = c.exists("hg:{s}:idx").await.expect("exists");
-    assert!(!exists, "the legacy index is still there");
-
-    let e = hookgate::store::NewEntry {
-        id: uuid::Uuid::now_v7().to_string(),
-        source: "s".into(),
-        event_id: Some("evt_1".into()),
-        event_type: None,
-        dedupe_key: "id:evt_1".into(),
-        dedupe_ttl: std::time::Duration::from_secs(60),
-        received_at: hookgate::store::now_ms(),
-        headers: Vec::new(),
-        body: bytes::Bytes::from_static(b"{}"),
-    };
-    let id = e.id.clone();
-    store.accept(e).await.expect("accept");
-    let page = list_source(&*store, "s").await;
-    assert_eq!(page.entries.len(), 1);
-    assert_eq!(page.entries[0].id, id);
-    assert_eq!(page.entries[0].attempts, 0);
-    assert_eq!(store.count("s").await.expect("count"), 1);
-    store.close().await;
-}
-
-/// Entries written by earlier versions hold every field on its own in the hash; new
-/// ones pack the fields written once into `d`. Both read the same.
-#[tokio::test]
-async fn entries_in_the_earlier_layout_read_as_before_and_new_ones_are_packed() {
-    let (h, mut c) = redis_store().await;
-    let old_id = "0197a000-0000-7000-8000-0000000000aa";
-    let _: () = c.sadd("hg:sources", "s").await.expect("sadd");
-    let _: () = c
-        .hset_multiple(
-            format!("hg:{{s}}:e:{old_id}"),
-            &[
-                ("source", "s"),
-                ("event_id", "evt_old"),
-                ("event_type", "invoice.paid"),
-                ("dedupe_key", "id:evt_old"),
-                ("received_at", "1700000000000"),
-                ("status", "pending"),
-                ("next_attempt_at", "1700000000500"),
-                ("attempts", "2"),
-                ("last_error", "HTTP 503"),
-                ("headers", r#"[["content-type","application/json"]]"#),
-                ("body", "{\"old\":\n1}"),
-            ],
-        )
-        .await
-        .expect("hset");
-    let _: () = c.zadd("hg:{s}:st:pending", old_id, 0).await.expect("zadd");
-
-    let store = h.open().await;
-    let old = store.get(old_id).await.expect("get").expect("old entry");
-    assert_eq!(old.source, "s");
-    assert_eq!(old.event_id.as_deref(), Some("evt_old"));
-    assert_eq!(old.event_type.as_deref(), Some("invoice.paid"));
-    assert_eq!(old.dedupe_key, "id:evt_old");
-    assert_eq!(old.received_at, 1_700_000_000_000);
-    assert_eq!(old.budget_start, 1_700_000_000_000);
-    assert_eq!(old.next_attempt_at, Some(1_700_000_000_500));
-    assert_eq!(old.attempts, 2);
-    assert_eq!(old.last_error.as_deref(), Some("HTTP 503"));
-    assert_eq!(old.headers.len(), 1);
-    assert_eq!(old.headers[0].name, "content-type");
-    assert_eq!(&old.body[..], b"{\"old\":\n1}");
-
     // A new entry whose body holds newlines and bytes that are not UTF-8, and a header
     // value that is not UTF-8 either.
     let body: &[u8] = b"{\"a\":\n\"\xff\xfe\"}\n\n";
@@ -144,7 +71,8 @@ async fn entries_in_the_earlier_layout_read_as_before_and_new_ones_are_packed() 
 
     let page = list_source(&*store, "s").await;
     let ids: Vec<&str> = page.entries.iter().map(|e| e.id.as_str()).collect();
-    assert_eq!(ids, vec![id.as_str(), old_id]);
+    assert_eq!(ids, vec![id.as_str()]);
+    assert_eq!(page.entries[0].event_id.as_deref(), Some("evt_new"));
     store.close().await;
 }
 
