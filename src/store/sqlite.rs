@@ -182,9 +182,9 @@ fn open_conn(path: &PathBuf) -> Result<Connection, rusqlite::Error> {
     conn.pragma_update(None, "cache_size", -16384)?; // 16 MiB
     // Well above the size at which the WAL restarts (`WAL_RESTART_FRAMES`, ~16 MiB,
     // which a busy writer overshoots while the checkpointer catches up): a
-    // restart reuses the file as it is (truncating it cost ~10 ms of stall, and the
-    // blocks would have to be allocated again); only a WAL that grew past this while
-    // a restart could not happen is cut back.
+    // restart reuses the file as it is (truncating it stalls the writer, and the
+    // blocks would have to be allocated again: BENCHMARKS.md, the WAL restart); only a
+    // WAL that grew past this while a restart could not happen is cut back.
     conn.pragma_update(None, "journal_size_limit", 128 * 1024 * 1024)?;
     // Checkpoints run on their own thread (see `checkpointer`), not inside commits.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
@@ -368,8 +368,8 @@ async fn run_on<T: Send + 'static>(
 
 /// The WAL is restarted from its beginning once it holds this many frames (a frame is
 /// a 4 KiB page plus a 24-byte header, so about 16 MiB; below `journal_size_limit`).
-/// 64 MiB gave the same throughput with a p99 at half load of 12–35 ms instead of
-/// 9 ms on a quiet disk (256 MiB: 20–35 ms); a short WAL also keeps less on disk.
+/// A short WAL keeps acknowledgement tails low at the same throughput (BENCHMARKS.md,
+/// the WAL restart size, measured both ways) and keeps less on disk.
 const WAL_RESTART_FRAMES: i64 = 4096;
 /// The tail the writer is asked to copy: at most the frames appended during one
 /// checkpoint pass short enough to let no more than this many pile up (about 2 MiB).
@@ -490,9 +490,9 @@ fn checkpointer(conn: Connection, writeback: Writeback, shared: Arc<Checkpointin
 /// A PASSIVE checkpoint that the writer outran leaves the pages it copied dirty in the
 /// page cache (SQLite fsyncs the database only after a pass that copied everything);
 /// they would pile up for the kernel's 30 s writeback, and whichever fsync came first
-/// (the writer's, when it copies a WAL tail) paid for all of them: 20–40 ms of stall
-/// instead of 1–2 ms. Starting the writeback after each pass keeps that backlog to
-/// one pass. Failure only costs that stall, so it is logged and ignored.
+/// (the writer's, when it copies a WAL tail) paid for all of them, a stall an order
+/// of magnitude longer than one pass's (BENCHMARKS.md, the checkpoint writeback).
+/// Starting the writeback after each pass keeps that backlog to one pass. Failure only costs that stall, so it is logged and ignored.
 struct Writeback(#[cfg(target_os = "linux")] Arc<std::fs::File>);
 
 impl Writeback {
