@@ -178,7 +178,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     telemetry::init(cfg.log.format);
     // Validate everything before binding anything: a bad config never half-starts.
     let registry = app::registry(&cfg)?;
-    app::build_sources(&cfg, &registry, &hookgate_budget(&cfg)).context(InvalidConfiguration)?;
+    app::build_sources(&cfg, &registry, &body_budget(&cfg)).context(InvalidConfiguration)?;
     let listeners = app::bind(&cfg).await?;
     let token = shutdown::CancellationToken::new();
     let on_signal = token.clone();
@@ -209,7 +209,7 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     let path = config::config_path(a.config.as_deref());
     let cfg = config::load(path.as_deref()).context(InvalidConfiguration)?;
     let registry = app::registry(&cfg)?;
-    app::build_sources(&cfg, &registry, &hookgate_budget(&cfg)).context(InvalidConfiguration)?;
+    app::build_sources(&cfg, &registry, &body_budget(&cfg)).context(InvalidConfiguration)?;
     match &path {
         Some(p) => println!("config: {}", p.display()),
         None => println!("config: defaults and HOOKGATE_* environment only"),
@@ -485,6 +485,6 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// A body budget of the configured size, for validating sources.
-fn hookgate_budget(cfg: &Config) -> crate::ingest::body::BodyBudget {
+fn body_budget(cfg: &Config) -> crate::ingest::body::BodyBudget {
     crate::ingest::body::BodyBudget::new(cfg.server.body_budget_bytes)
 }

@@ -700,6 +700,21 @@ impl RedisStore {
         self.timed(pipe.query_async::<()>(&mut c)).await
     }
 
+    /// The JSON records of a list key of `source` (attempts, audit), oldest first;
+    /// a record that does not parse is skipped.
+    async fn json_list<T: serde::de::DeserializeOwned>(
+        &self,
+        source: &str,
+        rest: &str,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut c = self.conn();
+        let raw: Vec<String> = self.timed(c.lrange(self.key(source, rest), 0, -1)).await?;
+        Ok(raw
+            .iter()
+            .filter_map(|r| serde_json::from_str(r).ok())
+            .collect())
+    }
+
     fn conn(&self) -> Conn {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         self.conns[i].clone()
@@ -1409,14 +1424,7 @@ impl Store for RedisStore {
         let Some(source) = self.source_of(id).await? else {
             return Ok(Vec::new());
         };
-        let mut c = self.conn();
-        let raw: Vec<String> = self
-            .timed(c.lrange(self.key(&source, &format!("a:{id}")), 0, -1))
-            .await?;
-        let mut out: Vec<Attempt> = raw
-            .iter()
-            .filter_map(|r| serde_json::from_str(r).ok())
-            .collect();
+        let mut out: Vec<Attempt> = self.json_list(&source, &format!("a:{id}")).await?;
         out.sort_by_key(|a| a.n);
         Ok(out)
     }
@@ -1537,14 +1545,7 @@ impl Store for RedisStore {
         let Some(source) = self.source_of(id).await? else {
             return Ok(Vec::new());
         };
-        let mut c = self.conn();
-        let raw: Vec<String> = self
-            .timed(c.lrange(self.key(&source, &format!("audit:{id}")), 0, -1))
-            .await?;
-        Ok(raw
-            .iter()
-            .filter_map(|r| serde_json::from_str(r).ok())
-            .collect())
+        self.json_list(&source, &format!("audit:{id}")).await
     }
 
     async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError> {

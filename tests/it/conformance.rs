@@ -278,20 +278,20 @@ async fn claim_one(store: &dyn Store, source: &str, worker: &str, now: i64) -> C
 
 /// Claim at the current time until the store hands an entry out (a lease that has to
 /// expire first), at most until `DEADLINE`.
-async fn claim_when_due(store: &dyn Store, source: &str, worker: &str) -> Claim {
-    let deadline = std::time::Instant::now() + DEADLINE;
-    loop {
-        let mut claims = claim_at(store, source, worker, now_ms()).await;
-        if !claims.is_empty() {
-            assert_eq!(claims.len(), 1);
-            return claims.remove(0);
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nothing claimable within {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+pub(crate) async fn claim_when_due(store: &dyn Store, source: &str, worker: &str) -> Claim {
+    crate::util::wait_until_ok(
+        &format!("{worker} gets a claim of {source}"),
+        DEADLINE,
+        async || {
+            let mut claims = claim_at(store, source, worker, now_ms()).await;
+            match claims.len() {
+                0 => Err("nothing claimable".to_string()),
+                1 => Ok(claims.remove(0)),
+                n => Err(format!("{n} claims, one expected")),
+            }
+        },
+    )
+    .await
 }
 
 async fn status_of(store: &dyn Store, id: &str) -> Status {
@@ -1071,23 +1071,24 @@ async fn purge_lets_an_expired_event_in_again(backend: Backend) {
         e
     };
     let first = accept_new(&*store, with_ttl()).await;
-    let deadline = std::time::Instant::now() + DEADLINE;
     let mut purged_keys = 0;
-    let second = loop {
-        let now = now_ms();
-        let p = store.purge(now, 0, 0, 100).await.unwrap();
-        assert_eq!(p.entries, 0);
-        purged_keys += p.dedupe_keys;
-        match store.accept(with_ttl()).await.unwrap() {
-            Accepted::New(id) => break id,
-            Accepted::Duplicate(id) => assert_eq!(id, first),
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the dedupe key outlived its TTL"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let second = crate::util::wait_until_ok(
+        "the dedupe key expires and is purged",
+        DEADLINE,
+        async || {
+            let p = store.purge(now_ms(), 0, 0, 100).await.unwrap();
+            assert_eq!(p.entries, 0);
+            purged_keys += p.dedupe_keys;
+            match store.accept(with_ttl()).await.unwrap() {
+                Accepted::New(id) => Ok(id),
+                Accepted::Duplicate(id) => {
+                    assert_eq!(id, first);
+                    Err("still a duplicate")
+                }
+            }
+        },
+    )
+    .await;
     assert_ne!(first, second);
     // At most the one expired key was there to purge.
     assert!(purged_keys <= 1, "{purged_keys}");

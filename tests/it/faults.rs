@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hookgate::config;
-use hookgate::store::{Attempt, Claim, Completion, Status, Store};
+use hookgate::store::{Attempt, Completion, Status};
 
 use crate::both_stores;
+use crate::conformance::claim_when_due;
 use crate::forward::source;
 use crate::upstream::{Reply, Upstream};
 use crate::util::*;
@@ -35,26 +36,6 @@ type PendingSummary = (
     Option<Vec<(String, String)>>,
 );
 
-/// Claim source `s` as `worker` until its entry is due again (its lease expired).
-async fn claim_when_due(store: &dyn Store, worker: &str, lease: Duration) -> Vec<Claim> {
-    wait_until_ok(
-        &format!("{worker} gets the expired lease"),
-        Duration::from_secs(5),
-        async || {
-            let got = store
-                .claim("s", worker, hookgate::store::now_ms(), 1, lease)
-                .await
-                .unwrap();
-            if got.is_empty() {
-                Err("nothing due")
-            } else {
-                Ok(got)
-            }
-        },
-    )
-    .await
-}
-
 /// Redis: worker A claims with a 200 ms lease; B takes it over; A's late completion
 /// returns false and leaves the message pending for B; B dies; C reclaims it and
 /// delivers it.
@@ -69,8 +50,8 @@ async fn a_stale_completion_never_strands_an_entry_on_redis() {
     let now = hookgate::store::now_ms;
     let a = store.claim("s", "A", now(), 1, lease).await.unwrap();
     assert_eq!(a.len(), 1);
-    let b = claim_when_due(&*store, "B", lease).await;
-    assert_eq!(b[0].entry.id, id);
+    let b = claim_when_due(&*store, "s", "B").await;
+    assert_eq!(b.entry.id, id);
     assert!(
         !store
             .complete(&a[0], "A", delivered(1), now())
@@ -102,13 +83,8 @@ async fn a_stale_completion_never_strands_an_entry_on_redis() {
         Status::Pending
     );
     // B dies without completing; C reclaims after the lease and delivers.
-    let c = claim_when_due(&*store, "C", lease).await;
-    assert!(
-        store
-            .complete(&c[0], "C", delivered(1), now())
-            .await
-            .unwrap()
-    );
+    let c = claim_when_due(&*store, "s", "C").await;
+    assert!(store.complete(&c, "C", delivered(1), now()).await.unwrap());
     let e = store.get(&id).await.unwrap().unwrap();
     assert_eq!((e.status, e.attempts), (Status::Delivered, 1));
     let (count, ..) = pending(&mut redis).await;
