@@ -152,6 +152,8 @@ pub async fn run(
             (s.name.clone(), facts)
         })
         .collect();
+    // One clock for everything that needs the time (tests and benchmarks may pass another).
+    let clock = crate::clock::Clock::system();
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
     let state = Arc::new(IngestState {
         unverified: unverified.clone(),
@@ -166,7 +168,7 @@ pub async fn run(
         verify_slots: Arc::new(tokio::sync::Semaphore::new(
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )),
-        clock: ingest::system_clock,
+        clock: clock.clone(),
     });
     let limits = HttpLimits {
         header_read_timeout: cfg.server.header_read_timeout,
@@ -224,7 +226,7 @@ pub async fn run(
         routes,
         cfg.forwarder.clone(),
         cfg.retention.clone(),
-        forward::system_clock(),
+        clock,
         on_dead,
         shutdown.clone(),
     ));

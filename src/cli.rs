@@ -406,7 +406,9 @@ fn sign_cmd(a: SignArgs) -> anyhow::Result<()> {
         })?;
         (spec, secret_arg(&a)?, provider, None)
     };
-    let timestamp = a.timestamp.unwrap_or_else(crate::ingest::system_clock);
+    let timestamp = a
+        .timestamp
+        .unwrap_or_else(|| crate::clock::Clock::system().now_secs());
     let id =
         a.id.clone()
             .unwrap_or_else(|| format!("msg_{}", uuid::Uuid::now_v7().simple()));

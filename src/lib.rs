@@ -33,6 +33,7 @@ pub mod admin_client;
 pub mod alerts;
 pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod forward;

@@ -23,7 +23,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
-use crate::forward::retry::{Next, Outcome};
+use crate::forward::retry::{Decision, Outcome};
 use crate::provider::VerifyError;
 use crate::store::{Store, StoreError};
 
@@ -173,11 +173,11 @@ label_values! {
 }
 
 impl DeliveryOutcome {
-    pub fn of(next: &Next) -> DeliveryOutcome {
-        match next {
-            Next::Delivered => DeliveryOutcome::Delivered,
-            Next::RetryAt(_) => DeliveryOutcome::Retry,
-            Next::Dead(_) => DeliveryOutcome::Dead,
+    pub fn of(decision: &Decision) -> DeliveryOutcome {
+        match decision {
+            Decision::MarkDelivered => DeliveryOutcome::Delivered,
+            Decision::RetryAt(_) => DeliveryOutcome::Retry,
+            Decision::DeadLetter(_) => DeliveryOutcome::Dead,
         }
     }
 }

@@ -64,14 +64,15 @@ pub struct RetryPolicy {
     pub cap: Duration,
 }
 
-/// What happens after an attempt.
+/// The policy's decision after an attempt: how the entry's claim is completed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
-    Delivered,
-    /// Retry at this time (unix ms).
+pub enum Decision {
+    /// The destination took it: complete the entry as delivered.
+    MarkDelivered,
+    /// Try again at this time (unix ms).
     RetryAt(i64),
-    /// Dead, with the reason.
-    Dead(String),
+    /// Move it to the dead-letter queue, for this reason.
+    DeadLetter(String),
 }
 
 impl RetryPolicy {
@@ -97,28 +98,28 @@ impl RetryPolicy {
 
     /// Decide what follows attempt number `attempt` of an entry received at
     /// `received_at`, which ended with `outcome` at `now` (both unix ms).
-    pub fn next(
+    pub fn decide(
         &self,
         attempt: u32,
         received_at: i64,
         outcome: &Outcome,
         now: i64,
         jitter: f64,
-    ) -> Next {
+    ) -> Decision {
         match classify(outcome) {
-            Verdict::Success => Next::Delivered,
-            Verdict::Fail => Next::Dead(format!("not retryable: {}", describe(outcome))),
+            Verdict::Success => Decision::MarkDelivered,
+            Verdict::Fail => Decision::DeadLetter(format!("not retryable: {}", describe(outcome))),
             Verdict::Retry => {
                 let deadline = received_at
                     .saturating_add(i64::try_from(self.max_age.as_millis()).unwrap_or(i64::MAX));
                 if attempt >= self.max_attempts {
-                    return Next::Dead(format!(
+                    return Decision::DeadLetter(format!(
                         "retry budget exhausted: {attempt} attempts; last: {}",
                         describe(outcome)
                     ));
                 }
                 if now >= deadline {
-                    return Next::Dead(format!(
+                    return Decision::DeadLetter(format!(
                         "retry budget exhausted: older than {}; last: {}",
                         humantime::format_duration(self.max_age),
                         describe(outcome)
@@ -131,7 +132,7 @@ impl RetryPolicy {
                 let delay = self.delay(attempt, retry_after, jitter);
                 let at = now.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
                 // The last attempt happens at the deadline at the latest.
-                Next::RetryAt(at.min(deadline))
+                Decision::RetryAt(at.min(deadline))
             }
         }
     }
@@ -245,7 +246,7 @@ mod tests {
             p.delay(1, Some(Duration::from_secs(10 * 24 * 3600)), 0.0),
             p.cap
         );
-        let next = p.next(
+        let decision = p.decide(
             1,
             0,
             &Outcome::Status {
@@ -255,7 +256,7 @@ mod tests {
             1_000,
             0.0,
         );
-        assert_eq!(next, Next::RetryAt(3_000));
+        assert_eq!(decision, Decision::RetryAt(3_000));
     }
 
     #[test]
@@ -265,31 +266,38 @@ mod tests {
             ..policy()
         };
         assert!(matches!(
-            p.next(1, 0, &status(503), 10, 0.5),
-            Next::RetryAt(_)
+            p.decide(1, 0, &status(503), 10, 0.5),
+            Decision::RetryAt(_)
         ));
         assert!(matches!(
-            p.next(2, 0, &status(503), 10, 0.5),
-            Next::RetryAt(_)
+            p.decide(2, 0, &status(503), 10, 0.5),
+            Decision::RetryAt(_)
         ));
-        match p.next(3, 0, &status(503), 10, 0.5) {
-            Next::Dead(r) => assert!(r.contains("3 attempts") && r.contains("HTTP 503"), "{r}"),
+        match p.decide(3, 0, &status(503), 10, 0.5) {
+            Decision::DeadLetter(r) => {
+                assert!(r.contains("3 attempts") && r.contains("HTTP 503"), "{r}")
+            }
             other => panic!("{other:?}"),
         }
         let day = 24 * 3600 * 1000;
-        match policy().next(2, 0, &Outcome::Timeout, day, 0.5) {
-            Next::Dead(r) => assert!(r.contains("older than") && r.contains("timeout"), "{r}"),
+        match policy().decide(2, 0, &Outcome::Timeout, day, 0.5) {
+            Decision::DeadLetter(r) => {
+                assert!(r.contains("older than") && r.contains("timeout"), "{r}")
+            }
             other => panic!("{other:?}"),
         }
         // A retry never lands after the deadline.
         assert_eq!(
-            policy().next(10, 0, &status(500), day - 1000, 0.99),
-            Next::RetryAt(day)
+            policy().decide(10, 0, &status(500), day - 1000, 0.99),
+            Decision::RetryAt(day)
         );
         assert!(
-            matches!(policy().next(1, 0, &status(404), 0, 0.5), Next::Dead(r) if r.contains("HTTP 404"))
+            matches!(policy().decide(1, 0, &status(404), 0, 0.5), Decision::DeadLetter(r) if r.contains("HTTP 404"))
         );
-        assert_eq!(policy().next(5, 0, &status(200), 0, 0.5), Next::Delivered);
+        assert_eq!(
+            policy().decide(5, 0, &status(200), 0, 0.5),
+            Decision::MarkDelivered
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ use axum::routing::post;
 use bytes::Bytes;
 use tokio::sync::Semaphore;
 
+use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::header_policy::HeaderPolicy;
 use crate::provider::Verifier;
@@ -130,8 +131,8 @@ pub struct IngestState {
     pub body_budget: BodyBudget,
     /// Large bodies verified at once on the blocking pool (one per core).
     pub verify_slots: Arc<Semaphore>,
-    /// Unix seconds; a function so tests can move time.
-    pub clock: fn() -> i64,
+    /// Signature windows are checked, and arrival times stamped, at its time.
+    pub clock: Clock,
 }
 
 pub fn router(state: Arc<IngestState>) -> Router {
@@ -142,14 +143,6 @@ pub fn router(state: Arc<IngestState>) -> Router {
         )
         .fallback(|| async { ApiError::NotFound })
         .with_state(state)
-}
-
-/// Unix seconds from the system clock.
-pub fn system_clock() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 fn capture_headers(policy: &HeaderPolicy, headers: &HeaderMap) -> Vec<Header> {
@@ -170,23 +163,29 @@ enum Decision {
 }
 
 async fn ingest(
-    State(st): State<Arc<IngestState>>,
+    State(ingest): State<Arc<IngestState>>,
     Path(source_name): Path<String>,
     req: Request<Body>,
 ) -> Response {
     let started = Instant::now();
-    let outcome = handle(&st, &source_name, req).await;
+    let outcome = handle(&ingest, &source_name, req).await;
     let elapsed = started.elapsed();
     let latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let kind = match &outcome {
-        Ok((_, Some(Accepted::Duplicate(_)), _)) => IngestOutcome::Duplicate,
-        Ok((_, Some(Accepted::New(_)), _)) => IngestOutcome::Accepted,
-        Ok((_, None, _)) => IngestOutcome::Handshake,
+        Ok(Handled::Stored {
+            accepted: Accepted::Duplicate(_),
+            ..
+        }) => IngestOutcome::Duplicate,
+        Ok(Handled::Stored {
+            accepted: Accepted::New(_),
+            ..
+        }) => IngestOutcome::Accepted,
+        Ok(Handled::Handshake(_)) => IngestOutcome::Handshake,
         Err(e) => e.outcome(),
     };
     // The name comes from the URL: only configured names are logged verbatim, and
     // metrics label every unknown name as one value.
-    let source_name = match st.sources.get(&source_name) {
+    let source_name = match ingest.sources.get(&source_name) {
         Some(source) => {
             let m = &source.metrics;
             match kind {
@@ -218,7 +217,11 @@ async fn ingest(
         }
     };
     match outcome {
-        Ok((resp, Some(accepted), event_id)) => {
+        Ok(Handled::Stored {
+            response,
+            accepted,
+            event_id,
+        }) => {
             let dup = matches!(accepted, Accepted::Duplicate(_));
             tracing::info!(
                 source = %source_name,
@@ -228,15 +231,15 @@ async fn ingest(
                 latency_us,
                 "ingest"
             );
-            resp
+            response
         }
-        Ok((resp, None, _)) => {
+        Ok(Handled::Handshake(response)) => {
             tracing::info!(source = %source_name, outcome = "handshake", latency_us, "ingest");
-            resp
+            response
         }
         Err(e) => {
             if matches!(e, ApiError::Unverified(_)) {
-                st.unverified.bump(&source_name);
+                ingest.unverified.bump(&source_name);
             }
             match &e {
                 ApiError::Store(cause) => tracing::error!(
@@ -252,7 +255,18 @@ async fn ingest(
     }
 }
 
-type Handled = (Response, Option<Accepted>, Option<String>);
+/// What a request came to, for its metrics and its log line.
+enum Handled {
+    /// A provider's handshake, answered without storing anything.
+    Handshake(Response),
+    /// A webhook the store took (new) or already had (duplicate).
+    Stored {
+        response: Response,
+        accepted: Accepted,
+        /// The provider's event id, when it sent one.
+        event_id: Option<String>,
+    },
+}
 
 /// The answer to a stored (or already stored) webhook.
 #[derive(serde::Serialize)]
@@ -265,14 +279,14 @@ struct Ack<'a> {
 /// the limit (413), no signature header where the provider sends one (401), no room
 /// left in the body budget (503).
 fn refuse_early(
-    st: &IngestState,
+    ingest: &IngestState,
     source: &Source,
     headers: &HeaderMap,
     declared: Option<u64>,
 ) -> Result<body::Reservation, ApiError> {
-    if declared.is_some_and(|len| len > st.max_body_bytes as u64) {
+    if declared.is_some_and(|len| len > ingest.max_body_bytes as u64) {
         return Err(ApiError::TooLarge {
-            limit: st.max_body_bytes,
+            limit: ingest.max_body_bytes,
         });
     }
     if let Some(name) = source.verifier.spec.signature_header()
@@ -280,10 +294,10 @@ fn refuse_early(
     {
         return Err(ApiError::Unverified(VerifyError::MissingSignature));
     }
-    let mut reservation = st.body_budget.none();
+    let mut reservation = ingest.body_budget.none();
     if let Some(len) = declared {
         // Within max_body_bytes, which is a usize.
-        st.body_budget.grow(
+        ingest.body_budget.grow(
             &source.body_share,
             &mut reservation,
             usize::try_from(len).unwrap_or(usize::MAX),
@@ -299,7 +313,7 @@ fn decide(
     parts: &http::request::Parts,
     url: Option<&str>,
     body: &Bytes,
-    now: i64,
+    now_ms: i64,
 ) -> Result<Decision, VerifyError> {
     let path = parts
         .uri
@@ -314,7 +328,7 @@ fn decide(
             headers: &parts.headers,
             body,
         },
-        now,
+        now_ms.div_euclid(1000),
     )?;
     if let Some(reply) = verified.handshake() {
         return Ok(Decision::Handshake(reply));
@@ -340,18 +354,18 @@ fn decide(
         event_id,
         dedupe_key,
         dedupe_ttl: source.dedupe_ttl,
-        received_at: crate::store::now_ms(),
+        received_at: now_ms,
         headers: capture_headers(&source.headers, &parts.headers),
         body: body.clone(),
     })))
 }
 
 async fn handle(
-    st: &IngestState,
+    ingest: &IngestState,
     source_name: &str,
     req: Request<Body>,
 ) -> Result<Handled, ApiError> {
-    let source = st
+    let source = ingest
         .sources
         .get(source_name)
         .cloned()
@@ -359,7 +373,7 @@ async fn handle(
     let (parts, body) = req.into_parts();
     let declared = body::declared_length(&parts.headers);
     // What the headers alone decide, before a byte of the body is buffered.
-    let reservation = match refuse_early(st, &source, &parts.headers, declared) {
+    let reservation = match refuse_early(ingest, &source, &parts.headers, declared) {
         Ok(r) => r,
         Err(e) => {
             body::drain(body, declared);
@@ -369,9 +383,9 @@ async fn handle(
     let read = match body::read(
         body,
         declared,
-        st.max_body_bytes,
-        st.body_read_timeout,
-        &st.body_budget,
+        ingest.max_body_bytes,
+        ingest.body_read_timeout,
+        &ingest.body_budget,
         &source.body_share,
         reservation,
     )
@@ -385,7 +399,7 @@ async fn handle(
             return Err(e.error);
         }
     };
-    let now = (st.clock)();
+    let now_ms = ingest.clock.now_ms();
     // The reservation is held until the store has the entry (it shares the buffer).
     let body::ReadBody {
         bytes: body,
@@ -398,44 +412,42 @@ async fn handle(
     let decision = if body.len() > OFFLOAD_BODY_BYTES {
         // Hashing a large body takes long enough to stall the other requests of an
         // async worker: do it on the blocking pool, a bounded number at a time.
-        let _slot = st
+        let _slot = ingest
             .verify_slots
             .acquire()
             .await
             .map_err(|_| ApiError::Busy)?;
         let source = source.clone();
-        tokio::task::spawn_blocking(move || decide(&source, &parts, url.as_deref(), &body, now))
+        tokio::task::spawn_blocking(move || decide(&source, &parts, url.as_deref(), &body, now_ms))
             .await
             .map_err(|_| ApiError::Busy)??
     } else {
-        decide(&source, &parts, url.as_deref(), &body, now)?
+        decide(&source, &parts, url.as_deref(), &body, now_ms)?
     };
     match decision {
-        Decision::Handshake(HandshakeReply::Text(text)) => Ok((
+        Decision::Handshake(HandshakeReply::Text(text)) => Ok(Handled::Handshake(
             (
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
                 text,
             )
                 .into_response(),
-            None,
-            None,
         )),
-        Decision::Handshake(HandshakeReply::Json(value)) => {
-            Ok(((StatusCode::OK, Json(value)).into_response(), None, None))
-        }
+        Decision::Handshake(HandshakeReply::Json(value)) => Ok(Handled::Handshake(
+            (StatusCode::OK, Json(value)).into_response(),
+        )),
         Decision::Store(entry) => {
             let event_id = entry.event_id.clone();
-            let accepted = st.store.accept(*entry).await?;
+            let accepted = ingest.store.accept(*entry).await?;
             let body = Json(Ack {
                 id: accepted.id(),
                 duplicate: matches!(accepted, Accepted::Duplicate(_)),
             });
-            Ok((
-                (StatusCode::OK, body).into_response(),
-                Some(accepted),
+            Ok(Handled::Stored {
+                response: (StatusCode::OK, body).into_response(),
+                accepted,
                 event_id,
-            ))
+            })
         }
     }
 }

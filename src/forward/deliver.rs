@@ -1,0 +1,328 @@
+//! One delivery: send a claimed entry to its destination, turn the answer into an
+//! attempt, let the retry policy decide what follows, and record it in the store.
+//!
+//! A delivery holds one destination slot only for the HTTP exchange. It gives its
+//! claim back untouched when the breaker opened or the source was paused since the
+//! claim, stops at once when an operator discards the entry, and releases its lease
+//! when shutdown runs out of grace.
+
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::breaker::Gate;
+use super::retry::{self, Decision, Outcome};
+use super::route::{Route, origin};
+use super::{Forwarder, request};
+use crate::store::{Attempt, Claim, Completion};
+use crate::telemetry::{DeliveryOutcome, DeliveryResult};
+
+/// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
+pub(super) fn breaker_gauge(route: &Route) {
+    let v = route.breaker.state().gauge();
+    metrics::gauge!("hookgate_circuit_breaker_state", "destination" => origin(&route.destination))
+        .set(v);
+}
+
+/// Send one attempt and turn the result into an [`Outcome`].
+async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcome {
+    let entry = &claim.entry;
+    let headers = request::headers(
+        entry,
+        &route.source,
+        attempt,
+        now_ms.div_euclid(1000),
+        &route.headers,
+        route.body_signed,
+        route.signing_key.as_deref(),
+    );
+    let req = route
+        .client
+        .post(&route.destination)
+        .timeout(route.timeout)
+        .headers(headers)
+        .body(entry.body.clone());
+    match req.send().await {
+        Ok(mut resp) => {
+            let code = resp.status().as_u16();
+            let retry_after = resp
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| retry::parse_retry_after(v, now_ms));
+            // Read (a bounded part of) the body so the connection can be reused. The
+            // status is the answer: a body that fails to arrive does not change it.
+            let mut read = 0usize;
+            while read < 64 * 1024 {
+                match resp.chunk().await {
+                    Ok(Some(c)) => read += c.len(),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            Outcome::Status { code, retry_after }
+        }
+        Err(e) if e.is_timeout() => Outcome::Timeout,
+        Err(e) if e.is_connect() => Outcome::Connect(root_cause(&e)),
+        Err(e) => Outcome::Io(root_cause(&e)),
+    }
+}
+
+/// The innermost error message (e.g. "Connection refused (os error 111)"). It never
+/// holds request data, nor a URL's `user:password@` should an error quote its URL.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    let text = without_userinfo(&cur.to_string());
+    text.chars().take(200).collect()
+}
+
+/// `text` with the userinfo of every URL in it removed.
+fn without_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace() || c == ')')
+            .unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(at) => rest = &tail[at + 1..],
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Deliver one claimed entry. `permit` is the destination slot: it is given back as
+/// soon as the HTTP exchange ends, so recording the outcome never holds it.
+pub(super) async fn deliver(
+    fwd: &Forwarder,
+    route: &Route,
+    claim: Claim,
+    probe: bool,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let entry = &claim.entry;
+    let attempt_no = entry.attempts + 1;
+    // The breaker may have opened since the claim: give the entry back untouched.
+    // (A probe is the one attempt the half-open breaker lets through.)
+    let now = fwd.clock.now_ms();
+    if !probe && let Gate::Deny(until) = route.breaker.gate(now) {
+        complete(fwd, &claim, Completion::Release { at: until }).await;
+        return;
+    }
+    // Paused since the claim (here or, seen at the last poll, elsewhere): give the
+    // entry back untouched; it is sent after the resume.
+    if fwd.is_paused(&route.source) {
+        if probe {
+            route.breaker.release_probe(now);
+        }
+        complete(fwd, &claim, Completion::Release { at: now }).await;
+        return;
+    }
+    let discarded = CancellationToken::new();
+    if let Ok(mut m) = fwd.in_flight.lock() {
+        m.insert(entry.id.clone(), discarded.clone());
+    }
+    let started = Instant::now();
+    let outcome = tokio::select! {
+        o = send(route, &claim, attempt_no, now) => Some(o),
+        _ = discarded.cancelled() => None,
+        _ = fwd.abort.cancelled() => {
+            if probe {
+                route.breaker.release_probe(fwd.clock.now_ms());
+            }
+            forget_in_flight(fwd, &entry.id);
+            complete(fwd, &claim, Completion::Release { at: fwd.clock.now_ms() }).await;
+            return;
+        }
+    };
+    forget_in_flight(fwd, &entry.id);
+    drop(permit);
+    let elapsed = started.elapsed();
+    let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    let Some(outcome) = outcome else {
+        // Discarded while it was being sent: the request is abandoned, the attempt
+        // recorded against the discarded entry (its status stays discarded).
+        if probe {
+            route.breaker.release_probe(fwd.clock.now_ms());
+        }
+        tracing::info!(
+            source = %route.source,
+            entry_id = %entry.id,
+            attempt = attempt_no,
+            "delivery cancelled: the entry was discarded"
+        );
+        let attempt = Attempt {
+            n: attempt_no,
+            at: now,
+            status_code: None,
+            error: Some("cancelled: the entry was discarded".into()),
+            latency_ms,
+        };
+        let at = fwd.clock.now_ms();
+        complete(fwd, &claim, Completion::Retry { attempt, at }).await;
+        return;
+    };
+    let done_at = fwd.clock.now_ms();
+    let result = DeliveryResult::of(&outcome).label();
+    metrics::counter!("hookgate_delivery_attempts_total", "source" => route.source.clone(), "result" => result)
+        .increment(1);
+    metrics::histogram!("hookgate_delivery_seconds", "source" => route.source.clone())
+        .record(elapsed.as_secs_f64());
+    let opened = route
+        .breaker
+        .record(!retry::is_destination_failure(&outcome), done_at);
+    breaker_gauge(route);
+    if opened {
+        tracing::warn!(
+            source = %route.source,
+            destination = %origin(&route.destination),
+            "circuit breaker opened: deliveries to this destination wait"
+        );
+    }
+    let (status_code, error) = match &outcome {
+        Outcome::Status { code, .. } => (Some(*code), None),
+        Outcome::Timeout => (
+            None,
+            Some(format!(
+                "timeout after {}",
+                humantime::format_duration(route.timeout)
+            )),
+        ),
+        other => (None, Some(retry::describe(other))),
+    };
+    // What the log says went wrong: the error, or the HTTP status of a refusal.
+    let failure = match (&error, status_code) {
+        (Some(e), _) => Some(e.clone()),
+        (None, Some(code)) if !(200..300).contains(&code) => Some(format!("HTTP {code}")),
+        _ => None,
+    };
+    let attempt = Attempt {
+        n: attempt_no,
+        at: now,
+        status_code,
+        error,
+        latency_ms,
+    };
+    // The budget counts from arrival, or from the last replay.
+    let decision = route.policy.decide(
+        attempt_no.saturating_sub(entry.budget_attempts),
+        entry.budget_start,
+        &outcome,
+        done_at,
+        fastrand::f64(),
+    );
+    let delivery_outcome = DeliveryOutcome::of(&decision);
+    let outcome_label = delivery_outcome.label();
+    metrics::counter!("hookgate_deliveries_total", "source" => route.source.clone(), "outcome" => outcome_label)
+        .increment(1);
+    if matches!(decision, Decision::RetryAt(_)) {
+        metrics::counter!("hookgate_retries_scheduled_total", "source" => route.source.clone())
+            .increment(1);
+    }
+    let completion = match decision {
+        Decision::MarkDelivered => Completion::Delivered { attempt },
+        Decision::RetryAt(at) => Completion::Retry { attempt, at },
+        Decision::DeadLetter(reason) => {
+            tracing::error!(
+                source = %route.source,
+                entry_id = %entry.id,
+                event_id = entry.event_id.as_deref().unwrap_or(""),
+                attempts = attempt_no,
+                reason = %reason,
+                "entry moved to the dead-letter queue"
+            );
+            metrics::counter!("hookgate_dead_lettered_total", "source" => route.source.clone())
+                .increment(1);
+            if let Some(notify) = &fwd.on_dead {
+                notify(&route.source, &reason);
+            }
+            Completion::Dead {
+                attempt: Some(attempt),
+                reason,
+            }
+        }
+    };
+    // One line per attempt: INFO when delivered, WARN when it failed and will be
+    // retried, ERROR when the entry is dead; a failure says what went wrong.
+    let failure = failure.as_deref().unwrap_or("");
+    match delivery_outcome {
+        DeliveryOutcome::Delivered => tracing::info!(
+            source = %route.source, entry_id = %entry.id,
+            event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
+            status = status_code.unwrap_or(0), outcome = outcome_label, latency_ms, "delivery"
+        ),
+        DeliveryOutcome::Retry => tracing::warn!(
+            source = %route.source, entry_id = %entry.id,
+            event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
+            error = failure, outcome = outcome_label, latency_ms, "delivery failed; retrying"
+        ),
+        DeliveryOutcome::Dead => tracing::error!(
+            source = %route.source, entry_id = %entry.id,
+            event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
+            error = failure, outcome = outcome_label, latency_ms, "delivery failed; dead"
+        ),
+    }
+    complete(fwd, &claim, completion).await;
+}
+
+fn forget_in_flight(fwd: &Forwarder, id: &str) {
+    if let Ok(mut m) = fwd.in_flight.lock() {
+        m.remove(id);
+    }
+}
+
+/// Record a completion, retrying while the store is unreachable. If it never
+/// succeeds, the lease expires and the entry is delivered again (at-least-once).
+async fn complete(fwd: &Forwarder, claim: &Claim, completion: Completion) {
+    let mut delay = Duration::from_millis(50);
+    for _ in 0..8 {
+        let now = fwd.clock.now_ms();
+        match fwd
+            .store
+            .complete(claim, &fwd.worker, completion.clone(), now)
+            .await
+        {
+            Ok(true) => return,
+            Ok(false) => {
+                tracing::warn!(
+                    entry_id = %claim.entry.id,
+                    "completion not applied: the lease expired and another worker holds the entry, or an operator discarded or replayed it"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(entry_id = %claim.entry.id, error = %e, "cannot record the delivery; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+    tracing::error!(
+        entry_id = %claim.entry.id,
+        "could not record the delivery; the entry will be delivered again when its lease expires"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_texts_lose_url_userinfo() {
+        assert_eq!(
+            without_userinfo("error sending request for url (http://u:S3cretPW@h:81/x): boom"),
+            "error sending request for url (http://h:81/x): boom"
+        );
+        assert_eq!(
+            without_userinfo("Connection refused (os error 111)"),
+            "Connection refused (os error 111)"
+        );
+        assert_eq!(without_userinfo("a https://h/x@y b"), "a https://h/x@y b");
+    }
+}

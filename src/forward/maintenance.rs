@@ -1,0 +1,63 @@
+//! The forwarder's periodic maintenance pass: store housekeeping, retention (in
+//! bounded steps, so a long purge never stalls ingest), and the per-source gauges
+//! (pending, dead, age of the oldest pending entry).
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Forwarder;
+
+/// Entries purged per retention step (the step repeats while it fills up).
+const PURGE_BATCH: usize = 500;
+
+pub(super) async fn run(fwd: &Forwarder, sources: &[String], shutdown: &CancellationToken) {
+    if let Err(e) = fwd.store.maintain(sources).await {
+        tracing::warn!(error = %e, "store housekeeping failed");
+    }
+    let now = fwd.clock.now_ms();
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let delivered_before = now.saturating_sub(ms(fwd.retention.delivered));
+    let dead_before = now.saturating_sub(ms(fwd.retention.dead));
+    // Bounded steps, yielding between them, so retention never stalls ingest.
+    for _ in 0..20 {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        match fwd
+            .store
+            .purge(now, delivered_before, dead_before, PURGE_BATCH)
+            .await
+        {
+            Ok(p) => {
+                if p.entries > 0 || p.dedupe_keys > 0 {
+                    tracing::info!(
+                        entries = p.entries,
+                        dedupe_keys = p.dedupe_keys,
+                        "retention purged"
+                    );
+                }
+                if p.entries < PURGE_BATCH as u64 && p.dedupe_keys < PURGE_BATCH as u64 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "retention pass failed");
+                break;
+            }
+        }
+    }
+    for s in sources {
+        if let Ok(st) = fwd.store.stats(s).await {
+            metrics::gauge!("hookgate_dead_entries", "source" => s.clone()).set(st.dead as f64);
+            metrics::gauge!("hookgate_pending_entries", "source" => s.clone())
+                .set(st.pending as f64);
+            let age = st
+                .oldest_pending_at
+                .map(|t| ((now - t).max(0) as f64) / 1000.0)
+                .unwrap_or(0.0);
+            metrics::gauge!("hookgate_oldest_pending_age_seconds", "source" => s.clone()).set(age);
+        }
+    }
+}

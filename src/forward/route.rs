@@ -1,0 +1,154 @@
+//! Where each source's entries go: the route (destination, retry policy, timeout,
+//! headers, signing key) and what sources sharing a destination share (one breaker,
+//! one concurrency limit per destination origin, `scheme://host:port`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use super::breaker::Breaker;
+use super::request;
+use super::retry::RetryPolicy;
+use crate::config::ForwarderConfig;
+use crate::header_policy::HeaderPolicy;
+
+/// Where and how one source's entries are delivered.
+pub struct Route {
+    pub source: String,
+    pub destination: String,
+    pub signing_key: Option<Vec<u8>>,
+    pub policy: RetryPolicy,
+    pub timeout: Duration,
+    pub concurrency: usize,
+    /// Which stored headers go to the destination.
+    pub headers: HeaderPolicy,
+    /// Whether the provider's signature covers the whole body; when it does not,
+    /// deliveries say so (`hookgate-body-signed: false`).
+    pub body_signed: bool,
+    pub client: reqwest::Client,
+    /// Attempts in flight to the destination origin, shared by every source that
+    /// delivers there.
+    pub permits: Arc<Semaphore>,
+    /// Shared by every source with the same destination origin.
+    pub breaker: Arc<Breaker>,
+}
+
+/// Build the HTTP client of a route: no redirects (a 3xx is a final answer), the
+/// connect timeout, and keep-alive.
+pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    crate::tls::install_provider();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// The key of a destination's breaker, and how logs and metrics name a destination:
+/// `scheme://host:port` only. A `user:password@` in the URL never leaves the route.
+pub fn origin(url: &str) -> String {
+    match url.parse::<http::Uri>() {
+        Ok(u) => {
+            let host = u.host().unwrap_or("");
+            match u.port_u16() {
+                Some(port) => format!("{}://{host}:{port}", u.scheme_str().unwrap_or("http")),
+                None => format!("{}://{host}", u.scheme_str().unwrap_or("http")),
+            }
+        }
+        // Not a URL (config validation refuses those): name nothing of it.
+        Err(_) => "invalid-url".to_string(),
+    }
+}
+
+/// What the forwarder needs to know of a source's provider.
+#[derive(Debug, Clone)]
+pub struct ProviderFacts {
+    pub headers: HeaderPolicy,
+    pub body_signed: bool,
+}
+
+/// Build the routes of every source. Sources delivering to the same destination
+/// origin share one breaker and one concurrency limit (the smallest configured).
+/// `facts` gives each source's provider facts (by source name).
+pub fn routes(
+    sources: &[crate::config::SourceConfig],
+    cfg: &ForwarderConfig,
+    facts: &HashMap<String, ProviderFacts>,
+) -> Result<Vec<Route>, reqwest::Error> {
+    let mut limits: HashMap<String, usize> = HashMap::new();
+    for s in sources {
+        let l = limits
+            .entry(origin(&s.destination))
+            .or_insert(s.delivery.concurrency);
+        *l = (*l).min(s.delivery.concurrency);
+    }
+    let mut shared: HashMap<String, (Arc<Breaker>, Arc<Semaphore>)> = HashMap::new();
+    sources
+        .iter()
+        .map(|s| {
+            let key = origin(&s.destination);
+            let limit = limits.get(&key).copied().unwrap_or(s.delivery.concurrency);
+            let (breaker, permits) = shared
+                .entry(key)
+                .or_insert_with(|| {
+                    (
+                        Arc::new(Breaker::new(cfg.breaker_failures, cfg.breaker_cooldown)),
+                        Arc::new(Semaphore::new(limit)),
+                    )
+                })
+                .clone();
+            Ok(Route {
+                source: s.name.clone(),
+                destination: s.destination.clone(),
+                signing_key: s
+                    .destination_secret
+                    .as_ref()
+                    .map(|k| request::decode_destination_secret(k.expose())),
+                policy: RetryPolicy {
+                    max_attempts: s.retry.max_attempts,
+                    max_age: s.retry.max_age,
+                    base: s.retry.base,
+                    cap: s.retry.cap,
+                },
+                timeout: s.delivery.timeout,
+                concurrency: limit,
+                headers: facts
+                    .get(&s.name)
+                    .map(|f| f.headers.clone())
+                    .unwrap_or_else(|| HeaderPolicy::new(&s.delivery.pass_headers, &[])),
+                body_signed: facts.get(&s.name).is_none_or(|f| f.body_signed),
+                client: client(s.delivery.connect_timeout)?,
+                permits,
+                breaker,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn https_destinations_have_a_tls_provider() {
+        // A refused HTTPS connection is an ordinary connect error, not a panic for
+        // want of a crypto provider.
+        let c = client(Duration::from_secs(1)).unwrap();
+        let err = c.post("https://127.0.0.1:1/").send().await.unwrap_err();
+        assert!(err.is_connect(), "{err}");
+    }
+
+    #[test]
+    fn origin_keys_scheme_host_and_port() {
+        assert_eq!(origin("http://a.example:8080/x?y"), "http://a.example:8080");
+        assert_eq!(origin("https://a.example/x"), "https://a.example");
+        assert_eq!(
+            origin("http://user:S3cretPW@a.example:81/x"),
+            "http://a.example:81"
+        );
+        assert_eq!(origin("http://[::1]:81/x"), "http://[::1]:81");
+    }
+}
