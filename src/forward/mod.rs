@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{ForwarderConfig, RetentionConfig};
 use crate::header_policy::HeaderPolicy;
-use crate::store::{Attempt, Claim, Completion, Control, Store};
+use crate::store::{Attempt, Claim, Completion, Control, HousekeepingPass, Store};
 use crate::telemetry::{DeliveryOutcome, DeliveryResult};
 use breaker::{Breaker, Gate};
 use retry::{Next, Outcome, RetryPolicy};
@@ -138,12 +138,13 @@ pub async fn run(
         abort: CancellationToken::new(),
         on_dead,
     });
-    if let Err(e) = shared.store.recover().await {
-        tracing::warn!(error = %e, "cannot recover leases of a previous run");
-    }
     refresh_paused(&shared).await;
     let sources: Vec<String> = routes.iter().map(|r| r.source.clone()).collect();
-    if let Err(e) = shared.store.maintain(&sources).await {
+    if let Err(e) = shared
+        .store
+        .housekeeping(HousekeepingPass::Start, &sources)
+        .await
+    {
         tracing::warn!(error = %e, "store housekeeping failed at start");
     }
     let deliveries = TaskTracker::new();
@@ -256,7 +257,11 @@ async fn control_loop(shared: Arc<Shared>, sources: Vec<String>, shutdown: Cance
 }
 
 async fn maintain(shared: &Shared, sources: &[String], shutdown: &CancellationToken) {
-    if let Err(e) = shared.store.maintain(sources).await {
+    if let Err(e) = shared
+        .store
+        .housekeeping(HousekeepingPass::Periodic, sources)
+        .await
+    {
         tracing::warn!(error = %e, "store housekeeping failed");
     }
     let now = (shared.clock)();
