@@ -5,8 +5,8 @@
 //! * [`config`]: the layered, validated configuration.
 //! * [`provider`]: provider specs as data ([`provider::spec`]), the one verification
 //!   engine ([`provider::verify`]) and its inverse, the signer ([`provider::sign`]).
-//! * [`store`]: the `Store` trait and its backends, [`store::sqlite`] (embedded, group
-//!   commit) and [`store::redis`] (one Lua script per accept).
+//! * [`store`]: the `Store` trait and its backends, `store::sqlite` (embedded, group
+//!   commit) and `store::redis` (one Lua script per accept).
 //! * [`ingest`]: `POST /ingest/{source}`: read (within [`ingest::body`]'s budget),
 //!   verify, dedupe + persist, answer; [`header_policy`]: which headers are kept and
 //!   passed on.
@@ -26,7 +26,7 @@
 //!   forged request never reaches the store (so it cannot poison a dedupe key).
 //! * A 2xx is only sent for an entry the store has made durable.
 //! * `provider` does no I/O and never reads the clock itself.
-//! * rusqlite and redis types never leave their backend's file.
+//! * rusqlite and redis types never leave their backend's folder.
 
 pub mod admin;
 pub mod admin_client;

@@ -7,12 +7,17 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Forwarder;
+use crate::store::HousekeepingPass;
 
 /// Entries purged per retention step (the step repeats while it fills up).
 const PURGE_BATCH: usize = 500;
 
 pub(super) async fn run(fwd: &Forwarder, sources: &[String], shutdown: &CancellationToken) {
-    if let Err(e) = fwd.store.maintain(sources).await {
+    if let Err(e) = fwd
+        .store
+        .housekeeping(HousekeepingPass::Periodic, sources)
+        .await
+    {
         tracing::warn!(error = %e, "store housekeeping failed");
     }
     let now = fwd.clock.now_ms();
@@ -49,11 +54,11 @@ pub(super) async fn run(fwd: &Forwarder, sources: &[String], shutdown: &Cancella
         }
     }
     for s in sources {
-        if let Ok(st) = fwd.store.stats(s).await {
-            metrics::gauge!("hookgate_dead_entries", "source" => s.clone()).set(st.dead as f64);
+        if let Ok(stats) = fwd.store.stats(s).await {
+            metrics::gauge!("hookgate_dead_entries", "source" => s.clone()).set(stats.dead as f64);
             metrics::gauge!("hookgate_pending_entries", "source" => s.clone())
-                .set(st.pending as f64);
-            let age = st
+                .set(stats.pending as f64);
+            let age = stats
                 .oldest_pending_at
                 .map(|t| ((now - t).max(0) as f64) / 1000.0)
                 .unwrap_or(0.0);

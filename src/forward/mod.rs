@@ -28,7 +28,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::config::{ForwarderConfig, RetentionConfig};
-use crate::store::{Control, Store};
+use crate::store::{Control, HousekeepingPass, Store};
 use breaker::Gate;
 pub use route::{ProviderFacts, Route, client, origin, routes};
 
@@ -91,12 +91,13 @@ pub async fn run(
         abort: CancellationToken::new(),
         on_dead,
     });
-    if let Err(e) = fwd.store.recover().await {
-        tracing::warn!(error = %e, "cannot recover leases of a previous run");
-    }
     refresh_paused(&fwd).await;
     let sources: Vec<String> = routes.iter().map(|r| r.source.clone()).collect();
-    if let Err(e) = fwd.store.maintain(&sources).await {
+    if let Err(e) = fwd
+        .store
+        .housekeeping(HousekeepingPass::Start, &sources)
+        .await
+    {
         tracing::warn!(error = %e, "store housekeeping failed at start");
     }
     let deliveries = TaskTracker::new();

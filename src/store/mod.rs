@@ -4,79 +4,29 @@
 //! channel. `accept` is the ingest contract: dedupe on (source, dedupe key) and persist
 //! the entry atomically, and return only once the entry is durable (fsynced on the
 //! embedded store; acknowledged under `appendfsync always` on Redis). A duplicate
-//! returns the original entry id and writes nothing.
+//! returns the original entry id and stores nothing new (only the `duplicates`
+//! counter moves).
 //!
 //! [`open`] is the only place that chooses a backend; everything else sees
 //! `Arc<dyn Store>`. Both backends pass the same conformance suite
 //! (`tests/it/conformance.rs`).
 
-mod private;
-pub mod redis;
-pub mod sqlite;
+mod error;
+mod headers;
+mod redis;
+mod sqlite;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::config::StoreConfig;
 
-/// A store failure. Every variant answers 503 at ingest: the provider retries.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    #[error("store timed out after {0:?}")]
-    Timeout(Duration),
-    #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("redis: {0}")]
-    Redis(#[from] ::redis::RedisError),
-    #[error("corrupt entry {id}: {problem}")]
-    Corrupt { id: String, problem: String },
-    #[error("invalid argument: {0}")]
-    Invalid(String),
-    /// The store stopped for good (the embedded store after a failed fsync).
-    #[error(
-        "the store stopped after a failed fsync; restart hookgate to recover from what is on disk"
-    )]
-    Stopped,
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
-    /// The embedded store's directory is writable by others: files may have been
-    /// placed in it already, so hookgate neither uses it nor tightens it by itself.
-    #[error(
-        "store directory {} is writable by others (mode {mode:04o}); check what is in it, then chmod 700 it",
-        path.display()
-    )]
-    WorldWritable { path: PathBuf, mode: u32 },
-    /// Redis may evict keys (its `maxmemory-policy` is not `noeviction`): an evicted
-    /// dedupe key lets a webhook through twice, an evicted entry loses one that was
-    /// acknowledged. Refused at open; `ping` fails with it while it lasts.
-    #[error(
-        "redis{} runs with maxmemory-policy {policy}: under memory pressure it evicts dedupe keys (a webhook delivered twice) or acknowledged entries (a webhook lost); run it with maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf as deploy/redis.conf does)",
-        .node.as_deref().map(|n| format!(" at {n}")).unwrap_or_default()
-    )]
-    Evicting {
-        /// `host:port` of the cluster node; `None` for a single Redis.
-        node: Option<String>,
-        policy: String,
-    },
-    /// A file or directory of the embedded store could not be created, inspected or
-    /// made private.
-    #[error("cannot {action} {}", path.display())]
-    File {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
+pub use error::{Backend, Cause, StoreError};
+pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 
 /// The life of an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -314,8 +264,10 @@ pub struct Claim {
     /// This claim's lease token: unique per claim, so a completion by a worker whose
     /// lease expired (and was taken by another claim) changes nothing.
     pub token: String,
-    /// The work-stream message behind the claim (Redis); empty on the embedded store.
-    pub message: String,
+    /// The id of the Redis work-stream message this claim was handed out through;
+    /// completing the claim acknowledges and deletes it. `None` on the embedded
+    /// store, which has no stream.
+    pub stream_message: Option<String>,
 }
 
 /// What a worker did with a claimed entry.
@@ -370,6 +322,15 @@ impl Controls {
     }
 }
 
+/// When the forwarder asks the store for housekeeping (see [`Store::housekeeping`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HousekeepingPass {
+    /// Once, when a serving process starts its forwarder, before its first claim.
+    Start,
+    /// At every maintenance pass after that (`forwarder.maintenance_interval`).
+    Periodic,
+}
+
 /// What one retention pass removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Purged {
@@ -380,6 +341,18 @@ pub struct Purged {
     pub dedupe_keys: u64,
 }
 
+/// The store contract. Both backends pass the conformance suite
+/// (`tests/it/conformance.rs`), which holds each promise below:
+///
+/// * `accept` is durable when it answers, and atomic: no dedupe key without its
+///   entry; a duplicate writes nothing but the `duplicates` counter.
+/// * Claims are leases: a claimed entry goes to no other claim until its lease
+///   expires, and then it does (at-least-once). Only the claim holding the entry's
+///   current lease completes it (see [`Store::complete`]).
+/// * Listings are newest first, and a cursor page never repeats or skips an entry
+///   (ids are UUIDv7: they sort by arrival).
+/// * Replay and discard are checked against the entry's status and audited.
+/// * Pending entries are never purged.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Dedupe and persist atomically; durable when it returns `Ok`.
@@ -419,11 +392,20 @@ pub trait Store: Send + Sync + 'static {
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError>;
 
-    /// Record what happened to a claimed entry. Returns `true` when the claim still
-    /// held the lease and the completion was applied. Otherwise (`false`) nothing the
-    /// current holder relies on changes: a lease that expired and was claimed again
-    /// stays the new holder's (nothing is recorded), and an entry discarded while its
-    /// attempt ran records the attempt and stays discarded.
+    /// Record what happened to a claimed entry.
+    ///
+    /// Returns `true` when the completion was applied: the entry is still pending and
+    /// its current lease is this claim's. A lease whose time ran out still counts as
+    /// long as no other claim took the entry since (the lease time only decides when
+    /// the entry may be claimed again, not whether its holder may complete it).
+    ///
+    /// Otherwise it returns `false`, and:
+    /// * an entry claimed again since (a stale lease), replayed, already completed
+    ///   (a repeated call after a lost reply) or purged is left as it is: no attempt,
+    ///   status or error is recorded, and the current holder's lease stays;
+    /// * an entry discarded while this claim's attempt ran (discard keeps the lease)
+    ///   gets the attempt recorded (its `attempts` count and trail grow by it, if
+    ///   the completion carries one) and loses the lease; it stays discarded.
     async fn complete(
         &self,
         claim: &Claim,
@@ -459,9 +441,28 @@ pub trait Store: Send + Sync + 'static {
     /// discarded entry at once.
     fn controls(&self) -> tokio::sync::broadcast::Receiver<Control>;
 
-    /// Periodic backend housekeeping (Redis: detect a Redis that came back empty,
-    /// recreate consumer groups).
-    async fn maintain(&self, sources: &[String]) -> Result<(), StoreError>;
+    /// Housekeeping the backend needs from the serving process: its forwarder calls
+    /// it with [`HousekeepingPass::Start`] before its first claim and with
+    /// [`HousekeepingPass::Periodic`] at every maintenance pass; `sources` are the
+    /// sources it delivers. The default does nothing.
+    ///
+    /// * The embedded store, at `Start`, takes back the leases a previous run left
+    ///   (one serving process owns the embedded store, so they are a dead run's):
+    ///   their entries are delivered now rather than once the leases expire. Not at
+    ///   open: the store is also opened beside a serving process (to read it), and
+    ///   taking leases back there would hand out entries whose attempts are running.
+    /// * Redis, at every pass, checks its settings (`maxmemory-policy`, AOF), detects
+    ///   a Redis that came back empty (logged at ERROR), and recreates the consumer
+    ///   groups and the registration of `sources`. It takes no leases back: a dead
+    ///   consumer's messages are claimed again once they are older than the lease.
+    async fn housekeeping(
+        &self,
+        pass: HousekeepingPass,
+        sources: &[String],
+    ) -> Result<(), StoreError> {
+        let _ = (pass, sources);
+        Ok(())
+    }
 
     /// Queue an entry for delivery again at `at`, with a fresh retry budget; it keeps
     /// its id. Recorded in the audit trail.
@@ -491,10 +492,6 @@ pub trait Store: Send + Sync + 'static {
     /// Counters and gauges of a source.
     async fn stats(&self, source: &str) -> Result<SourceStats, StoreError>;
 
-    /// Called once when a serving process starts its forwarder: take back what a
-    /// previous run of this process left leased (embedded store only).
-    async fn recover(&self) -> Result<(), StoreError>;
-
     /// Whether the store answers, reads and writes (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;
 
@@ -518,49 +515,13 @@ pub async fn open(cfg: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     })
 }
 
-/// Headers are stored as JSON: `[[name, text]]`, or `[name, null, base64]` for a
-/// value that is not UTF-8, so nothing is lost.
-pub(crate) fn encode_headers(headers: &[Header]) -> String {
-    headers_json(headers).to_string()
-}
-
-/// Headers as a JSON array: `[name, value]`, or `[name, null, base64]` for a value
-/// that is not UTF-8.
-pub(crate) fn headers_json(headers: &[Header]) -> serde_json::Value {
-    let arr: Vec<serde_json::Value> = headers
-        .iter()
-        .map(|h| match std::str::from_utf8(&h.value) {
-            Ok(text) => serde_json::json!([h.name, text]),
-            Err(_) => serde_json::json!([h.name, null, B64.encode(&h.value)]),
-        })
-        .collect();
-    serde_json::Value::Array(arr)
-}
-
-pub(crate) fn decode_headers(id: &str, text: &str) -> Result<Vec<Header>, StoreError> {
-    let corrupt = |problem: &str| StoreError::Corrupt {
-        id: id.to_string(),
-        problem: problem.to_string(),
-    };
-    let v: Vec<serde_json::Value> =
-        serde_json::from_str(text).map_err(|_| corrupt("headers are not a JSON array"))?;
-    v.into_iter()
-        .map(|item| {
-            let name = item
-                .get(0)
-                .and_then(|n| n.as_str())
-                .ok_or_else(|| corrupt("header without a name"))?
-                .to_string();
-            let value = match (item.get(1), item.get(2)) {
-                (Some(serde_json::Value::String(s)), _) => s.as_bytes().to_vec(),
-                (Some(serde_json::Value::Null), Some(serde_json::Value::String(b))) => B64
-                    .decode(b)
-                    .map_err(|_| corrupt("header value is not base64"))?,
-                _ => return Err(corrupt("header without a value")),
-            };
-            Ok(Header { name, value })
-        })
-        .collect()
+/// The text kept as `last_error` for a failed attempt.
+pub(crate) fn attempt_error(a: &Attempt) -> Option<String> {
+    match (&a.error, a.status_code) {
+        (Some(e), _) => Some(e.clone()),
+        (None, Some(code)) => Some(format!("HTTP {code}")),
+        (None, None) => None,
+    }
 }
 
 /// Unix milliseconds now.
@@ -569,26 +530,4 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn headers_round_trip_including_non_utf8() {
-        let h = vec![
-            Header {
-                name: "content-type".into(),
-                value: b"application/json".to_vec(),
-            },
-            Header {
-                name: "x-odd".into(),
-                value: vec![0xff, 0xfe, b'a'],
-            },
-        ];
-        let text = encode_headers(&h);
-        assert_eq!(decode_headers("e", &text).unwrap(), h);
-        assert!(decode_headers("e", "{}").is_err());
-    }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hookgate::store::{
-    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Header, ListQuery, NewEntry,
-    SourceStats, Status, Store, Transition, now_ms,
+    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Header, HousekeepingPass, ListQuery,
+    NewEntry, SourceStats, Status, Store, Transition, now_ms,
 };
 
 use crate::both_stores;
@@ -1563,8 +1563,11 @@ async fn leases_of_a_previous_run(backend: Backend) {
     store.close().await;
     drop(store);
     let store = h.open().await;
-    store.maintain(&["s".to_string()]).await.unwrap();
-    store.recover().await.unwrap();
+    // What a serving process does when its forwarder starts.
+    store
+        .housekeeping(HousekeepingPass::Start, &["s".to_string()])
+        .await
+        .unwrap();
     let c = claim_when_due(&*store, "s", "w2").await;
     assert_eq!(c.entry.id, id);
     let t = now_ms();

@@ -13,7 +13,7 @@ use crate::util::*;
 /// Writers that never let up must not grow the WAL without bound. SQLite restarts
 /// the WAL only when a write begins after every frame was checkpointed, which never
 /// happens by itself under steady writes; the store arranges it (see
-/// `store::sqlite::checkpointer`). Without that, this load (~41,000 entries of 3 KiB,
+/// `store::sqlite::checkpoint`). Without that, this load (~41,000 entries of 3 KiB,
 /// about 14 KiB of WAL each) leaves a WAL of about 500 MiB, never restarted.
 ///
 /// The WAL header's checkpoint sequence number (bytes 12–15) counts restarts: the

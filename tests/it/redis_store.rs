@@ -30,7 +30,7 @@ async fn list_source(store: &dyn hookgate::store::Store, source: &str) -> hookga
         .expect("list")
 }
 
-/// An entry packs the fields written once into `d` (a JSON line, then the raw body),
+/// An entry packs the fields written once into `record` (a JSON line, then the raw body),
 /// whatever bytes its body and headers hold, and reads back the same.
 #[tokio::test]
 async fn entries_are_packed_and_read_back_byte_for_byte() {
@@ -56,7 +56,7 @@ async fn entries_are_packed_and_read_back_byte_for_byte() {
     let id = e.id.clone();
     store.accept(e).await.expect("accept");
     let fields: Vec<String> = c.hkeys(format!("hg:{{s}}:e:{id}")).await.expect("hkeys");
-    assert!(fields.contains(&"d".to_string()), "{fields:?}");
+    assert!(fields.contains(&"record".to_string()), "{fields:?}");
     assert!(!fields.contains(&"body".to_string()), "{fields:?}");
     let new = store.get(&id).await.expect("get").expect("new entry");
     assert_eq!(new.source, "s");

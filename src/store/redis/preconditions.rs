@@ -103,7 +103,7 @@ enum ReadError {
 fn classify(e: redis::RedisError) -> ReadError {
     match e.kind() {
         ErrorKind::Server(_) | ErrorKind::Extension => ReadError::Refused(e),
-        _ => ReadError::Unreachable(StoreError::Redis(e)),
+        _ => ReadError::Unreachable(StoreError::from(e)),
     }
 }
 
@@ -162,7 +162,7 @@ impl Preconditions {
         let mut seen = self
             .evicting
             .lock()
-            .map_err(|_| StoreError::Unavailable("precondition lock poisoned".into()))?;
+            .map_err(|_| StoreError::Unavailable("precondition lock poisoned"))?;
         match (eviction, phase) {
             (Some(e), Phase::Open) => Err(e.error()),
             (Some(e), Phase::Maintenance) => {
@@ -191,7 +191,7 @@ impl Preconditions {
         let seen = self
             .evicting
             .lock()
-            .map_err(|_| StoreError::Unavailable("precondition lock poisoned".into()))?;
+            .map_err(|_| StoreError::Unavailable("precondition lock poisoned"))?;
         match &*seen {
             Some(e) => Err(e.error()),
             None => Ok(()),

@@ -14,7 +14,7 @@ use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::Path;
 
-use super::StoreError;
+use crate::store::StoreError;
 
 /// The store directory's mode.
 pub const DIR_MODE: u32 = 0o700;

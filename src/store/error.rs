@@ -1,0 +1,112 @@
+//! What can go wrong in the store, as types.
+//!
+//! Callers decide by variant, never by text: ingest and the admin API answer 503 for
+//! every store error (the provider or the operator retries), `/readyz` tells
+//! [`StoreError::Evicting`] apart, and a stopped store is [`StoreError::Stopped`].
+//! A backend's own error is kept as the cause ([`StoreError::Backend`]), never
+//! flattened into text; its type stays in the backend's folder, which converts it.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// An error kept as the cause of a [`StoreError`], whatever its type.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The backend an error came from; its name starts the error's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded store (SQLite).
+    Sqlite,
+    Redis,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Redis => "redis",
+        })
+    }
+}
+
+/// A store failure. Every variant answers 503 at ingest: the provider retries.
+///
+/// Variants that keep a cause show it in their text as well: log lines print an
+/// error's text alone (`error = %e`), and operators need the cause there.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed: a query, a command or a script, the connection to it, or
+    /// (on the embedded store) a commit or the fsync behind it.
+    #[error("{backend}: {source}")]
+    Backend {
+        backend: Backend,
+        #[source]
+        source: Cause,
+    },
+    /// The store's own machinery cannot serve the request: the store is closed, or a
+    /// thread, a queue or a lock it needs is gone. Nothing below it reported an error.
+    #[error("store unavailable: {0}")]
+    Unavailable(&'static str),
+    /// A thread or task of the store could not start, or ended without an answer.
+    #[error("store unavailable: {what}: {source}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: Cause,
+    },
+    #[error("store timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("corrupt entry {id}: {problem}")]
+    Corrupt { id: String, problem: String },
+    /// A record could not be encoded for storage.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The store stopped for good (the embedded store after a failed fsync).
+    #[error(
+        "the store stopped after a failed fsync; restart hookgate to recover from what is on disk"
+    )]
+    Stopped,
+    /// The embedded store's directory is writable by others: files may have been
+    /// placed in it already, so hookgate neither uses it nor tightens it by itself.
+    #[error(
+        "store directory {} is writable by others (mode {mode:04o}); check what is in it, then chmod 700 it",
+        path.display()
+    )]
+    WorldWritable { path: PathBuf, mode: u32 },
+    /// Redis may evict keys (its `maxmemory-policy` is not `noeviction`): an evicted
+    /// dedupe key lets a webhook through twice, an evicted entry loses one that was
+    /// acknowledged. Refused at open; `ping` fails with it while it lasts.
+    #[error(
+        "redis{} runs with maxmemory-policy {policy}: under memory pressure it evicts dedupe keys (a webhook delivered twice) or acknowledged entries (a webhook lost); run it with maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf as deploy/redis.conf does)",
+        .node.as_deref().map(|n| format!(" at {n}")).unwrap_or_default()
+    )]
+    Evicting {
+        /// `host:port` of the cluster node; `None` for a single Redis.
+        node: Option<String>,
+        policy: String,
+    },
+    /// A file or directory of the embedded store could not be created, opened,
+    /// inspected or made private.
+    #[error("cannot {action} {}", path.display())]
+    File {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StoreError {
+    /// A failure of `backend`, keeping its error as the cause.
+    pub(crate) fn backend(backend: Backend, source: impl Into<Cause>) -> StoreError {
+        StoreError::Backend {
+            backend,
+            source: source.into(),
+        }
+    }
+}

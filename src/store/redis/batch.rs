@@ -1,0 +1,194 @@
+//! The accept batcher: concurrent accepts of one source share one script call.
+//!
+//! A batcher per source (started on the source's first accept) keeps at most one
+//! accept script call in flight per connection; whatever arrives meanwhile goes out
+//! together in the next call: one round trip, and under `appendfsync always` one
+//! fsync, for the lot. The caller's task packs the entry first, so the batcher only
+//! moves bytes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use super::codec::pack_record;
+use super::conn::Conn;
+use super::{RedisStore, key};
+use crate::store::{Accepted, Backend, NewEntry, StoreError};
+
+/// Most entries one accept script carries.
+const ACCEPT_BATCH_MAX: usize = 64;
+
+/// Accepts one source's batcher may have queued.
+const ACCEPT_QUEUE: usize = 4096;
+
+/// The batchers of a store, one per source, by source.
+pub(super) type Batchers = Mutex<HashMap<String, mpsc::Sender<AcceptJob>>>;
+
+/// One entry on its way to its source's batcher: what the accept script needs, the
+/// write-once fields already packed by the caller's task.
+pub(super) struct AcceptJob {
+    id: String,
+    dedupe_key: String,
+    ttl_ms: u64,
+    received_at: i64,
+    packed: Vec<u8>,
+    reply: oneshot::Sender<Result<Accepted, StoreError>>,
+}
+
+/// What a per-source accept batcher needs (cheap clones of the store's parts).
+#[derive(Clone)]
+struct AcceptContext {
+    conns: Vec<Conn>,
+    next: Arc<AtomicUsize>,
+    prefix: String,
+    timeout: Duration,
+    script: redis::Script,
+    work_tx: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl RedisStore {
+    /// Hand the entry to its source's batcher and wait for the script's answer.
+    pub(super) async fn accept_batched(&self, e: NewEntry) -> Result<Accepted, StoreError> {
+        let sender = {
+            let mut batchers = self
+                .batchers
+                .lock()
+                .map_err(|_| StoreError::Unavailable("batcher lock poisoned"))?;
+            batchers
+                .entry(e.source.clone())
+                .or_insert_with(|| {
+                    let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
+                    let ctx = AcceptContext {
+                        conns: self.conns.clone(),
+                        next: self.next.clone(),
+                        prefix: self.prefix.clone(),
+                        timeout: self.timeout,
+                        script: self.scripts.accept_many.clone(),
+                        work_tx: self.work_tx.clone(),
+                    };
+                    tokio::spawn(ctx.run(e.source.clone(), rx));
+                    tx
+                })
+                .clone()
+        };
+        let (reply, rx) = oneshot::channel();
+        let job = AcceptJob {
+            packed: pack_record(&e)?,
+            ttl_ms: u64::try_from(e.dedupe_ttl.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+            received_at: e.received_at,
+            id: e.id,
+            dedupe_key: e.dedupe_key,
+            reply,
+        };
+        let wait = async move {
+            sender
+                .send(job)
+                .await
+                .map_err(|_| StoreError::Unavailable("accept batcher stopped"))?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("accept batcher dropped the entry"))?
+        };
+        // Queueing plus the script call; the call itself is bounded by `timeout`.
+        match tokio::time::timeout(self.timeout * 2, wait).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.timeout * 2)),
+        }
+    }
+}
+
+impl AcceptContext {
+    /// Collect the accepts of one source into batches: while every connection has a
+    /// batch in flight, new accepts queue up and go out together in the next script
+    /// call (one round trip, and under `appendfsync always` one fsync).
+    async fn run(self, source: String, mut rx: mpsc::Receiver<AcceptJob>) {
+        let permits = Arc::new(Semaphore::new(self.conns.len().max(1)));
+        loop {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let Some(first) = rx.recv().await else {
+                return;
+            };
+            let mut batch = vec![first];
+            while batch.len() < ACCEPT_BATCH_MAX {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            let ctx = self.clone();
+            let source = source.clone();
+            tokio::spawn(async move {
+                ctx.accept_batch(&source, batch).await;
+                drop(permit);
+            });
+        }
+    }
+
+    async fn accept_batch(&self, source: &str, batch: Vec<AcceptJob>) {
+        let mut inv = self.script.prepare_invoke();
+        inv.key(key(&self.prefix, source, "work"))
+            .key(key(&self.prefix, source, "st:pending"))
+            .key(key(&self.prefix, source, "stats"));
+        for job in &batch {
+            inv.key(key(&self.prefix, source, &format!("d:{}", job.dedupe_key)))
+                .key(key(&self.prefix, source, &format!("e:{}", job.id)))
+                .arg(&job.id)
+                .arg(job.ttl_ms)
+                .arg(job.received_at)
+                .arg(&job.packed);
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len().max(1);
+        let mut c = self.conns[i].clone();
+        // Redis's error is shared by every entry of the batch: one cause, many answers.
+        let result: Result<Vec<(i64, String)>, redis::RedisError> =
+            match tokio::time::timeout(self.timeout, inv.invoke_async(&mut c)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    for job in batch {
+                        let _ = job.reply.send(Err(StoreError::Timeout(self.timeout)));
+                    }
+                    return;
+                }
+            };
+        match result {
+            Ok(answers) if answers.len() == batch.len() => {
+                if answers.iter().any(|(dup, _)| *dup == 0) {
+                    self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                for (job, (dup, id)) in batch.into_iter().zip(answers) {
+                    let _ = job.reply.send(Ok(if dup == 1 {
+                        Accepted::Duplicate(id)
+                    } else {
+                        Accepted::New(id)
+                    }));
+                }
+            }
+            Ok(answers) => {
+                let problem = format!(
+                    "accept script answered {} results for {} entries",
+                    answers.len(),
+                    batch.len()
+                );
+                for job in batch {
+                    let _ = job
+                        .reply
+                        .send(Err(StoreError::backend(Backend::Redis, problem.clone())));
+                }
+            }
+            Err(e) => {
+                let cause = Arc::new(e);
+                for job in batch {
+                    let _ = job
+                        .reply
+                        .send(Err(StoreError::backend(Backend::Redis, cause.clone())));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Listings on Redis: pages of entries (or of ids only), newest first.
+//!
+//! Ids sort by arrival (UUIDv7), so the per-status sorted sets (all scores 0, in
+//! lexical order) answer a page by range (`ZREVRANGEBYLEX`); a listing of every
+//! status merges the four sets, and one of every source merges the sources. What a
+//! page shows of each entry comes from the listing script, which never sends a body.
+
+use std::collections::HashMap;
+
+use super::RedisStore;
+use super::codec::listed_from_fields;
+use crate::store::{
+    Backend, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, Status, StoreError, id_floor,
+};
+
+/// Most entries one listing script call reads (each may copy a body inside Redis).
+const LISTED_BATCH: usize = 100;
+
+impl RedisStore {
+    /// Entries, newest first, filtered (see `Store::list`).
+    pub(super) async fn list_page(&self, q: &ListQuery) -> Result<Page, StoreError> {
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        let sources = match &q.source {
+            Some(s) => vec![s.clone()],
+            None => self.sources().await?,
+        };
+        let until = q.until.map(id_floor);
+        let floor = q.since.map(id_floor);
+        // The scan position: ids strictly below it are still to be looked at.
+        let mut below: Option<String> = match (&q.cursor, &until) {
+            (Some(c), Some(u)) => Some(c.min(u).clone()),
+            (Some(c), None) => Some(c.clone()),
+            (None, Some(u)) => Some(u.clone()),
+            (None, None) => None,
+        };
+        let mut entries: Vec<ListedEntry> = Vec::new();
+        let mut exhausted = false;
+        // Filters that the indexes do not cover (event type) may need several rounds;
+        // a bounded number of them, then the cursor says where to go on.
+        for _ in 0..20 {
+            let need = limit + 1 - entries.len();
+            let mut ids: Vec<(String, String)> = Vec::new();
+            for s in &sources {
+                for id in self
+                    .source_ids(s, q.status, below.as_deref(), floor.as_deref(), need)
+                    .await?
+                {
+                    ids.push((id, s.clone()));
+                }
+            }
+            ids.sort_by(|a, b| b.0.cmp(&a.0));
+            // Every source gave fewer than asked: nothing older is left. (A full
+            // batch says nothing: the next round looks further down.)
+            if ids.len() < need {
+                exhausted = true;
+            }
+            ids.truncate(need);
+            // An id whose hash is gone (purged between the two reads) is skipped.
+            for e in self.listed_many(&ids).await?.into_iter().flatten() {
+                if q.event_type
+                    .as_ref()
+                    .is_none_or(|t| e.event_type.as_ref() == Some(t))
+                {
+                    entries.push(e);
+                }
+            }
+            if let Some((last, _)) = ids.last() {
+                below = Some(last.clone());
+            }
+            if exhausted || entries.len() > limit {
+                break;
+            }
+        }
+        let next_cursor = if entries.len() > limit {
+            entries.truncate(limit);
+            entries.last().map(|e| e.id.clone())
+        } else if exhausted {
+            None
+        } else {
+            below
+        };
+        Ok(Page {
+            entries,
+            next_cursor,
+        })
+    }
+
+    /// The ids `list_page` would return (see `Store::list_ids`).
+    pub(super) async fn list_id_page(&self, q: &ListQuery) -> Result<IdPage, StoreError> {
+        if q.event_type.is_some() {
+            // The event type is inside the entries: the listing reads it.
+            let page = self.list_page(q).await?;
+            return Ok(IdPage {
+                ids: page.entries.into_iter().map(|e| e.id).collect(),
+                next_cursor: page.next_cursor,
+            });
+        }
+        // Everything else is in the status indexes: no entry is read.
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        let sources = match &q.source {
+            Some(s) => vec![s.clone()],
+            None => self.sources().await?,
+        };
+        let until = q.until.map(id_floor);
+        let floor = q.since.map(id_floor);
+        let below: Option<String> = match (&q.cursor, &until) {
+            (Some(c), Some(u)) => Some(c.min(u).clone()),
+            (Some(c), None) => Some(c.clone()),
+            (None, Some(u)) => Some(u.clone()),
+            (None, None) => None,
+        };
+        let mut ids = Vec::new();
+        for s in &sources {
+            ids.extend(
+                self.source_ids(s, q.status, below.as_deref(), floor.as_deref(), limit + 1)
+                    .await?,
+            );
+        }
+        ids.sort_by(|a, b| b.cmp(a));
+        ids.dedup();
+        let next_cursor = if ids.len() > limit {
+            ids.truncate(limit);
+            ids.last().cloned()
+        } else {
+            None
+        };
+        Ok(IdPage { ids, next_cursor })
+    }
+
+    /// The listed form of entries of one source (`None` where the entry is gone).
+    pub(super) async fn listed(
+        &self,
+        source: &str,
+        ids: &[String],
+    ) -> Result<Vec<Option<ListedEntry>>, StoreError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(LISTED_BATCH) {
+            let mut inv = self.scripts.listed.prepare_invoke();
+            for id in chunk {
+                inv.key(self.key(source, &format!("e:{id}")));
+            }
+            let mut c = self.conn();
+            let rows: Vec<Option<Vec<String>>> = self.timed(inv.invoke_async(&mut c)).await?;
+            if rows.len() != chunk.len() {
+                return Err(StoreError::backend(
+                    Backend::Redis,
+                    format!(
+                        "listing script answered {} rows for {} entries",
+                        rows.len(),
+                        chunk.len()
+                    ),
+                ));
+            }
+            for (id, row) in chunk.iter().zip(rows) {
+                out.push(match row {
+                    Some(fields) => Some(listed_from_fields(id, source, fields)?),
+                    None => None,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The listed form of `ids` (each with its source), in the same order.
+    async fn listed_many(
+        &self,
+        ids: &[(String, String)],
+    ) -> Result<Vec<Option<ListedEntry>>, StoreError> {
+        let mut by_source: HashMap<&str, Vec<(usize, String)>> = HashMap::new();
+        for (i, (id, source)) in ids.iter().enumerate() {
+            by_source
+                .entry(source.as_str())
+                .or_default()
+                .push((i, id.clone()));
+        }
+        let mut out: Vec<Option<ListedEntry>> = vec![None; ids.len()];
+        for (source, items) in by_source {
+            let just_ids: Vec<String> = items.iter().map(|(_, id)| id.clone()).collect();
+            for ((i, _), listed) in items.iter().zip(self.listed(source, &just_ids).await?) {
+                out[*i] = listed;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `n` ids of one source, newest first, strictly older than `below` and
+    /// not older than `floor`; without a status, the four status sets merged.
+    async fn source_ids(
+        &self,
+        source: &str,
+        status: Option<Status>,
+        below: Option<&str>,
+        floor: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let statuses: Vec<Status> = match status {
+            Some(s) => vec![s],
+            None => Status::ALL.to_vec(),
+        };
+        let max = match below {
+            Some(c) => format!("({c}"),
+            None => "+".to_string(),
+        };
+        let min = match floor {
+            Some(f) => format!("[{f}"),
+            None => "-".to_string(),
+        };
+        let mut ids: Vec<String> = Vec::new();
+        for status in statuses {
+            let mut c = self.conn();
+            let page: Vec<String> = self
+                .timed(
+                    redis::cmd("ZREVRANGEBYLEX")
+                        .arg(self.status_key(source, status))
+                        .arg(&max)
+                        .arg(&min)
+                        .arg("LIMIT")
+                        .arg(0)
+                        .arg(n)
+                        .query_async(&mut c),
+                )
+                .await?;
+            ids.extend(page);
+        }
+        // The newest `n` of the union are among the newest `n` of each set.
+        ids.sort_by(|a, b| b.cmp(a));
+        ids.dedup();
+        ids.truncate(n);
+        Ok(ids)
+    }
+}

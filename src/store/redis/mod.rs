@@ -1,0 +1,519 @@
+//! The Redis store: for several gateway instances and scale-out.
+//!
+//! # Key layout
+//!
+//! Every key of a source carries the hash tag `{<source>}`, so that one Lua script
+//! can touch all of them on a Redis Cluster (a source lives in one slot; sources
+//! spread over the cluster). With the default prefix `hg`:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `hg:{src}:e:<id>` | hash | the entry: `record`, the fields written once (source, event id and type, dedupe key, received at, headers as one JSON line, then the raw body: see `codec`); the fields that change (status, next attempt, attempts, lease, stream message `msg`, …; counters start absent = 0, `budget_start` absent = `received_at`). |
+//! | `hg:{src}:d:<dedupe key>` | string, `PX` = dedupe TTL | the id of the first entry with that key |
+//! | `hg:{src}:work` | stream | one message per entry to deliver (the forwarder's queue) |
+//! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by status, in lexical (= arrival) order; listing every status merges the four |
+//! | `hg:{src}:sched` | sorted set, score = due time (ms) | entries waiting for a retry |
+//! | `hg:{src}:a:<id>` | list of JSON | the entry's delivery attempts |
+//! | `hg:{src}:audit:<id>` | list of JSON | operator actions on the entry (replay, discard) |
+//! | `hg:{src}:stats` | hash | counters: received, duplicates, unverified |
+//! | `hg:{src}:dlq` | stream | one message per entry that went dead (id, reason) |
+//! | `hg:{src}:done:delivered`, `…:done:dead` | sorted set, score = completion time | retention index |
+//! | `hg:sources` | set | every source name seen (for lookups by id) |
+//! | `hg:epoch` | string | a random value; its disappearance means Redis lost its data |
+//! | `hg:paused` | set | sources whose delivery is paused |
+//!
+//! # Accept
+//!
+//! Dedupe and persist are one Lua script (`scripts/accept_many.lua`): for each
+//! entry, if the dedupe key exists the script returns the original id and writes
+//! nothing; otherwise it sets the dedupe key, writes the entry hash, appends to the
+//! work stream and the indexes. There is no moment where the dedupe key exists
+//! without its entry. With `appendfsync always`, Redis fsyncs the AOF before it
+//! answers, so the reply means the entries are durable. Concurrent accepts of one
+//! source share one script call (see `batch`).
+//!
+//! # The rest
+//!
+//! Claims and completions: `delivery`. Listings: `listing`. The connection (one
+//! Redis or a cluster): `conn`. What Redis must guarantee: `preconditions`. Every
+//! multi-key change is a script of its own (`scripts`). redis crate types never
+//! leave this folder.
+
+mod batch;
+mod codec;
+mod conn;
+mod delivery;
+mod housekeeping;
+mod listing;
+mod preconditions;
+mod scripts;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::AsyncCommands;
+
+use self::batch::Batchers;
+use self::codec::entry_from_map;
+use self::conn::{Conn, timed};
+use self::scripts::Scripts;
+use super::{
+    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Controls, Entry, HousekeepingPass,
+    IdPage, ListQuery, NewEntry, Page, Purged, SourceStats, Status, Store, StoreError, Transition,
+};
+use crate::config::RedisConfig;
+
+pub struct RedisStore {
+    /// Multiplexed connections, used round robin.
+    conns: Vec<Conn>,
+    next: Arc<AtomicUsize>,
+    /// One accept batcher per source, started on its first accept.
+    batchers: Batchers,
+    prefix: String,
+    timeout: Duration,
+    scripts: Scripts,
+    /// Sources already recorded in `<prefix>:sources` by this process.
+    known_sources: Mutex<BTreeSet<String>>,
+    /// `maxmemory-policy` and AOF, as last checked (see `preconditions`).
+    preconditions: preconditions::Preconditions,
+    /// The `hg:epoch` value this process saw last.
+    epoch: Mutex<String>,
+    work_tx: Arc<tokio::sync::watch::Sender<u64>>,
+    work_rx: tokio::sync::watch::Receiver<u64>,
+    /// Pauses and discards made through this store.
+    controls: Controls,
+}
+
+/// The key `rest` of `source`: `<prefix>:{<source>}:<rest>`.
+fn key(prefix: &str, source: &str, rest: &str) -> String {
+    format!("{prefix}:{{{source}}}:{rest}")
+}
+
+impl RedisStore {
+    pub async fn open(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
+        crate::tls::install_provider();
+        let conns = conn::connect(cfg).await?;
+        let (work_tx, work_rx) = tokio::sync::watch::channel(0u64);
+        let store = RedisStore {
+            conns,
+            next: Arc::new(AtomicUsize::new(0)),
+            batchers: Mutex::new(HashMap::new()),
+            prefix: cfg.prefix.clone(),
+            timeout: cfg.timeout,
+            scripts: Scripts::load(),
+            known_sources: Mutex::new(BTreeSet::new()),
+            preconditions: preconditions::Preconditions::default(),
+            epoch: Mutex::new(String::new()),
+            work_tx: Arc::new(work_tx),
+            work_rx,
+            controls: Controls::new(),
+        };
+        store
+            .check_preconditions(preconditions::Phase::Open)
+            .await?;
+        store.check_epoch().await?;
+        Ok(store)
+    }
+
+    async fn transition(
+        &self,
+        id: &str,
+        action: &str,
+        at: i64,
+        now: i64,
+        audit: &AuditEvent,
+    ) -> Result<Transition, StoreError> {
+        let Some(src) = self.source_of(id).await? else {
+            return Ok(Transition::NotFound);
+        };
+        let src = src.as_str();
+        let audit_json = serde_json::to_string(audit).map_err(|source| StoreError::Encode {
+            what: "the audit record",
+            source,
+        })?;
+        let mut inv = self.scripts.transition.prepare_invoke();
+        inv.key(self.key(src, &format!("e:{id}")))
+            .key(self.status_key(src, Status::Pending))
+            .key(self.status_key(src, Status::Delivered))
+            .key(self.status_key(src, Status::Dead))
+            .key(self.status_key(src, Status::Discarded))
+            .key(self.key(src, "sched"))
+            .key(self.key(src, "done:delivered"))
+            .key(self.key(src, "done:dead"))
+            .key(self.key(src, &format!("audit:{id}")))
+            .arg(action)
+            .arg(id)
+            .arg(at)
+            .arg(now)
+            .arg(audit_json);
+        let mut c = self.conn();
+        let (code, status): (i64, String) = self.timed(inv.invoke_async(&mut c)).await?;
+        Ok(match code {
+            1 => {
+                if action == "replay" {
+                    self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Transition::Done
+            }
+            2 => Transition::Conflict(Status::parse(&status).unwrap_or(Status::Pending)),
+            _ => Transition::NotFound,
+        })
+    }
+
+    /// The JSON records of a list key of `source` (attempts, audit), oldest first;
+    /// a record that does not parse is skipped.
+    async fn json_list<T: serde::de::DeserializeOwned>(
+        &self,
+        source: &str,
+        rest: &str,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut c = self.conn();
+        let raw: Vec<String> = self.timed(c.lrange(self.key(source, rest), 0, -1)).await?;
+        Ok(raw
+            .iter()
+            .filter_map(|r| serde_json::from_str(r).ok())
+            .collect())
+    }
+
+    fn conn(&self) -> Conn {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        self.conns[i].clone()
+    }
+
+    fn key(&self, source: &str, rest: &str) -> String {
+        key(&self.prefix, source, rest)
+    }
+
+    fn status_key(&self, source: &str, status: Status) -> String {
+        self.key(source, &format!("st:{}", status.as_str()))
+    }
+
+    async fn timed<T>(
+        &self,
+        call: impl Future<Output = Result<T, redis::RedisError>>,
+    ) -> Result<T, StoreError> {
+        timed(self.timeout, call).await
+    }
+
+    async fn remember_source(&self, source: &str) -> Result<(), StoreError> {
+        let known = self
+            .known_sources
+            .lock()
+            .map(|k| k.contains(source))
+            .unwrap_or(false);
+        if known {
+            return Ok(());
+        }
+        let mut c = self.conn();
+        let key = format!("{}:sources", self.prefix);
+        self.timed(c.sadd::<_, _, ()>(key, source)).await?;
+        if let Ok(mut k) = self.known_sources.lock() {
+            k.insert(source.to_string());
+        }
+        Ok(())
+    }
+
+    async fn sources(&self) -> Result<Vec<String>, StoreError> {
+        let mut c = self.conn();
+        let key = format!("{}:sources", self.prefix);
+        let mut v: Vec<String> = self.timed(c.smembers(key)).await?;
+        v.sort();
+        Ok(v)
+    }
+
+    async fn load(&self, source: &str, id: &str) -> Result<Option<Entry>, StoreError> {
+        let mut c = self.conn();
+        let map: HashMap<String, Vec<u8>> = self
+            .timed(c.hgetall(self.key(source, &format!("e:{id}"))))
+            .await?;
+        if map.is_empty() {
+            return Ok(None);
+        }
+        entry_from_map(id, map).map(Some)
+    }
+
+    /// The source an entry belongs to (its hash exists there), without reading it.
+    async fn source_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+        if id.is_empty() || id.len() > 64 {
+            return Ok(None);
+        }
+        for source in self.sources().await? {
+            let mut c = self.conn();
+            let exists: bool = self
+                .timed(c.exists(self.key(&source, &format!("e:{id}"))))
+                .await?;
+            if exists {
+                return Ok(Some(source));
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn accept(&self, e: NewEntry) -> Result<Accepted, StoreError> {
+        self.remember_source(&e.source).await?;
+        self.accept_batched(e).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
+        if id.is_empty() || id.len() > 64 {
+            return Ok(None);
+        }
+        for source in self.sources().await? {
+            if let Some(e) = self.load(&source, id).await? {
+                return Ok(Some(e));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn list(&self, q: &ListQuery) -> Result<Page, StoreError> {
+        self.list_page(q).await
+    }
+
+    async fn list_ids(&self, q: &ListQuery) -> Result<IdPage, StoreError> {
+        self.list_id_page(q).await
+    }
+
+    async fn count(&self, source: &str) -> Result<u64, StoreError> {
+        let mut total = 0;
+        for status in Status::ALL {
+            total += self.count_status(source, status).await?;
+        }
+        Ok(total)
+    }
+
+    async fn set_paused(&self, source: &str, paused: bool) -> Result<(), StoreError> {
+        let mut c = self.conn();
+        let key = format!("{}:paused", self.prefix);
+        if paused {
+            self.timed(c.sadd::<_, _, ()>(key, source)).await?;
+        } else {
+            self.timed(c.srem::<_, _, ()>(key, source)).await?;
+        }
+        self.controls.send(Control::Paused {
+            source: source.to_string(),
+            paused,
+        });
+        Ok(())
+    }
+
+    async fn paused_sources(&self) -> Result<Vec<String>, StoreError> {
+        let mut c = self.conn();
+        let mut v: Vec<String> = self
+            .timed(c.smembers(format!("{}:paused", self.prefix)))
+            .await?;
+        v.sort();
+        Ok(v)
+    }
+
+    async fn claim(
+        &self,
+        source: &str,
+        worker: &str,
+        now: i64,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        self.claim_entries(source, worker, now, limit, lease).await
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        _worker: &str,
+        completion: Completion,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.complete_claim(claim, completion, now).await
+    }
+
+    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let Some(source) = self.source_of(id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<Attempt> = self.json_list(&source, &format!("a:{id}")).await?;
+        out.sort_by_key(|a| a.n);
+        Ok(out)
+    }
+
+    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError> {
+        let mut c = self.conn();
+        self.timed(c.zcard(self.status_key(source, status))).await
+    }
+
+    async fn purge(
+        &self,
+        _now: i64,
+        delivered_before: i64,
+        dead_before: i64,
+        limit: usize,
+    ) -> Result<Purged, StoreError> {
+        let mut purged = Purged::default();
+        for source in self.sources().await? {
+            let base = self.key(&source, "");
+            for (done, cutoff, a, b) in [
+                (
+                    "done:delivered",
+                    delivered_before,
+                    Status::Delivered,
+                    Status::Delivered,
+                ),
+                ("done:dead", dead_before, Status::Dead, Status::Discarded),
+            ] {
+                let mut inv = self.scripts.purge.prepare_invoke();
+                inv.key(self.key(&source, done))
+                    .key(self.status_key(&source, a))
+                    .key(self.status_key(&source, b))
+                    .arg(cutoff)
+                    .arg(limit.max(1))
+                    .arg(&base);
+                let mut c = self.conn();
+                let n: u64 = self.timed(inv.invoke_async(&mut c)).await?;
+                purged.entries += n;
+            }
+            let mut c = self.conn();
+            let _: i64 = self
+                .timed(
+                    redis::cmd("XTRIM")
+                        .arg(self.key(&source, "dlq"))
+                        .arg("MINID")
+                        .arg(dead_before.max(0))
+                        .query_async(&mut c),
+                )
+                .await?;
+        }
+        // Dedupe keys expire by themselves (PX).
+        Ok(purged)
+    }
+
+    fn work_signal(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.work_rx.clone()
+    }
+
+    fn controls(&self) -> tokio::sync::broadcast::Receiver<Control> {
+        self.controls.subscribe()
+    }
+
+    async fn housekeeping(
+        &self,
+        _pass: HousekeepingPass,
+        sources: &[String],
+    ) -> Result<(), StoreError> {
+        self.maintenance_pass(sources).await
+    }
+
+    async fn replay(
+        &self,
+        id: &str,
+        at: i64,
+        actor: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError> {
+        let audit = AuditEvent {
+            at: now,
+            action: "replay".into(),
+            actor: actor.to_string(),
+            note: None,
+        };
+        self.transition(id, "replay", at, now, &audit).await
+    }
+
+    async fn discard(
+        &self,
+        id: &str,
+        actor: &str,
+        note: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError> {
+        let audit = AuditEvent {
+            at: now,
+            action: "discard".into(),
+            actor: actor.to_string(),
+            note: Some(note.to_string()),
+        };
+        let t = self.transition(id, "discard", now, now, &audit).await?;
+        if t == Transition::Done {
+            self.controls
+                .send(Control::Discarded { id: id.to_string() });
+        }
+        Ok(t)
+    }
+
+    async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
+        let Some(source) = self.source_of(id).await? else {
+            return Ok(Vec::new());
+        };
+        self.json_list(&source, &format!("audit:{id}")).await
+    }
+
+    async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError> {
+        let mut c = self.conn();
+        self.timed(c.hincr::<_, _, _, ()>(self.key(source, "stats"), "unverified", n))
+            .await
+    }
+
+    async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
+        let mut c = self.conn();
+        let counters: HashMap<String, u64> =
+            self.timed(c.hgetall(self.key(source, "stats"))).await?;
+        let mut stats = SourceStats {
+            received: counters.get("received").copied().unwrap_or(0),
+            duplicates: counters.get("duplicates").copied().unwrap_or(0),
+            unverified: counters.get("unverified").copied().unwrap_or(0),
+            ..Default::default()
+        };
+        stats.pending = self.count_status(source, Status::Pending).await?;
+        stats.delivered = self.count_status(source, Status::Delivered).await?;
+        stats.dead = self.count_status(source, Status::Dead).await?;
+        stats.discarded = self.count_status(source, Status::Discarded).await?;
+        let oldest: Vec<String> = self
+            .timed(
+                redis::cmd("ZRANGEBYLEX")
+                    .arg(self.status_key(source, Status::Pending))
+                    .arg("-")
+                    .arg("+")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(1)
+                    .query_async(&mut c),
+            )
+            .await?;
+        if let Some(id) = oldest.first() {
+            stats.oldest_pending_at = self
+                .listed(source, std::slice::from_ref(id))
+                .await?
+                .into_iter()
+                .flatten()
+                .next()
+                .map(|e| e.received_at);
+        }
+        Ok(stats)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        // Not ready while Redis may evict keys (see `preconditions`).
+        self.preconditions.ensure()?;
+        // A write, not a PING: a Redis that answers but refuses writes (read-only
+        // replica, `min-replicas-to-write` unmet, out of memory) is not ready.
+        let mut c = self.conn();
+        let _: () = self
+            .timed(
+                redis::cmd("SET")
+                    .arg(format!("{}:ready", self.prefix))
+                    .arg(1)
+                    .arg("PX")
+                    .arg(60_000)
+                    .query_async(&mut c),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn close(&self) {}
+}

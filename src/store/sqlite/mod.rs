@@ -1,0 +1,433 @@
+//! The embedded store: SQLite in WAL mode, one writer thread doing group commit.
+//!
+//! Every write goes to one writer thread, which commits whatever queued up meanwhile
+//! in one transaction, and a syncer thread fsyncs the WAL behind it before anyone
+//! hears "stored" (see `writer`, which says why). Checkpoints run on a third thread,
+//! off the commit path (`checkpoint`). Reads use a separate connection (WAL lets
+//! them run beside the writer) on the blocking thread pool. The SQL itself is in
+//! `queries`, the schema in `schema`, the files' permissions in `private`.
+//!
+//! rusqlite types never leave this folder.
+
+mod checkpoint;
+mod private;
+mod queries;
+mod schema;
+mod writer;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::Connection;
+use tokio::sync::watch;
+
+use self::checkpoint::{Checkpointing, Writeback};
+use self::schema::DB_FILE;
+use self::writer::{Syncing, Writer};
+use super::{
+    Accepted, Attempt, AuditEvent, Backend, Claim, Completion, Control, Controls, Entry,
+    HousekeepingPass, IdPage, ListQuery, MAX_PAGE, NewEntry, Page, Purged, SourceStats, Status,
+    Store, StoreError, Transition, encode_headers,
+};
+use crate::config::EmbeddedConfig;
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError::backend(Backend::Sqlite, e)
+    }
+}
+
+/// How long a read waits for the read connection before giving up with 503
+/// (`StoreError::Timeout`). Reads are short (a listing reads no body), so a read
+/// that waits this long is stuck behind something that should not be; the caller
+/// hears so instead of waiting forever.
+const READ_WAIT: Duration = Duration::from_secs(5);
+/// How long `ping` waits for its connection (only another ping holds it).
+const PROBE_WAIT: Duration = Duration::from_secs(1);
+
+pub struct SqliteStore {
+    /// Takes every write to the writer thread.
+    writer: Writer,
+    /// The read connection, used on the blocking pool; a read waits at most
+    /// `READ_WAIT` for it.
+    reader: Arc<tokio::sync::Mutex<Connection>>,
+    /// `ping`'s own connection: a long read never makes `/readyz` wait.
+    probe: Arc<tokio::sync::Mutex<Connection>>,
+    /// Bumped after a commit that stored new entries.
+    work: watch::Receiver<u64>,
+    /// Pauses and discards made through this store.
+    controls: Controls,
+    /// Set (once, for good) when an fsync failed.
+    stopped: watch::Receiver<bool>,
+}
+
+impl SqliteStore {
+    pub async fn open(cfg: &EmbeddedConfig) -> Result<SqliteStore, StoreError> {
+        let dir = cfg.path.clone();
+        let batch_max = cfg.batch_max.max(1);
+        tokio::task::spawn_blocking(move || Self::open_blocking(dir, batch_max))
+            .await
+            .map_err(|e| StoreError::Task {
+                what: "the open task failed",
+                source: e.into(),
+            })?
+    }
+
+    fn open_blocking(dir: PathBuf, batch_max: usize) -> Result<SqliteStore, StoreError> {
+        // Webhook bodies carry customer data: a private directory, private files (see
+        // `private`), settled before SQLite creates anything.
+        private::prepare_dir(&dir)?;
+        let path = dir.join(DB_FILE);
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            private::tighten_file(&dir.join(format!("{DB_FILE}{suffix}")))?;
+        }
+        private::create_file(&path)?;
+        let mut writer = schema::open_connection(&path)?;
+        schema::migrate(&mut writer)?;
+        schema::writer_settings(&writer)?;
+        // Our own handle on the WAL: fdatasync flushes the file whichever descriptor
+        // wrote it. The migration's write made sure the file exists.
+        let wal_path = dir.join(format!("{DB_FILE}-wal"));
+        let wal = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&wal_path)
+            .map_err(|source| StoreError::File {
+                action: "open the WAL file",
+                path: wal_path,
+                source,
+            })?;
+        let reader = schema::open_connection(&path)?;
+        let probe = schema::open_connection(&path)?;
+        let (work_tx, work_rx) = watch::channel(0u64);
+        let (stopped_tx, stopped_rx) = watch::channel(false);
+        let checkpointing = Arc::new(Checkpointing::default());
+        let checkpoint_conn = schema::open_connection(&path)?;
+        let writeback = Writeback::open(&path).map_err(|source| StoreError::File {
+            action: "open for writeback",
+            path: path.clone(),
+            source,
+        })?;
+        checkpoint::start(checkpoint_conn, writeback, checkpointing.clone()).map_err(|e| {
+            StoreError::Task {
+                what: "cannot start the checkpoint thread",
+                source: e.into(),
+            }
+        })?;
+        let sync = Syncing::new(wal, work_tx, stopped_tx);
+        let writer = Writer::start(writer, sync, batch_max, checkpointing).map_err(|e| {
+            StoreError::Task {
+                what: "cannot start the writer thread",
+                source: e.into(),
+            }
+        })?;
+        Ok(SqliteStore {
+            writer,
+            reader: Arc::new(tokio::sync::Mutex::new(reader)),
+            probe: Arc::new(tokio::sync::Mutex::new(probe)),
+            work: work_rx,
+            controls: Controls::new(),
+            stopped: stopped_rx,
+        })
+    }
+
+    /// Run `statements` on the writer thread inside the next group commit; answer
+    /// once the commit is on disk (fsynced).
+    async fn write_durable<T: Send + 'static>(
+        &self,
+        notify: bool,
+        statements: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.writer.submit(notify, true, statements).await
+    }
+
+    /// The same, answered at the commit, before its fsync: for writes a crash may lose
+    /// without harm (leases, delivery records, purges: an entry whose lease or
+    /// completion is lost is delivered again).
+    async fn write_answered_at_commit<T: Send + 'static>(
+        &self,
+        notify: bool,
+        statements: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.writer.submit(notify, false, statements).await
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        run_on(&self.reader, READ_WAIT, f).await
+    }
+}
+
+/// Run `f` with `conn` on the blocking pool, after waiting at most `wait` for it.
+async fn run_on<T: Send + 'static>(
+    conn: &Arc<tokio::sync::Mutex<Connection>>,
+    wait: Duration,
+    f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let guard = tokio::time::timeout(wait, conn.clone().lock_owned())
+        .await
+        .map_err(|_| StoreError::Timeout(wait))?;
+    tokio::task::spawn_blocking(move || f(&guard))
+        .await
+        .map_err(|e| StoreError::Task {
+            what: "the read task failed",
+            source: e.into(),
+        })?
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn accept(&self, entry: NewEntry) -> Result<Accepted, StoreError> {
+        // Encode on the caller's thread: the writer thread is the bottleneck.
+        let headers = encode_headers(&entry.headers);
+        self.write_durable(true, move |conn, now| {
+            queries::apply_accept(conn, &entry, &headers, now)
+        })
+        .await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| queries::load_entry(conn, &id)).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Page, StoreError> {
+        let q = query.clone();
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        self.read(move |conn| queries::list(conn, &q, limit)).await
+    }
+
+    async fn list_ids(&self, query: &ListQuery) -> Result<IdPage, StoreError> {
+        let q = query.clone();
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        self.read(move |conn| queries::list_ids(conn, &q, limit))
+            .await
+    }
+
+    async fn count(&self, source: &str) -> Result<u64, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| queries::count(conn, &source)).await
+    }
+
+    async fn set_paused(&self, source: &str, paused: bool) -> Result<(), StoreError> {
+        let name = source.to_string();
+        self.write_durable(false, move |conn, _| {
+            queries::set_paused(conn, &name, paused)
+        })
+        .await?;
+        self.controls.send(Control::Paused {
+            source: source.to_string(),
+            paused,
+        });
+        Ok(())
+    }
+
+    async fn paused_sources(&self) -> Result<Vec<String>, StoreError> {
+        self.read(queries::paused_sources).await
+    }
+
+    async fn claim(
+        &self,
+        source: &str,
+        _worker: &str,
+        now: i64,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let source = source.to_string();
+        let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
+        let limit = i64::try_from(limit.max(1)).unwrap_or(1);
+        self.write_answered_at_commit(false, move |conn, _| {
+            queries::claim(conn, &source, now, until, limit)
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        _worker: &str,
+        completion: Completion,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let id = claim.entry.id.clone();
+        let token = claim.token.clone();
+        let notify = matches!(completion, Completion::Release { .. });
+        self.write_answered_at_commit(notify, move |conn, _| {
+            queries::apply_complete(conn, &id, &token, &completion, now)
+        })
+        .await
+    }
+
+    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| queries::attempts(conn, &id)).await
+    }
+
+    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| queries::count_status(conn, &source, status))
+            .await
+    }
+
+    async fn purge(
+        &self,
+        now: i64,
+        delivered_before: i64,
+        dead_before: i64,
+        limit: usize,
+    ) -> Result<Purged, StoreError> {
+        let limit = i64::try_from(limit.max(1)).unwrap_or(1);
+        self.write_answered_at_commit(false, move |conn, _| {
+            queries::purge(conn, now, delivered_before, dead_before, limit)
+        })
+        .await
+    }
+
+    fn work_signal(&self) -> watch::Receiver<u64> {
+        self.work.clone()
+    }
+
+    fn controls(&self) -> tokio::sync::broadcast::Receiver<Control> {
+        self.controls.subscribe()
+    }
+
+    /// At `Start`: one serving process owns the embedded store, so the leases found
+    /// then are a previous run's (it crashed or was killed). They are released now
+    /// instead of after they expire. Nothing to do at the periodic passes.
+    async fn housekeeping(
+        &self,
+        pass: HousekeepingPass,
+        _sources: &[String],
+    ) -> Result<(), StoreError> {
+        if pass != HousekeepingPass::Start {
+            return Ok(());
+        }
+        let released = self
+            .write_durable(true, |conn, _| queries::release_leases(conn))
+            .await?;
+        if released > 0 {
+            tracing::warn!(
+                released,
+                "released leases left by a previous run; those entries are delivered again"
+            );
+        }
+        Ok(())
+    }
+
+    async fn replay(
+        &self,
+        id: &str,
+        at: i64,
+        actor: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError> {
+        let id = id.to_string();
+        let actor = actor.to_string();
+        self.write_durable(true, move |conn, _| {
+            queries::replay(conn, &id, at, &actor, now)
+        })
+        .await
+    }
+
+    async fn discard(
+        &self,
+        id: &str,
+        actor: &str,
+        note: &str,
+        now: i64,
+    ) -> Result<Transition, StoreError> {
+        let entry_id = id.to_string();
+        let actor = actor.to_string();
+        let note = note.to_string();
+        let t = self
+            .write_durable(false, move |conn, _| {
+                queries::discard(conn, &entry_id, &actor, &note, now)
+            })
+            .await?;
+        if t == Transition::Done {
+            self.controls
+                .send(Control::Discarded { id: id.to_string() });
+        }
+        Ok(t)
+    }
+
+    async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| queries::audit(conn, &id)).await
+    }
+
+    async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError> {
+        let source = source.to_string();
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.write_durable(false, move |conn, _| {
+            queries::record_unverified(conn, &source, n)
+        })
+        .await
+    }
+
+    async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| queries::stats(conn, &source)).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        if *self.stopped.borrow() {
+            return Err(StoreError::Stopped);
+        }
+        if !self.writer.is_running() {
+            return Err(StoreError::Unavailable("the writer has stopped"));
+        }
+        // On its own connection: a long admin read holds the reader, not this.
+        run_on(&self.probe, PROBE_WAIT, queries::probe).await
+    }
+
+    fn stopped(&self) -> watch::Receiver<bool> {
+        self.stopped.clone()
+    }
+
+    async fn close(&self) {
+        self.writer.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read that cannot get the read connection within `READ_WAIT` answers
+    /// `Timeout` (503) instead of waiting forever; `ping` has its own connection.
+    #[tokio::test(start_paused = true)]
+    async fn a_read_waits_for_the_reader_at_most_read_wait_and_ping_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&EmbeddedConfig {
+            path: dir.path().join("data"),
+            batch_max: 8,
+        })
+        .await
+        .unwrap();
+        let held = store.reader.clone().lock_owned().await;
+        let started = tokio::time::Instant::now();
+        let got = store.list(&ListQuery::default()).await;
+        assert!(
+            matches!(got, Err(StoreError::Timeout(d)) if d == READ_WAIT),
+            "{got:?}"
+        );
+        assert!(started.elapsed() >= READ_WAIT);
+        store.ping().await.unwrap();
+        drop(held);
+        assert!(
+            store
+                .list(&ListQuery::default())
+                .await
+                .unwrap()
+                .entries
+                .is_empty()
+        );
+        store.close().await;
+    }
+}
