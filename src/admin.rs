@@ -35,10 +35,10 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 use subtle::ConstantTimeEq;
 
+use crate::clock::system_now_ms as now_ms;
 use crate::config::Secret;
 use crate::store::{
     Attempt, AuditEvent, ListQuery, ListedEntry, MAX_PAGE, Status, Store, StoreError, Transition,
-    now_ms,
 };
 
 /// The OpenAPI document of this API (kept in the repository, served as is).

@@ -120,7 +120,9 @@ pub async fn run(
     let registry = registry(&cfg)?;
     let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
     let sources = build_sources(&cfg, &registry, &body_budget)?;
-    let store = store::open(&cfg.store).await.context("store")?;
+    // One clock for everything that needs the time.
+    let clock = crate::clock::Clock::system();
+    let store = store::open(&cfg.store, &clock).await.context("store")?;
 
     if cfg.admin.token.is_none() {
         tracing::warn!(
@@ -152,8 +154,6 @@ pub async fn run(
             (s.name.clone(), facts)
         })
         .collect();
-    // One clock for everything that needs the time (tests and benchmarks may pass another).
-    let clock = crate::clock::Clock::system();
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
     let state = Arc::new(IngestState {
         unverified: unverified.clone(),

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::clock::Clock;
 use crate::config::StoreConfig;
 
 pub use error::{Backend, Cause, StoreError};
@@ -508,9 +509,9 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Open the configured backend. The only place that matches on the store kind.
-pub async fn open(cfg: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn open(cfg: &StoreConfig, clock: &Clock) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match cfg {
-        StoreConfig::Embedded(c) => Arc::new(sqlite::SqliteStore::open(c).await?),
+        StoreConfig::Embedded(c) => Arc::new(sqlite::SqliteStore::open(c, clock.clone()).await?),
         StoreConfig::Redis(c) => Arc::new(redis::RedisStore::open(c).await?),
     })
 }
@@ -522,12 +523,4 @@ pub(crate) fn attempt_error(a: &Attempt) -> Option<String> {
         (None, Some(code)) => Some(format!("HTTP {code}")),
         (None, None) => None,
     }
-}
-
-/// Unix milliseconds now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hookgate::store::{Completion, Header, ListQuery, NewEntry, Status, Store, now_ms};
+use hookgate::clock::system_now_ms as now_ms;
+use hookgate::store::{Completion, Header, ListQuery, NewEntry, Status, Store};
 
 use crate::both_stores;
 use crate::util::*;

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
     Accepted, Attempt, AuditEvent, Claim, Completion, Control, Header, HousekeepingPass, ListQuery,
-    NewEntry, SourceStats, Status, Store, Transition, now_ms,
+    NewEntry, SourceStats, Status, Store, Transition,
 };
 
 use crate::both_stores;
@@ -22,7 +23,7 @@ pub(crate) fn entry(source: &str, key: &str) -> NewEntry {
         event_type: Some("thing.happened".to_string()),
         dedupe_key: format!("id:{key}"),
         dedupe_ttl: Duration::from_secs(3600),
-        received_at: hookgate::store::now_ms(),
+        received_at: hookgate::clock::system_now_ms(),
         headers: vec![Header {
             name: "content-type".into(),
             value: b"application/json".to_vec(),

@@ -65,7 +65,7 @@ async fn the_wal_stays_bounded_under_steady_writes() {
                     event_type: Some("thing.happened".into()),
                     dedupe_key: format!("id:{key}"),
                     dedupe_ttl: Duration::from_secs(3600),
-                    received_at: hookgate::store::now_ms(),
+                    received_at: hookgate::clock::system_now_ms(),
                     headers: Vec::new(),
                     body: body.clone(),
                 };

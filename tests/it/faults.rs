@@ -20,7 +20,7 @@ fn delivered(n: u32) -> Completion {
     Completion::Delivered {
         attempt: Attempt {
             n,
-            at: hookgate::store::now_ms(),
+            at: hookgate::clock::system_now_ms(),
             status_code: Some(200),
             error: None,
             latency_ms: 1,
@@ -47,7 +47,7 @@ async fn a_stale_completion_never_strands_an_entry_on_redis() {
     let id = e.id.clone();
     store.accept(e).await.unwrap();
     let lease = Duration::from_millis(200);
-    let now = hookgate::store::now_ms;
+    let now = hookgate::clock::system_now_ms;
     let a = store.claim("s", "A", now(), 1, lease).await.unwrap();
     assert_eq!(a.len(), 1);
     let b = claim_when_due(&*store, "s", "B").await;

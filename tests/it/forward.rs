@@ -651,7 +651,7 @@ async fn breaker(backend: Backend) {
         },
     )
     .await;
-    let opened = hookgate::store::now_ms();
+    let opened = hookgate::clock::system_now_ms();
     let a1 = total_attempts().await;
     // While it is open, only probes go out: one per cooldown, which doubles after each
     // failed probe. Attempts sent before it opened (and recorded since) are stamped

@@ -18,7 +18,7 @@ fn redis_toml(url: &str, extra: &str) -> String {
 
 async fn open(url: &str) -> Result<std::sync::Arc<dyn hookgate::store::Store>, StoreError> {
     let cfg = config::from_toml_str(&redis_toml(url, ""), &|_| None).expect("config");
-    hookgate::store::open(&cfg.store).await
+    hookgate::store::open(&cfg.store, &hookgate::clock::Clock::system()).await
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> String {

@@ -317,7 +317,9 @@ impl StoreHandle {
 
     pub async fn open(&self) -> Arc<dyn Store> {
         let cfg = config::from_toml_str(&self.toml(), &|_| None).expect("store config");
-        store::open(&cfg.store).await.expect("open store")
+        store::open(&cfg.store, &hookgate::clock::Clock::system())
+            .await
+            .expect("open store")
     }
 
     pub fn redis_mut(&mut self) -> &mut RedisServer {

@@ -31,6 +31,7 @@ use super::{
     HousekeepingPass, IdPage, ListQuery, MAX_PAGE, NewEntry, Page, Purged, SourceStats, Status,
     Store, StoreError, Transition, encode_headers,
 };
+use crate::clock::Clock;
 use crate::config::EmbeddedConfig;
 
 impl From<rusqlite::Error> for StoreError {
@@ -64,10 +65,12 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    pub async fn open(cfg: &EmbeddedConfig) -> Result<SqliteStore, StoreError> {
+    /// Open (creating it when new) the store in `cfg.path`; `clock` stamps each
+    /// group commit (dedupe expiry, `updated_at`).
+    pub async fn open(cfg: &EmbeddedConfig, clock: Clock) -> Result<SqliteStore, StoreError> {
         let dir = cfg.path.clone();
         let batch_max = cfg.batch_max.max(1);
-        tokio::task::spawn_blocking(move || Self::open_blocking(dir, batch_max))
+        tokio::task::spawn_blocking(move || Self::open_blocking(dir, batch_max, clock))
             .await
             .map_err(|e| StoreError::Task {
                 what: "the open task failed",
@@ -75,7 +78,11 @@ impl SqliteStore {
             })?
     }
 
-    fn open_blocking(dir: PathBuf, batch_max: usize) -> Result<SqliteStore, StoreError> {
+    fn open_blocking(
+        dir: PathBuf,
+        batch_max: usize,
+        clock: Clock,
+    ) -> Result<SqliteStore, StoreError> {
         // Webhook bodies carry customer data: a private directory, private files (see
         // `private`), settled before SQLite creates anything.
         private::prepare_dir(&dir)?;
@@ -117,7 +124,7 @@ impl SqliteStore {
             }
         })?;
         let sync = Syncing::new(wal, work_tx, stopped_tx);
-        let writer = Writer::start(writer, sync, batch_max, checkpointing).map_err(|e| {
+        let writer = Writer::start(writer, sync, batch_max, checkpointing, clock).map_err(|e| {
             StoreError::Task {
                 what: "cannot start the writer thread",
                 source: e.into(),
@@ -404,10 +411,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_read_waits_for_the_reader_at_most_read_wait_and_ping_not_at_all() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&EmbeddedConfig {
-            path: dir.path().join("data"),
-            batch_max: 8,
-        })
+        let store = SqliteStore::open(
+            &EmbeddedConfig {
+                path: dir.path().join("data"),
+                batch_max: 8,
+            },
+            Clock::system(),
+        )
         .await
         .unwrap();
         let held = store.reader.clone().lock_owned().await;

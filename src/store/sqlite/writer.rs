@@ -37,7 +37,8 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::checkpoint::{Checkpointing, copy_wal_tail};
-use crate::store::{Backend, StoreError, now_ms};
+use crate::clock::Clock;
+use crate::store::{Backend, StoreError};
 
 /// How long a caller waits for the writer before giving up with 503.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -139,12 +140,13 @@ impl Writer {
         sync: Syncing,
         batch_max: usize,
         checkpointing: Arc<Checkpointing>,
+        clock: Clock,
     ) -> std::io::Result<Writer> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let thread = std::thread::Builder::new()
             .name("hookgate-sqlite-writer".into())
             .spawn(move || {
-                writer_loop(conn, sync, rx, batch_max, &checkpointing);
+                writer_loop(conn, sync, rx, batch_max, &checkpointing, &clock);
                 checkpointing
                     .stop
                     .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -250,6 +252,7 @@ fn writer_loop(
     mut rx: mpsc::Receiver<WriteJob>,
     batch_max: usize,
     checkpointing: &Checkpointing,
+    clock: &Clock,
 ) {
     let (sync_tx, sync_rx) = std::sync::mpsc::channel::<Committed>();
     let stopped = sync.stopped.subscribe();
@@ -275,7 +278,7 @@ fn writer_loop(
         let notify = batch.iter().any(|job| job.notify);
         let wait_for_fsync: Vec<bool> = batch.iter().map(|job| job.wait_for_fsync).collect();
         let mut answers = Vec::with_capacity(batch.len());
-        for ((reply, result), wait) in commit_batch(&mut conn, &mut batch)
+        for ((reply, result), wait) in commit_batch(&mut conn, &mut batch, clock.now_ms())
             .into_iter()
             .zip(wait_for_fsync)
         {
@@ -358,8 +361,8 @@ fn syncer(sync: Syncing, rx: std::sync::mpsc::Receiver<Committed>) {
 fn commit_batch(
     conn: &mut Connection,
     batch: &mut Vec<WriteJob>,
+    now: i64,
 ) -> Vec<(Reply, Result<(), CommitFailure>)> {
-    let now = now_ms();
     match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => {
             let mut ok = true;
