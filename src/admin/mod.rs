@@ -1,6 +1,6 @@
 //! The admin API on its own listener: the router, the bearer-token check, the guard
 //! around the whole listener, and the state the handlers share. The handlers live in
-//! [`entries`] (inspect, replay, discard) and [`sources`] (pause, resume, stats);
+//! `entries` (inspect, replay, discard) and `sources` (pause, resume, stats);
 //! their wire types in [`dto`], which is all the CLI uses of this module.
 //!
 //! Every `/admin/*` route, the OpenAPI document included, needs `Authorization:

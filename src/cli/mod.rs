@@ -6,8 +6,8 @@
 //! The binary owns presentation: errors are rendered with their whole chain by
 //! `main`, and exit codes are documented there.
 
-mod admin;
-mod sign;
+pub mod admin;
+pub mod sign;
 
 use std::path::PathBuf;
 
@@ -116,14 +116,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// The context of every error that makes a configuration unusable: `main` answers
 /// it with exit code 2.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("invalid configuration")]
 pub struct InvalidConfiguration;
-
-impl std::fmt::Display for InvalidConfiguration {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("invalid configuration")
-    }
-}
 
 fn load(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
     let path = config::config_path(path);
