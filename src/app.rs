@@ -196,6 +196,7 @@ pub async fn run(
         cfg.admin.token.as_ref(),
         signature_headers,
         cfg.admin.replay_rate,
+        clock.clone(),
     ));
     let admin_task = tokio::spawn(serve(
         "admin",

@@ -1,25 +1,33 @@
-//! The HTTP boundary's one error type, mapped to answers in one place.
+//! The one error type of both HTTP listeners (ingest and admin), and the one place
+//! where an error becomes an answer: its status, its `{"error": "..."}` body, its
+//! headers (`Retry-After`, `WWW-Authenticate`) and its outcome label.
 //!
 //! 4xx answers carry a short, precise reason (never an expected signature or a
-//! secret). 5xx answers are generic: the cause goes to the log line of the request,
-//! not to the client.
+//! secret). 5xx answers are generic: the cause stays in the error's source chain and
+//! goes to the log, not to the client.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::provider::VerifyError;
-use crate::store::StoreError;
-use crate::telemetry::IngestOutcome;
+use crate::store::{Status, StoreError};
+use crate::telemetry::RequestOutcome;
 
+/// Why a request to either listener failed. The `Display` text is what the client
+/// reads in `{"error": "..."}`.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    #[error("unknown source {0:?}")]
-    UnknownSource(String),
+    // --- Either listener: routing.
+    /// No route matches the path.
     #[error("not found")]
     NotFound,
     #[error("method not allowed")]
     MethodNotAllowed,
+
+    // --- Ingest.
+    #[error("unknown source {0:?}")]
+    UnknownSource(String),
     #[error(transparent)]
     Unverified(#[from] VerifyError),
     #[error("body larger than {limit} bytes")]
@@ -28,76 +36,137 @@ pub enum ApiError {
     BodyTimeout,
     #[error("could not read the body")]
     BodyRead,
+    /// The shared body budget is spent; bodies in flight finish within seconds.
     #[error("too many request bodies in flight, retry later")]
     Busy,
+    /// The store could not take a webhook: no 2xx, and a `Retry-After` so that the
+    /// provider retries. The ingest handler logs the cause on the request's line.
+    #[error("store unavailable, retry later")]
+    NotStored(#[source] StoreError),
+
+    // --- Admin API.
+    /// A malformed parameter or body; the text names it and what it should be.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The admin bearer token is missing or wrong.
+    #[error("unauthorized: missing or wrong bearer token")]
+    Unauthorized,
+    #[error("no entry {0:?}")]
+    NoSuchEntry(String),
+    #[error("no source {0:?}")]
+    NoSuchSource(String),
+    #[error(
+        "entry {id:?} is {}; only delivered, dead or discarded entries can be replayed",
+        .status.as_str()
+    )]
+    NotReplayable { id: String, status: Status },
+    #[error(
+        "entry {id:?} is {}; only pending or dead entries can be discarded",
+        .status.as_str()
+    )]
+    NotDiscardable { id: String, status: Status },
+    /// The admin listener has no token and the request may come from a web page.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Refused(#[from] Refusal),
+    #[error("unsupported media type: a request body must be JSON (Content-Type: application/json)")]
+    NotJson,
+    /// A store call of an admin handler failed. Logged when answered: the admin API
+    /// has no per-request log line to carry it.
+    #[error("store unavailable, retry later")]
+    StoreUnavailable(#[from] StoreError),
+}
+
+/// Why an admin listener without a token refused a request (see `admin::guard`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The request carries an `Origin` header: a browser sent it for a web page.
+    #[error(
+        "cross-site request refused: without an admin token the admin API answers only requests without an Origin header; set an admin token to use it from elsewhere"
+    )]
+    CrossSite,
+    /// The `Host` is missing or not a loopback literal: possibly a DNS-rebound name.
+    #[error(
+        "host not loopback: without an admin token the admin API answers only requests addressed to 127.0.0.1, [::1] or localhost; set an admin token to use it from elsewhere"
+    )]
+    HostNotLoopback,
 }
 
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::UnknownSource(_) | ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::NotFound
+            | ApiError::UnknownSource(_)
+            | ApiError::NoSuchEntry(_)
+            | ApiError::NoSuchSource(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unverified(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unverified(_) | ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::BodyRead => StatusCode::BAD_REQUEST,
-            ApiError::Busy | ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BodyRead | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
+                StatusCode::CONFLICT
+            }
+            ApiError::Refused(_) => StatusCode::FORBIDDEN,
+            ApiError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Busy | ApiError::NotStored(_) | ApiError::StoreUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
-    /// The outcome category for metrics (a small fixed set).
-    pub fn outcome(&self) -> IngestOutcome {
+    /// The outcome label of this error, for metrics and logs (a small fixed set).
+    pub fn outcome(&self) -> RequestOutcome {
         match self {
-            ApiError::UnknownSource(_) => IngestOutcome::UnknownSource,
-            ApiError::NotFound => IngestOutcome::NotFound,
-            ApiError::MethodNotAllowed => IngestOutcome::MethodNotAllowed,
-            ApiError::Unverified(_) => IngestOutcome::Unverified,
-            ApiError::TooLarge { .. } => IngestOutcome::TooLarge,
-            ApiError::BodyTimeout => IngestOutcome::BodyTimeout,
-            ApiError::BodyRead => IngestOutcome::BodyRead,
-            ApiError::Busy => IngestOutcome::Busy,
-            ApiError::Store(_) => IngestOutcome::StoreError,
+            ApiError::NotFound | ApiError::NoSuchEntry(_) | ApiError::NoSuchSource(_) => {
+                RequestOutcome::NotFound
+            }
+            ApiError::MethodNotAllowed => RequestOutcome::MethodNotAllowed,
+            ApiError::UnknownSource(_) => RequestOutcome::UnknownSource,
+            ApiError::Unverified(_) => RequestOutcome::Unverified,
+            ApiError::TooLarge { .. } => RequestOutcome::TooLarge,
+            ApiError::BodyTimeout => RequestOutcome::BodyTimeout,
+            ApiError::BodyRead => RequestOutcome::BodyRead,
+            ApiError::Busy => RequestOutcome::Busy,
+            ApiError::NotStored(_) | ApiError::StoreUnavailable(_) => RequestOutcome::StoreError,
+            ApiError::BadRequest(_) => RequestOutcome::BadRequest,
+            ApiError::Unauthorized => RequestOutcome::Unauthorized,
+            ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
+                RequestOutcome::Conflict
+            }
+            ApiError::Refused(_) => RequestOutcome::Refused,
+            ApiError::NotJson => RequestOutcome::NotJson,
         }
     }
 
-    /// A stable label for logs and metrics.
-    pub fn code(&self) -> &'static str {
+    /// When a client may try again, for the failures that an automated sender (a
+    /// provider) should retry: its own webhook was not stored, or the body budget was
+    /// spent (bodies in flight finish within seconds).
+    fn retry_after(&self) -> Option<&'static str> {
         match self {
-            ApiError::UnknownSource(_) => "unknown_source",
-            ApiError::NotFound => "not_found",
-            ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::Unverified(e) => e.code(),
-            ApiError::TooLarge { .. } => "too_large",
-            ApiError::BodyTimeout => "body_timeout",
-            ApiError::BodyRead => "body_read",
-            ApiError::Busy => "busy",
-            ApiError::Store(_) => "store_unavailable",
+            ApiError::NotStored(_) => Some("5"),
+            ApiError::Busy => Some("1"),
+            _ => None,
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = self.status();
-        let message = match &self {
-            // Don't expose internals: the provider only needs to know to retry.
-            ApiError::Store(_) => "store unavailable, retry later".to_string(),
-            other => other.to_string(),
-        };
-        let mut resp = (status, Json(serde_json::json!({ "error": message }))).into_response();
-        let retry_after = match self {
-            ApiError::Store(_) => Some("5"),
-            // Bodies in flight finish within seconds.
-            ApiError::Busy => Some("1"),
-            _ => None,
-        };
-        if let Some(secs) = retry_after {
-            resp.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static(secs),
-            );
+        if let ApiError::StoreUnavailable(cause) = &self {
+            tracing::error!(error = %cause, "admin: store error");
+        }
+        let mut resp = (
+            self.status(),
+            Json(serde_json::json!({ "error": self.to_string() })),
+        )
+            .into_response();
+        if let Some(secs) = self.retry_after() {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
+        }
+        if matches!(self, ApiError::Unauthorized) {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         resp
     }

@@ -13,12 +13,13 @@
 //! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::retry`]
 //!   is the pure policy, [`forward::breaker`] the per-destination circuit breaker.
 //! * [`serve`]: the hyper accept loop with connection limits and graceful drain.
-//! * [`error`]: the HTTP boundary's error type.
-//! * [`admin`]: the admin API (inspect, replay, discard, pause, stats) and its DTOs.
+//! * [`error`]: the one HTTP error type of both listeners, mapped to answers.
+//! * [`admin`]: the admin API (inspect, replay, discard, pause, stats); its wire
+//!   types are [`admin::dto`].
 //! * [`alerts`]: batched dead-letter alerts to a Slack-compatible webhook.
 //! * [`telemetry`]: logging, the Prometheus exporter and health endpoints.
-//! * [`app`]: the composition root; [`cli`]: the command line; [`admin_client`]: the
-//!   CLI's admin commands over HTTP.
+//! * [`app`]: the composition root; [`cli`]: the command line, its admin commands
+//!   over HTTP included.
 //!
 //! # Invariants
 //!
@@ -29,7 +30,6 @@
 //! * rusqlite and redis types never leave their backend's folder.
 
 pub mod admin;
-pub mod admin_client;
 pub mod alerts;
 pub mod app;
 pub mod cli;

@@ -90,9 +90,11 @@ macro_rules! label_values {
 pub(crate) use label_values;
 
 label_values! {
-    /// How an ingest request ended: label `outcome` of `hookgate_ingest_requests_total`.
+    /// How a request to either listener ended: on the ingest listener, label `outcome`
+    /// of `hookgate_ingest_requests_total`; the admin API's outcomes are not counted.
+    /// One vocabulary for both, so that an error has one label (`ApiError::outcome`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum IngestOutcome {
+    pub enum RequestOutcome {
         Accepted => "accepted",
         Duplicate => "duplicate",
         /// A verified handshake (Slack's `url_verification`) was answered.
@@ -106,21 +108,40 @@ label_values! {
         StoreError => "store_error",
         /// Counted under the source `_unknown`.
         UnknownSource => "unknown_source",
-        /// The routing fallbacks: answered, never counted (no source to count under).
+        /// No such route (never counted: no source to count under), or no such entry
+        /// or source in the admin API.
         NotFound => "not_found",
+        /// The routing fallback for a known path: answered, never counted.
         MethodNotAllowed => "method_not_allowed",
+        // The admin API's own refusals (never counted).
+        /// A malformed parameter or body.
+        BadRequest => "bad_request",
+        /// A missing or wrong bearer token.
+        Unauthorized => "unauthorized",
+        /// The entry's status does not allow the replay or discard.
+        Conflict => "conflict",
+        /// No admin token is set and a browser may have sent it for a web page.
+        Refused => "refused",
+        /// A request body that is not JSON.
+        NotJson => "not_json",
     }
 }
 
-impl IngestOutcome {
+impl RequestOutcome {
     /// Whether this outcome is counted under a configured source's name (the others
     /// are counted under `_unknown`, or not at all).
     pub fn counted_per_source(self) -> bool {
-        !matches!(
+        matches!(
             self,
-            IngestOutcome::UnknownSource
-                | IngestOutcome::NotFound
-                | IngestOutcome::MethodNotAllowed
+            RequestOutcome::Accepted
+                | RequestOutcome::Duplicate
+                | RequestOutcome::Handshake
+                | RequestOutcome::Unverified
+                | RequestOutcome::TooLarge
+                | RequestOutcome::BodyTimeout
+                | RequestOutcome::BodyRead
+                | RequestOutcome::Busy
+                | RequestOutcome::StoreError
         )
     }
 }
@@ -200,7 +221,7 @@ label_values! {
 /// registered without an observation are rendered with a zero count, sum and buckets.
 pub fn register_families(sources: &[String], destinations: &[String]) {
     use metrics::{counter, gauge, histogram};
-    for outcome in IngestOutcome::ALL {
+    for outcome in RequestOutcome::ALL {
         if !outcome.counted_per_source() {
             continue;
         }
@@ -208,7 +229,7 @@ pub fn register_families(sources: &[String], destinations: &[String]) {
             counter!("hookgate_ingest_requests_total", "source" => s.clone(), "outcome" => outcome.label()).increment(0);
         }
     }
-    counter!("hookgate_ingest_requests_total", "source" => UNKNOWN_SOURCE, "outcome" => IngestOutcome::UnknownSource.label()).increment(0);
+    counter!("hookgate_ingest_requests_total", "source" => UNKNOWN_SOURCE, "outcome" => RequestOutcome::UnknownSource.label()).increment(0);
     for s in sources {
         for reason in VerifyError::ALL {
             counter!("hookgate_ingest_unverified_total", "source" => s.clone(), "reason" => reason.label()).increment(0);
@@ -442,9 +463,9 @@ mod tests {
         };
         check(
             "hookgate_ingest_requests_total",
-            IngestOutcome::ALL
+            RequestOutcome::ALL
                 .iter()
-                .filter(|o| o.counted_per_source() || **o == IngestOutcome::UnknownSource)
+                .filter(|o| o.counted_per_source() || **o == RequestOutcome::UnknownSource)
                 .map(|o| o.label())
                 .collect(),
         );

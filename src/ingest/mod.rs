@@ -30,7 +30,7 @@ use crate::header_policy::HeaderPolicy;
 use crate::provider::Verifier;
 use crate::provider::verify::{self, HandshakeReply, VerifyError};
 use crate::store::{Accepted, Header, NewEntry, Store};
-use crate::telemetry::{self, IngestOutcome};
+use crate::telemetry::{self, RequestOutcome};
 use body::BodyBudget;
 
 /// Bodies larger than this are verified on the blocking pool.
@@ -66,11 +66,11 @@ impl SourceMetrics {
     /// Register the handles of `source` with the installed recorder (install it
     /// first: handles taken before are no-ops).
     pub fn new(source: &str) -> Self {
-        let requests = |outcome: IngestOutcome| metrics::counter!("hookgate_ingest_requests_total", "source" => source.to_string(), "outcome" => outcome.label());
+        let requests = |outcome: RequestOutcome| metrics::counter!("hookgate_ingest_requests_total", "source" => source.to_string(), "outcome" => outcome.label());
         SourceMetrics {
-            accepted: requests(IngestOutcome::Accepted),
-            duplicate: requests(IngestOutcome::Duplicate),
-            handshake: requests(IngestOutcome::Handshake),
+            accepted: requests(RequestOutcome::Accepted),
+            duplicate: requests(RequestOutcome::Duplicate),
+            handshake: requests(RequestOutcome::Handshake),
             ack_seconds: metrics::histogram!("hookgate_ingest_ack_seconds", "source" => source.to_string()),
         }
     }
@@ -175,12 +175,12 @@ async fn ingest(
         Ok(Handled::Stored {
             accepted: Accepted::Duplicate(_),
             ..
-        }) => IngestOutcome::Duplicate,
+        }) => RequestOutcome::Duplicate,
         Ok(Handled::Stored {
             accepted: Accepted::New(_),
             ..
-        }) => IngestOutcome::Accepted,
-        Ok(Handled::Handshake(_)) => IngestOutcome::Handshake,
+        }) => RequestOutcome::Accepted,
+        Ok(Handled::Handshake(_)) => RequestOutcome::Handshake,
         Err(e) => e.outcome(),
     };
     // The name comes from the URL: only configured names are logged verbatim, and
@@ -189,15 +189,15 @@ async fn ingest(
         Some(source) => {
             let m = &source.metrics;
             match kind {
-                IngestOutcome::Accepted => {
+                RequestOutcome::Accepted => {
                     m.accepted.increment(1);
                     m.ack_seconds.record(elapsed.as_secs_f64());
                 }
-                IngestOutcome::Duplicate => {
+                RequestOutcome::Duplicate => {
                     m.duplicate.increment(1);
                     m.ack_seconds.record(elapsed.as_secs_f64());
                 }
-                IngestOutcome::Handshake => m.handshake.increment(1),
+                RequestOutcome::Handshake => m.handshake.increment(1),
                 _ => {
                     metrics::counter!("hookgate_ingest_requests_total", "source" => source_name.clone(), "outcome" => kind.label())
                         .increment(1);
@@ -241,13 +241,18 @@ async fn ingest(
             if matches!(e, ApiError::Unverified(_)) {
                 ingest.unverified.bump(&source_name);
             }
+            // A refused signature is logged with its reason (the metric's `reason`).
+            let outcome = match &e {
+                ApiError::Unverified(reason) => reason.label(),
+                other => other.outcome().label(),
+            };
             match &e {
-                ApiError::Store(cause) => tracing::error!(
-                    source = %source_name, outcome = e.code(), error = %cause, latency_us,
+                ApiError::NotStored(cause) => tracing::error!(
+                    source = %source_name, outcome, error = %cause, latency_us,
                     "ingest: store write failed, answered 503"
                 ),
                 _ => tracing::warn!(
-                    source = %source_name, outcome = e.code(), latency_us, "ingest refused"
+                    source = %source_name, outcome, latency_us, "ingest refused"
                 ),
             }
             e.into_response()
@@ -438,7 +443,11 @@ async fn handle(
         )),
         Decision::Store(entry) => {
             let event_id = entry.event_id.clone();
-            let accepted = ingest.store.accept(*entry).await?;
+            let accepted = ingest
+                .store
+                .accept(*entry)
+                .await
+                .map_err(ApiError::NotStored)?;
             let body = Json(Ack {
                 id: accepted.id(),
                 duplicate: matches!(accepted, Accepted::Duplicate(_)),

@@ -3,13 +3,14 @@
 //! Talks HTTP to a running gateway (the admin URL and token come from flags or
 //! `HOOKGATE_ADMIN_URL` / `HOOKGATE_ADMIN_TOKEN`), prints readable tables by default
 //! and the API's JSON with `--json`. Errors say what to check: an unreachable gateway
-//! and a refused token are told apart.
+//! and a refused token are told apart. It shares only the wire types
+//! ([`crate::admin::dto`]) with the server.
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use serde::de::DeserializeOwned;
 
-use crate::admin::{
+use crate::admin::dto::{
     EntryDetail, EntryList, EntrySummary, ReplayFilter, ReplayResult, SourceState, Stats,
     TransitionResult,
 };
@@ -151,7 +152,7 @@ impl Client {
             anyhow::anyhow!(
                 "cannot reach the admin API at {}: {} (is `hookgate serve` running? is --admin-url right?)",
                 self.base,
-                root(&e)
+                anyhow::Error::from(e).root_cause()
             )
         })?;
         let status = resp.status();
@@ -181,14 +182,6 @@ impl Client {
             .with_context(|| format!("unexpected answer from {url}"))?;
         Ok((typed, json))
     }
-}
-
-fn root(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(n) = cur.source() {
-        cur = n;
-    }
-    cur.to_string()
 }
 
 fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
@@ -480,7 +473,7 @@ pub async fn sources(api: &ApiArgs, cmd: SourcesCmd) -> anyhow::Result<()> {
 
 pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
     let c = Client::new(api)?;
-    let (st, raw): (Stats, _) = c
+    let (stats, raw): (Stats, _) = c
         .call(reqwest::Method::GET, "/admin/stats", &[], None)
         .await?;
     if api.json {
@@ -499,7 +492,8 @@ pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
             "discarded",
             "oldest pending",
         ],
-        st.sources
+        stats
+            .sources
             .iter()
             .map(|s| {
                 vec![

@@ -1,0 +1,264 @@
+//! The load generator: pre-signed Stripe webhooks, and the closed loop (fixed
+//! concurrency: throughput) and open loop (fixed rate: latency from each request's
+//! due time) that send them over keep-alive HTTP/1.1 connections.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::SECRET;
+
+/// A pre-signed request.
+pub struct Prepared {
+    signature: String,
+    body: Bytes,
+}
+
+/// `n` distinct Stripe events with 1–4 KiB bodies, signed now. With `dup_every = 2`,
+/// every second request repeats an earlier event (a redelivery).
+pub fn prepare(n: usize, prefix: &str, dup_every: Option<usize>) -> Vec<Prepared> {
+    use hookgate::config::Secret;
+    use hookgate::provider::Registry;
+    use hookgate::provider::sign::{SignInput, sign};
+    let reg = Registry::builtin().expect("registry");
+    let spec = reg.get("stripe").expect("stripe spec").clone();
+    let secret = Secret::new(SECRET);
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    let mut out = Vec::with_capacity(n);
+    let mut rng = fastrand::Rng::with_seed(7);
+    for i in 0..n {
+        let event = match dup_every {
+            Some(k) if i % k == k - 1 && i > 0 => i / 2,
+            _ => i,
+        };
+        let pad = rng.usize(700..3800);
+        let body = format!(
+            r#"{{"id":"evt_{prefix}_{event}","object":"event","type":"payment_intent.succeeded","api_version":"2024-06-20","created":{ts},"data":{{"object":{{"id":"pi_{event}","amount":2000,"currency":"usd","description":"{}"}}}},"livemode":false,"pending_webhooks":1}}"#,
+            "x".repeat(pad)
+        );
+        let headers = sign(
+            &spec,
+            &secret,
+            &SignInput {
+                body: body.as_bytes(),
+                timestamp: ts,
+                id: "",
+                event_type: None,
+                method: "POST",
+                path: "/",
+                url: None,
+            },
+        )
+        .expect("sign");
+        out.push(Prepared {
+            signature: headers.headers[0].1.clone(),
+            body: Bytes::from(body),
+        });
+    }
+    out
+}
+
+pub struct LoadResult {
+    pub requests: u64,
+    pub errors: u64,
+    elapsed: Duration,
+    hist: Histogram<u64>,
+}
+
+impl LoadResult {
+    pub fn rate(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+    pub fn pct(&self, q: f64) -> f64 {
+        self.hist.value_at_quantile(q) as f64 / 1000.0
+    }
+}
+
+async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let _ = stream.set_nodelay(true);
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    sender
+}
+
+fn request(addr: SocketAddr, path: &str, p: &Prepared) -> Request<Full<Bytes>> {
+    Request::post(format!("http://{addr}{path}"))
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .header("stripe-signature", &p.signature)
+        .body(Full::new(p.body.clone()))
+        .expect("request")
+}
+
+/// Closed loop: `connections` connections each send the next request as soon as the
+/// previous answer is read, for `duration` (or until the requests run out, unless
+/// `cycle`: servers that do not dedupe, the baseline and the sink, take them again).
+pub async fn closed_loop(
+    addr: SocketAddr,
+    path: &str,
+    requests: Arc<Vec<Prepared>>,
+    connections: usize,
+    duration: Duration,
+    cycle: bool,
+) -> LoadResult {
+    let next = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let requests = requests.clone();
+        let next = next.clone();
+        let errors = errors.clone();
+        let path = path.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
+            let mut sender = connect(addr).await;
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                let mut i = next.fetch_add(1, Ordering::Relaxed);
+                if cycle {
+                    i %= requests.len();
+                }
+                let Some(p) = requests.get(i) else { break };
+                let t = Instant::now();
+                match sender.send_request(request(addr, &path, p)).await {
+                    Ok(resp) => {
+                        let ok = resp.status().is_success();
+                        let _ = resp.into_body().collect().await;
+                        if !ok {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let _ = hist.record(t.elapsed().as_micros() as u64);
+                        done += 1;
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        sender = connect(addr).await;
+                    }
+                }
+            }
+            (done, hist)
+        }));
+    }
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
+    let mut total = 0;
+    for t in tasks {
+        let (n, h) = t.await.expect("load task");
+        total += n;
+        hist.add(h).expect("merge");
+    }
+    LoadResult {
+        requests: total,
+        errors: errors.load(Ordering::Relaxed),
+        elapsed: start.elapsed(),
+        hist,
+    }
+}
+
+/// Open loop: requests are due at a fixed rate; latency counts from the due time.
+pub async fn open_loop(
+    addr: SocketAddr,
+    path: &str,
+    requests: Arc<Vec<Prepared>>,
+    connections: usize,
+    rate: f64,
+    duration: Duration,
+    sent_at: Option<Arc<Mutex<HashMap<usize, Instant>>>>,
+) -> LoadResult {
+    let (tx, rx) = tokio::sync::mpsc::channel::<(usize, Instant)>(1_000_000);
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let errors = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let total = ((rate * duration.as_secs_f64()) as usize).min(requests.len());
+    // The producer is an OS thread that sleeps until each due time (tokio's timer has a
+    // 1 ms grain, which would add up to a millisecond of the generator's own lateness
+    // to every figure).
+    let producer = std::thread::spawn(move || {
+        let interval = Duration::from_secs_f64(1.0 / rate);
+        let mut i = 0usize;
+        while i < total {
+            let now = Instant::now();
+            while i < total && start + interval.mul_f64(i as f64) <= now {
+                if tx
+                    .blocking_send((i, start + interval.mul_f64(i as f64)))
+                    .is_err()
+                {
+                    return;
+                }
+                i += 1;
+            }
+            if let Some(wait) =
+                (start + interval.mul_f64(i as f64)).checked_duration_since(Instant::now())
+            {
+                std::thread::sleep(wait);
+            }
+        }
+    });
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let rx = rx.clone();
+        let requests = requests.clone();
+        let errors = errors.clone();
+        let sent_at = sent_at.clone();
+        let path = path.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
+            let mut sender = connect(addr).await;
+            loop {
+                let job = rx.lock().await.recv().await;
+                let Some((i, due)) = job else { break };
+                if let Some(s) = &sent_at {
+                    s.lock().expect("lock").insert(i, due);
+                }
+                match sender
+                    .send_request(request(addr, &path, &requests[i]))
+                    .await
+                {
+                    Ok(resp) => {
+                        if !resp.status().is_success() {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let _ = resp.into_body().collect().await;
+                        let _ = hist.record(due.elapsed().as_micros().max(1) as u64);
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        sender = connect(addr).await;
+                    }
+                }
+            }
+            hist
+        }));
+    }
+    let _ = producer.join();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
+    for t in tasks {
+        hist.add(t.await.expect("task")).expect("merge");
+    }
+    LoadResult {
+        requests: hist.len(),
+        errors: errors.load(Ordering::Relaxed),
+        elapsed: start.elapsed(),
+        hist,
+    }
+}
+
+pub fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}

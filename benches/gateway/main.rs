@@ -1,0 +1,169 @@
+//! The gateway benchmark: every figure against a bare-hyper baseline measured in the
+//! same run.
+//!
+//! ```text
+//! cargo bench --bench gateway                      # every scenario
+//! cargo bench --bench gateway -- ingest-embedded   # one scenario (see SCENARIOS)
+//! cargo bench --bench gateway -- --smoke           # about two minutes: proves the harness works
+//! ```
+//!
+//! Layout: the gateway (`hookgate serve`, release build) and the baseline (this binary
+//! re-executed as a bare hyper server that reads the body and answers 200) run as child
+//! processes with the same runtime settings (tokio multi-thread, one worker per core);
+//! the load generator and, for the forward scenarios, the sink run in this process.
+//! Requests are pre-signed Stripe webhooks (`t=…,v1=…`) with unique event ids and
+//! 1–4 KiB bodies, sent over keep-alive connections, either in a closed loop (fixed
+//! concurrency: throughput) or an open loop (fixed rate: latency measured from each
+//! request's intended send time, so coordinated omission does not hide queueing).
+//! Gateway and baseline runs alternate; each figure is the median of the rounds.
+//!
+//! Modules: [`load`] (requests and the two loops), [`procs`] (baseline, gateway and
+//! Redis processes), [`sink`] (the forward scenarios' destination), [`measure`] (CPU,
+//! disk, medians) and [`scenarios`] (one function per scenario).
+
+mod load;
+mod measure;
+mod procs;
+mod scenarios;
+mod sink;
+
+use std::time::Duration;
+
+use procs::Store;
+use scenarios::{forward_drain, forward_e2e, ingest, latency, recovery};
+
+const SCENARIOS: &[&str] = &[
+    "ingest-embedded",
+    "ingest-redis",
+    "latency-embedded",
+    "latency-redis",
+    "duplicates",
+    "forward-drain",
+    "forward-e2e",
+    "recovery",
+];
+
+const SECRET: &str = "whsec_bench_secret";
+
+#[derive(Clone, Copy)]
+struct Settings {
+    duration: Duration,
+    connections: usize,
+    rounds: usize,
+    drain_entries: usize,
+    recovery_entries: usize,
+    outage: Duration,
+}
+
+impl Settings {
+    fn full() -> Settings {
+        Settings {
+            duration: Duration::from_secs(10),
+            connections: 64,
+            rounds: 3,
+            drain_entries: 100_000,
+            recovery_entries: 10_000,
+            outage: Duration::from_secs(30),
+        }
+    }
+
+    fn smoke() -> Settings {
+        Settings {
+            duration: Duration::from_millis(700),
+            connections: 8,
+            rounds: 1,
+            drain_entries: 500,
+            recovery_entries: 200,
+            outage: Duration::from_secs(2),
+        }
+    }
+}
+
+fn main() {
+    if let Ok(port) = std::env::var("HOOKGATE_BENCH_BASELINE") {
+        procs::baseline_server(port.parse().expect("port"));
+        return;
+    }
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let mut settings = if smoke {
+        Settings::smoke()
+    } else {
+        Settings::full()
+    };
+    if let Some(i) = args.iter().position(|a| a == "--duration") {
+        settings.duration = Duration::from_secs(args[i + 1].parse().expect("--duration SECS"));
+    }
+    if let Some(i) = args.iter().position(|a| a == "--rounds") {
+        settings.rounds = args[i + 1].parse().expect("--rounds N");
+    }
+    let picked: Vec<&str> = SCENARIOS
+        .iter()
+        .copied()
+        .filter(|s| args.iter().any(|a| a == s))
+        .collect();
+    let scenarios = if picked.is_empty() {
+        SCENARIOS.to_vec()
+    } else {
+        picked
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let mut report = Report::default();
+        println!(
+            "machine: {} cores, {}",
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            cpu_model()
+        );
+        for s in scenarios {
+            println!("\n== {s}");
+            match s {
+                "ingest-embedded" => ingest(&mut report, Store::Embedded, settings, false).await,
+                "ingest-redis" => ingest(&mut report, Store::Redis, settings, false).await,
+                "latency-embedded" => latency(&mut report, Store::Embedded, settings).await,
+                "latency-redis" => latency(&mut report, Store::Redis, settings).await,
+                "duplicates" => ingest(&mut report, Store::Embedded, settings, true).await,
+                "forward-drain" => forward_drain(&mut report, settings).await,
+                "forward-e2e" => forward_e2e(&mut report, settings).await,
+                "recovery" => recovery(&mut report, settings).await,
+                _ => unreachable!(),
+            }
+        }
+        println!("\n== summary");
+        for line in &report.lines {
+            println!("{line}");
+        }
+    });
+}
+
+#[derive(Default)]
+struct Report {
+    lines: Vec<String>,
+}
+
+impl Report {
+    fn add(&mut self, line: String) {
+        println!("  {line}");
+        self.lines.push(line);
+    }
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}

@@ -1,0 +1,213 @@
+//! The processes a scenario runs: the bare-hyper baseline (this binary
+//! re-executed), `hookgate serve`, and a private `redis-server`; each is stopped when
+//! its handle is dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::SECRET;
+
+/// The baseline: a bare hyper server that reads the body and answers 200, with the
+/// gateway's runtime settings.
+pub fn baseline_server(port: u16) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                        let _ = req.into_body().collect().await;
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                            Bytes::from_static(b"{\"ok\":true}"),
+                        )))
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port")
+}
+
+fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "port {port} never opened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub struct Proc {
+    pub child: Child,
+    pub port: u16,
+    pub admin: u16,
+}
+
+impl Proc {
+    /// Peak resident set size (VmHWM) in MiB.
+    pub fn peak_rss_mib(&self) -> f64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|kb| kb.parse::<f64>().ok())
+            })
+            .map(|kb| kb / 1024.0)
+            .unwrap_or(0.0)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start_baseline() -> Proc {
+    let port = free_port();
+    let child = Command::new(std::env::current_exe().expect("exe"))
+        .env("HOOKGATE_BENCH_BASELINE", port.to_string())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("baseline");
+    wait_port(port);
+    Proc {
+        child,
+        port,
+        admin: 0,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Store {
+    Embedded,
+    Redis,
+}
+
+pub struct Redis {
+    pub child: Child,
+    port: u16,
+    /// Its Unix socket, which the gateway uses instead of TCP when
+    /// `HOOKGATE_BENCH_REDIS_UNIX` is set (Redis on the gateway's own host).
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start_redis() -> Redis {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    // The Redis settings that deploy/ ships (AOF `appendfsync always`, rewrites, …),
+    // on a private port and directory.
+    let conf = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/redis.conf");
+    let socket = dir.path().join("redis.sock");
+    let child = Command::new("redis-server")
+        .arg(conf)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        // Extra redis-server arguments, for diagnosis (e.g. what AOF rewrites cost:
+        // `HOOKGATE_BENCH_REDIS_ARGS="--auto-aof-rewrite-percentage 0"`).
+        .args(
+            std::env::var("HOOKGATE_BENCH_REDIS_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
+        .arg("--unixsocket")
+        .arg(&socket)
+        .args(["--unixsocketperm", "700"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (apt-get install redis-server)");
+    wait_port(port);
+    Redis {
+        child,
+        port,
+        socket,
+        _dir: dir,
+    }
+}
+
+/// Start `hookgate serve` with `store`, one source `bench` delivering to `sink`;
+/// `global` holds top-level tables, `source_extra` the source's own
+/// (`[sources.retry]`, `[sources.delivery]`).
+pub fn start_gateway(
+    dir: &Path,
+    store: &str,
+    sink: &str,
+    global: &str,
+    source_extra: &str,
+) -> Proc {
+    let port = free_port();
+    let admin = free_port();
+    let cfg = dir.join("hookgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n{store}\n{global}\n\
+             [[sources]]\nname = \"bench\"\nprovider = \"stripe\"\nsecret = \"{SECRET}\"\n\
+             destination = \"{sink}\"\n{source_extra}\n"
+        ),
+    )
+    .expect("config");
+    let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("hookgate");
+    wait_port(admin);
+    wait_port(port);
+    Proc { child, port, admin }
+}
+
+pub fn store_toml(store: Store, dir: &Path, redis: Option<&Redis>) -> String {
+    match store {
+        Store::Embedded => format!(
+            "[store]\nkind = \"embedded\"\npath = \"{}\"\n",
+            dir.join("data").display()
+        ),
+        Store::Redis if std::env::var_os("HOOKGATE_BENCH_REDIS_UNIX").is_some() => format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis+unix://{}\"\n",
+            redis.expect("redis").socket.display()
+        ),
+        Store::Redis => format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{}\"\n",
+            redis.expect("redis").port
+        ),
+    }
+}

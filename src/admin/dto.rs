@@ -1,0 +1,121 @@
+//! The admin API's wire types: what its answers and request bodies look like in
+//! JSON. The server serializes them and the CLI deserializes them, so both sides
+//! share one definition; each carries the name of its schema in `openapi.json`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::Status;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EntrySummary {
+    pub id: String,
+    pub source: String,
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    pub received_at: String,
+    pub status: Status,
+    pub attempts: u32,
+    pub next_attempt_at: Option<String>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EntryList {
+    pub entries: Vec<EntrySummary>,
+    pub next_cursor: Option<String>,
+}
+
+/// A stored header of an entry (credentials and signatures redacted).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Header {
+    pub name: String,
+    pub value: String,
+}
+
+/// One delivery attempt of an entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Attempt {
+    pub n: u32,
+    pub at: String,
+    pub status_code: Option<u16>,
+    pub error: Option<String>,
+    pub latency_ms: u64,
+}
+
+/// An operator's action on an entry (replay or discard).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuditEvent {
+    pub at: String,
+    pub action: String,
+    pub actor: String,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EntryDetail {
+    #[serde(flatten)]
+    pub summary: EntrySummary,
+    pub headers: Vec<Header>,
+    /// `utf8` or `base64`.
+    pub body_encoding: String,
+    pub body: String,
+    pub attempt_log: Vec<Attempt>,
+    pub audit: Vec<AuditEvent>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReplayFilter {
+    #[serde(default)]
+    pub source: Option<String>,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub event_type: Option<String>,
+    #[serde(default)]
+    pub since: Option<String>,
+    #[serde(default)]
+    pub until: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplayResult {
+    pub queued: u64,
+    /// When the last queued entry is due (RFC 3339), given the replay rate.
+    pub last_due_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TransitionResult {
+    pub id: String,
+    pub status: Status,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiscardRequest {
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SourceState {
+    pub source: String,
+    pub paused: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SourceStats {
+    pub source: String,
+    pub paused: bool,
+    pub received: u64,
+    pub duplicates: u64,
+    pub unverified: u64,
+    pub pending: u64,
+    pub delivered: u64,
+    pub dead: u64,
+    pub discarded: u64,
+    pub oldest_pending_age_seconds: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Stats {
+    pub sources: Vec<SourceStats>,
+}

@@ -1,0 +1,442 @@
+//! The entry handlers of the admin API: list, show, replay, discard and bulk replay,
+//! with the parsing of their query parameters and bodies.
+//!
+//! Replays keep the entry id (the consumer's idempotency key) and get a fresh retry
+//! budget. A bulk replay spreads its entries over time at `admin.replay_rate` per
+//! second, so replaying a large dead-letter queue never stampedes the destination.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+
+use super::dto::{
+    self, EntryDetail, EntryList, EntrySummary, ReplayFilter, ReplayResult, TransitionResult,
+};
+use super::{AdminState, path_param};
+use crate::error::ApiError;
+use crate::store::{ListQuery, ListedEntry, MAX_PAGE, Status, Transition};
+
+/// The page size of a listing that names no `limit` (the largest is `MAX_PAGE`).
+pub const DEFAULT_LIMIT: usize = 50;
+/// Entries one bulk replay may queue.
+pub const BULK_REPLAY_MAX: usize = 100_000;
+
+pub(super) async fn list(
+    State(admin): State<Arc<AdminState>>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<EntryList>, ApiError> {
+    let q = query_map(raw);
+    let limit = match q.get("limit") {
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!("limit: {v:?} must be between 1 and {MAX_PAGE}"))
+            })?,
+        None => DEFAULT_LIMIT,
+    };
+    let query = ListQuery {
+        source: q.get("source").filter(|s| !s.is_empty()).cloned(),
+        status: q.get("status").map(|s| parse_status(s)).transpose()?,
+        event_type: q.get("event_type").filter(|s| !s.is_empty()).cloned(),
+        since: q.get("since").map(|v| parse_time("since", v)).transpose()?,
+        until: q.get("until").map(|v| parse_time("until", v)).transpose()?,
+        limit,
+        cursor: q.get("cursor").filter(|s| !s.is_empty()).cloned(),
+    };
+    let page = admin.store.list(&query).await?;
+    Ok(Json(EntryList {
+        entries: page.entries.iter().map(summary).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+pub(super) async fn show(
+    State(admin): State<Arc<AdminState>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<EntryDetail>, ApiError> {
+    let id = path_param(id)?;
+    let entry = admin
+        .store
+        .get(&id)
+        .await?
+        .ok_or_else(|| ApiError::NoSuchEntry(id.clone()))?;
+    let attempts = admin.store.attempts(&id).await?;
+    let audit = admin.store.audit(&id).await?;
+    let sig_header = admin
+        .sources
+        .iter()
+        .find(|(n, _)| *n == entry.source)
+        .map(|(_, h)| h.clone())
+        .unwrap_or_default();
+    let headers = entry
+        .headers
+        .iter()
+        .map(|h| dto::Header {
+            name: h.name.clone(),
+            value: if is_sensitive(&h.name, &sig_header) {
+                "[redacted]".to_string()
+            } else {
+                String::from_utf8_lossy(&h.value).into_owned()
+            },
+        })
+        .collect();
+    let (body_encoding, body) = match std::str::from_utf8(&entry.body) {
+        Ok(text) => ("utf8".to_string(), text.to_string()),
+        Err(_) => ("base64".to_string(), B64.encode(&entry.body)),
+    };
+    Ok(Json(EntryDetail {
+        summary: summary(&entry.listed()),
+        headers,
+        body_encoding,
+        body,
+        attempt_log: attempts
+            .into_iter()
+            .map(|a| dto::Attempt {
+                n: a.n,
+                at: rfc3339(a.at),
+                status_code: a.status_code,
+                error: a.error,
+                latency_ms: a.latency_ms,
+            })
+            .collect(),
+        audit: audit
+            .into_iter()
+            .map(|a| dto::AuditEvent {
+                at: rfc3339(a.at),
+                action: a.action,
+                actor: a.actor,
+                note: a.note,
+            })
+            .collect(),
+    }))
+}
+
+/// Who did it: the `X-Hookgate-Actor` header (the CLI sends the user name), else "admin".
+fn actor(headers: &HeaderMap) -> String {
+    headers
+        .get("x-hookgate-actor")
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.chars().take(100).collect::<String>())
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "admin".to_string())
+}
+
+pub(super) async fn replay(
+    State(admin): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = path_param(id)?;
+    let now = admin.clock.now_ms();
+    match admin.store.replay(&id, now, &actor(&headers), now).await? {
+        Transition::Done => {
+            tracing::info!(entry_id = %id, "replay queued");
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(TransitionResult {
+                    id,
+                    status: Status::Pending,
+                }),
+            )
+                .into_response())
+        }
+        Transition::NotFound => Err(ApiError::NoSuchEntry(id)),
+        Transition::Conflict(status) => Err(ApiError::NotReplayable { id, status }),
+    }
+}
+
+pub(super) async fn discard(
+    State(admin): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Result<Json<TransitionResult>, ApiError> {
+    let id = path_param(id)?;
+    let req: dto::DiscardRequest = json_object(&body).ok_or_else(|| {
+        ApiError::BadRequest("a JSON body {\"note\": \"why\"} is required".into())
+    })?;
+    let note = req.note.trim();
+    if note.is_empty() {
+        return Err(ApiError::BadRequest("note must not be empty".into()));
+    }
+    if note.len() > 2000 {
+        return Err(ApiError::BadRequest(
+            "note is longer than 2000 bytes".into(),
+        ));
+    }
+    match admin
+        .store
+        .discard(&id, &actor(&headers), note, admin.clock.now_ms())
+        .await?
+    {
+        Transition::Done => {
+            tracing::info!(entry_id = %id, "entry discarded");
+            Ok(Json(TransitionResult {
+                id,
+                status: Status::Discarded,
+            }))
+        }
+        Transition::NotFound => Err(ApiError::NoSuchEntry(id)),
+        Transition::Conflict(status) => Err(ApiError::NotDiscardable { id, status }),
+    }
+}
+
+pub(super) async fn bulk_replay(
+    State(admin): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<ReplayResult>), ApiError> {
+    let f: ReplayFilter = if body.is_empty() {
+        ReplayFilter::default()
+    } else {
+        json_object(&body).ok_or_else(|| {
+            ApiError::BadRequest(
+                "the filter must be a JSON object: {\"source\", \"status\", \"event_type\", \"since\", \"until\"}"
+                    .into(),
+            )
+        })?
+    };
+    let status = match f.status.as_deref() {
+        None => Status::Dead,
+        Some(s) => parse_status(s)?,
+    };
+    if status == Status::Pending {
+        return Err(ApiError::BadRequest(
+            "status: pending entries are already queued".into(),
+        ));
+    }
+    if let Some(s) = &f.source
+        && !admin.has_source(s)
+    {
+        return Err(ApiError::NoSuchSource(s.clone()));
+    }
+    let mut query = ListQuery {
+        source: f.source.clone().filter(|s| !s.is_empty()),
+        status: Some(status),
+        event_type: f.event_type.clone().filter(|s| !s.is_empty()),
+        since: f
+            .since
+            .as_deref()
+            .map(|v| parse_time("since", v))
+            .transpose()?,
+        until: f
+            .until
+            .as_deref()
+            .map(|v| parse_time("until", v))
+            .transpose()?,
+        limit: 500,
+        cursor: None,
+    };
+    // Collect first, then queue: replayed entries leave the status being listed.
+    // Ids only: a bulk replay never reads an entry it does not need.
+    let mut ids = Vec::new();
+    loop {
+        let page = admin.store.list_ids(&query).await?;
+        ids.extend(page.ids);
+        match page.next_cursor {
+            Some(c) if ids.len() < BULK_REPLAY_MAX => query.cursor = Some(c),
+            _ => break,
+        }
+    }
+    ids.truncate(BULK_REPLAY_MAX);
+    // Oldest first, spread at the replay rate after whatever this process already queued.
+    ids.reverse();
+    let who = actor(&headers);
+    let now = admin.clock.now_ms();
+    let step = 1000.0 / f64::from(admin.replay_rate);
+    let start = {
+        let mut horizon = admin
+            .replay_horizon
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let start = (*horizon).max(now);
+        *horizon = start + (ids.len() as f64 * step) as i64;
+        start
+    };
+    let mut queued = 0u64;
+    let mut last_due = None;
+    for (i, id) in ids.iter().enumerate() {
+        let at = start + (i as f64 * step) as i64;
+        if admin.store.replay(id, at, &who, now).await? == Transition::Done {
+            queued += 1;
+            last_due = Some(at);
+        }
+    }
+    tracing::info!(queued, rate = admin.replay_rate, "bulk replay queued");
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ReplayResult {
+            queued,
+            last_due_at: last_due.map(rfc3339),
+        }),
+    ))
+}
+
+/// Unix milliseconds as RFC 3339 (UTC, with milliseconds).
+fn rfc3339(ms: i64) -> String {
+    let t =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// A time parameter: RFC 3339 (any offset), or unix seconds. Times before 1970
+/// count as 1970.
+fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
+    let bad = || {
+        ApiError::BadRequest(format!(
+            "{name}: {v:?} is not a time; use RFC 3339 (2026-11-21T10:00:00Z) or unix seconds"
+        ))
+    };
+    if !v.is_empty() && v.len() <= 11 && v.bytes().all(|b| b.is_ascii_digit()) {
+        return v.parse::<i64>().map(|s| s * 1000).map_err(|_| bad());
+    }
+    // Every valid form is ASCII; byte offsets below rely on it.
+    if !v.is_ascii() {
+        return Err(bad());
+    }
+    // Split a numeric offset off (RFC 3339 allows "+05:30" or "Z"); humantime takes Z.
+    let upper = v.to_ascii_uppercase();
+    let (base, offset_secs) = match upper.len().checked_sub(6).map(|i| upper.split_at(i)) {
+        Some((base, off))
+            if base.contains('T')
+                && (off.starts_with('+') || off.starts_with('-'))
+                && off.as_bytes().get(3) == Some(&b':') =>
+        {
+            let h: i64 = off[1..3].parse().map_err(|_| bad())?;
+            let m: i64 = off[4..6].parse().map_err(|_| bad())?;
+            let sign = if off.starts_with('-') { -1 } else { 1 };
+            (format!("{base}Z"), sign * (h * 3600 + m * 60))
+        }
+        _ => (upper.clone(), 0),
+    };
+    // humantime covers 1970..=9999; anything earlier is before every entry anyway.
+    if base.len() > 5
+        && base.as_bytes()[4] == b'-'
+        && base[..4].parse::<u32>().is_ok_and(|y| y < 1970)
+    {
+        return Ok(0);
+    }
+    let t = humantime::parse_rfc3339_weak(&base).map_err(|_| bad())?;
+    let ms = match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(_) => 0,
+    };
+    Ok(ms.saturating_sub(offset_secs * 1000).max(0))
+}
+
+fn parse_status(v: &str) -> Result<Status, ApiError> {
+    Status::parse(v).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "status: {v:?} is not one of pending, delivered, dead, discarded"
+        ))
+    })
+}
+
+fn summary(e: &ListedEntry) -> EntrySummary {
+    EntrySummary {
+        id: e.id.clone(),
+        source: e.source.clone(),
+        event_id: e.event_id.clone(),
+        event_type: e.event_type.clone(),
+        received_at: rfc3339(e.received_at),
+        status: e.status,
+        attempts: e.attempts,
+        next_attempt_at: match e.status {
+            Status::Pending => e.next_attempt_at.map(rfc3339),
+            _ => None,
+        },
+        last_error: e.last_error.clone(),
+    }
+}
+
+/// Header names whose values are credentials or signatures.
+fn is_sensitive(name: &str, signature_header: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n == signature_header
+        || matches!(
+            n.as_str(),
+            "authorization" | "proxy-authorization" | "cookie" | "set-cookie" | "x-api-key"
+        )
+        || [
+            "signature",
+            "token",
+            "secret",
+            "hmac",
+            "password",
+            "api-key",
+        ]
+        .iter()
+        .any(|s| n.contains(s))
+}
+
+/// Parse a JSON object body into `T` (serde would also take an array for a struct).
+fn json_object<T: serde::de::DeserializeOwned>(body: &[u8]) -> Option<T> {
+    match serde_json::from_slice::<serde_json::Value>(body).ok()? {
+        v @ serde_json::Value::Object(_) => serde_json::from_value(v).ok(),
+        _ => None,
+    }
+}
+
+fn query_map(raw: Option<String>) -> HashMap<String, String> {
+    form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sensitive_headers_are_recognised() {
+        for h in [
+            "stripe-signature",
+            "X-Hub-Signature-256",
+            "x-shopify-hmac-sha256",
+            "authorization",
+            "x-gitlab-token",
+            "webhook-signature",
+            "cookie",
+        ] {
+            assert!(is_sensitive(h, "stripe-signature"), "{h}");
+        }
+        for h in ["content-type", "user-agent", "x-github-event", "webhook-id"] {
+            assert!(!is_sensitive(h, "x-hub-signature-256"), "{h}");
+        }
+    }
+
+    #[test]
+    fn times_parse_as_rfc3339_or_unix_seconds() {
+        assert_eq!(
+            parse_time("since", "1700000000").unwrap(),
+            1_700_000_000_000
+        );
+        assert_eq!(
+            parse_time("since", "2023-11-14T22:13:20Z").unwrap(),
+            1_700_000_000_000
+        );
+        assert!(parse_time("since", "yesterday").is_err());
+        assert!(parse_time("since", "").is_err());
+        assert!(parse_time("since", "\u{80}\u{80}0\u{80}").is_err());
+        assert!(parse_time("since", "2023-11-14T22:13:20+05:3\u{e9}").is_err());
+        assert_eq!(
+            parse_time("since", "2023-11-15T03:43:20+05:30").unwrap(),
+            1_700_000_000_000
+        );
+        assert_eq!(
+            parse_time("since", "2023-11-14t22:13:20.5z").unwrap(),
+            1_700_000_000_500
+        );
+        assert_eq!(parse_time("since", "1900-01-01T00:00:00Z").unwrap(), 0);
+    }
+}

@@ -1,0 +1,281 @@
+//! The admin API on its own listener: the router, the bearer-token check, the guard
+//! around the whole listener, and the state the handlers share. The handlers live in
+//! `entries` (inspect, replay, discard) and `sources` (pause, resume, stats);
+//! their wire types in [`dto`], which is all the CLI uses of this module.
+//!
+//! Every `/admin/*` route, the OpenAPI document included, needs `Authorization:
+//! Bearer <token>` when a token is configured; the comparison is over SHA-256
+//! digests in constant time, so neither content nor length leaks. `/healthz`,
+//! `/readyz` and `/metrics` (in `telemetry`) stay open.
+//!
+//! [`guard`] wraps the whole listener. Without a token, the listener is reachable by
+//! any web page open in a browser on the same host, so it refuses what a browser
+//! sends on a page's behalf: an `Origin` header, or a `Host` other than a loopback
+//! literal (DNS rebinding). With or without a token, a body must be JSON, which a
+//! page cannot send cross-site without a CORS preflight that nothing here answers.
+
+pub mod dto;
+mod entries;
+mod sources;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::HttpBody as _;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, Method, Version, header};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use sha2::Digest as _;
+use subtle::ConstantTimeEq;
+
+use crate::clock::Clock;
+use crate::config::Secret;
+use crate::error::{ApiError, Refusal};
+use crate::store::Store;
+
+pub use entries::{BULK_REPLAY_MAX, DEFAULT_LIMIT};
+
+/// The OpenAPI document of this API (kept in the repository, served as is).
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+/// What the admin handlers share. Built once by `app`.
+pub struct AdminState {
+    pub store: Arc<dyn Store>,
+    /// SHA-256 of the bearer token, when one is configured.
+    pub token_digest: Option<[u8; 32]>,
+    /// Configured source names and the signature header of each (redacted on display).
+    pub sources: Vec<(String, String)>,
+    pub replay_rate: u32,
+    /// The next free slot (unix ms) of bulk replays in this process.
+    pub replay_horizon: Mutex<i64>,
+    /// Replays and discards are stamped (and scheduled) at its time.
+    pub clock: Clock,
+}
+
+impl AdminState {
+    pub fn new(
+        store: Arc<dyn Store>,
+        token: Option<&Secret>,
+        sources: Vec<(String, String)>,
+        replay_rate: u32,
+        clock: Clock,
+    ) -> AdminState {
+        AdminState {
+            store,
+            token_digest: token.map(|t| sha2::Sha256::digest(t.expose().as_bytes()).into()),
+            sources,
+            replay_rate: replay_rate.max(1),
+            replay_horizon: Mutex::new(0),
+            clock,
+        }
+    }
+
+    fn has_source(&self, name: &str) -> bool {
+        self.sources.iter().any(|(n, _)| n == name)
+    }
+}
+
+pub fn router(state: Arc<AdminState>) -> Router {
+    let protected = Router::new()
+        .route(
+            "/admin/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
+        .route("/admin/entries", get(entries::list))
+        .route("/admin/entries/{id}", get(entries::show))
+        .route("/admin/entries/{id}/replay", post(entries::replay))
+        .route("/admin/entries/{id}/discard", post(entries::discard))
+        .route("/admin/replay", post(entries::bulk_replay))
+        .route("/admin/sources", get(sources::list))
+        .route("/admin/sources/{name}/pause", post(sources::pause))
+        .route("/admin/sources/{name}/resume", post(sources::resume))
+        .route("/admin/stats", get(sources::stats))
+        // Auth wraps only the routes above: the fallbacks answer 404 and 405 alike.
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .merge(protected)
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .fallback(|| async { ApiError::NotFound })
+        .with_state(state)
+}
+
+async fn require_token(
+    State(admin): State<Arc<AdminState>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if let Some(want) = &admin.token_digest {
+        let got = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| -> [u8; 32] { sha2::Sha256::digest(t.trim().as_bytes()).into() });
+        let ok = got.is_some_and(|g| bool::from(g.ct_eq(want)));
+        if !ok {
+            return Err(ApiError::Unauthorized);
+        }
+    }
+    Ok(next.run(req).await)
+}
+
+/// The middleware around the whole admin listener (the API, `/metrics` and the
+/// probes): without a token, refuse what a browser sends on a web page's behalf; in
+/// any case, refuse a POST body that is not JSON. A refused request changes nothing.
+pub async fn guard(
+    State(admin): State<Arc<AdminState>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if admin.token_digest.is_none()
+        && let Some(refusal) = browser_request(&req)
+    {
+        tracing::warn!(
+            method = %req.method(),
+            path = %req.uri().path(),
+            reason = ?refusal,
+            "admin: refused a request (no admin token is configured)"
+        );
+        return Err(ApiError::Refused(refusal));
+    }
+    if req.method() == Method::POST && carries_body(&req) && !is_json(req.headers()) {
+        return Err(ApiError::NotJson);
+    }
+    Ok(next.run(req).await)
+}
+
+/// Whether `req` may come from a web page in a local browser. Browsers send `Origin`
+/// on every cross-origin request a page can read and on every POST; a page that
+/// reached this listener through a rebound DNS name sends that name as `Host`.
+fn browser_request(req: &Request) -> Option<Refusal> {
+    if req.headers().contains_key(header::ORIGIN) {
+        return Some(Refusal::CrossSite);
+    }
+    // HTTP/1.1 absolute-form targets (and HTTP/2) carry the host in the URI too.
+    let uri_host_ok = req
+        .uri()
+        .authority()
+        .is_none_or(|a| is_loopback_host(a.as_str()));
+    let mut hosts = req.headers().get_all(header::HOST).iter().peekable();
+    let has_host = hosts.peek().is_some() || req.uri().authority().is_some();
+    let hosts_ok = hosts.all(|v| v.to_str().is_ok_and(is_loopback_host));
+    // HTTP/1.0 does not require a Host; a browser always sends one.
+    let host_required = req.version() != Version::HTTP_10 && req.version() != Version::HTTP_09;
+    if !uri_host_ok || !hosts_ok || (host_required && !has_host) {
+        return Some(Refusal::HostNotLoopback);
+    }
+    None
+}
+
+/// `127.0.0.0/8`, `[::1]` or `localhost`, each with an optional port.
+fn is_loopback_host(value: &str) -> bool {
+    let (host_ok, port) = match value.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, port)) => (ip.parse::<Ipv6Addr>().is_ok_and(|a| a.is_loopback()), port),
+            None => return false,
+        },
+        None => {
+            let (host, port) = match value.find(':') {
+                Some(i) => value.split_at(i),
+                None => (value, ""),
+            };
+            (
+                host.eq_ignore_ascii_case("localhost")
+                    || host.parse::<Ipv4Addr>().is_ok_and(|a| a.is_loopback()),
+                port,
+            )
+        }
+    };
+    let port_ok = port.is_empty()
+        || port.strip_prefix(':').is_some_and(|p| {
+            !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok()
+        });
+    host_ok && port_ok
+}
+
+/// Whether a request has a body: a `Content-Length` above 0 or a chunked body (the
+/// body's size hint covers both, for HTTP/1.1 and HTTP/2 alike).
+fn carries_body(req: &Request) -> bool {
+    req.body().size_hint().exact() != Some(0)
+}
+
+/// `Content-Type: application/json`, with or without parameters, in any case.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// A path parameter, or a 400 that says what was wrong with it.
+fn path_param(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    p.map(|Path(v)| v)
+        .map_err(|e| ApiError::BadRequest(format!("invalid path: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_are_literals_with_an_optional_port() {
+        for h in [
+            "127.0.0.1",
+            "127.0.0.1:8081",
+            "127.3.4.5:1",
+            "[::1]",
+            "[::1]:8081",
+            "localhost",
+            "LocalHost:65535",
+        ] {
+            assert!(is_loopback_host(h), "{h}");
+        }
+        for h in [
+            "",
+            "evil.example",
+            "evil.example:8081",
+            "localhost.evil.example",
+            "localhost.",
+            "127.0.0.1.nip.io",
+            "127.1",
+            "10.0.0.1:8081",
+            "0.0.0.0:8081",
+            "[::]:8081",
+            "[::ffff:7f00:1]",
+            "::1",
+            "[::1",
+            "[::1]x",
+            "127.0.0.1:",
+            "127.0.0.1:65536",
+            "127.0.0.1:+80",
+            "127.0.0.1:80:80",
+            "localhost:80@evil.example",
+        ] {
+            assert!(!is_loopback_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn json_content_types_allow_parameters_and_any_case() {
+        let mut h = HeaderMap::new();
+        assert!(!is_json(&h));
+        for (v, ok) in [
+            ("application/json", true),
+            ("Application/JSON; charset=utf-8", true),
+            (" application/json ;charset=UTF-8", true),
+            ("text/plain", false),
+            ("application/x-www-form-urlencoded", false),
+            ("multipart/form-data; boundary=x", false),
+            ("application/json-seq", false),
+            ("application/jsonx", false),
+        ] {
+            h.insert(header::CONTENT_TYPE, v.parse().unwrap());
+            assert_eq!(is_json(&h), ok, "{v}");
+        }
+    }
+}
