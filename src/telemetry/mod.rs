@@ -11,21 +11,19 @@
 //! secrets, signatures or bodies, and dependencies are capped at `info` unless
 //! `RUST_LOG` names them, so their trace output cannot leak a header either.
 
-use std::sync::{Arc, OnceLock};
+mod endpoints;
+mod labels;
 
-use axum::Json;
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::get;
+use std::sync::OnceLock;
+
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
-use crate::forward::retry::{Decision, Outcome};
 use crate::provider::VerifyError;
-use crate::store::{Store, StoreError};
+pub use endpoints::router;
+pub(crate) use labels::label_values;
+pub use labels::*;
 
 /// Install the global subscriber. `RUST_LOG` filters (default `info`).
 pub fn init(format: LogFormat) {
@@ -56,160 +54,6 @@ pub fn init(format: LogFormat) {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Human => builder.try_init(),
     };
-}
-
-/// An enum of metric label values, with `ALL` (every variant, in declaration order)
-/// and `label()`. Declared through this macro, a variant cannot lack its label nor be
-/// left out of `ALL`, so [`register_families`] registers every value the code emits.
-/// Attributes (docs, derives, `#[error]`) pass through to the enum and its variants.
-macro_rules! label_values {
-    (
-        $(#[$meta:meta])*
-        $vis:vis enum $name:ident {
-            $( $(#[$vmeta:meta])* $variant:ident => $label:literal, )+
-        }
-    ) => {
-        $(#[$meta])*
-        $vis enum $name {
-            $( $(#[$vmeta])* $variant, )+
-        }
-
-        impl $name {
-            /// Every variant, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
-
-            /// The metric label value.
-            pub fn label(&self) -> &'static str {
-                match self {
-                    $( $name::$variant => $label, )+
-                }
-            }
-        }
-    };
-}
-pub(crate) use label_values;
-
-label_values! {
-    /// How a request to either listener ended: on the ingest listener, label `outcome`
-    /// of `hookgate_ingest_requests_total`; the admin API's outcomes are not counted.
-    /// One vocabulary for both, so that an error has one label (`ApiError::outcome`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum RequestOutcome {
-        Accepted => "accepted",
-        Duplicate => "duplicate",
-        /// A verified handshake (Slack's `url_verification`) was answered.
-        Handshake => "handshake",
-        Unverified => "unverified",
-        TooLarge => "too_large",
-        BodyTimeout => "body_timeout",
-        BodyRead => "body_read",
-        /// The body budget was spent (503).
-        Busy => "busy",
-        StoreError => "store_error",
-        /// Counted under the source `_unknown`.
-        UnknownSource => "unknown_source",
-        /// No such route (never counted: no source to count under), or no such entry
-        /// or source in the admin API.
-        NotFound => "not_found",
-        /// The routing fallback for a known path: answered, never counted.
-        MethodNotAllowed => "method_not_allowed",
-        // The admin API's own refusals (never counted).
-        /// A malformed parameter or body.
-        BadRequest => "bad_request",
-        /// A missing or wrong bearer token.
-        Unauthorized => "unauthorized",
-        /// The entry's status does not allow the replay or discard.
-        Conflict => "conflict",
-        /// No admin token is set and a browser may have sent it for a web page.
-        Refused => "refused",
-        /// A request body that is not JSON.
-        NotJson => "not_json",
-    }
-}
-
-impl RequestOutcome {
-    /// Whether this outcome is counted under a configured source's name (the others
-    /// are counted under `_unknown`, or not at all).
-    pub fn counted_per_source(self) -> bool {
-        matches!(
-            self,
-            RequestOutcome::Accepted
-                | RequestOutcome::Duplicate
-                | RequestOutcome::Handshake
-                | RequestOutcome::Unverified
-                | RequestOutcome::TooLarge
-                | RequestOutcome::BodyTimeout
-                | RequestOutcome::BodyRead
-                | RequestOutcome::Busy
-                | RequestOutcome::StoreError
-        )
-    }
-}
-
-/// The `source` label of ingest requests to a name that is not configured.
-pub const UNKNOWN_SOURCE: &str = "_unknown";
-
-label_values! {
-    /// What one delivery attempt got: label `result` of `hookgate_delivery_attempts_total`.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum DeliveryResult {
-        Status2xx => "2xx",
-        Status3xx => "3xx",
-        Status4xx => "4xx",
-        Status5xx => "5xx",
-        /// A status outside 200–599.
-        OtherStatus => "other",
-        Timeout => "timeout",
-        Connect => "connect",
-        Io => "io",
-    }
-}
-
-impl DeliveryResult {
-    pub fn of(outcome: &Outcome) -> DeliveryResult {
-        match outcome {
-            Outcome::Status { code, .. } => match code {
-                200..=299 => DeliveryResult::Status2xx,
-                300..=399 => DeliveryResult::Status3xx,
-                400..=499 => DeliveryResult::Status4xx,
-                500..=599 => DeliveryResult::Status5xx,
-                _ => DeliveryResult::OtherStatus,
-            },
-            Outcome::Timeout => DeliveryResult::Timeout,
-            Outcome::Connect(_) => DeliveryResult::Connect,
-            Outcome::Io(_) => DeliveryResult::Io,
-        }
-    }
-}
-
-label_values! {
-    /// What became of an entry after an attempt: label `outcome` of
-    /// `hookgate_deliveries_total`.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum DeliveryOutcome {
-        Delivered => "delivered",
-        Retry => "retry",
-        Dead => "dead",
-    }
-}
-
-impl DeliveryOutcome {
-    pub fn of(decision: &Decision) -> DeliveryOutcome {
-        match decision {
-            Decision::MarkDelivered => DeliveryOutcome::Delivered,
-            Decision::RetryAt(_) => DeliveryOutcome::Retry,
-            Decision::DeadLetter(_) => DeliveryOutcome::Dead,
-        }
-    }
-}
-
-label_values! {
-    /// Label `result` of `hookgate_alerts_sent_total`.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum AlertResult {
-        Sent => "sent",
-        Failed => "failed",
-    }
 }
 
 /// Register every metric family with a zero series for each configured source (and
@@ -339,64 +183,6 @@ fn describe() {
     );
 }
 
-/// The probes and `/metrics`. None of them needs the admin token: probes say only
-/// ok or ready, and Prometheus scrapers are configured per target, without the
-/// token; the metrics carry counts, configured source names and destination hosts,
-/// never webhook data or a secret. (Without a token, the admin listener's guard,
-/// `admin::guard`, still refuses browser requests to them.)
-pub fn router(store: Arc<dyn Store>) -> Router {
-    Router::new()
-        .route(
-            "/healthz",
-            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
-        )
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(render_metrics))
-        .with_state(store)
-}
-
-async fn render_metrics() -> impl IntoResponse {
-    match install_metrics() {
-        Some(h) => {
-            h.run_upkeep();
-            (
-                StatusCode::OK,
-                [(
-                    axum::http::header::CONTENT_TYPE,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )],
-                h.render(),
-            )
-        }
-        None => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(
-                axum::http::header::CONTENT_TYPE,
-                "text/plain; charset=utf-8",
-            )],
-            "metrics recorder unavailable\n".to_string(),
-        ),
-    }
-}
-
-async fn readyz(State(store): State<Arc<dyn Store>>) -> impl IntoResponse {
-    match store.ping().await {
-        Ok(()) => (StatusCode::OK, Json(serde_json::json!({"status": "ready"}))),
-        Err(e) => {
-            tracing::warn!(error = %e, "readyz: store not ready");
-            let status = match e {
-                // Reachable, but it may evict keys: the operator's fix is in the log.
-                StoreError::Evicting { .. } => "store may evict keys",
-                _ => "store unreachable",
-            };
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(serde_json::json!({ "status": status })),
-            )
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,7 +191,7 @@ mod tests {
     /// README's Observability table: for each row, the metric names of its first
     /// column and the words of the whole row.
     fn readme_rows() -> Vec<(Vec<String>, BTreeSet<String>)> {
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../README.md");
         let section = readme
             .split("## Observability")
             .nth(1)
@@ -507,19 +293,5 @@ mod tests {
             text.contains("hookgate_delivery_seconds_count{source=\"unit_keep\"} 0"),
             "an unobserved histogram is rendered with a zero count:\n{text}"
         );
-    }
-
-    #[test]
-    fn delivery_results_cover_every_status_class() {
-        let status = |code| Outcome::Status {
-            code,
-            retry_after: None,
-        };
-        assert_eq!(DeliveryResult::of(&status(204)).label(), "2xx");
-        assert_eq!(DeliveryResult::of(&status(302)).label(), "3xx");
-        assert_eq!(DeliveryResult::of(&status(429)).label(), "4xx");
-        assert_eq!(DeliveryResult::of(&status(503)).label(), "5xx");
-        assert_eq!(DeliveryResult::of(&status(700)).label(), "other");
-        assert_eq!(DeliveryResult::of(&Outcome::Timeout).label(), "timeout");
     }
 }
