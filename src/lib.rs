@@ -6,7 +6,7 @@
 //! * [`provider`]: provider specs as data ([`provider::spec`]), the one verification
 //!   engine ([`provider::verify`]) and its inverse, the signer ([`provider::sign`]).
 //! * [`store`]: the `Store` trait and its backends, `store::sqlite` (embedded, group
-//!   commit) and `store::redis` (one Lua script per accept).
+//!   commit) and `store::redis` (Lua scripts; concurrent accepts share a call).
 //! * [`ingest`]: `POST /ingest/{source}`: read (within [`ingest::body`]'s budget),
 //!   verify, dedupe + persist, answer; [`header_policy`]: which headers are kept and
 //!   passed on.
@@ -18,6 +18,7 @@
 //!   types are [`admin::dto`].
 //! * [`alerts`]: batched dead-letter alerts to a Slack-compatible webhook.
 //! * [`telemetry`]: logging, the Prometheus exporter and health endpoints.
+//! * [`clock`]: the one clock everything that needs the time is handed.
 //! * [`app`]: the composition root; [`cli`]: the command line, its admin commands
 //!   over HTTP included.
 //!
@@ -26,8 +27,10 @@
 //! * Nothing is parsed or re-serialized before the signature is verified, and a
 //!   forged request never reaches the store (so it cannot poison a dedupe key).
 //! * A 2xx is only sent for an entry the store has made durable.
-//! * `provider` does no I/O and never reads the clock itself.
+//! * `provider` reads no clock, and does no I/O but the registry's `providers_dir`.
 //! * rusqlite and redis types never leave their backend's folder.
+//!
+//! ARCHITECTURE.md at the repository root has the map, and what holds each invariant.
 
 pub mod admin;
 pub mod alerts;

@@ -16,6 +16,7 @@ mod faults;
 mod forward;
 mod hostile;
 mod ingest;
+mod layout;
 mod logs;
 mod observe;
 mod operate;
