@@ -217,11 +217,9 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
 pub async fn forward_drain(report: &mut Report, s: Settings) {
     let sink = start_sink(None, false).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let gw = start_gateway(
+    let gw = forwarding_gateway(
         dir.path(),
-        &store_toml(Store::Embedded, dir.path(), None),
-        &format!("http://127.0.0.1:{}/hook", sink.port),
-        "[forwarder]\npoll_interval = \"100ms\"\n",
+        sink.port,
         "[sources.delivery]\nconcurrency = 64\n",
     );
     let admin = format!("http://127.0.0.1:{}", gw.admin);
@@ -258,13 +256,7 @@ pub async fn forward_drain(report: &mut Report, s: Settings) {
 pub async fn forward_e2e(report: &mut Report, s: Settings) {
     let sink = start_sink(None, true).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let gw = start_gateway(
-        dir.path(),
-        &store_toml(Store::Embedded, dir.path(), None),
-        &format!("http://127.0.0.1:{}/hook", sink.port),
-        "[forwarder]\npoll_interval = \"100ms\"\n",
-        "",
-    );
+    let gw = forwarding_gateway(dir.path(), sink.port, "");
     let rate = if s.rounds == 1 && s.duration < Duration::from_secs(2) {
         200.0
     } else {
@@ -311,11 +303,9 @@ pub async fn recovery(report: &mut Report, s: Settings) {
     let sink = start_sink(None, true).await;
     sink.up.store(false, Ordering::SeqCst);
     let dir = tempfile::tempdir().expect("tempdir");
-    let gw = start_gateway(
+    let gw = forwarding_gateway(
         dir.path(),
-        &store_toml(Store::Embedded, dir.path(), None),
-        &format!("http://127.0.0.1:{}/hook", sink.port),
-        "[forwarder]\npoll_interval = \"100ms\"\n",
+        sink.port,
         "[sources.retry]\nbase = \"1s\"\ncap = \"60s\"\nmax_attempts = 100\n",
     );
     ingest_backlog(
@@ -358,4 +348,20 @@ pub async fn recovery(report: &mut Report, s: Settings) {
         100.0 * peak as f64 / cap.rate(),
         cap.rate()
     ));
+}
+
+/// An embedded-store gateway that delivers to the sink on `sink_port`, polling often
+/// so that forwarding figures measure delivery, not the poll interval.
+fn forwarding_gateway(
+    dir: &std::path::Path,
+    sink_port: u16,
+    source_extra: &str,
+) -> crate::procs::Proc {
+    start_gateway(
+        dir,
+        &store_toml(Store::Embedded, dir, None),
+        &format!("http://127.0.0.1:{sink_port}/hook"),
+        "[forwarder]\npoll_interval = \"100ms\"\n",
+        source_extra,
+    )
 }

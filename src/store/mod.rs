@@ -243,6 +243,52 @@ pub struct IdPage {
 
 pub const MAX_PAGE: usize = 1000;
 
+impl ListQuery {
+    /// Where a newest-first scan starts: ids strictly below this one (the cursor, or
+    /// the id bound of `until`, whichever is lower) are still to be looked at.
+    pub(crate) fn scan_below(&self) -> Option<String> {
+        let until = self.until.map(id_floor);
+        match (&self.cursor, until) {
+            (Some(c), Some(u)) => Some(c.min(&u).clone()),
+            (Some(c), None) => Some(c.clone()),
+            (None, until) => until,
+        }
+    }
+}
+
+impl Page {
+    /// The page from up to `limit + 1` entries read newest first: the one past
+    /// `limit` only says that another page follows.
+    pub(crate) fn from_overfetched(mut entries: Vec<ListedEntry>, limit: usize) -> Page {
+        let next_cursor = match entries.len() > limit {
+            true => {
+                entries.truncate(limit);
+                entries.last().map(|e| e.id.clone())
+            }
+            false => None,
+        };
+        Page {
+            entries,
+            next_cursor,
+        }
+    }
+}
+
+impl IdPage {
+    /// The page from up to `limit + 1` ids read newest first (see
+    /// [`Page::from_overfetched`]).
+    pub(crate) fn from_overfetched(mut ids: Vec<String>, limit: usize) -> IdPage {
+        let next_cursor = match ids.len() > limit {
+            true => {
+                ids.truncate(limit);
+                ids.last().cloned()
+            }
+            false => None,
+        };
+        IdPage { ids, next_cursor }
+    }
+}
+
 /// One delivery attempt, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {

@@ -24,15 +24,9 @@ impl RedisStore {
             Some(s) => vec![s.clone()],
             None => self.sources().await?,
         };
-        let until = q.until.map(id_floor);
         let floor = q.since.map(id_floor);
         // The scan position: ids strictly below it are still to be looked at.
-        let mut below: Option<String> = match (&q.cursor, &until) {
-            (Some(c), Some(u)) => Some(c.min(u).clone()),
-            (Some(c), None) => Some(c.clone()),
-            (None, Some(u)) => Some(u.clone()),
-            (None, None) => None,
-        };
+        let mut below = q.scan_below();
         let mut entries: Vec<ListedEntry> = Vec::new();
         let mut exhausted = false;
         // Filters that the indexes do not cover (event type) may need several rounds;
@@ -101,14 +95,8 @@ impl RedisStore {
             Some(s) => vec![s.clone()],
             None => self.sources().await?,
         };
-        let until = q.until.map(id_floor);
         let floor = q.since.map(id_floor);
-        let below: Option<String> = match (&q.cursor, &until) {
-            (Some(c), Some(u)) => Some(c.min(u).clone()),
-            (Some(c), None) => Some(c.clone()),
-            (None, Some(u)) => Some(u.clone()),
-            (None, None) => None,
-        };
+        let below = q.scan_below();
         let mut ids = Vec::new();
         for s in &sources {
             ids.extend(
@@ -118,13 +106,7 @@ impl RedisStore {
         }
         ids.sort_by(|a, b| b.cmp(a));
         ids.dedup();
-        let next_cursor = if ids.len() > limit {
-            ids.truncate(limit);
-            ids.last().cloned()
-        } else {
-            None
-        };
-        Ok(IdPage { ids, next_cursor })
+        Ok(IdPage::from_overfetched(ids, limit))
     }
 
     /// The listed form of entries of one source (`None` where the entry is gone).

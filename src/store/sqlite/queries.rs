@@ -257,16 +257,7 @@ pub(super) fn list(conn: &Connection, q: &ListQuery, limit: usize) -> Result<Pag
     while let Some(row) = rows.next()? {
         entries.push(row_to_listed(row)?);
     }
-    let next_cursor = if entries.len() > limit {
-        entries.truncate(limit);
-        entries.last().map(|e| e.id.clone())
-    } else {
-        None
-    };
-    Ok(Page {
-        entries,
-        next_cursor,
-    })
+    Ok(Page::from_overfetched(entries, limit))
 }
 
 /// The ids of the page `list` would return (`Store::list_ids`).
@@ -277,16 +268,10 @@ pub(super) fn list_ids(
 ) -> Result<IdPage, StoreError> {
     let (sql, args) = list_sql(q, "id", limit);
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut ids = stmt
+    let ids = stmt
         .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(0))?
         .collect::<Result<Vec<_>, _>>()?;
-    let next_cursor = if ids.len() > limit {
-        ids.truncate(limit);
-        ids.last().cloned()
-    } else {
-        None
-    };
-    Ok(IdPage { ids, next_cursor })
+    Ok(IdPage::from_overfetched(ids, limit))
 }
 
 /// How many entries `source` holds, whatever their status.
