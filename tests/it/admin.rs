@@ -36,8 +36,13 @@ pub struct Admin {
 
 impl Admin {
     pub fn new(gw: &Gateway) -> Admin {
+        Admin::at(&gw.admin)
+    }
+
+    /// The admin API at `base` (a child gateway's, say).
+    pub fn at(base: &str) -> Admin {
         Admin {
-            base: gw.admin.clone(),
+            base: base.to_string(),
             http: http(),
         }
     }

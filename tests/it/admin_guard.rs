@@ -152,9 +152,7 @@ async fn a_post_body_must_be_json() {
     let base = gw.admin.as_str();
     let host = base.trim_start_matches("http://").to_string();
     // A pending entry (its destination refuses connections) to discard.
-    let body = event_body("stripe", "evt_guard_json");
-    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-    let (st, v) = post_raw(&http(), &gw.ingest, "stripe", &body, &headers).await;
+    let (st, v) = post_stripe(&http(), &gw.ingest, "evt_guard_json").await;
     assert_eq!(st, 200, "{v}");
     let id = v["id"].as_str().expect("entry id").to_string();
     let status = || async {

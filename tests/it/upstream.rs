@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -120,6 +121,16 @@ impl Upstream {
         at.duration_since(self.inner.started)
     }
 
+    /// The `webhook-id` of each request received (only of those answered
+    /// `only_status`, when given), in the order they came.
+    pub fn webhook_ids(&self, only_status: Option<u16>) -> Vec<String> {
+        self.received()
+            .iter()
+            .filter(|r| only_status.is_none_or(|s| r.answered == s))
+            .filter_map(|r| r.header("webhook-id"))
+            .collect()
+    }
+
     /// Stop serving (the port refuses connections afterwards).
     pub fn stop(&self) {
         self.task.abort();
@@ -142,6 +153,19 @@ impl Upstream {
         })
         .await;
     }
+}
+
+/// Whether `received` holds a request for each entry id of `entries` (its
+/// `webhook-id`).
+pub fn reached<'r, 'a>(
+    received: impl IntoIterator<Item = &'r Received>,
+    entries: impl IntoIterator<Item = &'a String>,
+) -> bool {
+    let got: HashSet<String> = received
+        .into_iter()
+        .filter_map(|r| r.header("webhook-id"))
+        .collect();
+    entries.into_iter().all(|id| got.contains(id))
 }
 
 impl Drop for Upstream {
