@@ -28,18 +28,7 @@ async fn pages(store: &dyn Store, query: &ListQuery) -> (Vec<Vec<String>>, Vec<V
     loop {
         let page = store.list(&q).await.unwrap();
         listed.push(page.entries.iter().map(|e| e.id.clone()).collect());
-        for e in &page.entries {
-            let full = store
-                .get(&e.id)
-                .await
-                .unwrap()
-                .expect("listed entry exists");
-            assert_eq!(
-                *e,
-                full.listed(),
-                "a listed entry is its entry minus headers and body"
-            );
-        }
+        assert_listed_as_stored(store, &page.entries).await;
         match page.next_cursor {
             Some(c) => q.cursor = Some(c),
             None => break,

@@ -3,25 +3,19 @@
 //! nothing crashes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::admin::{Admin, TOKEN};
 use crate::forward::{FAST, FAST_RETRY, ingest_many, source};
-use crate::upstream::{Reply, Upstream};
+use crate::upstream::Upstream;
 use crate::util::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_a_three_master_cluster() {
     let cluster = RedisCluster::start();
     let ok = Upstream::ok().await;
-    let fixed = Arc::new(AtomicBool::new(false));
-    let f = fixed.clone();
-    let flaky = Upstream::scripted(move |_, _| {
-        Reply::Status(if f.load(Ordering::SeqCst) { 200 } else { 404 })
-    })
-    .await;
+    let (flaky, fixed) = Upstream::failing_until_fixed(404).await;
     let names = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"];
     let mut sources = String::new();
     for n in names {

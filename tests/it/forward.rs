@@ -3,8 +3,7 @@
 //! restarts. Every test runs on both stores unless it is about Redis.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hookgate::config::{self, Config};
@@ -177,16 +176,7 @@ both_stores!(
 
 async fn outage_then_recovery(backend: Backend) {
     let h = StoreHandle::new(backend);
-    let down = Arc::new(AtomicBool::new(true));
-    let d = down.clone();
-    let up = Upstream::scripted(move |_, _| {
-        if d.load(Ordering::SeqCst) {
-            Reply::Status(503)
-        } else {
-            Reply::Status(200)
-        }
-    })
-    .await;
+    let (up, fixed) = Upstream::failing_until_fixed(503).await;
     let retry = "[sources.retry]\nbase = \"1s\"\ncap = \"8s\"\nmax_attempts = 30\n";
     let cfg = fwd_config(&h, "", &source("stripe", &up.url, retry));
     let gw = Gateway::start(cfg).await;
@@ -207,7 +197,7 @@ async fn outage_then_recovery(backend: Backend) {
     )
     .await;
     let recovered_at = Instant::now();
-    down.store(false, Ordering::SeqCst);
+    fixed.store(true, Ordering::SeqCst);
     up.wait_for(Duration::from_secs(60), "every entry delivered", |r| {
         r.iter().filter(|x| x.answered == 200).count() >= n
     })
@@ -708,16 +698,7 @@ both_stores!(
 async fn redis_restarts(_: Backend) {
     // With AOF: delivery resumes by itself, nothing lost.
     let mut h = StoreHandle::new(Backend::Redis);
-    let down = Arc::new(AtomicBool::new(true));
-    let d = down.clone();
-    let up = Upstream::scripted(move |_, _| {
-        if d.load(Ordering::SeqCst) {
-            Reply::Status(503)
-        } else {
-            Reply::Status(200)
-        }
-    })
-    .await;
+    let (up, fixed) = Upstream::failing_until_fixed(503).await;
     let gw = Gateway::start(fwd_config(&h, "", &source("stripe", &up.url, FAST_RETRY))).await;
     let ids = ingest_many(&gw.ingest, "stripe", "evt_aof", 50).await;
     // Restart Redis once the forwarder is at work: every entry attempted (and failed).
@@ -726,7 +707,7 @@ async fn redis_restarts(_: Backend) {
     })
     .await;
     h.redis_mut().restart();
-    down.store(false, Ordering::SeqCst);
+    fixed.store(true, Ordering::SeqCst);
     up.wait_for(
         Duration::from_secs(30),
         "all delivered after the Redis restart",

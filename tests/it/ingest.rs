@@ -325,8 +325,7 @@ async fn concurrent_redeliveries(backend: Backend) {
         let body = body.clone();
         let url = gw.ingest.clone();
         tasks.push(tokio::spawn(async move {
-            let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-            post_raw(&c, &url, "stripe", &body, &headers).await
+            post_stripe_signed(&c, &url, "stripe", &body).await
         }));
     }
     let mut answers = Vec::new();

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -72,6 +73,22 @@ impl Upstream {
     ) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         Self::on(listener, Box::new(script))
+    }
+
+    /// An upstream that answers `status` until the switch it returns is set, and 200
+    /// from then on.
+    pub async fn failing_until_fixed(status: u16) -> (Upstream, Arc<AtomicBool>) {
+        let fixed = Arc::new(AtomicBool::new(false));
+        let switch = fixed.clone();
+        let up = Self::scripted(move |_, _| {
+            Reply::Status(if switch.load(Ordering::SeqCst) {
+                200
+            } else {
+                status
+            })
+        })
+        .await;
+        (up, fixed)
     }
 
     /// Start again on a given port (after `stop`), with a new script.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use hookgate::config::{self, Config, Secret};
 use hookgate::provider::Registry;
 use hookgate::provider::sign::{SignInput, sign};
-use hookgate::store::{self, Entry, ListQuery, Page, Status, Store};
+use hookgate::store::{self, Entry, ListQuery, ListedEntry, Page, Status, Store};
 use tokio_util::sync::CancellationToken;
 
 /// How often the waits below look at their condition again.
@@ -354,6 +354,23 @@ pub async fn first_page_of_source(store: &dyn Store, source: &str, limit: usize)
         ..Default::default()
     };
     store.list(&query).await.expect("list by source")
+}
+
+/// Assert that each of `listed` is its stored entry as a listing shows it: the
+/// entry minus headers and body.
+pub async fn assert_listed_as_stored(store: &dyn Store, listed: &[ListedEntry]) {
+    for e in listed {
+        let full = store
+            .get(&e.id)
+            .await
+            .expect("get a listed entry")
+            .unwrap_or_else(|| panic!("listed entry {} is not stored", e.id));
+        assert_eq!(
+            *e,
+            full.listed(),
+            "a listed entry is its entry minus headers and body"
+        );
+    }
 }
 
 /// The stored entry an ingest answer (`{"id": …}`) names.
