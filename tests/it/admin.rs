@@ -36,8 +36,13 @@ pub struct Admin {
 
 impl Admin {
     pub fn new(gw: &Gateway) -> Admin {
+        Admin::at(&gw.admin)
+    }
+
+    /// The admin API at `base` (a child gateway's, say).
+    pub fn at(base: &str) -> Admin {
         Admin {
-            base: gw.admin.clone(),
+            base: base.to_string(),
             http: http(),
         }
     }
@@ -78,12 +83,7 @@ async fn wait_entry(admin: &Admin, id: &str, status: &str, timeout: Duration) ->
 
 async fn lifecycle(backend: Backend) {
     let h = StoreHandle::new(backend);
-    let fixed = Arc::new(AtomicBool::new(false));
-    let f = fixed.clone();
-    let up = Upstream::scripted(move |_, _| {
-        Reply::Status(if f.load(Ordering::SeqCst) { 200 } else { 404 })
-    })
-    .await;
+    let (up, fixed) = Upstream::failing_until_fixed(404).await;
     let gw = Gateway::start(admin_config(&h, "", &source("shop", &up.url, FAST_RETRY))).await;
     let admin = Admin::new(&gw);
     let ids = ingest_many(&gw.ingest, "shop", "evt_life", 1).await;
@@ -224,33 +224,24 @@ async fn discard(backend: Backend) {
     let ids = ingest_many(&gw.ingest, "d", "evt_disc", 2).await;
     let mut ids = ids.into_values();
     let (a, b) = (ids.next().unwrap(), ids.next().unwrap());
+    let discard_a = async |body: Option<Value>| {
+        admin
+            .call("POST", &format!("/admin/entries/{a}/discard"), body)
+            .await
+    };
     for body in [
         None,
         Some(json!({})),
         Some(json!({"note": ""})),
         Some(json!({"note": "   "})),
     ] {
-        let (st, v) = admin
-            .call("POST", &format!("/admin/entries/{a}/discard"), body.clone())
-            .await;
+        let (st, v) = discard_a(body.clone()).await;
         assert_eq!(st, 400, "{body:?}: {v}");
         assert!(v["error"].as_str().unwrap().contains("note"));
     }
-    let (st, v) = admin
-        .call(
-            "POST",
-            &format!("/admin/entries/{a}/discard"),
-            Some(json!({"note": "test event from staging"})),
-        )
-        .await;
+    let (st, v) = discard_a(Some(json!({"note": "test event from staging"}))).await;
     assert_eq!((st, &v["status"]), (200, &json!("discarded")), "{v}");
-    let (st, _) = admin
-        .call(
-            "POST",
-            &format!("/admin/entries/{a}/discard"),
-            Some(json!({"note": "again"})),
-        )
-        .await;
+    let (st, _) = discard_a(Some(json!({"note": "again"}))).await;
     assert_eq!(st, 409);
     admin.call("POST", "/admin/sources/d/resume", None).await;
     wait_entry(&admin, &b, "delivered", Duration::from_secs(10)).await;

@@ -152,9 +152,7 @@ async fn a_post_body_must_be_json() {
     let base = gw.admin.as_str();
     let host = base.trim_start_matches("http://").to_string();
     // A pending entry (its destination refuses connections) to discard.
-    let body = event_body("stripe", "evt_guard_json");
-    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-    let (st, v) = post_raw(&http(), &gw.ingest, "stripe", &body, &headers).await;
+    let (st, v) = post_stripe(&http(), &gw.ingest, "evt_guard_json").await;
     assert_eq!(st, 200, "{v}");
     let id = v["id"].as_str().expect("entry id").to_string();
     let status = || async {
@@ -262,23 +260,15 @@ async fn with_a_token_the_token_decides_and_bodies_are_still_json() {
     )
     .await;
     assert_eq!(st, 200, "{v}");
-    let (st, v) = raw(
-        base,
-        &format!(
-            "POST /admin/replay HTTP/1.1\r\nhost: {host}\r\n{auth}\r\ncontent-type: text/plain\r\ncontent-length: 2"
-        ),
-        "{}",
-    )
-    .await;
+    let replay_as = async |content_type: &str| {
+        let head = format!(
+            "POST /admin/replay HTTP/1.1\r\nhost: {host}\r\n{auth}\r\ncontent-type: {content_type}\r\ncontent-length: 2"
+        );
+        raw(base, &head, "{}").await
+    };
+    let (st, v) = replay_as("text/plain").await;
     assert_eq!(st, 415, "{v}");
-    let (st, v) = raw(
-        base,
-        &format!(
-            "POST /admin/replay HTTP/1.1\r\nhost: {host}\r\n{auth}\r\ncontent-type: application/json\r\ncontent-length: 2"
-        ),
-        "{}",
-    )
-    .await;
+    let (st, v) = replay_as("application/json").await;
     assert_eq!((st, &v["queued"]), (202, &json!(0)), "{v}");
     gw.stop().await;
 }

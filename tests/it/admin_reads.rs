@@ -6,25 +6,18 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hookgate::clock::system_now_ms as now_ms;
-use hookgate::store::{Completion, Header, ListQuery, NewEntry, Status, Store};
+use hookgate::store::{Completion, ListQuery, NewEntry, Status, Store};
 
-use crate::both_stores;
+use crate::both_fresh_stores;
+use crate::conformance::entry;
 use crate::util::*;
 
+/// A new entry of `source` with event id `key`, of `event_type`, holding `body`.
 fn new_entry(source: &str, key: &str, event_type: &str, body: Bytes) -> NewEntry {
     NewEntry {
-        id: uuid::Uuid::now_v7().to_string(),
-        source: source.to_string(),
-        event_id: Some(key.to_string()),
         event_type: Some(event_type.to_string()),
-        dedupe_key: format!("id:{key}"),
-        dedupe_ttl: Duration::from_secs(3600),
-        received_at: now_ms(),
-        headers: vec![Header {
-            name: "content-type".into(),
-            value: b"application/json".to_vec(),
-        }],
         body,
+        ..entry(source, key)
     }
 }
 
@@ -35,18 +28,7 @@ async fn pages(store: &dyn Store, query: &ListQuery) -> (Vec<Vec<String>>, Vec<V
     loop {
         let page = store.list(&q).await.unwrap();
         listed.push(page.entries.iter().map(|e| e.id.clone()).collect());
-        for e in &page.entries {
-            let full = store
-                .get(&e.id)
-                .await
-                .unwrap()
-                .expect("listed entry exists");
-            assert_eq!(
-                *e,
-                full.listed(),
-                "a listed entry is its entry minus headers and body"
-            );
-        }
+        assert_listed_as_stored(store, &page.entries).await;
         match page.next_cursor {
             Some(c) => q.cursor = Some(c),
             None => break,
@@ -65,9 +47,7 @@ async fn pages(store: &dyn Store, query: &ListQuery) -> (Vec<Vec<String>>, Vec<V
     (listed, ids)
 }
 
-async fn listings_and_id_pages_agree(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn listings_and_id_pages_agree(store: &dyn Store) {
     for i in 0..30 {
         let source = if i % 3 == 0 { "a" } else { "b" };
         let kind = if i % 2 == 0 { "even" } else { "odd" };
@@ -116,18 +96,11 @@ async fn listings_and_id_pages_agree(backend: Backend) {
     ];
     for mut q in queries {
         q.limit = 7;
-        let (listed, ids) = pages(store.as_ref(), &q).await;
+        let (listed, ids) = pages(store, &q).await;
         assert_eq!(listed, ids, "list and list_ids page alike for {q:?}");
         assert!(listed.iter().all(|p| p.len() <= 7));
     }
-    let dead = store
-        .list(&ListQuery {
-            status: Some(Status::Dead),
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let dead = first_page_with_status(store, Status::Dead, 10).await;
     assert_eq!(dead.entries.len(), 4);
     for e in &dead.entries {
         assert_eq!(e.attempts, 1);
@@ -138,9 +111,8 @@ async fn listings_and_id_pages_agree(backend: Backend) {
                 .is_some_and(|id| id.starts_with("evt_"))
         );
     }
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     listed_entries_and_id_pages_agree,
     super::listings_and_id_pages_agree
 );
@@ -184,9 +156,8 @@ async fn a_large_listing_stays_small(backend: Backend, n: usize) {
         store.close().await;
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("hookgate.toml");
     // "big" is not a configured source: nothing delivers (or claims) its entries.
-    std::fs::write(&config, format!("{}\n{}", h.toml(), sources_toml())).unwrap();
+    let config = config_file(&h, dir.path());
     let gw = ChildGateway::spawn(&config, &[], &dir.path().join("stderr.log"));
     let pid = gw.child.id();
     let client = http();

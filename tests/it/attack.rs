@@ -45,12 +45,6 @@ fn read_head(s: &mut TcpStream, wait: Duration) -> Option<String> {
     None
 }
 
-fn write_config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
-    let path = dir.join("hookgate.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// 32 uploads each declaring 1 MiB stall one byte short. Past the 8 MiB budget (of
 /// which one source may hold half) they are answered 503 with Retry-After at once; the gateway's memory grows by less than
 /// the budget plus 16 MiB, and a signed webhook for another source still gets its 200
@@ -133,13 +127,6 @@ async fn stalled_uploads_past_the_body_budget_get_503_and_memory_stays_bounded()
         grown / MIB as u64
     );
     drop(results);
-}
-
-/// POST a signed Stripe event to the gateway at `base`.
-async fn post_stripe(c: &reqwest::Client, base: &str, id: &str) -> (u16, serde_json::Value) {
-    let body = event_body("stripe", id);
-    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-    post_raw(c, base, "stripe", &body, &headers).await
 }
 
 /// Python's `urllib` sends the whole body before it reads the answer: it reads a 413

@@ -26,6 +26,21 @@ pub fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     )
 }
 
+/// What `hookgate sign` prints: the headers (up to the blank line after them), and
+/// the lines after that.
+pub fn sign_output(out: &str) -> (Vec<(String, String)>, std::str::Lines<'_>) {
+    let mut lines = out.lines();
+    let mut headers = Vec::new();
+    for line in lines.by_ref() {
+        if line.is_empty() {
+            break;
+        }
+        let (n, v) = line.split_once(": ").expect("a header line");
+        headers.push((n.to_string(), v.to_string()));
+    }
+    (headers, lines)
+}
+
 #[test]
 fn check_config_layers_file_and_environment_without_printing_secrets() {
     let dir = tempfile::tempdir().unwrap();
@@ -155,15 +170,7 @@ async fn sign_output_is_accepted_by_the_gateway() {
             &[("S", secret)],
         );
         assert_eq!(code, 0, "{err}");
-        let mut lines = out.lines();
-        let mut headers = Vec::new();
-        for line in lines.by_ref() {
-            if line.is_empty() {
-                break;
-            }
-            let (n, v) = line.split_once(": ").unwrap();
-            headers.push((n.to_string(), v.to_string()));
-        }
+        let (headers, mut lines) = sign_output(&out);
         let curl = lines.next().unwrap();
         assert!(curl.starts_with("curl ") && curl.contains(&url), "{curl}");
         let (st, json) = post_raw(&c, &gw.ingest, source, &body, &headers).await;
@@ -307,9 +314,7 @@ async fn the_cli_drives_a_gateway_without_an_admin_token() {
     let h = StoreHandle::new(Backend::Embedded);
     let gw = Gateway::start(config(&h, "")).await;
     // A pending entry: its destination refuses connections.
-    let body = event_body("stripe", "evt_cli_tokenless");
-    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-    let (st, v) = post_raw(&http(), &gw.ingest, "stripe", &body, &headers).await;
+    let (st, v) = post_stripe(&http(), &gw.ingest, "evt_cli_tokenless").await;
     assert_eq!(st, 200, "{v}");
     let id = v["id"].as_str().expect("entry id").to_string();
     let port = gw

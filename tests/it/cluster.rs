@@ -3,25 +3,19 @@
 //! nothing crashes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::admin::TOKEN;
+use crate::admin::{Admin, TOKEN};
 use crate::forward::{FAST, FAST_RETRY, ingest_many, source};
-use crate::upstream::{Reply, Upstream};
+use crate::upstream::Upstream;
 use crate::util::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_a_three_master_cluster() {
     let cluster = RedisCluster::start();
     let ok = Upstream::ok().await;
-    let fixed = Arc::new(AtomicBool::new(false));
-    let f = fixed.clone();
-    let flaky = Upstream::scripted(move |_, _| {
-        Reply::Status(if f.load(Ordering::SeqCst) { 200 } else { 404 })
-    })
-    .await;
+    let (flaky, fixed) = Upstream::failing_until_fixed(404).await;
     let names = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"];
     let mut sources = String::new();
     for n in names {
@@ -29,13 +23,12 @@ async fn two_gateways_on_a_three_master_cluster() {
     }
     sources.push_str(&source("dlq", &flaky.url, FAST_RETRY));
     let dir = tempfile::tempdir().unwrap();
-    let cfg_path = dir.path().join("hookgate.toml");
     let text = format!(
         "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"3s\"\n{FAST}\n{sources}",
         cluster.url()
     );
     let quiet = quiet_window(&hookgate::config::from_toml_str(&text, &|_| None).unwrap());
-    std::fs::write(&cfg_path, text).unwrap();
+    let cfg_path = write_config(dir.path(), &text);
     let env = [("HOOKGATE_ADMIN_TOKEN", TOKEN)];
     let gw1 = ChildGateway::spawn(&cfg_path, &env, &dir.path().join("log1"));
     let gw2 = ChildGateway::spawn(&cfg_path, &env, &dir.path().join("log2"));
@@ -60,28 +53,16 @@ async fn two_gateways_on_a_three_master_cluster() {
         ok.count() == 600
     })
     .await;
-    let got: Vec<String> = ok
-        .received()
-        .iter()
-        .filter_map(|r| r.header("webhook-id"))
-        .collect();
+    let got = ok.webhook_ids(None);
     let unique: HashSet<&String> = got.iter().collect();
     assert_eq!(got.len(), 600, "each entry delivered exactly once");
     assert_eq!(unique.len(), 600);
     assert!(expected.values().all(|id| unique.contains(id)));
 
     // The DLQ, then a replay through the admin API once the destination is fixed.
-    let c = http();
+    let (admin1, admin2) = (Admin::at(&gw1.admin), Admin::at(&gw2.admin));
     wait_until_ok("all 20 entries dead", Duration::from_secs(20), async || {
-        let st: serde_json::Value = c
-            .get(format!("{}/admin/stats", gw1.admin))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let st = admin1.get("/admin/stats").await;
         let dlq = st["sources"]
             .as_array()
             .unwrap()
@@ -93,16 +74,13 @@ async fn two_gateways_on_a_three_master_cluster() {
     })
     .await;
     fixed.store(true, Ordering::SeqCst);
-    let r: serde_json::Value = c
-        .post(format!("{}/admin/replay", gw2.admin))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({"source": "dlq"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, r) = admin2
+        .call(
+            "POST",
+            "/admin/replay",
+            Some(serde_json::json!({"source": "dlq"})),
+        )
+        .await;
     assert_eq!(r["queued"], 20, "{r}");
     flaky
         .wait_for(Duration::from_secs(30), "replayed entries delivered", |r| {
@@ -118,16 +96,12 @@ async fn two_gateways_on_a_three_master_cluster() {
             == 20
     })
     .await;
-    let replayed: Vec<String> = flaky
-        .received()
-        .iter()
-        .filter(|r| r.answered == 200)
-        .filter_map(|r| r.header("webhook-id"))
-        .collect();
+    let replayed = flaky.webhook_ids(Some(200));
     let unique: HashSet<&String> = replayed.iter().collect();
     assert_eq!(replayed.len(), 20, "each replay delivered once");
     assert!(dead_ids.values().all(|id| unique.contains(id)));
     // Both gateways are still up.
+    let c = http();
     for gw in [&gw1, &gw2] {
         let r = c.get(format!("{}/readyz", gw.admin)).send().await.unwrap();
         assert_eq!(r.status(), 200);

@@ -7,12 +7,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
-    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Header, HousekeepingPass, ListQuery,
-    NewEntry, SourceStats, Status, Store, Transition,
+    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Entry, Header, HousekeepingPass,
+    ListQuery, NewEntry, SourceStats, Status, Store, Transition,
 };
 
-use crate::both_stores;
-use crate::util::{Backend, StoreHandle};
+use crate::util::{
+    Backend, StoreHandle, assert_listed_as_stored, first_page_of_source, first_page_with_status,
+};
+use crate::{both_fresh_stores, both_stores};
 
 /// A new entry of `source` with event id `key`.
 pub(crate) fn entry(source: &str, key: &str) -> NewEntry {
@@ -32,9 +34,7 @@ pub(crate) fn entry(source: &str, key: &str) -> NewEntry {
     }
 }
 
-async fn accept_then_duplicate(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn accept_then_duplicate(store: &dyn Store) {
     let first = entry("s", "evt_1");
     let id = first.id.clone();
     assert_eq!(
@@ -53,16 +53,13 @@ async fn accept_then_duplicate(backend: Backend) {
         store.accept(other).await.unwrap(),
         Accepted::New(_)
     ));
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     accept_then_duplicate_stores_once,
     super::accept_then_duplicate
 );
 
-async fn dedupe_ttl_expires(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn dedupe_ttl_expires(store: &dyn Store) {
     let mut e = entry("s", "evt_ttl");
     e.dedupe_ttl = Duration::from_millis(300);
     let first = store.accept(e).await.unwrap();
@@ -83,11 +80,9 @@ async fn dedupe_ttl_expires(backend: Backend) {
     assert_ne!(first.id(), second.id());
     assert_eq!(store.count("s").await.unwrap(), 2);
 }
-both_stores!(dedupe_key_expires_after_its_ttl, super::dedupe_ttl_expires);
+both_fresh_stores!(dedupe_key_expires_after_its_ttl, super::dedupe_ttl_expires);
 
-async fn entry_round_trip(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn entry_round_trip(store: &dyn Store) {
     let mut e = entry("s", "evt_rt");
     e.event_id = None;
     e.event_type = None;
@@ -99,7 +94,7 @@ async fn entry_round_trip(backend: Backend) {
     e.body = Bytes::from_static(&[0xde, 0xad, 0xbe, 0xef, 0x00, 0xff]);
     let id = e.id.clone();
     store.accept(e.clone()).await.unwrap();
-    let got = store.get(&id).await.unwrap().expect("stored entry");
+    let got = stored(store, &id).await;
     assert_eq!(got.id, id);
     assert_eq!(got.source, "s");
     assert_eq!(got.event_id, None);
@@ -112,11 +107,9 @@ async fn entry_round_trip(backend: Backend) {
     assert_eq!(got.body, e.body);
     assert!(store.get("no-such-id").await.unwrap().is_none());
 }
-both_stores!(entries_round_trip_byte_for_byte, super::entry_round_trip);
+both_fresh_stores!(entries_round_trip_byte_for_byte, super::entry_round_trip);
 
-async fn list_pages(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn list_pages(store: &dyn Store) {
     let mut ids = Vec::new();
     for i in 0..25 {
         let source = if i % 2 == 0 { "a" } else { "b" };
@@ -145,38 +138,17 @@ async fn list_pages(backend: Backend) {
     }
     assert_eq!(seen, ids, "every entry exactly once, newest first");
 
-    let a = store
-        .list(&ListQuery {
-            source: Some("a".into()),
-            limit: 100,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let a = first_page_of_source(store, "a", 100).await;
     assert_eq!(a.entries.len(), 13);
     assert!(a.entries.iter().all(|e| e.source == "a"));
     assert!(a.next_cursor.is_none());
 
-    let pending = store
-        .list(&ListQuery {
-            status: Some(Status::Pending),
-            limit: 100,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let pending = first_page_with_status(store, Status::Pending, 100).await;
     assert_eq!(pending.entries.len(), 25);
-    let dead = store
-        .list(&ListQuery {
-            status: Some(Status::Dead),
-            limit: 100,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let dead = first_page_with_status(store, Status::Dead, 100).await;
     assert!(dead.entries.is_empty());
 }
-both_stores!(list_is_newest_first_with_stable_cursors, super::list_pages);
+both_fresh_stores!(list_is_newest_first_with_stable_cursors, super::list_pages);
 
 async fn concurrent_same_key(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -259,6 +231,21 @@ fn attempt(n: u32, at: i64, status_code: Option<u16>) -> Attempt {
     }
 }
 
+/// A first attempt at `at`, answered 200: the entry is delivered.
+fn delivered_at(at: i64) -> Completion {
+    Completion::Delivered {
+        attempt: attempt(1, at, Some(200)),
+    }
+}
+
+/// A first attempt at `at`, answered 400: the entry is dead, "refused".
+fn refused_at(at: i64) -> Completion {
+    Completion::Dead {
+        attempt: Some(attempt(1, at, Some(400))),
+        reason: "refused".into(),
+    }
+}
+
 async fn accept_new(store: &dyn Store, e: NewEntry) -> String {
     match store.accept(e).await.unwrap() {
         Accepted::New(id) => id,
@@ -275,6 +262,15 @@ async fn claim_one(store: &dyn Store, source: &str, worker: &str, now: i64) -> C
     let mut claims = claim_at(store, source, worker, now).await;
     assert_eq!(claims.len(), 1, "one claim at {now}");
     claims.remove(0)
+}
+
+/// A new entry of `s` with event id `key`, claimed by `w1` at once: its id, the time
+/// of the claim, and the claim.
+async fn accepted_and_claimed(store: &dyn Store, key: &str) -> (String, i64, Claim) {
+    let id = accept_new(store, entry("s", key)).await;
+    let t = now_ms();
+    let c = claim_one(store, "s", "w1", t).await;
+    (id, t, c)
 }
 
 /// Claim at the current time until the store hands an entry out (a lease that has to
@@ -295,26 +291,38 @@ pub(crate) async fn claim_when_due(store: &dyn Store, source: &str, worker: &str
     .await
 }
 
-async fn status_of(store: &dyn Store, id: &str) -> Status {
-    store.get(id).await.unwrap().expect("the entry").status
+/// The stored entry `id`, which must exist.
+async fn stored(store: &dyn Store, id: &str) -> Entry {
+    store.get(id).await.unwrap().expect("the entry")
 }
 
-async fn delivered_completion_ends_the_entry(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = accept_new(&*store, entry("s", "evt_d")).await;
-    let t = now_ms();
-    let c = claim_one(&*store, "s", "w1", t).await;
+async fn status_of(store: &dyn Store, id: &str) -> Status {
+    stored(store, id).await.status
+}
+
+/// Discard `id` at `at`, which the store does.
+async fn discard_done(store: &dyn Store, id: &str, at: i64) {
+    assert_eq!(
+        store.discard(id, "ops", "n", at).await.unwrap(),
+        Transition::Done,
+        "discard {id}"
+    );
+}
+
+async fn delivered_completion_ends_the_entry(store: &dyn Store) {
+    let (id, t, c) = accepted_and_claimed(store, "evt_d").await;
     assert_eq!(c.entry.id, id);
     assert_eq!(c.entry.status, Status::Pending);
     assert_eq!(c.entry.attempts, 0);
     // Leased: nobody else claims it meanwhile.
-    assert!(claim_at(&*store, "s", "w2", t).await.is_empty());
-    let done = Completion::Delivered {
-        attempt: attempt(1, t, Some(200)),
-    };
-    assert!(store.complete(&c, "w1", done, t + 5).await.unwrap());
-    let e = store.get(&id).await.unwrap().unwrap();
+    assert!(claim_at(store, "s", "w2", t).await.is_empty());
+    assert!(
+        store
+            .complete(&c, "w1", delivered_at(t), t + 5)
+            .await
+            .unwrap()
+    );
+    let e = stored(store, &id).await;
     assert_eq!(e.status, Status::Delivered);
     assert_eq!(e.attempts, 1);
     assert_eq!(e.next_attempt_at, None);
@@ -323,22 +331,19 @@ async fn delivered_completion_ends_the_entry(backend: Backend) {
         vec![attempt(1, t, Some(200))]
     );
     // Never handed out again, whenever asked.
-    assert!(claim_at(&*store, "s", "w2", t + 3_600_000).await.is_empty());
+    assert!(claim_at(store, "s", "w2", t + 3_600_000).await.is_empty());
     assert_eq!(store.count_status("s", Status::Delivered).await.unwrap(), 1);
     assert_eq!(store.count_status("s", Status::Pending).await.unwrap(), 0);
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     a_delivered_completion_ends_the_entry,
     super::delivered_completion_ends_the_entry
 );
 
-async fn claims_hand_out_each_entry_once(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn claims_hand_out_each_entry_once(store: &dyn Store) {
     let mut ids = Vec::new();
     for key in ["a", "b", "c"] {
-        ids.push(accept_new(&*store, entry("s", key)).await);
+        ids.push(accept_new(store, entry("s", key)).await);
     }
     let t = now_ms();
     let first = store.claim("s", "w1", t, 2, LEASE).await.unwrap();
@@ -376,105 +381,81 @@ async fn claims_hand_out_each_entry_once(backend: Backend) {
             .unwrap()
             .is_empty()
     );
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     claims_hand_out_each_due_entry_once_up_to_the_limit,
     super::claims_hand_out_each_entry_once
 );
 
-async fn retry_is_due_again_at_its_time(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = accept_new(&*store, entry("s", "evt_r")).await;
-    let t = now_ms();
+async fn retry_is_due_again_at_its_time(store: &dyn Store) {
+    let (id, t, c) = accepted_and_claimed(store, "evt_r").await;
     let at = t + 60_000;
-    let c = claim_one(&*store, "s", "w1", t).await;
     let retry = Completion::Retry {
         attempt: attempt(1, t, Some(503)),
         at,
     };
     assert!(store.complete(&c, "w1", retry, t + 5).await.unwrap());
-    let e = store.get(&id).await.unwrap().unwrap();
+    let e = stored(store, &id).await;
     assert_eq!(e.status, Status::Pending);
     assert_eq!(e.attempts, 1);
     assert_eq!(e.next_attempt_at, Some(at));
     assert_eq!(e.last_error.as_deref(), Some("HTTP 503"));
     // Not before `at`, from `at` on.
-    assert!(claim_at(&*store, "s", "w1", t + 10).await.is_empty());
-    assert!(claim_at(&*store, "s", "w1", at - 1).await.is_empty());
-    let again = claim_one(&*store, "s", "w2", at).await;
+    assert!(claim_at(store, "s", "w1", t + 10).await.is_empty());
+    assert!(claim_at(store, "s", "w1", at - 1).await.is_empty());
+    let again = claim_one(store, "s", "w2", at).await;
     assert_eq!(again.entry.id, id);
     assert_eq!(again.entry.attempts, 1);
     let done = Completion::Delivered {
         attempt: attempt(2, at, Some(200)),
     };
     assert!(store.complete(&again, "w2", done, at + 5).await.unwrap());
-    let e = store.get(&id).await.unwrap().unwrap();
+    let e = stored(store, &id).await;
     assert_eq!(e.status, Status::Delivered);
     assert_eq!(e.attempts, 2);
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     a_retry_is_due_again_at_its_time_and_not_before,
     super::retry_is_due_again_at_its_time
 );
 
-async fn dead_completion_lists_the_entry_as_dead(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = accept_new(&*store, entry("s", "evt_dead")).await;
-    let t = now_ms();
-    let c = claim_one(&*store, "s", "w1", t).await;
+async fn dead_completion_lists_the_entry_as_dead(store: &dyn Store) {
+    let (id, t, c) = accepted_and_claimed(store, "evt_dead").await;
     let dead = Completion::Dead {
         attempt: Some(attempt(1, t, Some(410))),
         reason: "HTTP 410: gone for good".into(),
     };
     assert!(store.complete(&c, "w1", dead, t + 5).await.unwrap());
-    let e = store.get(&id).await.unwrap().unwrap();
+    let e = stored(store, &id).await;
     assert_eq!(e.status, Status::Dead);
     assert_eq!(e.attempts, 1);
     assert_eq!(e.next_attempt_at, None);
     assert_eq!(e.last_error.as_deref(), Some("HTTP 410: gone for good"));
-    let listed = store
-        .list(&ListQuery {
-            status: Some(Status::Dead),
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let listed = first_page_with_status(store, Status::Dead, 10).await;
     assert_eq!(listed.entries, vec![e.listed()]);
     let st = store.stats("s").await.unwrap();
     assert_eq!((st.dead, st.pending, st.delivered), (1, 0, 0));
-    assert!(claim_at(&*store, "s", "w1", t + 3_600_000).await.is_empty());
+    assert!(claim_at(store, "s", "w1", t + 3_600_000).await.is_empty());
 
     // Dead without an attempt (refused before any was made) records none.
-    let id2 = accept_new(&*store, entry("s", "evt_dead2")).await;
-    let t = now_ms();
-    let c = claim_one(&*store, "s", "w1", t).await;
+    let (id2, t, c) = accepted_and_claimed(store, "evt_dead2").await;
     let dead = Completion::Dead {
         attempt: None,
         reason: "no route".into(),
     };
     assert!(store.complete(&c, "w1", dead, t).await.unwrap());
-    let e = store.get(&id2).await.unwrap().unwrap();
+    let e = stored(store, &id2).await;
     assert_eq!((e.status, e.attempts), (Status::Dead, 0));
     assert!(store.attempts(&id2).await.unwrap().is_empty());
     assert_eq!(store.stats("s").await.unwrap().dead, 2);
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     a_dead_completion_lists_the_entry_as_dead,
     super::dead_completion_lists_the_entry_as_dead
 );
 
-async fn release_records_no_attempt(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = accept_new(&*store, entry("s", "evt_rel")).await;
-    let t = now_ms();
-    let c = claim_one(&*store, "s", "w1", t).await;
+async fn release_records_no_attempt(store: &dyn Store) {
+    let (id, t, c) = accepted_and_claimed(store, "evt_rel").await;
     let at = t + 1_000;
     assert!(
         store
@@ -482,38 +463,32 @@ async fn release_records_no_attempt(backend: Backend) {
             .await
             .unwrap()
     );
-    let e = store.get(&id).await.unwrap().unwrap();
+    let e = stored(store, &id).await;
     assert_eq!(e.status, Status::Pending);
     assert_eq!(e.attempts, 0);
     assert_eq!(e.next_attempt_at, Some(at));
     assert!(store.attempts(&id).await.unwrap().is_empty());
-    assert!(claim_at(&*store, "s", "w1", at - 1).await.is_empty());
-    let again = claim_one(&*store, "s", "w2", at).await;
+    assert!(claim_at(store, "s", "w1", at - 1).await.is_empty());
+    let again = claim_one(store, "s", "w2", at).await;
     assert_eq!(
         (again.entry.id.as_str(), again.entry.attempts),
         (id.as_str(), 0)
     );
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     a_release_records_no_attempt_and_is_due_again,
     super::release_records_no_attempt
 );
 
-async fn stale_completion_changes_nothing(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = accept_new(&*store, entry("s", "evt_stale")).await;
-    let first = claim_one(&*store, "s", "w1", now_ms()).await;
+async fn stale_completion_changes_nothing(store: &dyn Store) {
+    let (id, _, first) = accepted_and_claimed(store, "evt_stale").await;
     // w1 stalls; its lease expires and w2 takes the entry.
-    let second = claim_when_due(&*store, "s", "w2").await;
+    let second = claim_when_due(store, "s", "w2").await;
     assert_eq!(second.entry.id, id);
     assert_ne!(second.token, first.token);
     let t = now_ms();
     for late in [
-        Completion::Delivered {
-            attempt: attempt(1, t, Some(200)),
-        },
+        delivered_at(t),
         Completion::Dead {
             attempt: Some(attempt(1, t, Some(400))),
             reason: "late".into(),
@@ -525,80 +500,73 @@ async fn stale_completion_changes_nothing(backend: Backend) {
         Completion::Release { at: t + 1 },
     ] {
         assert!(!store.complete(&first, "w1", late, t).await.unwrap());
-        let e = store.get(&id).await.unwrap().unwrap();
+        let e = stored(store, &id).await;
         assert_eq!((e.status, e.attempts), (Status::Pending, 0));
         assert!(store.attempts(&id).await.unwrap().is_empty());
     }
     // The new holder's lease is intact.
-    let done = Completion::Delivered {
-        attempt: attempt(1, t, Some(200)),
-    };
-    assert!(store.complete(&second, "w2", done, t + 5).await.unwrap());
-    let e = store.get(&id).await.unwrap().unwrap();
+    assert!(
+        store
+            .complete(&second, "w2", delivered_at(t), t + 5)
+            .await
+            .unwrap()
+    );
+    let e = stored(store, &id).await;
     assert_eq!((e.status, e.attempts), (Status::Delivered, 1));
     assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     a_stale_completion_changes_nothing_for_the_new_holder,
     super::stale_completion_changes_nothing
 );
 
-async fn abandoned_lease_is_claimed_again(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = accept_new(&*store, entry("s", "evt_dies")).await;
+async fn abandoned_lease_is_claimed_again(store: &dyn Store) {
     // w1 claims and dies: it never completes.
-    let gone = claim_one(&*store, "s", "w1", now_ms()).await;
+    let (id, _, gone) = accepted_and_claimed(store, "evt_dies").await;
     drop(gone);
-    let c = claim_when_due(&*store, "s", "w2").await;
+    let c = claim_when_due(store, "s", "w2").await;
     assert_eq!((c.entry.id.as_str(), c.entry.attempts), (id.as_str(), 0));
     let t = now_ms();
     let done = Completion::Delivered {
         attempt: attempt(1, t, Some(204)),
     };
     assert!(store.complete(&c, "w2", done, t).await.unwrap());
-    assert_eq!(status_of(&*store, &id).await, Status::Delivered);
-    store.close().await;
+    assert_eq!(status_of(store, &id).await, Status::Delivered);
 }
-both_stores!(
+both_fresh_stores!(
     an_abandoned_lease_is_claimed_again_and_delivered,
     super::abandoned_lease_is_claimed_again
 );
 
-async fn repeated_completion_records_nothing_more(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn repeated_completion_records_nothing_more(store: &dyn Store) {
     // Delivered, then the same call again (its reply was lost).
-    let id = accept_new(&*store, entry("s", "evt_twice")).await;
-    let t = now_ms();
-    let c = claim_one(&*store, "s", "w1", t).await;
-    let done = || Completion::Delivered {
-        attempt: attempt(1, t, Some(200)),
-    };
-    assert!(store.complete(&c, "w1", done(), t).await.unwrap());
-    assert!(!store.complete(&c, "w1", done(), t + 1).await.unwrap());
-    let e = store.get(&id).await.unwrap().unwrap();
+    let (id, t, c) = accepted_and_claimed(store, "evt_twice").await;
+    assert!(store.complete(&c, "w1", delivered_at(t), t).await.unwrap());
+    assert!(
+        !store
+            .complete(&c, "w1", delivered_at(t), t + 1)
+            .await
+            .unwrap()
+    );
+    let e = stored(store, &id).await;
     assert_eq!((e.status, e.attempts), (Status::Delivered, 1));
     assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
 
     // A retry, repeated: still one attempt, still due at its time, once.
-    let id = accept_new(&*store, entry("s", "evt_twice_retry")).await;
-    let t = now_ms();
+    let (id, t, c) = accepted_and_claimed(store, "evt_twice_retry").await;
     let at = t + 60_000;
-    let c = claim_one(&*store, "s", "w1", t).await;
     let retry = || Completion::Retry {
         attempt: attempt(1, t, None),
         at,
     };
     assert!(store.complete(&c, "w1", retry(), t).await.unwrap());
     assert!(!store.complete(&c, "w1", retry(), t + 1).await.unwrap());
-    let e = store.get(&id).await.unwrap().unwrap();
+    let e = stored(store, &id).await;
     assert_eq!((e.status, e.attempts), (Status::Pending, 1));
     assert_eq!(e.next_attempt_at, Some(at));
     assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
-    assert!(claim_at(&*store, "s", "w1", at - 1).await.is_empty());
-    let again = claim_one(&*store, "s", "w1", at).await;
+    assert!(claim_at(store, "s", "w1", at - 1).await.is_empty());
+    let again = claim_one(store, "s", "w1", at).await;
     assert_eq!(again.entry.id, id);
 
     // Dead, repeated: dead once.
@@ -609,23 +577,18 @@ async fn repeated_completion_records_nothing_more(backend: Backend) {
     };
     assert!(store.complete(&again, "w1", dead(), t).await.unwrap());
     assert!(!store.complete(&again, "w1", dead(), t + 1).await.unwrap());
-    let e = store.get(&id).await.unwrap().unwrap();
+    let e = stored(store, &id).await;
     assert_eq!((e.status, e.attempts), (Status::Dead, 2));
     assert_eq!(store.attempts(&id).await.unwrap().len(), 2);
     assert_eq!(store.stats("s").await.unwrap().dead, 1);
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     a_repeated_completion_records_nothing_more,
     super::repeated_completion_records_nothing_more
 );
 
-async fn attempt_while_discarded_is_recorded(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = accept_new(&*store, entry("s", "evt_disc_run")).await;
-    let t = now_ms();
-    let c = claim_one(&*store, "s", "w1", t).await;
+async fn attempt_while_discarded_is_recorded(store: &dyn Store) {
+    let (id, t, c) = accepted_and_claimed(store, "evt_disc_run").await;
     // The attempt is running when an operator discards the entry.
     assert_eq!(
         store
@@ -634,11 +597,13 @@ async fn attempt_while_discarded_is_recorded(backend: Backend) {
             .unwrap(),
         Transition::Done
     );
-    let done = Completion::Delivered {
-        attempt: attempt(1, t, Some(200)),
-    };
-    assert!(!store.complete(&c, "w1", done, t + 2).await.unwrap());
-    let e = store.get(&id).await.unwrap().unwrap();
+    assert!(
+        !store
+            .complete(&c, "w1", delivered_at(t), t + 2)
+            .await
+            .unwrap()
+    );
+    let e = stored(store, &id).await;
     assert_eq!(e.status, Status::Discarded);
     assert_eq!(e.attempts, 1);
     assert_eq!(
@@ -648,10 +613,9 @@ async fn attempt_while_discarded_is_recorded(backend: Backend) {
     assert_eq!(store.count_status("s", Status::Discarded).await.unwrap(), 1);
     assert_eq!(store.count_status("s", Status::Delivered).await.unwrap(), 0);
     // Nothing to claim, now or later.
-    assert!(claim_at(&*store, "s", "w2", t + 3_600_000).await.is_empty());
-    store.close().await;
+    assert!(claim_at(store, "s", "w2", t + 3_600_000).await.is_empty());
 }
-both_stores!(
+both_fresh_stores!(
     an_attempt_that_ran_while_discarded_is_recorded_and_stays_discarded,
     super::attempt_while_discarded_is_recorded
 );
@@ -677,14 +641,9 @@ async fn entry_with_status(store: &dyn Store, source: &str, key: &str, status: S
             let c = claim_one(store, source, "setup", t).await;
             assert_eq!(c.entry.id, id);
             let completion = if status == Status::Delivered {
-                Completion::Delivered {
-                    attempt: attempt(1, t, Some(200)),
-                }
+                delivered_at(t)
             } else {
-                Completion::Dead {
-                    attempt: Some(attempt(1, t, Some(400))),
-                    reason: "refused".into(),
-                }
+                refused_at(t)
             };
             assert!(store.complete(&c, "setup", completion, t).await.unwrap());
         }
@@ -693,14 +652,12 @@ async fn entry_with_status(store: &dyn Store, source: &str, key: &str, status: S
     id
 }
 
-async fn transitions_by_status(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn transitions_by_status(store: &dyn Store) {
     let t = now_ms();
-    let pending = entry_with_status(&*store, "p", "evt", Status::Pending).await;
-    let delivered = entry_with_status(&*store, "d", "evt", Status::Delivered).await;
-    let dead = entry_with_status(&*store, "x", "evt", Status::Dead).await;
-    let discarded = entry_with_status(&*store, "z", "evt", Status::Discarded).await;
+    let pending = entry_with_status(store, "p", "evt", Status::Pending).await;
+    let delivered = entry_with_status(store, "d", "evt", Status::Delivered).await;
+    let dead = entry_with_status(store, "x", "evt", Status::Dead).await;
+    let discarded = entry_with_status(store, "z", "evt", Status::Discarded).await;
 
     assert_eq!(
         store.replay(&pending, t, "ops", t).await.unwrap(),
@@ -715,34 +672,25 @@ async fn transitions_by_status(backend: Backend) {
         Transition::Conflict(Status::Discarded)
     );
     // A refused transition changes nothing and leaves no audit.
-    assert_eq!(status_of(&*store, &pending).await, Status::Pending);
-    assert_eq!(status_of(&*store, &delivered).await, Status::Delivered);
+    assert_eq!(status_of(store, &pending).await, Status::Pending);
+    assert_eq!(status_of(store, &delivered).await, Status::Delivered);
     assert!(store.audit(&pending).await.unwrap().is_empty());
     assert!(store.audit(&delivered).await.unwrap().is_empty());
     assert_eq!(store.audit(&discarded).await.unwrap().len(), 1);
 
-    assert_eq!(
-        store.discard(&dead, "ops", "n", t).await.unwrap(),
-        Transition::Done
-    );
-    assert_eq!(status_of(&*store, &dead).await, Status::Discarded);
-    assert_eq!(
-        store.discard(&pending, "ops", "n", t).await.unwrap(),
-        Transition::Done
-    );
-    assert_eq!(status_of(&*store, &pending).await, Status::Discarded);
-    store.close().await;
+    discard_done(store, &dead, t).await;
+    assert_eq!(status_of(store, &dead).await, Status::Discarded);
+    discard_done(store, &pending, t).await;
+    assert_eq!(status_of(store, &pending).await, Status::Discarded);
 }
-both_stores!(
+both_fresh_stores!(
     replay_and_discard_answer_by_status,
     super::transitions_by_status
 );
 
-async fn unknown_ids_are_not_found(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn unknown_ids_are_not_found(store: &dyn Store) {
     // A store with something in it, so that the lookups have somewhere to look.
-    accept_new(&*store, entry("s", "evt_known")).await;
+    accept_new(store, entry("s", "evt_known")).await;
     let t = now_ms();
     for id in ["no-such-id", &uuid::Uuid::now_v7().to_string(), ""] {
         assert!(store.get(id).await.unwrap().is_none(), "{id:?}");
@@ -769,17 +717,14 @@ async fn unknown_ids_are_not_found(backend: Backend) {
         store.stats("nowhere").await.unwrap(),
         SourceStats::default()
     );
-    store.close().await;
 }
-both_stores!(unknown_ids_are_not_found, super::unknown_ids_are_not_found);
+both_fresh_stores!(unknown_ids_are_not_found, super::unknown_ids_are_not_found);
 
-async fn replay_queues_with_a_fresh_budget(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn replay_queues_with_a_fresh_budget(store: &dyn Store) {
     for from in [Status::Dead, Status::Discarded, Status::Delivered] {
         let source = format!("from-{}", from.as_str());
-        let id = entry_with_status(&*store, &source, "evt", from).await;
-        let before = store.get(&id).await.unwrap().unwrap();
+        let id = entry_with_status(store, &source, "evt", from).await;
+        let before = stored(store, &id).await;
         let now = now_ms() + 10;
         let at = now + 1_000;
         assert_eq!(
@@ -787,7 +732,7 @@ async fn replay_queues_with_a_fresh_budget(backend: Backend) {
             Transition::Done,
             "replay of a {from:?} entry"
         );
-        let e = store.get(&id).await.unwrap().unwrap();
+        let e = stored(store, &id).await;
         assert_eq!(e.id, id);
         assert_eq!(e.status, Status::Pending);
         assert_eq!(e.next_attempt_at, Some(at));
@@ -802,8 +747,8 @@ async fn replay_queues_with_a_fresh_budget(backend: Backend) {
         );
         assert_eq!(store.count_status(&source, from).await.unwrap(), 0);
         // Due at `at`, not before; then delivered like any other.
-        assert!(claim_at(&*store, &source, "w", at - 1).await.is_empty());
-        let c = claim_one(&*store, &source, "w", at).await;
+        assert!(claim_at(store, &source, "w", at - 1).await.is_empty());
+        let c = claim_one(store, &source, "w", at).await;
         assert_eq!(c.entry.id, id);
         assert_eq!(c.entry.budget_start, now);
         let n = before.attempts + 1;
@@ -811,20 +756,17 @@ async fn replay_queues_with_a_fresh_budget(backend: Backend) {
             attempt: attempt(n, at, Some(200)),
         };
         assert!(store.complete(&c, "w", done, at).await.unwrap());
-        let e = store.get(&id).await.unwrap().unwrap();
+        let e = stored(store, &id).await;
         assert_eq!((e.status, e.attempts), (Status::Delivered, n));
     }
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     replay_queues_the_same_entry_again_with_a_fresh_budget,
     super::replay_queues_with_a_fresh_budget
 );
 
-async fn audit_trail_oldest_first(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = entry_with_status(&*store, "s", "evt_audit", Status::Dead).await;
+async fn audit_trail_oldest_first(store: &dyn Store) {
+    let id = entry_with_status(store, "s", "evt_audit", Status::Dead).await;
     let t = now_ms();
     assert_eq!(
         store.replay(&id, t, "alice", t + 1).await.unwrap(),
@@ -863,31 +805,27 @@ async fn audit_trail_oldest_first(backend: Backend) {
         },
     ];
     assert_eq!(trail, expect);
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     the_audit_trail_records_replays_and_discards_oldest_first,
     super::audit_trail_oldest_first
 );
 
-async fn paused_source_is_accepted_not_claimed(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn paused_source_is_accepted_not_claimed(store: &dyn Store) {
     store.set_paused("s", true).await.unwrap();
     assert_eq!(store.paused_sources().await.unwrap(), vec!["s".to_string()]);
-    let id = accept_new(&*store, entry("s", "evt_paused")).await;
+    let id = accept_new(store, entry("s", "evt_paused")).await;
     assert_eq!(store.count("s").await.unwrap(), 1);
     let t = now_ms();
-    assert!(claim_at(&*store, "s", "w", t).await.is_empty());
+    assert!(claim_at(store, "s", "w", t).await.is_empty());
     // Other sources go on.
-    let other = accept_new(&*store, entry("t", "evt_other")).await;
-    assert_eq!(claim_one(&*store, "t", "w", now_ms()).await.entry.id, other);
+    let other = accept_new(store, entry("t", "evt_other")).await;
+    assert_eq!(claim_one(store, "t", "w", now_ms()).await.entry.id, other);
     store.set_paused("s", false).await.unwrap();
     assert!(store.paused_sources().await.unwrap().is_empty());
-    assert_eq!(claim_one(&*store, "s", "w", now_ms()).await.entry.id, id);
-    store.close().await;
+    assert_eq!(claim_one(store, "s", "w", now_ms()).await.entry.id, id);
 }
-both_stores!(
+both_fresh_stores!(
     a_paused_source_is_accepted_but_not_claimed,
     super::paused_source_is_accepted_not_claimed
 );
@@ -899,10 +837,8 @@ async fn next(rx: &mut tokio::sync::broadcast::Receiver<Control>) -> Control {
         .expect("the control channel open")
 }
 
-async fn controls_announce_changes(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = accept_new(&*store, entry("s", "evt_ctl")).await;
+async fn controls_announce_changes(store: &dyn Store) {
+    let id = accept_new(store, entry("s", "evt_ctl")).await;
     let mut rx = store.controls();
     store.set_paused("s", true).await.unwrap();
     assert_eq!(
@@ -921,10 +857,7 @@ async fn controls_announce_changes(backend: Backend) {
         }
     );
     let t = now_ms();
-    assert_eq!(
-        store.discard(&id, "ops", "n", t).await.unwrap(),
-        Transition::Done
-    );
+    discard_done(store, &id, t).await;
     assert_eq!(next(&mut rx).await, Control::Discarded { id: id.clone() });
     // A refused discard announces nothing.
     assert_eq!(
@@ -935,9 +868,8 @@ async fn controls_announce_changes(backend: Backend) {
         rx.try_recv(),
         Err(tokio::sync::broadcast::error::TryRecvError::Empty)
     ));
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     controls_announce_pauses_and_discards,
     super::controls_announce_changes
 );
@@ -953,37 +885,19 @@ async fn complete_at(store: &dyn Store, id: &str, completion: Completion, now: i
     assert!(store.complete(&c, "w", completion, now).await.unwrap());
 }
 
-async fn purge_by_cutoff(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn purge_by_cutoff(store: &dyn Store) {
     let t = now_ms();
-    let delivered = || Completion::Delivered {
-        attempt: attempt(1, t, Some(200)),
-    };
-    let old_delivered = accept_new(&*store, entry("s", "d_old")).await;
-    complete_at(&*store, &old_delivered, delivered(), t).await;
-    let new_delivered = accept_new(&*store, entry("s", "d_new")).await;
-    complete_at(&*store, &new_delivered, delivered(), t + 10_000).await;
-    let old_dead = accept_new(&*store, entry("s", "x_old")).await;
-    let dead = Completion::Dead {
-        attempt: Some(attempt(1, t, Some(400))),
-        reason: "refused".into(),
-    };
-    complete_at(&*store, &old_dead, dead, t).await;
-    let old_discarded = accept_new(&*store, entry("s", "z_old")).await;
-    assert_eq!(
-        store.discard(&old_discarded, "ops", "n", t).await.unwrap(),
-        Transition::Done
-    );
-    let new_discarded = accept_new(&*store, entry("s", "z_new")).await;
-    assert_eq!(
-        store
-            .discard(&new_discarded, "ops", "n", t + 10_000)
-            .await
-            .unwrap(),
-        Transition::Done
-    );
-    let pending = accept_new(&*store, entry("s", "p")).await;
+    let old_delivered = accept_new(store, entry("s", "d_old")).await;
+    complete_at(store, &old_delivered, delivered_at(t), t).await;
+    let new_delivered = accept_new(store, entry("s", "d_new")).await;
+    complete_at(store, &new_delivered, delivered_at(t), t + 10_000).await;
+    let old_dead = accept_new(store, entry("s", "x_old")).await;
+    complete_at(store, &old_dead, refused_at(t), t).await;
+    let old_discarded = accept_new(store, entry("s", "z_old")).await;
+    discard_done(store, &old_discarded, t).await;
+    let new_discarded = accept_new(store, entry("s", "z_new")).await;
+    discard_done(store, &new_discarded, t + 10_000).await;
+    let pending = accept_new(store, entry("s", "p")).await;
     assert_eq!(store.count("s").await.unwrap(), 6);
 
     // Delivered before t+5s; dead and discarded before t+1ms.
@@ -1031,47 +945,38 @@ async fn purge_by_cutoff(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(p.entries, 0);
-    assert_eq!(status_of(&*store, &pending).await, Status::Pending);
-    store.close().await;
+    assert_eq!(status_of(store, &pending).await, Status::Pending);
 }
-both_stores!(
+both_fresh_stores!(
     purge_removes_what_ended_before_its_cutoff,
     super::purge_by_cutoff
 );
 
-async fn purge_respects_its_limit(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn purge_respects_its_limit(store: &dyn Store) {
     let t = now_ms();
     for key in ["a", "b", "c"] {
-        let id = accept_new(&*store, entry("s", key)).await;
-        let done = Completion::Delivered {
-            attempt: attempt(1, t, Some(200)),
-        };
-        complete_at(&*store, &id, done, t).await;
+        let id = accept_new(store, entry("s", key)).await;
+        complete_at(store, &id, delivered_at(t), t).await;
     }
     let far = t + 3_600_000;
     assert_eq!(store.purge(far, far, far, 2).await.unwrap().entries, 2);
     assert_eq!(store.count("s").await.unwrap(), 1);
     assert_eq!(store.purge(far, far, far, 2).await.unwrap().entries, 1);
     assert_eq!(store.count("s").await.unwrap(), 0);
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     purge_removes_at_most_its_limit,
     super::purge_respects_its_limit
 );
 
-async fn purge_lets_an_expired_event_in_again(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn purge_lets_an_expired_event_in_again(store: &dyn Store) {
     let ttl = Duration::from_millis(200);
     let with_ttl = || {
         let mut e = entry("s", "evt_expiring");
         e.dedupe_ttl = ttl;
         e
     };
-    let first = accept_new(&*store, with_ttl()).await;
+    let first = accept_new(store, with_ttl()).await;
     let mut purged_keys = 0;
     let second = crate::util::wait_until_ok(
         "the dedupe key expires and is purged",
@@ -1099,21 +1004,18 @@ async fn purge_lets_an_expired_event_in_again(backend: Backend) {
         store.accept(with_ttl()).await.unwrap(),
         Accepted::Duplicate(second.clone())
     );
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     purge_lets_an_event_in_again_once_its_dedupe_key_expired,
     super::purge_lets_an_expired_event_in_again
 );
 
-async fn stats_count_what_happened(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn stats_count_what_happened(store: &dyn Store) {
     let t = now_ms();
     let mut ids = Vec::new();
     for (i, key) in ["a", "b", "c", "d", "e"].iter().enumerate() {
         let at = t - 5_000 + 1_000 * i as i64;
-        ids.push(accept_new(&*store, entry_at("s", key, at, "x")).await);
+        ids.push(accept_new(store, entry_at("s", key, at, "x")).await);
     }
     // A duplicate of a, and requests refused by verification.
     assert_eq!(
@@ -1123,58 +1025,45 @@ async fn stats_count_what_happened(backend: Backend) {
     store.record_unverified("s", 2).await.unwrap();
     store.record_unverified("s", 3).await.unwrap();
     // Another source's counters are its own.
-    accept_new(&*store, entry("t", "a")).await;
+    accept_new(store, entry("t", "a")).await;
     store.record_unverified("t", 1).await.unwrap();
 
-    let st = store.stats("s").await.unwrap();
-    assert_eq!(
-        st,
-        SourceStats {
-            received: 5,
-            duplicates: 1,
-            unverified: 5,
-            pending: 5,
-            delivered: 0,
-            dead: 0,
-            discarded: 0,
-            oldest_pending_at: Some(t - 5_000),
-        }
-    );
+    let arrived = SourceStats {
+        received: 5,
+        duplicates: 1,
+        unverified: 5,
+        pending: 5,
+        delivered: 0,
+        dead: 0,
+        discarded: 0,
+        oldest_pending_at: Some(t - 5_000),
+    };
+    assert_eq!(store.stats("s").await.unwrap(), arrived);
 
     // a delivered, b dead, c discarded; d and e still pending.
-    let claims = claim_at(&*store, "s", "w", t).await;
+    let claims = claim_at(store, "s", "w", t).await;
     assert_eq!(claims.len(), 5);
     for c in &claims {
         let completion = if c.entry.id == ids[0] {
-            Completion::Delivered {
-                attempt: attempt(1, t, Some(200)),
-            }
+            delivered_at(t)
         } else if c.entry.id == ids[1] {
-            Completion::Dead {
-                attempt: Some(attempt(1, t, Some(400))),
-                reason: "refused".into(),
-            }
+            refused_at(t)
         } else {
             Completion::Release { at: t }
         };
         assert!(store.complete(c, "w", completion, t).await.unwrap());
     }
+    discard_done(store, &ids[2], t).await;
+    // What arrived is counted as before; the rest moved.
     assert_eq!(
-        store.discard(&ids[2], "ops", "n", t).await.unwrap(),
-        Transition::Done
-    );
-    let st = store.stats("s").await.unwrap();
-    assert_eq!(
-        st,
+        store.stats("s").await.unwrap(),
         SourceStats {
-            received: 5,
-            duplicates: 1,
-            unverified: 5,
             pending: 2,
             delivered: 1,
             dead: 1,
             discarded: 1,
             oldest_pending_at: Some(t - 2_000),
+            ..arrived
         }
     );
     assert_eq!(store.count("s").await.unwrap(), 5);
@@ -1201,20 +1090,16 @@ async fn stats_count_what_happened(backend: Backend) {
         (1, 0, 1, 1)
     );
     // Nothing pending: no oldest.
-    for c in claim_at(&*store, "s", "w", t).await {
-        let done = Completion::Delivered {
-            attempt: attempt(1, t, Some(200)),
-        };
-        assert!(store.complete(&c, "w", done, t).await.unwrap());
+    for c in claim_at(store, "s", "w", t).await {
+        assert!(store.complete(&c, "w", delivered_at(t), t).await.unwrap());
     }
     let st = store.stats("s").await.unwrap();
     assert_eq!(
         (st.pending, st.delivered, st.oldest_pending_at),
         (0, 3, None)
     );
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     stats_count_what_happened_to_a_source,
     super::stats_count_what_happened
 );
@@ -1239,10 +1124,7 @@ async fn listing_fixture(store: &dyn Store, base: i64) -> Vec<Known> {
         let id = accept_new(store, entry_at(source, &format!("evt_{i}"), at, event_type)).await;
         let mut status = Status::Pending;
         if i == 3 || i == 7 {
-            assert_eq!(
-                store.discard(&id, "ops", "n", base).await.unwrap(),
-                Transition::Done
-            );
+            discard_done(store, &id, base).await;
             status = Status::Discarded;
         }
         known.push(Known {
@@ -1272,14 +1154,7 @@ async fn page_through(store: &dyn Store, query: &ListQuery) -> Vec<String> {
         assert_eq!(listed, ids.ids, "list_ids pages as list does");
         assert_eq!(page.next_cursor, ids.next_cursor);
         assert!(page.entries.len() <= query.limit, "the limit holds");
-        for e in &page.entries {
-            let full = store
-                .get(&e.id)
-                .await
-                .unwrap()
-                .expect("listed entry exists");
-            assert_eq!(*e, full.listed());
-        }
+        assert_listed_as_stored(store, &page.entries).await;
         seen.extend(listed);
         match page.next_cursor {
             Some(c) => {
@@ -1292,11 +1167,9 @@ async fn page_through(store: &dyn Store, query: &ListQuery) -> Vec<String> {
     seen
 }
 
-async fn list_filters(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn list_filters(store: &dyn Store) {
     let base = now_ms() - 60_000;
-    let known = listing_fixture(&*store, base).await;
+    let known = listing_fixture(store, base).await;
     let expect = |keep: &dyn Fn(&Known) -> bool| -> Vec<String> {
         known
             .iter()
@@ -1392,20 +1265,17 @@ async fn list_filters(backend: Backend) {
             name == "nothing matches" || !want.is_empty(),
             "{name}: the fixture has matches"
         );
-        assert_eq!(page_through(&*store, &query).await, want, "{name}");
+        assert_eq!(page_through(store, &query).await, want, "{name}");
     }
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     list_filters_by_source_status_type_and_time,
     super::list_filters
 );
 
-async fn list_pages_stay_stable(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn list_pages_stay_stable(store: &dyn Store) {
     let base = now_ms() - 60_000;
-    let known = listing_fixture(&*store, base).await;
+    let known = listing_fixture(store, base).await;
     let want: Vec<String> = known.iter().rev().map(|k| k.id.clone()).collect();
     let query = ListQuery {
         limit: 5,
@@ -1415,11 +1285,8 @@ async fn list_pages_stay_stable(backend: Backend) {
     assert_eq!(first.entries.len(), 5);
     let mut seen: Vec<String> = first.entries.iter().map(|e| e.id.clone()).collect();
     // Between two pages: a newer entry arrives, an entry further down changes status.
-    accept_new(&*store, entry_at("a", "evt_late", base + 30_000, "x")).await;
-    assert_eq!(
-        store.discard(&known[2].id, "ops", "n", base).await.unwrap(),
-        Transition::Done
-    );
+    accept_new(store, entry_at("a", "evt_late", base + 30_000, "x")).await;
+    discard_done(store, &known[2].id, base).await;
     let mut cursor = first.next_cursor;
     while let Some(c) = cursor {
         let page = store
@@ -1442,17 +1309,14 @@ async fn list_pages_stay_stable(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(one.entries.len(), 1);
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     list_pages_are_stable_without_duplicates_or_gaps,
     super::list_pages_stay_stable
 );
 
-async fn attempts_in_order(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
-    let id = accept_new(&*store, entry("s", "evt_attempts")).await;
+async fn attempts_in_order(store: &dyn Store) {
+    let id = accept_new(store, entry("s", "evt_attempts")).await;
     let t = now_ms();
     let recorded = vec![
         Attempt {
@@ -1479,7 +1343,7 @@ async fn attempts_in_order(backend: Backend) {
     ];
     let mut now = t;
     for (i, a) in recorded.iter().enumerate() {
-        let c = claim_one(&*store, "s", "w", now).await;
+        let c = claim_one(store, "s", "w", now).await;
         let completion = if i + 1 < recorded.len() {
             now = a.at + 1_000;
             Completion::Retry {
@@ -1495,11 +1359,10 @@ async fn attempts_in_order(backend: Backend) {
         assert!(store.complete(&c, "w", completion, a.at).await.unwrap());
     }
     assert_eq!(store.attempts(&id).await.unwrap(), recorded);
-    let e = store.get(&id).await.unwrap().unwrap();
+    let e = stored(store, &id).await;
     assert_eq!((e.status, e.attempts), (Status::Dead, 3));
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     attempts_come_oldest_first_as_recorded,
     super::attempts_in_order
 );
@@ -1508,18 +1371,16 @@ both_stores!(
 // Signals and health.
 // ---------------------------------------------------------------------------
 
-async fn work_signal_moves(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn work_signal_moves(store: &dyn Store) {
     let mut signal = store.work_signal();
     signal.borrow_and_update();
-    let id = accept_new(&*store, entry("s", "evt_signal")).await;
+    let id = accept_new(store, entry("s", "evt_signal")).await;
     tokio::time::timeout(DEADLINE, signal.changed())
         .await
         .expect("the signal moved after an accept")
         .unwrap();
     // A replay is new work too.
-    let id2 = entry_with_status(&*store, "s2", "evt_signal_2", Status::Dead).await;
+    let id2 = entry_with_status(store, "s2", "evt_signal_2", Status::Dead).await;
     signal.borrow_and_update();
     let t = now_ms();
     assert_eq!(
@@ -1531,25 +1392,21 @@ async fn work_signal_moves(backend: Backend) {
         .expect("the signal moved after a replay")
         .unwrap();
     assert!(store.get(&id).await.unwrap().is_some());
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     work_signal_moves_after_an_accept_and_a_replay,
     super::work_signal_moves
 );
 
-async fn healthy_store(backend: Backend) {
-    let h = StoreHandle::new(backend);
-    let store = h.open().await;
+async fn healthy_store(store: &dyn Store) {
     let stopped = store.stopped();
     store.ping().await.unwrap();
-    accept_new(&*store, entry("s", "evt_ping")).await;
+    accept_new(store, entry("s", "evt_ping")).await;
     store.ping().await.unwrap();
     assert!(!*stopped.borrow());
     assert!(!*store.stopped().borrow());
-    store.close().await;
 }
-both_stores!(
+both_fresh_stores!(
     a_healthy_store_answers_ping_and_never_stops,
     super::healthy_store
 );

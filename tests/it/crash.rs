@@ -11,8 +11,7 @@ use crate::util::*;
 async fn sigkill_under_load(backend: Backend) {
     let h = StoreHandle::new(backend);
     let dir = tempfile::tempdir().unwrap();
-    let cfg_path = dir.path().join("hookgate.toml");
-    std::fs::write(&cfg_path, format!("{}\n{}", h.toml(), sources_toml())).unwrap();
+    let cfg_path = config_file(&h, dir.path());
     let mut gw = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("stderr.log"));
 
     let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
@@ -83,9 +82,7 @@ async fn sigkill_under_load(backend: Backend) {
     // original entries.
     let gw2 = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("stderr2.log"));
     for (event, id) in acked.iter().take(20) {
-        let body = event_body("stripe", event);
-        let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-        let (st, json) = post_raw(&client, &gw2.ingest, "stripe", &body, &headers).await;
+        let (st, json) = post_stripe(&client, &gw2.ingest, event).await;
         assert_eq!(st, 200);
         assert_eq!(json["duplicate"], true, "{event}");
         assert_eq!(json["id"], id.as_str());

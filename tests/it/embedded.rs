@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hookgate::store::{Accepted, NewEntry};
 
+use crate::conformance::entry;
 use crate::util::*;
 
 /// Writers that never let up must not grow the WAL without bound. SQLite restarts
@@ -57,17 +58,10 @@ async fn the_wal_stays_bounded_under_steady_writes() {
         let (store, body) = (store.clone(), body.clone());
         writers.push(tokio::spawn(async move {
             for i in 0..PER_WRITER {
-                let key = format!("evt_{w}_{i}");
                 let e = NewEntry {
-                    id: uuid::Uuid::now_v7().to_string(),
-                    source: "s".into(),
-                    event_id: Some(key.clone()),
-                    event_type: Some("thing.happened".into()),
-                    dedupe_key: format!("id:{key}"),
-                    dedupe_ttl: Duration::from_secs(3600),
-                    received_at: hookgate::clock::system_now_ms(),
                     headers: Vec::new(),
                     body: body.clone(),
+                    ..entry("s", &format!("evt_{w}_{i}"))
                 };
                 assert!(matches!(store.accept(e).await, Ok(Accepted::New(_))));
             }
@@ -130,9 +124,7 @@ fn file_modes(dir: &std::path::Path) -> Vec<(String, u32)> {
 
 /// Accept one stripe webhook through `gw`, so the database and its WAL hold it.
 async fn accept_one(ingest: &str, event: &str) {
-    let body = event_body("stripe", event);
-    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-    let (status, json) = post_raw(&http(), ingest, "stripe", &body, &headers).await;
+    let (status, json) = post_stripe(&http(), ingest, event).await;
     assert_eq!(status, 200, "{json}");
 }
 
@@ -144,8 +136,7 @@ async fn store_files_are_private_whatever_the_umask() {
     use std::os::unix::process::CommandExt as _;
     let h = StoreHandle::new(Backend::Embedded);
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg_path = dir.path().join("hookgate.toml");
-    std::fs::write(&cfg_path, format!("{}\n{}", h.toml(), sources_toml())).expect("config");
+    let cfg_path = config_file(&h, dir.path());
     let data = h.dir.path().join("data");
     let umask_000 = |cmd: &mut std::process::Command| {
         // SAFETY: umask is async-signal-safe and touches no memory of ours.
@@ -205,35 +196,9 @@ fn a_world_writable_store_directory_is_refused() {
     std::fs::create_dir(&data).expect("mkdir");
     set_mode(&data, 0o777);
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg_path = dir.path().join("hookgate.toml");
-    std::fs::write(&cfg_path, format!("{}\n{}", h.toml(), sources_toml())).expect("config");
+    let cfg_path = config_file(&h, dir.path());
 
-    let mut child = std::process::Command::new(bin())
-        .arg("serve")
-        .arg("--config")
-        .arg(&cfg_path)
-        .env(
-            "HOOKGATE_SERVER__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env(
-            "HOOKGATE_ADMIN__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn hookgate");
-    let exited = poll_until_blocking(Duration::from_secs(20), || {
-        child.try_wait().expect("wait").ok_or(())
-    });
-    let Ok(status) = exited else {
-        let _ = child.kill();
-        panic!("hookgate serve kept running on a world-writable store directory");
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
-        .expect("read stderr");
+    let (status, stderr) = serve_until_it_exits(&cfg_path, "on a world-writable store directory");
     assert!(!status.success(), "exit status {status}: {stderr}");
     let expected = format!(
         "store directory {} is writable by others (mode 0777)",

@@ -13,7 +13,7 @@ use hookgate::store::{Attempt, Completion, Status};
 use crate::both_stores;
 use crate::conformance::claim_when_due;
 use crate::forward::source;
-use crate::upstream::{Reply, Upstream};
+use crate::upstream::{Reply, Upstream, reached};
 use crate::util::*;
 
 fn delivered(n: u32) -> Completion {
@@ -121,8 +121,7 @@ async fn shared_origin(backend: Backend) {
     for i in 0..6 {
         for n in 0..10 {
             let body = event_body("stripe", &format!("evt_{i}_{n}"));
-            let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-            let (st, json) = post_raw(&c, &gw.ingest, &format!("s{i}"), &body, &headers).await;
+            let (st, json) = post_stripe_signed(&c, &gw.ingest, &format!("s{i}"), &body).await;
             assert_eq!(st, 200, "{json}");
             ids.push(json["id"].as_str().unwrap().to_string());
         }
@@ -182,9 +181,7 @@ async fn pause_then_resume(
     };
     assert_eq!(admin(pause_via, "pause").await.unwrap().status(), 200);
     for n in 0..20 {
-        let body = event_body("stripe", &format!("evt_p{n}"));
-        let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-        let (st, _) = post_raw(&c, &ingest_via.ingest, "stripe", &body, &headers).await;
+        let (st, _) = post_stripe(&c, &ingest_via.ingest, &format!("evt_p{n}")).await;
         assert_eq!(st, 200);
     }
     // Ten poll intervals: a forwarder that ignored the pause would have sent them.
@@ -246,16 +243,9 @@ async fn discard_in_flight(backend: Backend) {
         Reply::Slow(200, Duration::from_secs(5))
     })
     .await;
-    let text = format!(
-        "{}\n[forwarder]\npoll_interval = \"50ms\"\n{}",
-        h.toml(),
-        source("stripe", &up.url, "")
-    );
-    let gw = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let gw = stripe_gateway(&h, &up).await;
     let c = http();
-    let body = event_body("stripe", "evt_discard");
-    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-    let (_, json) = post_raw(&c, &gw.ingest, "stripe", &body, &headers).await;
+    let (_, json) = post_stripe(&c, &gw.ingest, "evt_discard").await;
     let id = json["id"].as_str().unwrap().to_string();
     wait_until(
         "the delivery is in flight",
@@ -303,27 +293,21 @@ both_stores!(
 async fn a_failed_fsync_stops_the_embedded_store() {
     let h = StoreHandle::new(Backend::Embedded);
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let cfg = write_config(
+        dir.path(),
+        &format!(
             "[server]\nshutdown_grace = \"2s\"\n{}\n{}",
             h.toml(),
             source("stripe", "http://127.0.0.1:9/", "")
         ),
-    )
-    .unwrap();
+    );
     let log = dir.path().join("stderr.log");
     let mut gw = ChildGateway::spawn(&cfg, &[("HOOKGATE_FAULT_FSYNC_AFTER", "5")], &log);
     let c = http();
     let post = |n: usize| {
         let c = c.clone();
         let base = gw.ingest.clone();
-        async move {
-            let body = event_body("stripe", &format!("evt_f{n}"));
-            let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-            post_raw(&c, &base, "stripe", &body, &headers).await
-        }
+        async move { post_stripe(&c, &base, &format!("evt_f{n}")).await }
     };
     let mut acked = Vec::new();
     let mut failed_at = None;
@@ -404,16 +388,18 @@ async fn a_full_disk_answers_503_and_recovers() {
     let filler = fs.dir.path().join("filler");
     let up = Upstream::ok().await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let cfg = write_config(
+        dir.path(),
+        &format!(
             "[store]\nkind = \"embedded\"\npath = \"{}\"\n[forwarder]\npoll_interval = \"50ms\"\n{}",
             data.display(),
-            source("stripe", &up.url, "[sources.retry]\nbase = \"100ms\"\ncap = \"500ms\"\n")
+            source(
+                "stripe",
+                &up.url,
+                "[sources.retry]\nbase = \"100ms\"\ncap = \"500ms\"\n"
+            )
         ),
-    )
-    .unwrap();
+    );
     let mut gw = ChildGateway::spawn(&cfg, &[], &dir.path().join("stderr.log"));
     // Leave well under a megabyte free.
     let free = {
@@ -497,15 +483,10 @@ async fn a_full_disk_answers_503_and_recovers() {
     )
     .await;
     acked.push(id);
-    let want: std::collections::HashSet<String> = acked.iter().cloned().collect();
     up.wait_for(
         Duration::from_secs(60),
         "every acknowledged entry delivered",
-        |r| {
-            let got: std::collections::HashSet<String> =
-                r.iter().filter_map(|x| x.header("webhook-id")).collect();
-            want.is_subset(&got)
-        },
+        |r| reached(r, &acked),
     )
     .await;
     gw.kill();

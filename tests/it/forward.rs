@@ -3,8 +3,7 @@
 //! restarts. Every test runs on both stores unless it is about Redis.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hookgate::config::{self, Config};
@@ -12,7 +11,7 @@ use hookgate::provider::Registry;
 use hookgate::store::Status;
 
 use crate::both_stores;
-use crate::upstream::{Reply, Upstream};
+use crate::upstream::{Reply, Upstream, reached};
 use crate::util::*;
 
 pub const FAST: &str = r#"
@@ -62,8 +61,7 @@ pub async fn ingest_many(
             for i in (w * per)..((w + 1) * per).min(n) {
                 let event = format!("{prefix}_{i}");
                 let body = event_body("stripe", &event);
-                let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-                let (st, json) = post_raw(&client, &base, &source, &body, &headers).await;
+                let (st, json) = post_stripe_signed(&client, &base, &source, &body).await;
                 assert_eq!(st, 200, "{json}");
                 out.push((event, json["id"].as_str().unwrap().to_string()));
             }
@@ -75,14 +73,6 @@ pub async fn ingest_many(
         ids.extend(t.await.unwrap());
     }
     ids
-}
-
-fn ids_received(up: &Upstream, only_status: Option<u16>) -> Vec<String> {
-    up.received()
-        .iter()
-        .filter(|r| only_status.is_none_or(|s| r.answered == s))
-        .filter_map(|r| r.header("webhook-id"))
-        .collect()
 }
 
 async fn wait_status(h: &StoreHandle, source: &str, status: Status, n: u64, timeout: Duration) {
@@ -98,6 +88,33 @@ async fn wait_status(h: &StoreHandle, source: &str, status: Status, n: u64, time
     .await;
 }
 
+/// `n` deliveries reach `up`, `n` entries of `source` are delivered in the store, and
+/// no further delivery follows within `quiet`: each entry is delivered exactly once.
+async fn delivered_exactly_once(
+    up: &Upstream,
+    h: &StoreHandle,
+    source: &str,
+    n: usize,
+    quiet: Duration,
+) {
+    up.wait_for(Duration::from_secs(60), &format!("{n} deliveries"), |r| {
+        r.len() >= n
+    })
+    .await;
+    wait_status(
+        h,
+        source,
+        Status::Delivered,
+        n as u64,
+        Duration::from_secs(20),
+    )
+    .await;
+    quiet_for("each entry delivered exactly once", quiet, async || {
+        up.count() == n
+    })
+    .await;
+}
+
 async fn healthy(backend: Backend) {
     let h = StoreHandle::new(backend);
     let up = Upstream::ok().await;
@@ -105,22 +122,7 @@ async fn healthy(backend: Backend) {
     let quiet = quiet_window(&cfg);
     let gw = Gateway::start(cfg).await;
     let ids = ingest_many(&gw.ingest, "stripe", "evt_ok", 1000).await;
-    up.wait_for(Duration::from_secs(60), "1000 deliveries", |r| {
-        r.len() >= 1000
-    })
-    .await;
-    wait_status(
-        &h,
-        "stripe",
-        Status::Delivered,
-        1000,
-        Duration::from_secs(20),
-    )
-    .await;
-    quiet_for("each entry delivered exactly once", quiet, async || {
-        up.count() == 1000
-    })
-    .await;
+    delivered_exactly_once(&up, &h, "stripe", 1000, quiet).await;
     let received = up.received();
     let mut seen = std::collections::HashSet::new();
     let by_entry: HashMap<&str, &str> = ids.iter().map(|(e, i)| (i.as_str(), e.as_str())).collect();
@@ -174,16 +176,7 @@ both_stores!(
 
 async fn outage_then_recovery(backend: Backend) {
     let h = StoreHandle::new(backend);
-    let down = Arc::new(AtomicBool::new(true));
-    let d = down.clone();
-    let up = Upstream::scripted(move |_, _| {
-        if d.load(Ordering::SeqCst) {
-            Reply::Status(503)
-        } else {
-            Reply::Status(200)
-        }
-    })
-    .await;
+    let (up, fixed) = Upstream::failing_until_fixed(503).await;
     let retry = "[sources.retry]\nbase = \"1s\"\ncap = \"8s\"\nmax_attempts = 30\n";
     let cfg = fwd_config(&h, "", &source("stripe", &up.url, retry));
     let gw = Gateway::start(cfg).await;
@@ -204,7 +197,7 @@ async fn outage_then_recovery(backend: Backend) {
     )
     .await;
     let recovered_at = Instant::now();
-    down.store(false, Ordering::SeqCst);
+    fixed.store(true, Ordering::SeqCst);
     up.wait_for(Duration::from_secs(60), "every entry delivered", |r| {
         r.iter().filter(|x| x.answered == 200).count() >= n
     })
@@ -237,7 +230,7 @@ async fn outage_then_recovery(backend: Backend) {
         max < n / 2,
         "largest 1 s burst {max} of {n}: jitter does not spread"
     );
-    let delivered = ids_received(&up, Some(200));
+    let delivered = up.webhook_ids(Some(200));
     let unique: std::collections::HashSet<_> = delivered.iter().collect();
     assert_eq!(unique.len(), n);
     gw.stop().await;
@@ -418,14 +411,7 @@ async fn hanging_destination(backend: Backend) {
         "an attempt to the hanging destination to time out",
         Duration::from_secs(10),
         async || {
-            let page = store
-                .list(&hookgate::store::ListQuery {
-                    source: Some("hang".into()),
-                    limit: 50,
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            let page = first_page_of_source(&*store, "hang", 50).await;
             page.entries
                 .iter()
                 .any(|e| e.last_error.as_deref() == Some("timeout after 500ms"))
@@ -448,10 +434,9 @@ async fn two_gateway_processes_on_one_redis_deliver_each_entry_once() {
     let h = StoreHandle::new(Backend::Redis);
     let up = Upstream::ok().await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg_path = dir.path().join("hookgate.toml");
     let text = format!("{}\n{FAST}\n{}", h.toml(), source("stripe", &up.url, ""));
     let quiet = quiet_window(&config::from_toml_str(&text, &|_| None).unwrap());
-    std::fs::write(&cfg_path, text).unwrap();
+    let cfg_path = write_config(dir.path(), &text);
     let gw1 = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("log1"));
     let gw2 = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("log2"));
     let (a, b) = tokio::join!(
@@ -459,23 +444,8 @@ async fn two_gateway_processes_on_one_redis_deliver_each_entry_once() {
         ingest_many(&gw2.ingest, "stripe", "evt_g2", 1000)
     );
     assert_eq!(a.len() + b.len(), 2000);
-    up.wait_for(Duration::from_secs(60), "2000 deliveries", |r| {
-        r.len() >= 2000
-    })
-    .await;
-    wait_status(
-        &h,
-        "stripe",
-        Status::Delivered,
-        2000,
-        Duration::from_secs(20),
-    )
-    .await;
-    quiet_for("each entry delivered exactly once", quiet, async || {
-        up.count() == 2000
-    })
-    .await;
-    let ids = ids_received(&up, None);
+    delivered_exactly_once(&up, &h, "stripe", 2000, quiet).await;
+    let ids = up.webhook_ids(None);
     let unique: std::collections::HashSet<_> = ids.iter().collect();
     assert_eq!(ids.len(), 2000, "each entry delivered exactly once");
     assert_eq!(unique.len(), 2000);
@@ -491,13 +461,11 @@ async fn two_gateway_processes_on_one_redis_deliver_each_entry_once() {
 async fn graceful_shutdown(backend: Backend) {
     let h = StoreHandle::new(backend);
     let slow = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_secs(3))).await;
-    let global = "[forwarder]\nshutdown_grace = \"500ms\"\n";
     let text = format!(
         "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"30s\"\nshutdown_grace = \"500ms\"\n{}",
         h.toml(),
         source("stripe", &slow.url, "[sources.delivery]\nconcurrency = 4\n")
     );
-    let _ = global;
     let cfg = config::from_toml_str(&text, &|_| None).unwrap();
     let gw = Gateway::start(cfg).await;
     let ids = ingest_many(&gw.ingest, "stripe", "evt_drain", 10).await;
@@ -523,11 +491,7 @@ async fn graceful_shutdown(backend: Backend) {
     ok.wait_for(
         Duration::from_secs(10),
         "the rest delivered without waiting for leases",
-        |r| {
-            let got: std::collections::HashSet<String> =
-                r.iter().filter_map(|x| x.header("webhook-id")).collect();
-            ids.values().all(|id| got.contains(id))
-        },
+        |r| reached(r, ids.values()),
     )
     .await;
     let store = h.open().await;
@@ -605,8 +569,6 @@ async fn breaker(backend: Backend) {
     let port = up.port;
     up.stop();
     drop(up);
-    let global = "[forwarder]\n";
-    let _ = global;
     let text = format!(
         "{}\n[forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"200ms\"\nlease = \"15s\"\n\
          breaker_failures = 3\nbreaker_cooldown = \"1s\"\n{}",
@@ -623,14 +585,7 @@ async fn breaker(backend: Backend) {
     let ids = ingest_many(&gw.ingest, "stripe", "evt_breaker", 20).await;
     let store = h.open().await;
     let total_attempts = || async {
-        let page = store
-            .list(&hookgate::store::ListQuery {
-                source: Some("stripe".into()),
-                limit: 100,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let page = first_page_of_source(&*store, "stripe", 100).await;
         page.entries.iter().map(|e| e.attempts).sum::<u32>()
     };
     // The breaker opens after failures: its gauge says so.
@@ -693,7 +648,6 @@ async fn sigkill_in_flight(backend: Backend) {
     let h = StoreHandle::new(backend);
     let up = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_millis(200))).await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg_path = dir.path().join("hookgate.toml");
     let text = format!(
         "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"3s\"\n{}",
         h.toml(),
@@ -703,7 +657,7 @@ async fn sigkill_in_flight(backend: Backend) {
             "[sources.delivery]\ntimeout = \"2s\"\nconcurrency = 8\n"
         )
     );
-    std::fs::write(&cfg_path, text).unwrap();
+    let cfg_path = write_config(dir.path(), &text);
     let mut gw = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("log1"));
     let ids = ingest_many(&gw.ingest, "stripe", "evt_kill", 300).await;
     up.wait_for(Duration::from_secs(30), "some deliveries", |r| {
@@ -716,11 +670,7 @@ async fn sigkill_in_flight(backend: Backend) {
     up.wait_for(
         Duration::from_secs(60),
         "every entry delivered after restart",
-        |r| {
-            let got: std::collections::HashSet<String> =
-                r.iter().filter_map(|x| x.header("webhook-id")).collect();
-            ids.values().all(|id| got.contains(id))
-        },
+        |r| reached(r, ids.values()),
     )
     .await;
     wait_status(
@@ -731,7 +681,7 @@ async fn sigkill_in_flight(backend: Backend) {
         Duration::from_secs(20),
     )
     .await;
-    let all = ids_received(&up, None);
+    let all = up.webhook_ids(None);
     let unique: std::collections::HashSet<_> = all.iter().collect();
     eprintln!(
         "{backend:?}: killed after {before} deliveries; 300 entries, {} deliveries, {} delivered twice",
@@ -748,38 +698,20 @@ both_stores!(
 async fn redis_restarts(_: Backend) {
     // With AOF: delivery resumes by itself, nothing lost.
     let mut h = StoreHandle::new(Backend::Redis);
-    let down = Arc::new(AtomicBool::new(true));
-    let d = down.clone();
-    let up = Upstream::scripted(move |_, _| {
-        if d.load(Ordering::SeqCst) {
-            Reply::Status(503)
-        } else {
-            Reply::Status(200)
-        }
-    })
-    .await;
+    let (up, fixed) = Upstream::failing_until_fixed(503).await;
     let gw = Gateway::start(fwd_config(&h, "", &source("stripe", &up.url, FAST_RETRY))).await;
     let ids = ingest_many(&gw.ingest, "stripe", "evt_aof", 50).await;
     // Restart Redis once the forwarder is at work: every entry attempted (and failed).
     up.wait_for(Duration::from_secs(10), "every entry attempted", |r| {
-        let got: std::collections::HashSet<String> =
-            r.iter().filter_map(|x| x.header("webhook-id")).collect();
-        ids.values().all(|id| got.contains(id))
+        reached(r, ids.values())
     })
     .await;
     h.redis_mut().restart();
-    down.store(false, Ordering::SeqCst);
+    fixed.store(true, Ordering::SeqCst);
     up.wait_for(
         Duration::from_secs(30),
         "all delivered after the Redis restart",
-        |r| {
-            let got: std::collections::HashSet<String> = r
-                .iter()
-                .filter(|x| x.answered == 200)
-                .filter_map(|x| x.header("webhook-id"))
-                .collect();
-            ids.values().all(|id| got.contains(id))
-        },
+        |r| reached(r.iter().filter(|x| x.answered == 200), ids.values()),
     )
     .await;
     gw.stop().await;
@@ -795,17 +727,15 @@ async fn redis_restarted_empty_does_not_wedge_and_logs_the_loss() {
     let mut redis = RedisServer::start_with(false);
     let up = Upstream::ok().await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg_path = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &cfg_path,
-        format!(
+    let cfg_path = write_config(
+        dir.path(),
+        &format!(
             "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n\
              [forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"200ms\"\n{}",
             redis.url(),
             source("stripe", &up.url, FAST_RETRY)
         ),
-    )
-    .unwrap();
+    );
     let log = dir.path().join("stderr.log");
     let gw = ChildGateway::spawn(&cfg_path, &[], &log);
     ingest_many(&gw.ingest, "stripe", "evt_before", 10).await;
@@ -821,9 +751,7 @@ async fn redis_restarted_empty_does_not_wedge_and_logs_the_loss() {
         "ingest to recover after the empty restart (10 accepted)",
         Duration::from_secs(20),
         async || {
-            let body = event_body("stripe", &format!("evt_after_{i}"));
-            let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-            let (st, json) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
+            let (st, json) = post_stripe(&client, &gw.ingest, &format!("evt_after_{i}")).await;
             if st == 200 {
                 ids.push(json["id"].as_str().unwrap().to_string());
             } else {
@@ -835,9 +763,7 @@ async fn redis_restarted_empty_does_not_wedge_and_logs_the_loss() {
     )
     .await;
     up.wait_for(Duration::from_secs(20), "new webhooks delivered", |r| {
-        let got: std::collections::HashSet<String> =
-            r.iter().filter_map(|x| x.header("webhook-id")).collect();
-        ids.iter().all(|id| got.contains(id))
+        reached(r, &ids)
     })
     .await;
     wait_until_ok(

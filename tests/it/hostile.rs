@@ -28,6 +28,22 @@ fn raw_exchange(base: &str, bytes: &[u8], read_for: Duration) -> Vec<u8> {
     out
 }
 
+/// The start of `answer`, as text, for a failure message.
+fn shown(answer: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(&answer[..answer.len().min(100)])
+}
+
+/// Send `request` raw and assert that the answer's status is `status`.
+fn assert_answered(base: &str, request: &[u8], status: u16) {
+    let answer = raw_exchange(base, request, Duration::from_secs(5));
+    let status_line = format!("HTTP/1.1 {status}");
+    assert!(
+        answer.starts_with(status_line.as_bytes()),
+        "not {status}: {}",
+        shown(&answer)
+    );
+}
+
 async fn hostile(backend: Backend) {
     let h = StoreHandle::new(backend);
     let extra = "[server]\nmax_body_bytes = 65536\nheader_read_timeout = \"1s\"\nbody_read_timeout = \"1s\"\n";
@@ -76,15 +92,10 @@ async fn hostile(backend: Backend) {
     );
 
     // A body that stops half way: 408 after the body read timeout.
-    let answer = raw_exchange(
+    assert_answered(
         &gw.ingest,
         b"POST /ingest/hmac HTTP/1.1\r\nhost: x\r\nx-signature: 00\r\ncontent-length: 100\r\n\r\n0123456789",
-        Duration::from_secs(5),
-    );
-    assert!(
-        answer.starts_with(b"HTTP/1.1 408"),
-        "{}",
-        String::from_utf8_lossy(&answer)
+        408,
     );
 
     // Huge header counts: 431.
@@ -93,12 +104,7 @@ async fn hostile(backend: Backend) {
         req.push_str(&format!("x-h{i}: v\r\n"));
     }
     req.push_str("content-length: 2\r\n\r\n{}");
-    let answer = raw_exchange(&gw.ingest, req.as_bytes(), Duration::from_secs(5));
-    assert!(
-        answer.starts_with(b"HTTP/1.1 431"),
-        "{}",
-        String::from_utf8_lossy(&answer[..answer.len().min(100)])
-    );
+    assert_answered(&gw.ingest, req.as_bytes(), 431);
 
     // One enormous header: refused (431) or the connection is closed.
     let mut req = String::from("POST /ingest/stripe HTTP/1.1\r\nhost: x\r\nx-big: ");
@@ -108,18 +114,13 @@ async fn hostile(backend: Backend) {
     assert!(
         answer.is_empty() || answer.starts_with(b"HTTP/1.1 431"),
         "{}",
-        String::from_utf8_lossy(&answer[..answer.len().min(100)])
+        shown(&answer)
     );
 
     // Bodies over the limit, declared or not.
     let mut req = b"POST /ingest/hmac HTTP/1.1\r\nhost: x\r\nx-signature: 00\r\ncontent-length: 65537\r\n\r\n".to_vec();
     req.extend_from_slice(&[b'a'; 1000]);
-    let answer = raw_exchange(&gw.ingest, &req, Duration::from_secs(5));
-    assert!(
-        answer.starts_with(b"HTTP/1.1 413"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
+    assert_answered(&gw.ingest, &req, 413);
     let mut req = b"POST /ingest/hmac HTTP/1.1\r\nhost: x\r\nx-signature: 00\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..70 {
         req.extend_from_slice(b"3e8\r\n");
@@ -127,21 +128,11 @@ async fn hostile(backend: Backend) {
         req.extend_from_slice(b"\r\n");
     }
     req.extend_from_slice(b"0\r\n\r\n");
-    let answer = raw_exchange(&gw.ingest, &req, Duration::from_secs(5));
-    assert!(
-        answer.starts_with(b"HTTP/1.1 413"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-    let answer = raw_exchange(
+    assert_answered(&gw.ingest, &req, 413);
+    assert_answered(
         &gw.ingest,
         b"POST /ingest/hmac HTTP/1.1\r\nhost: x\r\nx-signature: 00\r\ncontent-length: 99999999999\r\n\r\n",
-        Duration::from_secs(5),
-    );
-    assert!(
-        answer.starts_with(b"HTTP/1.1 413"),
-        "{}",
-        String::from_utf8_lossy(&answer)
+        413,
     );
 
     // Malformed signature headers.
@@ -163,14 +154,11 @@ async fn hostile(backend: Backend) {
         assert_eq!(st, 401, "{value:?}: {json}");
     }
     // A signature header that is not UTF-8.
-    let mut raw = b"POST /ingest/stripe HTTP/1.1\r\nhost: x\r\nstripe-signature: t=1,v1=\xff\xfe\r\ncontent-length: 2\r\n\r\n{}".to_vec();
-    let answer = raw_exchange(&gw.ingest, &raw, Duration::from_secs(5));
-    assert!(
-        answer.starts_with(b"HTTP/1.1 401"),
-        "{}",
-        String::from_utf8_lossy(&answer)
+    assert_answered(
+        &gw.ingest,
+        b"POST /ingest/stripe HTTP/1.1\r\nhost: x\r\nstripe-signature: t=1,v1=\xff\xfe\r\ncontent-length: 2\r\n\r\n{}",
+        401,
     );
-    raw.clear();
 
     // Non-UTF-8 bodies: refused unsigned, accepted byte for byte when signed.
     let binary: Vec<u8> = (0..=255u8).rev().collect();
@@ -191,11 +179,7 @@ async fn hostile(backend: Backend) {
     );
     let (st, json) = post_signed(&c, &gw, "hmac", &binary, "x").await;
     assert_eq!(st, 200);
-    let e = store
-        .get(json["id"].as_str().unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    let e = answered_entry(&*store, &json).await;
     assert_eq!(e.body.as_ref(), binary.as_slice());
 
     // A verified body that is not JSON: stored, deduped on its hash.

@@ -7,15 +7,13 @@ async fn logs_never_leak(backend: Backend) {
     let h = StoreHandle::new(backend);
     let dir = tempfile::tempdir().unwrap();
     let secret = "whsec_LOGTEST_a8f3c2e1d0b9";
-    let cfg_path = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &cfg_path,
-        format!(
+    let cfg_path = write_config(
+        dir.path(),
+        &format!(
             "{}\n[[sources]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecret_env = \"LOGTEST_SECRET\"\ndestination = \"http://127.0.0.1:9/\"\n",
             h.toml()
         ),
-    )
-    .unwrap();
+    );
     let log_path = dir.path().join("stderr.log");
     let mut gw = ChildGateway::spawn(
         &cfg_path,

@@ -301,8 +301,7 @@ async fn shipped_alert_rules_are_quiet_when_idle_and_fire_on_one_dead_letter() {
 
     // One webhook; its destination refuses it for good (404): one dead letter.
     let body = event_body("stripe", "evt_rules_1");
-    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-    let (status, json) = post_raw(&c, &gw.ingest, "rules_dead", &body, &headers).await;
+    let (status, json) = post_stripe_signed(&c, &gw.ingest, "rules_dead", &body).await;
     assert_eq!(status, 200, "{json}");
     let dead = wait_until_ok(
         "the dead letter to show in the metrics",

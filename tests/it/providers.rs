@@ -12,7 +12,7 @@ use hookgate::provider::sign::{SignInput, sign};
 use hookgate::provider::{Registry, request_url};
 
 use crate::both_stores;
-use crate::cli::run;
+use crate::cli::{run, sign_output};
 use crate::util::*;
 
 /// What a request is signed with.
@@ -88,6 +88,19 @@ const WRONG: Signer = Signer::Secret("not-the-secret");
 const DISCORD_KEY: [u8; 32] = [7; 32];
 const SENDGRID_KEY: [u8; 32] = [0x5a; 32];
 
+/// A case of the Standard Webhooks scheme, which Svix signs under its own name.
+fn standard_webhooks(source: &'static str, provider: &'static str) -> Case {
+    Case {
+        source,
+        provider,
+        signer: Signer::Secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        wrong: Signer::Secret("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+        body: json_event,
+        needle: Needle::Event,
+        event_id: delivery,
+    }
+}
+
 fn cases() -> Vec<Case> {
     vec![
         Case {
@@ -148,24 +161,8 @@ fn cases() -> Vec<Case> {
             needle: Needle::Event,
             event_id: event,
         },
-        Case {
-            source: "p-standard-webhooks",
-            provider: "standard-webhooks",
-            signer: Signer::Secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            wrong: Signer::Secret("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
-            body: json_event,
-            needle: Needle::Event,
-            event_id: delivery,
-        },
-        Case {
-            source: "p-svix",
-            provider: "svix",
-            signer: Signer::Secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            wrong: Signer::Secret("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
-            body: json_event,
-            needle: Needle::Event,
-            event_id: delivery,
-        },
+        standard_webhooks("p-standard-webhooks", "standard-webhooks"),
+        standard_webhooks("p-svix", "svix"),
         Case {
             source: "p-shopify",
             provider: "shopify",
@@ -460,19 +457,6 @@ async fn post(
     (status, ct, json)
 }
 
-/// Change one character of the signature value (not its prefix): a valid character
-/// of the same alphabet, so the value still parses.
-fn flip_signature(headers: &mut [(String, String)], name: &str) {
-    let (_, v) = headers
-        .iter_mut()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .expect("signature header");
-    let mut bytes = v.clone().into_bytes();
-    let i = bytes.len() - 3;
-    bytes[i] = if bytes[i] == b'a' { b'b' } else { b'a' };
-    *v = String::from_utf8(bytes).unwrap();
-}
-
 async fn every_provider(backend: Backend) {
     let h = StoreHandle::new(backend);
     let cases = cases();
@@ -508,7 +492,7 @@ async fn every_provider(backend: Backend) {
         // One character of the signature changed (for GitLab: of the token).
         if let Some(name) = spec.signature_header() {
             let mut bad = ok_headers.clone();
-            flip_signature(&mut bad, name.as_str());
+            flip_signature(&mut bad, name.as_str(), 3);
             let (st, _, json) = post(&c, &gw, case.source, &bad, &ok_body).await;
             assert_eq!(st, 401, "{}: {json}", what("tampered signature"));
         }
@@ -540,7 +524,7 @@ async fn every_provider(backend: Backend) {
         assert_eq!(st, 200, "{}: {json}", what("signed"));
         assert_eq!(json["duplicate"], false, "{}", what("first delivery"));
         let id = json["id"].as_str().unwrap().to_string();
-        let entry = store.get(&id).await.unwrap().expect("stored");
+        let entry = answered_entry(&*store, &json).await;
         assert_eq!(
             entry.body.as_ref(),
             ok_body.as_slice(),
@@ -684,8 +668,7 @@ async fn hookgate_sign_output_is_accepted_for_every_symmetric_provider() {
     let cases = cases();
     let cfg_text = format!("{}\n{}", h.toml(), sources(&cases));
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hookgate.toml");
-    std::fs::write(&path, &cfg_text).unwrap();
+    let path = write_config(dir.path(), &cfg_text);
     let gw = Gateway::start(config::from_toml_str(&cfg_text, &|_| None).unwrap()).await;
     let c = http();
     for case in &cases {
@@ -720,15 +703,7 @@ async fn hookgate_sign_output_is_accepted_for_every_symmetric_provider() {
         }
         // Headers, a blank line, the body when the signer changed it, a blank line,
         // and the curl line.
-        let mut lines = out.lines();
-        let mut headers = Vec::new();
-        for line in lines.by_ref() {
-            if line.is_empty() {
-                break;
-            }
-            let (n, v) = line.split_once(": ").unwrap();
-            headers.push((n.to_string(), v.to_string()));
-        }
+        let (headers, mut lines) = sign_output(&out);
         let next = lines.next().unwrap();
         let sent_body = if next.starts_with("curl ") {
             body.clone()

@@ -4,7 +4,8 @@
 //! one whose CONFIG command is disabled opens with a WARN that the check could not
 //! be made.
 
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use hookgate::config;
@@ -21,6 +22,15 @@ async fn open(url: &str) -> Result<std::sync::Arc<dyn hookgate::store::Store>, S
     hookgate::store::open(&cfg.store, &hookgate::clock::Clock::system()).await
 }
 
+/// A config file in `dir` for `redis` (its `[store]` with `extra` after it) and the
+/// standard sources.
+fn config_file(dir: &Path, redis: &RedisServer, extra: &str) -> PathBuf {
+    write_config(
+        dir,
+        &format!("{}{}", redis_toml(&redis.url(), extra), sources_toml()),
+    )
+}
+
 fn redis_cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
         .arg("-p")
@@ -30,6 +40,15 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
         .expect("redis-cli");
     assert!(out.status.success(), "redis-cli {args:?}");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Set the `maxmemory-policy` of the Redis on `port` at runtime.
+fn set_maxmemory_policy(port: u16, policy: &str) {
+    assert_eq!(
+        redis_cli(port, &["CONFIG", "SET", "maxmemory-policy", policy]),
+        "OK",
+        "CONFIG SET maxmemory-policy {policy}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,43 +73,8 @@ async fn a_redis_that_may_evict_keys_is_refused_at_open() {
 fn hookgate_serve_exits_naming_the_policy() {
     let redis = RedisServer::start_with_args(true, &["--maxmemory-policy", "allkeys-lru"]);
     let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &config_path,
-        format!("{}{}", redis_toml(&redis.url(), ""), sources_toml()),
-    )
-    .unwrap();
-    let mut child = Command::new(bin())
-        .arg("serve")
-        .arg("--config")
-        .arg(&config_path)
-        .env(
-            "HOOKGATE_SERVER__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env(
-            "HOOKGATE_ADMIN__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn hookgate");
-    let exited = poll_until_blocking(Duration::from_secs(20), || {
-        child.try_wait().unwrap().ok_or(())
-    });
-    let Ok(status) = exited else {
-        let _ = child.kill();
-        panic!("hookgate serve kept running on an allkeys-lru redis");
-    };
-    let mut stderr = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let config_path = config_file(dir.path(), &redis, "");
+    let (status, stderr) = serve_until_it_exits(&config_path, "on an allkeys-lru redis");
     assert!(!status.success(), "{stderr}");
     assert!(
         stderr.contains("maxmemory-policy allkeys-lru")
@@ -100,11 +84,19 @@ fn hookgate_serve_exits_naming_the_policy() {
 }
 
 /// The JSON log lines of a child gateway.
-fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+fn json_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The lines of `lines` whose message contains `text`.
+fn saying<'a>(lines: &'a [serde_json::Value], text: &str) -> Vec<&'a serde_json::Value> {
+    lines
+        .iter()
+        .filter(|l| l["message"].as_str().is_some_and(|m| m.contains(text)))
         .collect()
 }
 
@@ -143,13 +135,7 @@ async fn an_eviction_policy_set_at_runtime_makes_readyz_503_until_set_back() {
     let gw = Gateway::start(cfg).await;
     let client = http();
 
-    assert_eq!(
-        redis_cli(
-            redis.port,
-            &["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]
-        ),
-        "OK"
-    );
+    set_maxmemory_policy(redis.port, "volatile-lru");
     wait_ready_status(&client, &gw.admin, 503).await;
     let answer = get_json(&client, &format!("{}/readyz", gw.admin)).await;
     assert_eq!(answer["status"], "store may evict keys");
@@ -158,13 +144,7 @@ async fn an_eviction_policy_set_at_runtime_makes_readyz_503_until_set_back() {
     let (status, json) = post_signed(&client, &gw, "stripe", &body, "evt_evicting").await;
     assert_eq!(status, 200, "{json}");
 
-    assert_eq!(
-        redis_cli(
-            redis.port,
-            &["CONFIG", "SET", "maxmemory-policy", "noeviction"]
-        ),
-        "OK"
-    );
+    set_maxmemory_policy(redis.port, "noeviction");
     wait_ready_status(&client, &gw.admin, 200).await;
     gw.stop().await;
 }
@@ -173,22 +153,12 @@ async fn an_eviction_policy_set_at_runtime_makes_readyz_503_until_set_back() {
 async fn a_redis_without_aof_opens_with_a_warning() {
     let redis = RedisServer::start_with(false);
     let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("hookgate.toml");
-    std::fs::write(
-        &config_path,
-        format!("{}{}", redis_toml(&redis.url(), ""), sources_toml()),
-    )
-    .unwrap();
+    let config_path = config_file(dir.path(), &redis, "");
     let log = dir.path().join("stderr.log");
     let gw = ChildGateway::spawn(&config_path, &[("HOOKGATE_LOG__FORMAT", "json")], &log);
     let lines = json_lines(&log);
-    let warning = lines
-        .iter()
-        .find(|l| {
-            l["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("appendonly yes + appendfsync always"))
-        })
+    let warning = *saying(&lines, "appendonly yes + appendfsync always")
+        .first()
         .unwrap_or_else(|| panic!("no AOF warning in {lines:#?}"));
     assert_eq!(warning["level"], "WARN", "{warning}");
     assert_eq!(warning["appendonly"], "no", "{warning}");
@@ -199,21 +169,14 @@ async fn a_redis_without_aof_opens_with_a_warning() {
 async fn a_redis_without_config_opens_with_one_warning() {
     let redis = RedisServer::start_with_args(true, &["--rename-command", "CONFIG", ""]);
     let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("hookgate.toml");
     let forwarder = "[forwarder]\nmaintenance_interval = \"100ms\"\n";
-    std::fs::write(
-        &config_path,
-        format!("{}{}", redis_toml(&redis.url(), forwarder), sources_toml()),
-    )
-    .unwrap();
+    let config_path = config_file(dir.path(), &redis, forwarder);
     let log = dir.path().join("stderr.log");
     let gw = ChildGateway::spawn(&config_path, &[("HOOKGATE_LOG__FORMAT", "json")], &log);
     // An entry its destination refuses stays pending: each maintenance pass moves its
     // age gauge. Three moves, three passes that found CONFIG unreadable again.
     let client = http();
-    let body = event_body("stripe", "evt_noconfig");
-    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-    let (status, json) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
+    let (status, json) = post_stripe(&client, &gw.ingest, "evt_noconfig").await;
     assert_eq!(status, 200, "{json}");
     let mut ages = std::collections::BTreeSet::new();
     let metrics = format!("{}/metrics", gw.admin);
@@ -236,14 +199,7 @@ async fn a_redis_without_config_opens_with_one_warning() {
     )
     .await;
     let lines = json_lines(&log);
-    let warnings: Vec<&serde_json::Value> = lines
-        .iter()
-        .filter(|l| {
-            l["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("cannot read the redis settings"))
-        })
-        .collect();
+    let warnings = saying(&lines, "cannot read the redis settings");
     assert_eq!(warnings.len(), 1, "{lines:#?}");
     assert_eq!(warnings[0]["level"], "WARN");
     drop(gw);
@@ -253,13 +209,7 @@ async fn a_redis_without_config_opens_with_one_warning() {
 async fn every_cluster_master_is_checked() {
     let cluster = RedisCluster::start();
     let target = cluster.nodes[2].port;
-    assert_eq!(
-        redis_cli(
-            target,
-            &["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]
-        ),
-        "OK"
-    );
+    set_maxmemory_policy(target, "allkeys-lfu");
     match open(&cluster.url()).await {
         Err(StoreError::Evicting { policy, node }) => {
             assert_eq!(policy, "allkeys-lfu");
@@ -272,6 +222,6 @@ async fn every_cluster_master_is_checked() {
         Err(other) => panic!("another error: {other}"),
         Ok(_) => panic!("a cluster with an evicting master opened"),
     }
-    redis_cli(target, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    set_maxmemory_policy(target, "noeviction");
     open(&cluster.url()).await.expect("every master noeviction");
 }

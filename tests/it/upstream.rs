@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -73,6 +75,22 @@ impl Upstream {
         Self::on(listener, Box::new(script))
     }
 
+    /// An upstream that answers `status` until the switch it returns is set, and 200
+    /// from then on.
+    pub async fn failing_until_fixed(status: u16) -> (Upstream, Arc<AtomicBool>) {
+        let fixed = Arc::new(AtomicBool::new(false));
+        let switch = fixed.clone();
+        let up = Self::scripted(move |_, _| {
+            Reply::Status(if switch.load(Ordering::SeqCst) {
+                200
+            } else {
+                status
+            })
+        })
+        .await;
+        (up, fixed)
+    }
+
     /// Start again on a given port (after `stop`), with a new script.
     pub async fn on_port(
         port: u16,
@@ -120,6 +138,16 @@ impl Upstream {
         at.duration_since(self.inner.started)
     }
 
+    /// The `webhook-id` of each request received (only of those answered
+    /// `only_status`, when given), in the order they came.
+    pub fn webhook_ids(&self, only_status: Option<u16>) -> Vec<String> {
+        self.received()
+            .iter()
+            .filter(|r| only_status.is_none_or(|s| r.answered == s))
+            .filter_map(|r| r.header("webhook-id"))
+            .collect()
+    }
+
     /// Stop serving (the port refuses connections afterwards).
     pub fn stop(&self) {
         self.task.abort();
@@ -142,6 +170,19 @@ impl Upstream {
         })
         .await;
     }
+}
+
+/// Whether `received` holds a request for each entry id of `entries` (its
+/// `webhook-id`).
+pub fn reached<'r, 'a>(
+    received: impl IntoIterator<Item = &'r Received>,
+    entries: impl IntoIterator<Item = &'a String>,
+) -> bool {
+    let got: HashSet<String> = received
+        .into_iter()
+        .filter_map(|r| r.header("webhook-id"))
+        .collect();
+    entries.into_iter().all(|id| got.contains(id))
 }
 
 impl Drop for Upstream {

@@ -5,14 +5,14 @@
 
 use std::net::TcpListener as StdListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hookgate::config::{self, Config, Secret};
 use hookgate::provider::Registry;
 use hookgate::provider::sign::{SignInput, sign};
-use hookgate::store::{self, Store};
+use hookgate::store::{self, Entry, ListQuery, ListedEntry, Page, Status, Store};
 use tokio_util::sync::CancellationToken;
 
 /// How often the waits below look at their condition again.
@@ -327,6 +327,64 @@ impl StoreHandle {
     }
 }
 
+/// Open a fresh store of `backend`, run `body` on it, and close it: the frame of every
+/// test that needs nothing but a store (see [`both_fresh_stores!`]).
+pub async fn on_a_fresh_store(backend: Backend, body: impl AsyncFnOnce(&dyn Store)) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    body(&*store).await;
+    store.close().await;
+}
+
+/// The first page of `store`'s listing of the entries with `status`, up to `limit`.
+pub async fn first_page_with_status(store: &dyn Store, status: Status, limit: usize) -> Page {
+    let query = ListQuery {
+        status: Some(status),
+        limit,
+        ..Default::default()
+    };
+    store.list(&query).await.expect("list by status")
+}
+
+/// The first page of `store`'s listing of the entries of `source`, up to `limit`.
+pub async fn first_page_of_source(store: &dyn Store, source: &str, limit: usize) -> Page {
+    let query = ListQuery {
+        source: Some(source.into()),
+        limit,
+        ..Default::default()
+    };
+    store.list(&query).await.expect("list by source")
+}
+
+/// Assert that each of `listed` is its stored entry as a listing shows it: the
+/// entry minus headers and body.
+pub async fn assert_listed_as_stored(store: &dyn Store, listed: &[ListedEntry]) {
+    for e in listed {
+        let full = store
+            .get(&e.id)
+            .await
+            .expect("get a listed entry")
+            .unwrap_or_else(|| panic!("listed entry {} is not stored", e.id));
+        assert_eq!(
+            *e,
+            full.listed(),
+            "a listed entry is its entry minus headers and body"
+        );
+    }
+}
+
+/// The stored entry an ingest answer (`{"id": …}`) names.
+pub async fn answered_entry(store: &dyn Store, answer: &serde_json::Value) -> Entry {
+    let id = answer["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no entry id in {answer}"));
+    store
+        .get(id)
+        .await
+        .expect("get the entry")
+        .unwrap_or_else(|| panic!("{id} is not stored"))
+}
+
 /// Secrets used by [`sources_toml`].
 pub const STRIPE_SECRET: &str = "whsec_test_secret";
 pub const GITHUB_SECRET: &str = "It's a Secret to Everybody";
@@ -570,6 +628,42 @@ pub async fn post_raw(
     (status, json)
 }
 
+/// POST `body` to `source` at the ingest listener `base`, signed as Stripe signs it
+/// with [`STRIPE_SECRET`] (the secret of `stripe` and of every source
+/// `forward::source` makes).
+pub async fn post_stripe_signed(
+    client: &reqwest::Client,
+    base: &str,
+    source: &str,
+    body: &[u8],
+) -> (u16, serde_json::Value) {
+    let headers = sign_headers("stripe", STRIPE_SECRET, body, now_secs(), "x");
+    post_raw(client, base, source, body, &headers).await
+}
+
+/// POST the Stripe event `event` (its id) to the `stripe` source at `base`.
+pub async fn post_stripe(
+    client: &reqwest::Client,
+    base: &str,
+    event: &str,
+) -> (u16, serde_json::Value) {
+    post_stripe_signed(client, base, "stripe", &event_body("stripe", event)).await
+}
+
+/// Change one character of the value of the header `name` (case-insensitive), the
+/// `from_end`-th from its end, to another of the same alphabet: the value still
+/// parses, and no longer verifies.
+pub fn flip_signature(headers: &mut [(String, String)], name: &str, from_end: usize) {
+    let (_, v) = headers
+        .iter_mut()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .expect("signature header");
+    let mut bytes = v.clone().into_bytes();
+    let i = bytes.len() - from_end;
+    bytes[i] = if bytes[i] == b'a' { b'b' } else { b'a' };
+    *v = String::from_utf8(bytes).expect("an ASCII header value");
+}
+
 /// GET `url` and return its body as text.
 pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
     client
@@ -590,6 +684,52 @@ pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value 
 /// The path of the hookgate binary built for these tests.
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_hookgate"))
+}
+
+/// Write `text` as `hookgate.toml` in `dir`; its path.
+pub fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("hookgate.toml");
+    std::fs::write(&path, text).expect("write the config file");
+    path
+}
+
+/// A config file in `dir` for `handle`'s store with the standard sources: what
+/// [`config`] builds, for a child gateway.
+pub fn config_file(handle: &StoreHandle, dir: &Path) -> PathBuf {
+    write_config(dir, &format!("{}\n{}", handle.toml(), sources_toml()))
+}
+
+/// Run `hookgate serve` on `config_path`, which it must refuse: wait (at most 20 s)
+/// until it exits, and answer its exit status and what it wrote to stderr. Panics,
+/// saying it `kept_running` (e.g. "on an allkeys-lru redis"), if it does not exit.
+pub fn serve_until_it_exits(config_path: &Path, kept_running: &str) -> (ExitStatus, String) {
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .arg("--config")
+        .arg(config_path)
+        .env(
+            "HOOKGATE_SERVER__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env(
+            "HOOKGATE_ADMIN__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hookgate");
+    let exited = poll_until_blocking(Duration::from_secs(20), || {
+        child.try_wait().expect("wait").ok_or(())
+    });
+    let Ok(status) = exited else {
+        let _ = child.kill();
+        panic!("hookgate serve kept running {kept_running}");
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    (status, stderr)
 }
 
 /// The gateway as a child process (for SIGKILL and log capture).
@@ -684,20 +824,31 @@ impl Drop for ChildGateway {
     }
 }
 
-/// Run the async test body once per backend.
+/// Run the async test body once per backend: `async fn body(backend: Backend)`.
 #[macro_export]
 macro_rules! both_stores {
-    ($name:ident, $body:path) => {
+    ($name:ident, $body:expr) => {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn embedded() {
-                $body($crate::util::Backend::Embedded).await;
+                ($body)($crate::util::Backend::Embedded).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn redis() {
-                $body($crate::util::Backend::Redis).await;
+                ($body)($crate::util::Backend::Redis).await;
             }
         }
+    };
+}
+
+/// Run the async test body once per backend, on a fresh store opened for it and closed
+/// after it ([`on_a_fresh_store`]): `async fn body(store: &dyn Store)`.
+#[macro_export]
+macro_rules! both_fresh_stores {
+    ($name:ident, $body:path) => {
+        $crate::both_stores!($name, |backend| $crate::util::on_a_fresh_store(
+            backend, $body
+        ));
     };
 }
 
