@@ -13,7 +13,7 @@ use sha2::Digest as _;
 
 use super::sign::{SignInput, sign};
 use super::spec::{Algorithm, HeaderFormat, ValueSource, Vector};
-use super::verify::{Context, HandshakeReply, ParsedHeader, VerifyError};
+use super::verify::{Context, HandshakeReply, ParsedSignature, VerifyError};
 use super::*;
 
 fn headers_of(v: &Vector) -> HeaderMap {
@@ -71,7 +71,7 @@ fn check(spec: &Spec, v: &Vector) {
         let ts_text = spec.timestamp.as_ref().and_then(|rule| match &rule.from {
             ValueSource::Header(h) => Some(headers.get(h)?.to_str().ok()?.to_string()),
             ValueSource::Signature(k) => {
-                let ctx = Context::new(req, ParsedHeader::default());
+                let ctx = Context::new(req, ParsedSignature::default());
                 verify::parse_signature(spec, &ctx)
                     .ok()?
                     .fields
@@ -464,7 +464,7 @@ fn send(spec: &Spec, body: &[u8], ts: i64, id: &str) -> Option<Sent> {
                 headers: &headers,
                 body,
             },
-            ParsedHeader::default(),
+            ParsedSignature::default(),
         );
         let msg = verify::message(spec, &ctx, Some(&ts_text), url.as_deref()).ok()?;
         let sig = match spec.algorithm() {
