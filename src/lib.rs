@@ -25,7 +25,8 @@
 //! * Nothing is parsed or re-serialized before the signature is verified, and a
 //!   forged request never reaches the store (so it cannot poison a dedupe key).
 //! * A 2xx is only sent for an entry the store has made durable.
-//! * `provider` does no I/O and never reads the clock itself.
+//! * `provider` never reads the clock itself; its only I/O is the registry reading
+//!   `providers_dir`.
 //! * rusqlite and redis types never leave their backend's file.
 
 pub mod admin;
