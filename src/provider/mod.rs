@@ -66,18 +66,19 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("zoom.toml", include_str!("../../providers/zoom.toml")),
 ];
 
-/// Why the registry, or the spec of a source, cannot be built.
+/// Why the registry, or the spec of a source, cannot be built. As with
+/// [`SpecError`], a cause is chained, not repeated in the message.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error(transparent)]
     Spec(#[from] SpecError),
-    #[error("providers_dir {path}: {source}")]
+    #[error("providers_dir {path}")]
     Io {
         path: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     File {
         path: String,
         #[source]
@@ -91,7 +92,7 @@ pub enum RegistryError {
     },
     #[error("unknown provider {0:?}; run `hookgate providers` to list them")]
     Unknown(String),
-    #[error("provider {provider:?} with provider_options: {source}")]
+    #[error("provider {provider:?} with provider_options")]
     Options {
         provider: String,
         #[source]

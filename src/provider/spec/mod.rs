@@ -95,14 +95,19 @@ use std::fmt;
 use std::time::Duration;
 
 /// A spec that cannot be compiled. Messages name the provider and the key.
+///
+/// A variant with a cause does not repeat it in its own message: the cause is
+/// chained (`#[source]`), and the error chain is what gets printed.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("provider {provider:?}: {source}")]
+    /// Not TOML, or not the shape of a spec (the TOML error names the key).
+    #[error("provider {provider:?}")]
     Toml {
         provider: String,
         #[source]
         source: Box<toml::de::Error>,
     },
+    /// A key whose value is not usable, alone or with the others.
     #[error("provider {provider:?}: {key}: {problem}")]
     Invalid {
         provider: String,

@@ -16,7 +16,11 @@ fn provider_options_override_the_generic_hmac_provider() {
     assert!(spec.vectors.is_empty());
 
     let bad: toml::Table = toml::from_str("[signature]\nencoding = \"rot13\"\n").unwrap();
-    let err = reg.resolve("hmac", Some(&bad)).unwrap_err().to_string();
+    // The key is named by the cause, which is chained.
+    let err = format!(
+        "{:#}",
+        anyhow::Error::from(reg.resolve("hmac", Some(&bad)).unwrap_err())
+    );
     assert!(err.contains("signature.encoding"), "{err}");
     assert!(reg.resolve("nope", None).is_err());
 }
