@@ -17,9 +17,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::app;
 use crate::config::{self, Config, LogFormat, StoreConfig};
 use crate::provider::Registry;
-use crate::provider::spec::{
-    self, Algorithm, HeaderFormat, SecretEncoding, Segment, Spec, TimeUnit, UrlPort, ValueSource,
-};
+use crate::provider::spec::describe;
 use crate::shutdown;
 use crate::telemetry;
 use admin::{ApiArgs, DlqCmd, EntriesCmd, SourcesCmd};
@@ -220,112 +218,6 @@ fn providers(a: ConfigArg) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// What a provider verifies and what a source using it needs, one line per aspect.
-fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
-    let algorithms: Vec<&str> = spec.algorithms.iter().map(|a| a.name()).collect();
-    let location = match &spec.signature_from {
-        ValueSource::Header(h) => format!("header {h}"),
-        other => other.to_string(),
-    };
-    let shape = match &spec.format {
-        HeaderFormat::Plain { prefix } if prefix.is_empty() => String::new(),
-        HeaderFormat::Plain { prefix } => format!(" after {prefix:?}"),
-        HeaderFormat::Kv { signature_keys, .. } => {
-            format!(" as {} of a key/value list", signature_keys.join("/"))
-        }
-    };
-    let signature = if spec.algorithm() == Algorithm::Token {
-        format!("token: {location} equals the secret (constant time)")
-    } else {
-        let mut s = format!(
-            "{}, {}, {location}{shape}, over {}",
-            algorithms.join(" or "),
-            spec.encoding.name(),
-            spec.content_text()
-        );
-        if spec.url_port == UrlPort::Either {
-            s.push_str(" (URL with or without its port)");
-        }
-        if let Some(src) = &spec.body_sha256 {
-            s.push_str(&format!("; a body digest in {src} stands in for the form"));
-        }
-        s
-    };
-    let timestamp = match &spec.timestamp {
-        Some(t) => format!(
-            "{}, {}, within {} either way",
-            t.from,
-            match t.unit {
-                TimeUnit::Seconds => "seconds",
-                TimeUnit::Milliseconds => "milliseconds",
-            },
-            humantime::format_duration(t.tolerance)
-        ),
-        None => "none signed (no replay window)".into(),
-    };
-    let templates = |ts: &[spec::ValueTemplate]| {
-        ts.iter()
-            .map(|t| t.text.as_str())
-            .collect::<Vec<_>>()
-            .join(", else ")
-    };
-    let event_id = if spec.event_id.is_empty() && spec.content.contains(&Segment::FormSorted) {
-        "none: the hash of the signed form parameters dedupes".to_string()
-    } else if spec.event_id.is_empty() {
-        "none: the body hash dedupes".to_string()
-    } else if spec.event_id_is_signed() {
-        format!("{} (signed)", templates(&spec.event_id))
-    } else {
-        format!(
-            "{} (unsigned: dedupes together with the body hash)",
-            templates(&spec.event_id)
-        )
-    };
-    let event_type = if spec.event_type.is_empty() {
-        "none".to_string()
-    } else {
-        templates(&spec.event_type)
-    };
-    let handshake = match spec.handshake {
-        Some(h) => format!(
-            "{} (answered only after verification, not stored)",
-            h.name()
-        ),
-        None => "none".into(),
-    };
-    let secret = match spec.algorithm() {
-        a if a.is_public_key() => format!(
-            "secret = the provider's public key ({})",
-            spec.secret_encoding.name()
-        ),
-        Algorithm::Token => "secret = the token the provider sends".into(),
-        _ => match spec.secret_encoding {
-            SecretEncoding::Utf8 => "secret (its UTF-8 bytes are the key)".to_string(),
-            SecretEncoding::WhsecBase64 => "secret (whsec_ and base64, decoded)".to_string(),
-            other => format!("secret ({}, decoded)", other.name()),
-        },
-    };
-    let config = if spec.signs_url() {
-        format!("{secret}; public_url = the URL the provider calls")
-    } else {
-        secret
-    };
-    let sign = if spec.algorithm().is_public_key() {
-        "no: signatures need the provider's private key".to_string()
-    } else {
-        format!("yes ({})", spec.algorithm().name())
-    };
-    vec![
-        ("signature", signature),
-        ("timestamp", timestamp),
-        ("event id", event_id),
-        ("event type", event_type),
-        ("handshake", handshake),
-        ("config", config),
-        ("sign", sign),
-    ]
 }
 
 /// A body budget of the configured size, for validating sources.

@@ -338,26 +338,13 @@ fn decide(
     if let Some(reply) = verified.handshake() {
         return Ok(Decision::Handshake(reply));
     }
-    let spec = &source.verifier.spec;
-    let event_id = verified.event_id();
-    let dedupe_key = match &event_id {
-        // The signature covers the id and the whole body: the id alone identifies it.
-        Some(id) if spec.event_id_is_signed() && spec.signs_whole_body() => format!("id:{id}"),
-        // The id is not signed (GitHub's X-GitHub-Delivery, Shopify's
-        // X-Shopify-Event-Id), or the body is not (Mailgun signs a token, not the
-        // event): bind the id to the body, so that whoever replays a captured request
-        // under someone else's id, or posts a genuine signature block with a forged
-        // body first, cannot make the genuine webhook a duplicate. A genuine
-        // redelivery has the same id and the same body.
-        Some(id) => format!("id:{id}:{}", verified.content_digest()),
-        None => verified.content_digest(),
-    };
+    let identity = verified.identity();
     Ok(Decision::Store(Box::new(NewEntry {
         id: uuid::Uuid::now_v7().to_string(),
         source: source.name.clone(),
         event_type: verified.event_type(),
-        event_id,
-        dedupe_key,
+        event_id: identity.event_id,
+        dedupe_key: identity.dedupe_key,
         dedupe_ttl: source.dedupe_ttl,
         received_at: now_ms,
         headers: capture_headers(&source.headers, &parts.headers),

@@ -4,6 +4,11 @@
 //! more or replaces built-in ones by name. A source picks a provider by name and may
 //! override any key of its spec (`provider_options`), which is how the generic `hmac`
 //! provider is configured for senders that have no spec of their own.
+//!
+//! The parts: [`spec`] is the format and its compiled form, [`verify`] the one
+//! verification engine, [`sign`] the engine run backwards. This file holds the
+//! registry and the per-source [`Verifier`]. Reading `providers_dir` here is the only
+//! I/O in `provider`, and nothing in it reads the clock: the caller passes `now`.
 
 pub mod sign;
 pub mod spec;
@@ -14,7 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use spec::{Spec, SpecError};
-pub use verify::{HandshakeReply, Key, Request, Verified, VerifyError, request_url};
+pub use verify::{EventIdentity, HandshakeReply, Key, Request, Verified, VerifyError, request_url};
 
 use crate::config::Secret;
 
@@ -61,17 +66,19 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("zoom.toml", include_str!("../../providers/zoom.toml")),
 ];
 
+/// Why the registry, or the spec of a source, cannot be built. As with
+/// [`SpecError`], a cause is chained, not repeated in the message.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error(transparent)]
     Spec(#[from] SpecError),
-    #[error("providers_dir {path}: {source}")]
+    #[error("providers_dir {path}")]
     Io {
         path: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     File {
         path: String,
         #[source]
@@ -85,7 +92,7 @@ pub enum RegistryError {
     },
     #[error("unknown provider {0:?}; run `hookgate providers` to list them")]
     Unknown(String),
-    #[error("provider {provider:?} with provider_options: {source}")]
+    #[error("provider {provider:?} with provider_options")]
     Options {
         provider: String,
         #[source]
@@ -105,36 +112,38 @@ pub struct Registry {
 impl Registry {
     /// The built-in providers.
     pub fn builtin() -> Result<Registry, RegistryError> {
-        let mut r = Registry::default();
+        let mut registry = Registry::default();
         for (file, text) in BUILTIN {
-            r.add(file, text)?;
+            registry.add(file, text)?;
         }
-        Ok(r)
+        Ok(registry)
     }
 
     /// The built-in providers plus every `*.toml` in `dir` (a file replaces the
     /// built-in provider of the same name).
     pub fn with_dir(dir: Option<&Path>) -> Result<Registry, RegistryError> {
-        let mut r = Self::builtin()?;
+        let mut registry = Self::builtin()?;
         if let Some(dir) = dir {
-            r.load_dir(dir)?;
+            registry.load_dir(dir)?;
         }
-        Ok(r)
+        Ok(registry)
     }
 
+    /// Add every `*.toml` in `dir`, in name order; a file replaces the provider of
+    /// the same name.
     pub fn load_dir(&mut self, dir: &Path) -> Result<(), RegistryError> {
-        let io = |source| RegistryError::Io {
+        let io_error = |source| RegistryError::Io {
             path: dir.display().to_string(),
             source,
         };
         let mut paths: Vec<_> = std::fs::read_dir(dir)
-            .map_err(io)?
+            .map_err(io_error)?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|e| e == "toml"))
             .collect();
         paths.sort();
         for path in paths {
-            let text = std::fs::read_to_string(&path).map_err(io)?;
+            let text = std::fs::read_to_string(&path).map_err(io_error)?;
             let file = path
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
@@ -155,6 +164,7 @@ impl Registry {
         Ok(())
     }
 
+    /// Compile the spec in `text` (from the file named `file`) and add it.
     fn add(&mut self, file: &str, text: &str) -> Result<(), RegistryError> {
         let table: toml::Table = toml::from_str(text).map_err(|source| {
             RegistryError::Spec(SpecError::Toml {
@@ -196,9 +206,9 @@ impl Registry {
             .ok_or_else(|| RegistryError::Unknown(provider.to_string()))?;
         match options {
             None => Ok(spec.clone()),
-            Some(opts) => {
+            Some(options) => {
                 let mut merged = table.clone();
-                merge(&mut merged, opts);
+                merge(&mut merged, options);
                 // Vectors belong to the provider's own scheme, not to the overridden one.
                 merged.remove("vectors");
                 merged.insert("name".into(), toml::Value::String(provider.to_string()));

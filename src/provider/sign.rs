@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use sha2::Digest as _;
 
 use super::spec::{HeaderFormat, Segment, Spec, TimeUnit, ValueSource};
-use super::verify::{self, Context, ParsedHeader, Request};
+use super::verify::{self, Context, ParsedSignature, Request};
 use crate::config::Secret;
 
 /// What to sign.
@@ -247,7 +247,7 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
             headers: &headers,
             body: &body,
         },
-        ParsedHeader {
+        ParsedSignature {
             signatures: Vec::new(),
             fields: fields.clone(),
         },

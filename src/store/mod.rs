@@ -86,7 +86,8 @@ pub struct NewEntry {
     /// The provider's event id, when the request carries one.
     pub event_id: Option<String>,
     pub event_type: Option<String>,
-    /// The dedupe key: the event id, or `body-sha256:<hex>` without one.
+    /// The dedupe key, as the provider made it (`Verified::identity`): `id:<event
+    /// id>`, the id bound to a content digest, or the digest alone. Opaque here.
     pub dedupe_key: String,
     pub dedupe_ttl: Duration,
     /// Unix milliseconds.

@@ -1,0 +1,426 @@
+//! Configuration: what the operator writes, layered and validated once at start.
+//!
+//! Two stages, as in ripgrep's `LowArgs`/`HiArgs`: [`RawConfig`] is the serde model of
+//! the TOML file (unknown keys are errors), merged by figment from built-in defaults,
+//! then the file (`--config` or `HOOKGATE_CONFIG`), then `HOOKGATE_*` environment
+//! variables with `__` for nesting (`HOOKGATE_STORE__KIND=redis`). [`Config`] is the
+//! validated result: durations parsed, addresses resolved, secrets read from the
+//! environment. Every error names the key that is wrong, and nothing starts until the
+//! whole configuration is valid.
+//!
+//! The environment layer only looks at variables whose first segment is a known
+//! top-level key. `HOOKGATE_CONFIG` and the secrets that `*_env` keys point at (such as
+//! `HOOKGATE_ADMIN_TOKEN`) are values, not configuration keys, so they are never
+//! misread as such.
+//!
+//! Here: the validated model, the layering, the error type and the handling of
+//! secrets. [`raw`] is what the file says; `validate` checks it section by section;
+//! `source` holds a source's validated form and the checks for one `[[sources]]`
+//! entry, the largest section.
+
+pub mod raw;
+mod source;
+mod validate;
+
+pub use raw::RawConfig;
+pub use source::{
+    DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT, DeliveryConfig,
+    RetryConfig, SourceConfig,
+};
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+
+/// The defaults every layer starts from. `deploy/hookgate.example.toml` spells out
+/// the same values with comments.
+const DEFAULTS: &str = r#"
+[server]
+listen = "0.0.0.0:8080"
+max_body_bytes = 1048576
+body_budget_bytes = 67108864
+header_read_timeout = "10s"
+body_read_timeout = "30s"
+max_headers = 100
+max_connections = 4096
+shutdown_grace = "10s"
+
+[admin]
+listen = "127.0.0.1:8081"
+token_env = "HOOKGATE_ADMIN_TOKEN"
+replay_rate = 50
+
+[store]
+kind = "embedded"
+path = "./hookgate-data"
+url = "redis://127.0.0.1:6379"
+prefix = "hg"
+cluster = false
+connections = 4
+timeout = "5s"
+batch_max = 256
+
+[forwarder]
+lease = "60s"
+poll_interval = "1s"
+shutdown_grace = "10s"
+breaker_failures = 5
+breaker_cooldown = "30s"
+maintenance_interval = "10s"
+
+[retention]
+delivered = "7d"
+dead = "30d"
+
+[alerts]
+interval = "60s"
+
+[log]
+format = "human"
+"#;
+
+/// The top-level keys the environment layer may set.
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "server",
+    "alerts",
+    "forwarder",
+    "admin",
+    "store",
+    "retention",
+    "log",
+    "providers_dir",
+];
+
+/// A configuration error. The message always names the offending key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or the environment does not fit the model (an unknown key, a wrong
+    /// type). Figment's own message names the key and is the whole message, so it is
+    /// shown rather than chained.
+    #[error("{0}")]
+    Figment(Box<figment::Error>),
+    /// A value that fits the model but is not usable.
+    #[error("{key}: {problem}")]
+    Invalid { key: String, problem: String },
+}
+
+impl ConfigError {
+    pub fn invalid(key: impl Into<String>, problem: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+impl From<figment::Error> for ConfigError {
+    fn from(e: figment::Error) -> Self {
+        ConfigError::Figment(Box::new(redact_values(e)))
+    }
+}
+
+/// Whether a key's value may be a credential: a secret, a token, a password, or a URL
+/// (which may carry a password or a token).
+fn secret_bearing(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["secret", "token", "password", "url", "destination"]
+        .iter()
+        .any(|s| key.contains(s))
+}
+
+/// Figment errors quote the value they could not use (`found string "whsec_…"`);
+/// for a key that may hold a credential, say only what kind of value it was.
+fn redact_values(e: figment::Error) -> figment::Error {
+    use figment::error::{Actual, Kind};
+    let redact = |a: Actual| match a {
+        Actual::Str(_) => Actual::Other("a string (value not shown)".into()),
+        Actual::Bytes(_) => Actual::Other("bytes (value not shown)".into()),
+        Actual::Char(_)
+        | Actual::Bool(_)
+        | Actual::Unsigned(_)
+        | Actual::Signed(_)
+        | Actual::Float(_)
+        | Actual::Other(_) => Actual::Other("a value (not shown)".into()),
+        other => other,
+    };
+    let mut errors: Vec<figment::Error> = e.into_iter().collect();
+    for err in &mut errors {
+        if !err.path.iter().any(|k| secret_bearing(k)) {
+            continue;
+        }
+        err.kind = match std::mem::replace(&mut err.kind, Kind::Message(String::new())) {
+            Kind::InvalidType(a, exp) => Kind::InvalidType(redact(a), exp),
+            Kind::InvalidValue(a, exp) => Kind::InvalidValue(redact(a), exp),
+            other => other,
+        };
+    }
+    // `into_iter` yields the newest error first; chain them back oldest first.
+    let mut rest = errors.into_iter().rev();
+    match rest.next() {
+        Some(first) => rest.fold(first, |acc, e| acc.chain(e)),
+        None => figment::Error::from("invalid configuration".to_string()),
+    }
+}
+
+/// A URL with its credentials hidden, for messages and listings: the userinfo, and
+/// the query string (tokens often ride there).
+pub fn redact_url(url: &str) -> String {
+    let url = match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://[redacted]@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    };
+    match url.split_once('?') {
+        Some((base, _)) => format!("{base}?[redacted]"),
+        None => url,
+    }
+}
+
+/// A secret value. `Debug` and `Display` never print it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    /// The secret itself. Call sites are few and deliberate: key derivation and the
+    /// admin token comparison.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// The validated configuration: what the program uses.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub admin: AdminConfig,
+    pub store: StoreConfig,
+    pub forwarder: ForwarderConfig,
+    pub retention: RetentionConfig,
+    pub alerts: AlertsConfig,
+    pub log: LogConfig,
+    pub providers_dir: Option<PathBuf>,
+    pub sources: Vec<SourceConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub max_body_bytes: usize,
+    /// Bytes all request bodies in flight may hold together; beyond it, 503.
+    pub body_budget_bytes: usize,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub max_headers: usize,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    pub token: Option<Secret>,
+    /// Most entries per second a bulk replay schedules.
+    pub replay_rate: u32,
+}
+
+#[derive(Debug, Clone)]
+pub enum StoreConfig {
+    Embedded(EmbeddedConfig),
+    Redis(RedisConfig),
+}
+
+#[derive(Debug, Clone)]
+pub struct EmbeddedConfig {
+    pub path: PathBuf,
+    /// Most writes one group commit may carry.
+    pub batch_max: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// One URL, or the comma-separated seed nodes of a Redis Cluster.
+    pub url: String,
+    /// Use the cluster client even with a single seed URL.
+    pub cluster: bool,
+    pub prefix: String,
+    /// Multiplexed connections on the ingest path (several let Redis batch fsyncs
+    /// under `appendfsync always`).
+    pub connections: usize,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ForwarderConfig {
+    /// How long a claimed entry stays leased; a crashed worker's entries are delivered
+    /// again after it. Always longer than every source's delivery timeout.
+    pub lease: Duration,
+    /// Longest wait between claims when idle.
+    pub poll_interval: Duration,
+    /// How long in-flight deliveries may run after shutdown starts.
+    pub shutdown_grace: Duration,
+    /// Consecutive failures that open a destination's circuit breaker.
+    pub breaker_failures: u32,
+    /// How long an open breaker waits before a half-open probe.
+    pub breaker_cooldown: Duration,
+    /// How often retention, gauges and store housekeeping run.
+    pub maintenance_interval: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct RetentionConfig {
+    pub delivered: Duration,
+    pub dead: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AlertsConfig {
+    /// A Slack-compatible incoming webhook told when entries go dead (a secret: the
+    /// URL is the credential).
+    pub webhook_url: Option<Secret>,
+    /// One message per source per interval.
+    pub interval: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub format: LogFormat,
+}
+
+/// Where configuration comes from: an explicit file, the `HOOKGATE_CONFIG`
+/// variable, or neither (defaults and environment only).
+pub fn config_path(explicit: Option<&Path>) -> Option<PathBuf> {
+    explicit
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("HOOKGATE_CONFIG").map(PathBuf::from))
+}
+
+/// Load and validate the configuration, reading secrets from the process environment.
+pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+    load_with_env(file, &|name| std::env::var(name).ok())
+}
+
+/// Like [`load`], with the environment lookup for `*_env` keys passed in (tests).
+pub fn load_with_env(
+    file: Option<&Path>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let mut figment = Figment::new().merge(Toml::string(DEFAULTS));
+    if let Some(path) = file {
+        if !path.exists() {
+            return Err(ConfigError::invalid(
+                "config",
+                format!("file {} does not exist", path.display()),
+            ));
+        }
+        figment = figment.merge(Toml::file_exact(path));
+    }
+    figment = figment.merge(Env::prefixed("HOOKGATE_").split("__").filter(|key| {
+        let key = key.as_str();
+        let first = key.split(['.']).next().unwrap_or_default();
+        let first = first.split("__").next().unwrap_or_default();
+        // Keys are not lowercased yet at this point.
+        TOP_LEVEL_KEYS.iter().any(|k| k.eq_ignore_ascii_case(first))
+    }));
+    let raw: RawConfig = figment.extract()?;
+    validate::validate(raw, env)
+}
+
+/// Load a configuration from a TOML string (defaults underneath, no environment).
+pub fn from_toml_str(
+    toml_text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let raw: RawConfig = Figment::new()
+        .merge(Toml::string(DEFAULTS))
+        .merge(Toml::string(toml_text))
+        .extract()?;
+    validate::validate(raw, env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_alone_are_valid_and_embedded() {
+        let cfg = from_toml_str("", &no_env).unwrap();
+        assert!(matches!(cfg.store, StoreConfig::Embedded(_)));
+        assert_eq!(cfg.server.max_body_bytes, 1_048_576);
+        assert!(cfg.admin.listen.ip().is_loopback());
+        assert!(cfg.sources.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = from_toml_str("[server]\nlisten_addr = \"x\"\n", &no_env).unwrap_err();
+        assert!(err.to_string().contains("listen_addr"), "{err}");
+    }
+
+    #[test]
+    fn errors_never_echo_a_value_that_may_be_a_credential() {
+        let src = |extra: &str| {
+            format!(
+                "[[sources]]\nname = \"s\"\nprovider = \"stripe\"\ndestination = \"http://127.0.0.1:9/\"\n{extra}\n"
+            )
+        };
+        for (toml, planted) in [
+            (src("secrets = \"whsec_PLANTED1\""), "whsec_PLANTED1"),
+            (src("secret = [\"x\", 7]\nsecret_env = 7"), "7"),
+            (
+                src("secret = \"a\"\ndestination_secret = [\"whsec_PLANTED2\"]"),
+                "PLANTED2",
+            ),
+            (
+                "[store]\nkind = \"redis\"\nurl = \"http://u:PLANTEDPW@h/\"\n".to_string(),
+                "PLANTEDPW",
+            ),
+        ] {
+            let err = from_toml_str(&toml, &no_env).unwrap_err().to_string();
+            assert!(!err.contains(planted), "{toml}: {err}");
+        }
+        let err = from_toml_str(
+            &src("secret = \"a\"").replace("http://127.0.0.1:9/", "ftp://u:PLANTEDPW@h/"),
+            &no_env,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("destination") && !err.contains("PLANTEDPW"),
+            "{err}"
+        );
+        // Values of other keys are still quoted: they help.
+        let err = from_toml_str("[server]\nmax_headers = \"many\"\n", &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("many"), "{err}");
+    }
+
+    #[test]
+    fn secret_debug_is_redacted() {
+        let s = Secret::new("hunter2");
+        assert!(!format!("{s:?}").contains("hunter2"));
+    }
+}

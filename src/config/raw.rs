@@ -1,0 +1,174 @@
+//! What the configuration file says, before anything is checked.
+//!
+//! The serde model that figment fills from the defaults, the file and the
+//! environment. Unknown keys are errors (`deny_unknown_fields`), so a misspelt key is
+//! named instead of silently ignored. Values stay as written (durations and addresses
+//! are strings here); validation turns this into a [`super::Config`].
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// One string or a list of strings, for keys that take either: `secret_env = "A"` or
+/// `secret_env = ["A", "B"]` here, `signature.algorithm`, `event.id` and `event.type`
+/// in provider specs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub server: RawServer,
+    pub admin: RawAdmin,
+    pub store: RawStore,
+    pub forwarder: RawForwarder,
+    pub retention: RawRetention,
+    pub alerts: RawAlerts,
+    pub log: RawLog,
+    #[serde(default)]
+    pub providers_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub sources: Vec<RawSource>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: String,
+    pub max_body_bytes: u64,
+    pub body_budget_bytes: u64,
+    pub header_read_timeout: String,
+    pub body_read_timeout: String,
+    pub max_headers: usize,
+    pub max_connections: usize,
+    pub shutdown_grace: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub listen: String,
+    #[serde(default)]
+    pub token_env: Option<String>,
+    pub replay_rate: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    pub kind: String,
+    pub path: PathBuf,
+    pub url: String,
+    pub prefix: String,
+    pub cluster: bool,
+    pub connections: usize,
+    pub timeout: String,
+    pub batch_max: usize,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawForwarder {
+    pub lease: String,
+    pub poll_interval: String,
+    pub shutdown_grace: String,
+    pub breaker_failures: u32,
+    pub breaker_cooldown: String,
+    pub maintenance_interval: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetention {
+    pub delivered: String,
+    pub dead: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlerts {
+    #[serde(default)]
+    pub webhook_url: Option<String>,
+    #[serde(default)]
+    pub webhook_url_env: Option<String>,
+    pub interval: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub format: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSource {
+    pub name: String,
+    pub provider: String,
+    #[serde(default)]
+    pub secret: Option<String>,
+    #[serde(default)]
+    pub secrets: Option<Vec<String>>,
+    #[serde(default)]
+    pub secret_env: Option<OneOrMany>,
+    #[serde(default)]
+    pub destination: Option<String>,
+    /// The URL the provider is configured to call, for providers that sign it
+    /// (Twilio, Square, HubSpot): scheme, host and path, without query.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    #[serde(default)]
+    pub destination_secret: Option<String>,
+    #[serde(default)]
+    pub destination_secret_env: Option<String>,
+    #[serde(default)]
+    pub dedupe_ttl: Option<String>,
+    /// Overrides deep-merged into the provider spec before it is compiled, e.g.
+    /// `[sources.provider_options.signature] header = "X-Sig"` for the generic `hmac`
+    /// provider, or `[sources.provider_options.timestamp] tolerance = "10m"`.
+    #[serde(default)]
+    pub provider_options: Option<toml::Table>,
+    #[serde(default)]
+    pub retry: Option<RawRetry>,
+    #[serde(default)]
+    pub delivery: Option<RawDelivery>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDelivery {
+    #[serde(default)]
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub connect_timeout: Option<String>,
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+    #[serde(default)]
+    pub pass_headers: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    #[serde(default)]
+    pub max_age: Option<String>,
+    #[serde(default)]
+    pub base: Option<String>,
+    #[serde(default)]
+    pub cap: Option<String>,
+}

@@ -1,0 +1,360 @@
+//! One `[[sources]]` entry: a sender whose webhooks are verified, stored and relayed
+//! to one destination.
+//!
+//! A source holds more than any other section (secrets, URLs, retry and delivery
+//! settings, each with a default), so its validated form and the checks that build
+//! it from [`RawSource`] live here together.
+
+use std::time::Duration;
+
+use super::raw::{OneOrMany, RawSource};
+use super::validate::parse_duration;
+use super::{ConfigError, Secret, redact_url};
+
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    pub name: String,
+    pub provider: String,
+    /// Every secret that verifies (several during a rotation). Never empty.
+    pub secrets: Vec<Secret>,
+    pub destination: String,
+    /// The URL the provider calls (absolute http(s), no query or fragment), for
+    /// providers whose signature covers it.
+    pub public_url: Option<String>,
+    pub destination_secret: Option<Secret>,
+    pub dedupe_ttl: Duration,
+    pub provider_options: Option<toml::Table>,
+    pub retry: RetryConfig,
+    pub delivery: DeliveryConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct RetryConfig {
+    pub max_attempts: u32,
+    pub max_age: Duration,
+    /// Backoff ceiling of the first retry; it doubles per attempt up to `cap`.
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    /// Total time for one attempt (connect, send, response headers and body).
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Most attempts in flight to this source's destination.
+    pub concurrency: usize,
+    /// Which received headers are passed through to the destination; `*` is all
+    /// (hop-by-hop and framing headers never are).
+    pub pass_headers: Vec<String>,
+}
+
+pub const DEFAULT_DEDUPE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 12;
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+pub const DEFAULT_RETRY_BASE: Duration = Duration::from_secs(60);
+pub const DEFAULT_RETRY_CAP: Duration = Duration::from_secs(12 * 3600);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// A source name is a URL path segment and part of store keys.
+fn valid_source_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+/// Validate the source at `index` of `[[sources]]`, reading the secrets its `*_env`
+/// keys name through `env`.
+pub(super) fn validate_source(
+    index: usize,
+    raw: RawSource,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<SourceConfig, ConfigError> {
+    let key = |field: &str| format!("sources[{index}].{field}");
+    if !valid_source_name(&raw.name) {
+        return Err(ConfigError::invalid(
+            key("name"),
+            format!(
+                "{:?} is not a valid source name; use 1-64 characters from [A-Za-z0-9._-]",
+                raw.name
+            ),
+        ));
+    }
+    let mut secrets = Vec::new();
+    if let Some(v) = raw.secret {
+        secrets.push(Secret::new(v));
+    }
+    for v in raw.secrets.unwrap_or_default() {
+        secrets.push(Secret::new(v));
+    }
+    for var in raw.secret_env.map(OneOrMany::into_vec).unwrap_or_default() {
+        match env(&var) {
+            Some(v) if !v.is_empty() => secrets.push(Secret::new(v)),
+            _ => {
+                return Err(ConfigError::invalid(
+                    key("secret_env"),
+                    format!("environment variable {var} is not set or empty"),
+                ));
+            }
+        }
+    }
+    if secrets.iter().any(|s| s.expose().is_empty()) {
+        return Err(ConfigError::invalid(key("secrets"), "a secret is empty"));
+    }
+    if secrets.is_empty() {
+        return Err(ConfigError::invalid(
+            key("secret"),
+            format!(
+                "source {:?} has no secret; set secret, secrets or secret_env",
+                raw.name
+            ),
+        ));
+    }
+    let destination = match raw.destination {
+        Some(url) => {
+            let uri: http::Uri = url.parse().map_err(|_| {
+                ConfigError::invalid(
+                    key("destination"),
+                    format!("{:?} is not a valid URL", redact_url(&url)),
+                )
+            })?;
+            match uri.scheme_str() {
+                Some("http") | Some("https") if uri.host().is_some() => url,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        key("destination"),
+                        format!(
+                            "{:?} must be an absolute http:// or https:// URL",
+                            redact_url(&url)
+                        ),
+                    ));
+                }
+            }
+        }
+        None => {
+            return Err(ConfigError::invalid(
+                key("destination"),
+                format!("source {:?} has no destination URL", raw.name),
+            ));
+        }
+    };
+    let public_url = match raw.public_url {
+        None => None,
+        Some(url) => {
+            let valid = url.parse::<http::Uri>().is_ok_and(|uri| {
+                matches!(uri.scheme_str(), Some("http") | Some("https"))
+                    && uri.host().is_some_and(|h| !h.is_empty())
+            });
+            if !valid {
+                return Err(ConfigError::invalid(
+                    key("public_url"),
+                    format!(
+                        "{:?} must be an absolute http:// or https:// URL",
+                        redact_url(&url)
+                    ),
+                ));
+            }
+            if url.contains(['?', '#']) {
+                return Err(ConfigError::invalid(
+                    key("public_url"),
+                    format!(
+                        "{:?} has a query or fragment; give the URL without them (the query of each request is added to it)",
+                        redact_url(&url)
+                    ),
+                ));
+            }
+            Some(url)
+        }
+    };
+    let destination_secret = match (raw.destination_secret, raw.destination_secret_env) {
+        (Some(v), None) => Some(Secret::new(v)),
+        (None, Some(var)) => match env(&var) {
+            Some(v) if !v.is_empty() => Some(Secret::new(v)),
+            _ => {
+                return Err(ConfigError::invalid(
+                    key("destination_secret_env"),
+                    format!("environment variable {var} is not set or empty"),
+                ));
+            }
+        },
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                key("destination_secret"),
+                "set destination_secret or destination_secret_env, not both",
+            ));
+        }
+    };
+    let dedupe_ttl = match raw.dedupe_ttl {
+        Some(v) => parse_duration(&key("dedupe_ttl"), &v)?,
+        None => DEFAULT_DEDUPE_TTL,
+    };
+    if dedupe_ttl < Duration::from_secs(1) {
+        return Err(ConfigError::invalid(
+            key("dedupe_ttl"),
+            "must be at least 1s",
+        ));
+    }
+    let raw_retry = raw.retry.unwrap_or_default();
+    let opt_duration = |field: &str, v: Option<String>, default: Duration| match v {
+        Some(v) => parse_duration(&key(field), &v),
+        None => Ok(default),
+    };
+    let retry = RetryConfig {
+        max_attempts: match raw_retry.max_attempts {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    key("retry.max_attempts"),
+                    "must be at least 1",
+                ));
+            }
+            Some(n) => n,
+            None => DEFAULT_MAX_ATTEMPTS,
+        },
+        max_age: opt_duration("retry.max_age", raw_retry.max_age, DEFAULT_MAX_AGE)?,
+        base: opt_duration("retry.base", raw_retry.base, DEFAULT_RETRY_BASE)?,
+        cap: opt_duration("retry.cap", raw_retry.cap, DEFAULT_RETRY_CAP)?,
+    };
+    if retry.base.is_zero() || retry.cap < retry.base {
+        return Err(ConfigError::invalid(
+            key("retry.cap"),
+            "retry.base must be greater than 0 and retry.cap at least retry.base",
+        ));
+    }
+    let raw_delivery = raw.delivery.unwrap_or_default();
+    let delivery = DeliveryConfig {
+        timeout: opt_duration("delivery.timeout", raw_delivery.timeout, DEFAULT_TIMEOUT)?,
+        connect_timeout: opt_duration(
+            "delivery.connect_timeout",
+            raw_delivery.connect_timeout,
+            DEFAULT_CONNECT_TIMEOUT,
+        )?,
+        concurrency: match raw_delivery.concurrency {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    key("delivery.concurrency"),
+                    "must be at least 1",
+                ));
+            }
+            Some(n) => n.min(1024),
+            None => DEFAULT_CONCURRENCY,
+        },
+        pass_headers: raw_delivery
+            .pass_headers
+            .unwrap_or_else(|| vec!["*".to_string()])
+            .into_iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
+    };
+    if delivery.timeout.is_zero() {
+        return Err(ConfigError::invalid(
+            key("delivery.timeout"),
+            "must be greater than 0",
+        ));
+    }
+    Ok(SourceConfig {
+        name: raw.name,
+        provider: raw.provider,
+        secrets,
+        destination,
+        public_url,
+        destination_secret,
+        dedupe_ttl,
+        provider_options: raw.provider_options,
+        retry,
+        delivery,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::from_toml_str;
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn secrets_from_value_list_and_env() {
+        let text = r#"
+[[sources]]
+name = "s"
+provider = "github"
+secret = "a"
+secrets = ["b", "c"]
+secret_env = ["X", "Y"]
+destination = "http://127.0.0.1:3000/"
+"#;
+        let env = |k: &str| match k {
+            "X" => Some("d".to_string()),
+            "Y" => Some("e".to_string()),
+            _ => None,
+        };
+        let cfg = from_toml_str(text, &env).unwrap();
+        let got: Vec<&str> = cfg.sources[0].secrets.iter().map(Secret::expose).collect();
+        assert_eq!(got, ["a", "b", "c", "d", "e"]);
+    }
+
+    #[test]
+    fn missing_secret_env_is_named() {
+        let text = r#"
+[[sources]]
+name = "s"
+provider = "github"
+secret_env = "NOPE"
+destination = "http://127.0.0.1:3000/"
+"#;
+        let err = from_toml_str(text, &no_env).unwrap_err().to_string();
+        assert!(
+            err.contains("sources[0].secret_env") && err.contains("NOPE"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_source_name_and_destination() {
+        let err = from_toml_str(
+            "[[sources]]\nname = \"a/b\"\nprovider = \"github\"\nsecret = \"x\"\ndestination = \"http://h/\"\n",
+            &no_env,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("sources[0].name:"), "{err}");
+        let err = from_toml_str(
+            "[[sources]]\nname = \"a\"\nprovider = \"github\"\nsecret = \"x\"\ndestination = \"ftp://h/\"\n",
+            &no_env,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("sources[0].destination:"), "{err}");
+    }
+
+    #[test]
+    fn public_url_is_an_absolute_url_without_query() {
+        let src = |u: &str| {
+            format!(
+                "[[sources]]\nname = \"a\"\nprovider = \"twilio\"\nsecret = \"x\"\ndestination = \"http://h/\"\npublic_url = \"{u}\"\n"
+            )
+        };
+        let cfg = from_toml_str(&src("https://hooks.example.com/ingest/a"), &no_env).unwrap();
+        assert_eq!(
+            cfg.sources[0].public_url.as_deref(),
+            Some("https://hooks.example.com/ingest/a")
+        );
+        for bad in [
+            "/ingest/a",
+            "ftp://h/x",
+            "https://h/x?a=1",
+            "https://h/x#f",
+            "not a url",
+        ] {
+            let err = from_toml_str(&src(bad), &no_env).unwrap_err().to_string();
+            assert!(err.starts_with("sources[0].public_url:"), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! From what the file says to what the program uses: [`validate`] checks every
+//! section of a [`RawConfig`] and builds the [`Config`], naming the key of the first
+//! problem it finds.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::raw::RawConfig;
+use super::source::validate_source;
+use super::{
+    AdminConfig, AlertsConfig, Config, ConfigError, EmbeddedConfig, ForwarderConfig, LogConfig,
+    LogFormat, RedisConfig, RetentionConfig, Secret, ServerConfig, SourceConfig, StoreConfig,
+    redact_url,
+};
+
+/// A duration as operators write it (`30s`, `5m`, `7d`), or an error naming `key`.
+pub(super) fn parse_duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(value.trim()).map_err(|e| {
+        ConfigError::invalid(
+            key,
+            format!("invalid duration {value:?} ({e}); use e.g. \"30s\", \"5m\", \"24h\", \"7d\""),
+        )
+    })
+}
+
+fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value.parse().map_err(|_| {
+        ConfigError::invalid(
+            key,
+            format!("invalid listen address {value:?}; use e.g. \"0.0.0.0:8080\""),
+        )
+    })
+}
+
+/// Check every section of `raw` and build the [`Config`]; `env` reads the secrets
+/// that `*_env` keys name.
+pub(super) fn validate(
+    raw: RawConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let server = ServerConfig {
+        listen: parse_addr("server.listen", &raw.server.listen)?,
+        max_body_bytes: match raw.server.max_body_bytes {
+            0 => {
+                return Err(ConfigError::invalid(
+                    "server.max_body_bytes",
+                    "must be greater than 0",
+                ));
+            }
+            n => usize::try_from(n).map_err(|_| {
+                ConfigError::invalid("server.max_body_bytes", "too large for this platform")
+            })?,
+        },
+        body_budget_bytes: usize::try_from(raw.server.body_budget_bytes).map_err(|_| {
+            ConfigError::invalid("server.body_budget_bytes", "too large for this platform")
+        })?,
+        header_read_timeout: parse_duration(
+            "server.header_read_timeout",
+            &raw.server.header_read_timeout,
+        )?,
+        body_read_timeout: parse_duration(
+            "server.body_read_timeout",
+            &raw.server.body_read_timeout,
+        )?,
+        max_headers: raw.server.max_headers,
+        max_connections: raw.server.max_connections.max(1),
+        shutdown_grace: parse_duration("server.shutdown_grace", &raw.server.shutdown_grace)?,
+    };
+    if server.body_budget_bytes < server.max_body_bytes {
+        return Err(ConfigError::invalid(
+            "server.body_budget_bytes",
+            format!(
+                "{} is smaller than server.max_body_bytes ({}); a body of the largest size could never be read",
+                server.body_budget_bytes, server.max_body_bytes
+            ),
+        ));
+    }
+    if server.body_budget_bytes > u32::MAX as usize {
+        return Err(ConfigError::invalid(
+            "server.body_budget_bytes",
+            "must be at most 4294967295 (4 GiB)",
+        ));
+    }
+    if server.max_headers == 0 {
+        return Err(ConfigError::invalid(
+            "server.max_headers",
+            "must be greater than 0",
+        ));
+    }
+
+    let admin_listen = parse_addr("admin.listen", &raw.admin.listen)?;
+    let token = match raw.admin.token_env.as_deref() {
+        Some(var) if !var.is_empty() => env(var).filter(|t| !t.is_empty()).map(Secret::new),
+        _ => None,
+    };
+    if token.is_none() && !admin_listen.ip().is_loopback() {
+        return Err(ConfigError::invalid(
+            "admin.listen",
+            format!(
+                "{admin_listen} is not a loopback address and no admin token is set; \
+                 set the variable named by admin.token_env ({}) or bind 127.0.0.1",
+                raw.admin.token_env.as_deref().unwrap_or("unset")
+            ),
+        ));
+    }
+    if raw.admin.replay_rate == 0 {
+        return Err(ConfigError::invalid(
+            "admin.replay_rate",
+            "must be at least 1 entry per second",
+        ));
+    }
+    let admin = AdminConfig {
+        listen: admin_listen,
+        token,
+        replay_rate: raw.admin.replay_rate,
+    };
+
+    let store = match raw.store.kind.as_str() {
+        "embedded" => StoreConfig::Embedded(EmbeddedConfig {
+            path: raw.store.path.clone(),
+            batch_max: raw.store.batch_max.clamp(1, 4096),
+        }),
+        "redis" => {
+            if !(raw.store.url.starts_with("redis://")
+                || raw.store.url.starts_with("rediss://")
+                || raw.store.url.starts_with("redis+unix://")
+                || raw.store.url.starts_with("unix://"))
+            {
+                return Err(ConfigError::invalid(
+                    "store.url",
+                    format!(
+                        "{:?} is not a redis URL; use redis://host:port",
+                        redact_url(&raw.store.url)
+                    ),
+                ));
+            }
+            if raw.store.prefix.is_empty() || raw.store.prefix.contains(['{', '}']) {
+                return Err(ConfigError::invalid(
+                    "store.prefix",
+                    "must be non-empty and must not contain '{' or '}'",
+                ));
+            }
+            StoreConfig::Redis(RedisConfig {
+                url: raw.store.url.clone(),
+                cluster: raw.store.cluster,
+                prefix: raw.store.prefix.clone(),
+                connections: raw.store.connections.clamp(1, 64),
+                timeout: parse_duration("store.timeout", &raw.store.timeout)?,
+            })
+        }
+        other => {
+            return Err(ConfigError::invalid(
+                "store.kind",
+                format!("unknown store kind {other:?}; use \"embedded\" or \"redis\""),
+            ));
+        }
+    };
+
+    let forwarder = ForwarderConfig {
+        lease: parse_duration("forwarder.lease", &raw.forwarder.lease)?,
+        poll_interval: parse_duration("forwarder.poll_interval", &raw.forwarder.poll_interval)?,
+        shutdown_grace: parse_duration("forwarder.shutdown_grace", &raw.forwarder.shutdown_grace)?,
+        breaker_failures: raw.forwarder.breaker_failures.max(1),
+        breaker_cooldown: parse_duration(
+            "forwarder.breaker_cooldown",
+            &raw.forwarder.breaker_cooldown,
+        )?,
+        maintenance_interval: parse_duration(
+            "forwarder.maintenance_interval",
+            &raw.forwarder.maintenance_interval,
+        )?,
+    };
+    if forwarder.poll_interval.is_zero() || forwarder.maintenance_interval.is_zero() {
+        return Err(ConfigError::invalid(
+            "forwarder.poll_interval",
+            "poll_interval and maintenance_interval must be greater than 0",
+        ));
+    }
+
+    let retention = RetentionConfig {
+        delivered: parse_duration("retention.delivered", &raw.retention.delivered)?,
+        dead: parse_duration("retention.dead", &raw.retention.dead)?,
+    };
+
+    let alerts_url = match (raw.alerts.webhook_url, raw.alerts.webhook_url_env) {
+        (Some(url), None) => Some(url),
+        (None, Some(var)) => match env(&var) {
+            Some(v) if !v.is_empty() => Some(v),
+            _ => {
+                return Err(ConfigError::invalid(
+                    "alerts.webhook_url_env",
+                    format!("environment variable {var} is not set or empty"),
+                ));
+            }
+        },
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                "alerts.webhook_url",
+                "set webhook_url or webhook_url_env, not both",
+            ));
+        }
+    };
+    if let Some(url) = &alerts_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(ConfigError::invalid(
+            "alerts.webhook_url",
+            "must be an http:// or https:// URL",
+        ));
+    }
+    let alerts = AlertsConfig {
+        webhook_url: alerts_url.map(Secret::new),
+        interval: parse_duration("alerts.interval", &raw.alerts.interval)?,
+    };
+    if alerts.interval.is_zero() {
+        return Err(ConfigError::invalid(
+            "alerts.interval",
+            "must be greater than 0",
+        ));
+    }
+
+    let log = LogConfig {
+        format: match raw.log.format.as_str() {
+            "human" => LogFormat::Human,
+            "json" => LogFormat::Json,
+            other => {
+                return Err(ConfigError::invalid(
+                    "log.format",
+                    format!("unknown log format {other:?}; use \"human\" or \"json\""),
+                ));
+            }
+        },
+    };
+
+    let mut sources = Vec::with_capacity(raw.sources.len());
+    for (index, raw_source) in raw.sources.into_iter().enumerate() {
+        let source = validate_source(index, raw_source, env)?;
+        if sources
+            .iter()
+            .any(|earlier: &SourceConfig| earlier.name == source.name)
+        {
+            return Err(ConfigError::invalid(
+                format!("sources[{index}].name"),
+                format!("duplicate source name {:?}", source.name),
+            ));
+        }
+        if forwarder.lease <= source.delivery.timeout {
+            return Err(ConfigError::invalid(
+                "forwarder.lease",
+                format!(
+                    "the lease ({}) must be longer than sources[{index}].delivery.timeout ({}, source {:?}): \
+                     a claimed entry starts at once and its attempt may last that long",
+                    humantime::format_duration(forwarder.lease),
+                    humantime::format_duration(source.delivery.timeout),
+                    source.name
+                ),
+            ));
+        }
+        sources.push(source);
+    }
+
+    Ok(Config {
+        server,
+        admin,
+        store,
+        forwarder,
+        retention,
+        alerts,
+        log,
+        providers_dir: raw.providers_dir,
+        sources,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::from_toml_str;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn bad_duration_names_the_key() {
+        let err = from_toml_str("[retention]\ndead = \"forever\"\n", &no_env).unwrap_err();
+        assert!(err.to_string().starts_with("retention.dead:"), "{err}");
+    }
+
+    #[test]
+    fn public_admin_without_token_is_rejected() {
+        let err = from_toml_str("[admin]\nlisten = \"0.0.0.0:8081\"\n", &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("admin.listen:"), "{err}");
+        let env = |k: &str| (k == "HOOKGATE_ADMIN_TOKEN").then(|| "t".to_string());
+        assert!(from_toml_str("[admin]\nlisten = \"0.0.0.0:8081\"\n", &env).is_ok());
+    }
+}

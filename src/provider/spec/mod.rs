@@ -1,0 +1,454 @@
+//! The provider spec: how one provider signs its webhooks, as data.
+//!
+//! A spec is a TOML file in `providers/` (compiled into the binary) or in
+//! `providers_dir`. It is parsed into [`RawSpec`] (serde, unknown keys rejected) and
+//! compiled into [`Spec`], where every template and value source is already parsed,
+//! so that the verification engine never interprets strings on the hot path.
+//!
+//! The format covers the whole catalogue of schemes, not only the first providers:
+//!
+//! * `signature.algorithm`: `hmac-sha256`, `hmac-sha1`, `hmac-sha512`, `token` (the
+//!   header carries the secret itself, compared in constant time), `ed25519` or
+//!   `ecdsa-p256-sha256`. A list of HMAC algorithms (`["hmac-sha1", "hmac-sha256"]`)
+//!   accepts a signature made with any of them under the same secrets (Twilio's Auth
+//!   Token and SharedKey schemes); the first one is what `hookgate sign` uses.
+//! * Public-key algorithms take the source's secret as the provider's **public key**,
+//!   decoded with `secret_encoding`: `ed25519` wants the 32-byte key (Discord: hex);
+//!   `ecdsa-p256-sha256` wants a DER SubjectPublicKeyInfo or a SEC1 point (SendGrid:
+//!   base64 DER), and reads the signature as DER (or as the 64-byte `r||s` form).
+//! * Where the signature is: `signature.header = "Name"`, or `signature.from = <value
+//!   source>` for a signature carried elsewhere (Mailgun: `json:/signature/signature`).
+//!   Exactly one of the two is set.
+//! * `signature.format`: `plain` (the whole value, after an optional `prefix`, is one
+//!   signature) or `kv` (a list split by `pair_separator` whose items are
+//!   `key<kv_separator>value`; the keys in `signature_keys` carry signatures, any other
+//!   key is available to templates as `{signature:key}`). Stripe is `kv` with `,`/`=`,
+//!   Paddle `kv` with `;`/`=`, Standard Webhooks `kv` with ` `/`,` and
+//!   `signature_keys = ["v1"]`.
+//! * `signature.encoding`: `hex`, `base64` or `raw`.
+//! * `signature.secret_encoding`: `utf8` (the secret's bytes), `whsec-base64` (strip a
+//!   `whsec_` prefix, then base64-decode), `base64` or `hex`.
+//! * `signature.content`: the signed-content template. Placeholders: `{body}` (the raw
+//!   bytes), `{timestamp}` (as received), `{method}`, `{path}` (path and query as
+//!   received), `{url}`, `{form_sorted}`, and any value source (`{header:Name}`,
+//!   `{signature:key}`, `{json:/pointer}`, `{form:field}`, `{query:name}`). Everything
+//!   else is literal; `{{` and `}}` escape braces. A template must sign the body or a
+//!   part of it.
+//! * `{url}` is the URL the provider calls: the source's `public_url` (a full URL
+//!   without query, e.g. `https://hooks.example.com/ingest/twilio`) followed by the
+//!   query string of the received request, if it has one. The received path is not
+//!   used, so a reverse proxy may rewrite it. A source whose spec signs `{url}` must
+//!   set `public_url`. `signature.url_port = "either"` accepts a signature computed
+//!   over the URL with its port (the configured one, or the scheme's default) or
+//!   without any port, as Twilio's own validators do; the default `"as-is"` signs the
+//!   URL exactly as configured.
+//! * `{form_sorted}` is the form body (`application/x-www-form-urlencoded`, decoded,
+//!   strictly UTF-8) as Twilio signs it: for each parameter name in sorted order, the
+//!   name followed by the value, once per distinct value, values sorted.
+//! * `signature.body_sha256 = <value source>`: when the request carries this value
+//!   (Twilio: `query:bodySHA256` for JSON bodies), it must be the hex SHA-256 of the raw
+//!   body, and `{form_sorted}` then contributes nothing: the sender signs the URL that
+//!   carries the digest instead of form parameters.
+//! * Value sources, used by templates, `timestamp.from`, `event.id`, `event.type` and
+//!   `signature.from`: `header:Name`, `signature:key` (a non-signature item of a `kv`
+//!   signature), `json:/pointer` (RFC 6901, into the JSON body), `form:field` (the first
+//!   value of a form field; `form:field#/pointer` reads a JSON document held in the
+//!   field, as Slack's interactivity `payload`), and `query:name` (a parameter of the
+//!   received query string).
+//! * `timestamp.from` is a value source; `timestamp.unit` is `seconds` or
+//!   `milliseconds`; `timestamp.tolerance` is a duration applied in both directions.
+//! * `event.id` and `event.type`: a value template or a list of them, tried in order;
+//!   the first whose every value is present wins. A template is a value source
+//!   (`json:/id`) or placeholders with literals (`{json:/type}.{json:/action}`). An
+//!   event id counts as signed (and so dedupes on its own) only when every value in
+//!   every alternative is covered by the signature.
+//!   A spec that does not sign the whole body may set `event.digest = "json:/pointer"`,
+//!   the part of the body that identifies the event: the dedupe key binds the event
+//!   id to its digest (Mailgun: `json:/event-data`), else to the whole body's.
+//! * A `timestamp.from` that the signature does not cover is refused: a replay
+//!   window on an unsigned value is no window.
+//! * `credential_headers = ["Name", …]`: received headers that carry a credential of
+//!   the sender; with the signature header of a `token` scheme they are neither stored
+//!   nor passed on unless a source names them in `pass_headers`.
+//! * `handshake.kind`: a verified request that the provider sends to check the
+//!   endpoint, answered instead of stored: `slack-url-verification` (echo the
+//!   challenge), `zoom-url-validation` (JSON `plainToken` and its HMAC-SHA256 under the
+//!   secret that verified the request, hex) and `discord-ping` (JSON `{"type":1}`).
+//! * `[[vectors]]`: the provider's published test vectors, run by the test suite. A
+//!   vector may set `url` (the URL the provider called) and `method`.
+
+//!
+//! Here: the compiled [`Spec`] and its parts. [`raw`] is what a spec file says;
+//! compiling checks it and builds the [`Spec`]; the template module parses the
+//! small languages inside it; [`describe`] tells a human what a spec verifies.
+
+mod compile;
+mod describe;
+pub mod raw;
+mod template;
+
+pub use describe::describe;
+pub use raw::{RawSpec, Vector};
+pub use template::{parse_source, parse_template, parse_value_template};
+
+use std::fmt;
+use std::time::Duration;
+
+/// A spec that cannot be compiled. Messages name the provider and the key.
+///
+/// A variant with a cause does not repeat it in its own message: the cause is
+/// chained (`#[source]`), and the error chain is what gets printed.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// Not TOML, or not the shape of a spec (the TOML error names the key).
+    #[error("provider {provider:?}")]
+    Toml {
+        provider: String,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    /// A key whose value is not usable, alone or with the others.
+    #[error("provider {provider:?}: {key}: {problem}")]
+    Invalid {
+        provider: String,
+        key: &'static str,
+        problem: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    HmacSha256,
+    HmacSha1,
+    HmacSha512,
+    Token,
+    Ed25519,
+    EcdsaP256Sha256,
+}
+
+impl Algorithm {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::HmacSha256 => "hmac-sha256",
+            Algorithm::HmacSha1 => "hmac-sha1",
+            Algorithm::HmacSha512 => "hmac-sha512",
+            Algorithm::Token => "token",
+            Algorithm::Ed25519 => "ed25519",
+            Algorithm::EcdsaP256Sha256 => "ecdsa-p256-sha256",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Algorithm> {
+        Some(match s {
+            "hmac-sha256" => Algorithm::HmacSha256,
+            "hmac-sha1" => Algorithm::HmacSha1,
+            "hmac-sha512" => Algorithm::HmacSha512,
+            "token" => Algorithm::Token,
+            "ed25519" => Algorithm::Ed25519,
+            "ecdsa-p256-sha256" => Algorithm::EcdsaP256Sha256,
+            _ => return None,
+        })
+    }
+
+    pub fn is_hmac(self) -> bool {
+        matches!(
+            self,
+            Algorithm::HmacSha256 | Algorithm::HmacSha1 | Algorithm::HmacSha512
+        )
+    }
+
+    /// The source's secret is the provider's public key; nothing here can sign.
+    pub fn is_public_key(self) -> bool {
+        matches!(self, Algorithm::Ed25519 | Algorithm::EcdsaP256Sha256)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Hex,
+    Base64,
+    Raw,
+}
+
+impl Encoding {
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Hex => "hex",
+            Encoding::Base64 => "base64",
+            Encoding::Raw => "raw",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretEncoding {
+    Utf8,
+    WhsecBase64,
+    Base64,
+    Hex,
+}
+
+impl SecretEncoding {
+    pub fn name(self) -> &'static str {
+        match self {
+            SecretEncoding::Utf8 => "utf8",
+            SecretEncoding::WhsecBase64 => "whsec-base64",
+            SecretEncoding::Base64 => "base64",
+            SecretEncoding::Hex => "hex",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderFormat {
+    /// The value after `prefix` is one signature.
+    Plain { prefix: String },
+    /// `k=v` items; `signature_keys` carry signatures.
+    Kv {
+        pair_separator: String,
+        kv_separator: String,
+        signature_keys: Vec<String>,
+    },
+}
+
+/// Where a value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueSource {
+    Header(http::HeaderName),
+    Signature(String),
+    Json(String),
+    /// The first value of a form field; with a pointer, the field holds a JSON
+    /// document and the pointer selects inside it.
+    Form {
+        field: String,
+        pointer: Option<String>,
+    },
+    Query(String),
+}
+
+impl fmt::Display for ValueSource {
+    /// The spec syntax, so that what `hookgate providers` prints can be pasted back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueSource::Header(h) => write!(f, "header:{h}"),
+            ValueSource::Signature(k) => write!(f, "signature:{k}"),
+            ValueSource::Json(p) => write!(f, "json:{p}"),
+            ValueSource::Form {
+                field,
+                pointer: None,
+            } => write!(f, "form:{field}"),
+            ValueSource::Form {
+                field,
+                pointer: Some(p),
+            } => write!(f, "form:{field}#{p}"),
+            ValueSource::Query(n) => write!(f, "query:{n}"),
+        }
+    }
+}
+
+/// One piece of a signed-content template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    Literal(Vec<u8>),
+    Body,
+    Timestamp,
+    Method,
+    Path,
+    Url,
+    FormSorted,
+    Value(ValueSource),
+}
+
+/// How `{url}` treats the port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlPort {
+    /// The URL exactly as configured.
+    AsIs,
+    /// With its port (explicit, or the scheme's default) or without any port.
+    Either,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeUnit {
+    Seconds,
+    Milliseconds,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimestampRule {
+    pub from: ValueSource,
+    pub unit: TimeUnit,
+    pub tolerance: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handshake {
+    /// Slack Events API: `{"type":"url_verification","challenge":…}` is answered with
+    /// the challenge.
+    SlackUrlVerification,
+    /// Zoom: `{"event":"endpoint.url_validation","payload":{"plainToken":p}}` is
+    /// answered with `{"plainToken":p,"encryptedToken":hex(HMAC-SHA256(secret,p))}`.
+    ZoomUrlValidation,
+    /// Discord interactions: a PING (`{"type":1}`) is answered with `{"type":1}`.
+    DiscordPing,
+}
+
+impl Handshake {
+    pub fn name(self) -> &'static str {
+        match self {
+            Handshake::SlackUrlVerification => "slack-url-verification",
+            Handshake::ZoomUrlValidation => "zoom-url-validation",
+            Handshake::DiscordPing => "discord-ping",
+        }
+    }
+}
+
+/// One part of an event id or type template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Literal(String),
+    Value(ValueSource),
+}
+
+/// A template that builds a value (an event id or type) from value sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueTemplate {
+    pub parts: Vec<Part>,
+    /// As written in the spec.
+    pub text: String,
+}
+
+impl ValueTemplate {
+    pub fn sources(&self) -> impl Iterator<Item = &ValueSource> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Value(v) => Some(v),
+            Part::Literal(_) => None,
+        })
+    }
+
+    /// The single value source this template is, if it is nothing more.
+    pub fn single(&self) -> Option<&ValueSource> {
+        match self.parts.as_slice() {
+            [Part::Value(v)] => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A compiled provider spec.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub name: String,
+    pub summary: String,
+    /// Never empty; the first is the one `hookgate sign` uses.
+    pub algorithms: Vec<Algorithm>,
+    /// Where the signature is (a header for most providers).
+    pub signature_from: ValueSource,
+    pub format: HeaderFormat,
+    pub encoding: Encoding,
+    pub secret_encoding: SecretEncoding,
+    pub content: Vec<Segment>,
+    pub url_port: UrlPort,
+    pub body_sha256: Option<ValueSource>,
+    pub timestamp: Option<TimestampRule>,
+    /// Alternatives, tried in order.
+    pub event_id: Vec<ValueTemplate>,
+    /// Alternatives, tried in order.
+    pub event_type: Vec<ValueTemplate>,
+    /// The JSON pointer of the body part the dedupe digest covers, for a spec that
+    /// does not sign the whole body (`event.digest`).
+    pub event_digest: Option<String>,
+    pub handshake: Option<Handshake>,
+    /// Received headers that carry a credential: the `token` scheme's signature
+    /// header and the spec's `credential_headers`.
+    pub credential_headers: Vec<http::HeaderName>,
+    pub vectors: Vec<Vector>,
+}
+
+impl Spec {
+    /// The algorithm `hookgate sign` uses.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithms[0]
+    }
+
+    /// The header that carries the signature, when one does.
+    pub fn signature_header(&self) -> Option<&http::HeaderName> {
+        match &self.signature_from {
+            ValueSource::Header(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// Whether the signed content includes `{url}` (the source needs `public_url`).
+    pub fn signs_url(&self) -> bool {
+        self.content.contains(&Segment::Url)
+    }
+
+    /// Whether `src` is covered by the signature: the signed content includes it, or
+    /// includes what it is read from (the body for JSON and form values, the URL or
+    /// path for query values, the timestamp for the timestamp's own source).
+    pub fn is_signed(&self, src: &ValueSource) -> bool {
+        let has = |seg: &Segment| self.content.contains(seg);
+        if has(&Segment::Value(src.clone())) {
+            return true;
+        }
+        if has(&Segment::Timestamp) && self.timestamp.as_ref().is_some_and(|t| &t.from == src) {
+            return true;
+        }
+        match src {
+            ValueSource::Json(_) => has(&Segment::Body),
+            ValueSource::Form { .. } => has(&Segment::Body) || has(&Segment::FormSorted),
+            ValueSource::Query(_) => has(&Segment::Url) || has(&Segment::Path),
+            ValueSource::Header(_) | ValueSource::Signature(_) => false,
+        }
+    }
+
+    /// Whether the event id is covered by the signature, whichever alternative
+    /// yields it. An unsigned id could be set freely by anyone replaying a captured
+    /// request.
+    pub fn event_id_is_signed(&self) -> bool {
+        !self.event_id.is_empty()
+            && self
+                .event_id
+                .iter()
+                .all(|t| t.sources().all(|s| self.is_signed(s)))
+    }
+
+    /// Whether the signature covers the whole body (`{body}`, or the decoded form as
+    /// `{form_sorted}`). When it does not (Mailgun signs only a timestamp and a
+    /// token), the body could have been replaced by anyone holding one genuine
+    /// signature block.
+    pub fn signs_whole_body(&self) -> bool {
+        // A token scheme compares a shared secret and signs nothing.
+        !self.algorithms.contains(&Algorithm::Token)
+            && (self.content.contains(&Segment::Body)
+                || self.content.contains(&Segment::FormSorted))
+    }
+
+    /// Whether the signed content needs a timestamp.
+    pub fn signs_timestamp(&self) -> bool {
+        self.content.contains(&Segment::Timestamp)
+    }
+
+    /// The signed-content template, written back in spec syntax.
+    pub fn content_text(&self) -> String {
+        let mut out = String::new();
+        for seg in &self.content {
+            match seg {
+                Segment::Literal(b) => out.push_str(
+                    &String::from_utf8_lossy(b)
+                        .replace('{', "{{")
+                        .replace('}', "}}"),
+                ),
+                Segment::Body => out.push_str("{body}"),
+                Segment::Timestamp => out.push_str("{timestamp}"),
+                Segment::Method => out.push_str("{method}"),
+                Segment::Path => out.push_str("{path}"),
+                Segment::Url => out.push_str("{url}"),
+                Segment::FormSorted => out.push_str("{form_sorted}"),
+                Segment::Value(v) => out.push_str(&format!("{{{v}}}")),
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,137 @@
+//! The spec format on the whole catalogue: per-source overrides, errors that name
+//! the key, templates that round-trip to text, and which event ids count as signed.
+
+use super::*;
+
+#[test]
+fn provider_options_override_the_generic_hmac_provider() {
+    let reg = Registry::builtin().unwrap();
+    let opts: toml::Table = toml::from_str(
+        "[signature]\nheader = \"X-Acme-Sig\"\nprefix = \"sha256=\"\nencoding = \"base64\"\n[event]\nid = \"json:/event_id\"\n",
+    )
+    .unwrap();
+    let spec = reg.resolve("hmac", Some(&opts)).unwrap();
+    assert_eq!(spec.signature_header().unwrap().as_str(), "x-acme-sig");
+    assert_eq!(spec.encoding, spec::Encoding::Base64);
+    assert!(spec.vectors.is_empty());
+
+    let bad: toml::Table = toml::from_str("[signature]\nencoding = \"rot13\"\n").unwrap();
+    // The key is named by the cause, which is chained.
+    let err = format!(
+        "{:#}",
+        anyhow::Error::from(reg.resolve("hmac", Some(&bad)).unwrap_err())
+    );
+    assert!(err.contains("signature.encoding"), "{err}");
+    assert!(reg.resolve("nope", None).is_err());
+}
+
+#[test]
+fn spec_format_errors_name_the_key() {
+    let base = "name = \"x\"\n[signature]\n";
+    let cases: &[(&str, &str)] = &[
+        ("algorithm = \"hmac-sha256\"\n", "signature.header"),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = \"X\"\nfrom = \"json:/sig\"\n",
+            "signature.from",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nfrom = \"json:/sig\"\n",
+            "signature.from",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nfrom = \"signature:x\"\ncontent = \"{json:/a}\"\n",
+            "signature.from",
+        ),
+        (
+            "algorithm = [\"hmac-sha1\", \"ed25519\"]\nheader = \"X\"\n",
+            "signature.algorithm",
+        ),
+        ("algorithm = []\nheader = \"X\"\n", "signature.algorithm"),
+        (
+            "algorithm = \"ed25519\"\nheader = \"X\"\n",
+            "signature.secret_encoding",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = \"X\"\nurl_port = \"maybe\"\n",
+            "signature.url_port",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = \"X\"\nbody_sha256 = \"query:h\"\n",
+            "signature.body_sha256",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = \"X\"\ncontent = \"{url}\"\n",
+            "signature.content",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = \"X\"\n[event]\nid = \"form:\"\n",
+            "event.id",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = \"X\"\n[event]\ntype = \"{json:/a\"\n",
+            "event.type",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = \"X\"\n[event]\nid = \"lit\"\n",
+            "event.id",
+        ),
+        (
+            "algorithm = \"ed25519\"\nheader = \"X\"\nsecret_encoding = \"hex\"\n[handshake]\nkind = \"zoom-url-validation\"\n",
+            "handshake.kind",
+        ),
+    ];
+    for (text, key) in cases {
+        let err = Spec::from_toml(&format!("{base}{text}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text:?}: {err}");
+    }
+}
+
+#[test]
+fn value_sources_and_templates_round_trip_to_text() {
+    for s in [
+        "header:x-a",
+        "signature:t",
+        "json:/a/b",
+        "form:payload",
+        "form:payload#/trigger_id",
+        "query:bodySHA256",
+    ] {
+        assert_eq!(spec::parse_source(s).unwrap().to_string(), s);
+    }
+    let t = spec::parse_value_template("{json:/type}.{json:/action}").unwrap();
+    assert_eq!(t.sources().count(), 2);
+    assert!(t.single().is_none());
+    let reg = Registry::builtin().unwrap();
+    for spec in reg.iter() {
+        let again = spec::parse_template(&spec.content_text()).unwrap();
+        assert_eq!(again, spec.content, "{}", spec.name);
+    }
+}
+
+#[test]
+fn event_ids_are_signed_only_where_the_signature_covers_them() {
+    let reg = Registry::builtin().unwrap();
+    let signed: Vec<&str> = reg
+        .iter()
+        .filter(|s| s.event_id_is_signed())
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        signed,
+        [
+            "discord",
+            "intercom",
+            "linear",
+            "mailgun",
+            "paddle",
+            "slack",
+            "square",
+            "standard-webhooks",
+            "stripe",
+            "svix",
+            "typeform"
+        ]
+    );
+}

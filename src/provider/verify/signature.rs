@@ -1,0 +1,244 @@
+//! The signature: what the sender offers (parsed from a header or a body value with
+//! bounded effort) and what the engine expects (the signed content fed through the
+//! key's MAC, or checked against a public key).
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use hmac::Mac;
+
+use super::context::Context;
+use super::keys::Key;
+use super::{MAX_HEADER_ITEMS, MAX_SIGNATURES, VerifyError, count_work};
+use crate::provider::spec::{Encoding, HeaderFormat, Segment, Spec, ValueSource};
+
+/// The offered signature, parsed: the signatures themselves and, for a `kv` value,
+/// its other items.
+#[derive(Debug, Default)]
+pub(crate) struct ParsedSignature {
+    /// Decoded signatures offered by the sender.
+    pub signatures: Vec<Vec<u8>>,
+    /// Non-signature `k=v` items (e.g. Stripe's `t`).
+    pub fields: Vec<(String, String)>,
+}
+
+/// Parse the signature from wherever the spec says it is. Never panics, whatever
+/// the bytes.
+pub(crate) fn parse_signature(
+    spec: &Spec,
+    ctx: &Context<'_>,
+) -> Result<ParsedSignature, VerifyError> {
+    match &spec.signature_from {
+        ValueSource::Header(name) => {
+            let mut values = Vec::new();
+            for value in ctx.req.headers.get_all(name) {
+                values.push(
+                    value
+                        .to_str()
+                        .map_err(|_| VerifyError::MalformedSignature)?,
+                );
+                if values.len() > MAX_SIGNATURES {
+                    return Err(VerifyError::MalformedSignature);
+                }
+            }
+            if values.is_empty() {
+                return Err(VerifyError::MissingSignature);
+            }
+            parse_signature_values(spec, &values)
+        }
+        src => {
+            let value = ctx.value(src).ok_or(VerifyError::MissingSignature)?;
+            parse_signature_values(spec, &[value.as_str()])
+        }
+    }
+}
+
+fn parse_signature_values(spec: &Spec, values: &[&str]) -> Result<ParsedSignature, VerifyError> {
+    let mut out = ParsedSignature::default();
+    let mut undecodable = 0usize;
+    for text in values {
+        let text = text.trim();
+        match &spec.format {
+            HeaderFormat::Plain { prefix } => {
+                let sig = text
+                    .strip_prefix(prefix.as_str())
+                    .ok_or(VerifyError::MalformedSignature)?
+                    .trim();
+                match decode_sig(spec.encoding, sig) {
+                    Some(bytes) => out.signatures.push(bytes),
+                    None => undecodable += 1,
+                }
+            }
+            HeaderFormat::Kv {
+                pair_separator,
+                kv_separator,
+                signature_keys,
+            } => {
+                let mut items = 0usize;
+                for item in text.split(pair_separator.as_str()) {
+                    let item = item.trim();
+                    if item.is_empty() {
+                        continue;
+                    }
+                    items += 1;
+                    if items > MAX_HEADER_ITEMS {
+                        return Err(VerifyError::MalformedSignature);
+                    }
+                    let (k, v) = item
+                        .split_once(kv_separator.as_str())
+                        .ok_or(VerifyError::MalformedSignature)?;
+                    let (k, v) = (k.trim(), v.trim());
+                    if signature_keys.iter().any(|s| s == k) {
+                        match decode_sig(spec.encoding, v) {
+                            Some(bytes) => out.signatures.push(bytes),
+                            None => undecodable += 1,
+                        }
+                    } else {
+                        // A field given twice is ambiguous: refuse rather than guess.
+                        if out.fields.iter().any(|(fk, _)| fk == k) {
+                            return Err(VerifyError::MalformedSignature);
+                        }
+                        out.fields.push((k.to_string(), v.to_string()));
+                    }
+                }
+            }
+        }
+        if out.signatures.len() + undecodable > MAX_SIGNATURES {
+            return Err(VerifyError::MalformedSignature);
+        }
+    }
+    if out.signatures.is_empty() {
+        return Err(VerifyError::MalformedSignature);
+    }
+    Ok(out)
+}
+
+fn decode_sig(encoding: Encoding, s: &str) -> Option<Vec<u8>> {
+    if s.is_empty() {
+        return None;
+    }
+    match encoding {
+        Encoding::Hex => hex::decode(s).ok(),
+        Encoding::Base64 => B64.decode(s).ok(),
+        Encoding::Raw => Some(s.as_bytes().to_vec()),
+    }
+}
+
+/// Encode a MAC the way the provider writes it.
+pub(crate) fn encode_sig(encoding: Encoding, mac: &[u8]) -> String {
+    match encoding {
+        Encoding::Hex => hex::encode(mac),
+        Encoding::Base64 => B64.encode(mac),
+        Encoding::Raw => String::from_utf8_lossy(mac).into_owned(),
+    }
+}
+
+/// Feed the signed content into `sink`, piece by piece (the body is never copied).
+fn signed_content(
+    spec: &Spec,
+    ctx: &Context<'_>,
+    timestamp: Option<&str>,
+    url: Option<&str>,
+    mut sink: impl FnMut(&[u8]),
+) -> Result<(), VerifyError> {
+    for seg in &spec.content {
+        match seg {
+            Segment::Literal(b) => sink(b),
+            Segment::Body => sink(ctx.req.body),
+            Segment::Timestamp => sink(timestamp.ok_or(VerifyError::MissingTimestamp)?.as_bytes()),
+            Segment::Method => sink(ctx.req.method.as_bytes()),
+            Segment::Path => sink(ctx.req.path.as_bytes()),
+            Segment::Url => sink(url.ok_or(VerifyError::MissingSignedValue)?.as_bytes()),
+            Segment::FormSorted if ctx.digest_bound => {}
+            Segment::FormSorted => {
+                for (name, value) in ctx.sorted_form()? {
+                    sink(name.as_bytes());
+                    sink(value.as_bytes());
+                }
+            }
+            Segment::Value(src) => {
+                let value = ctx.value(src).ok_or(VerifyError::MissingSignedValue)?;
+                sink(value.as_bytes())
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Compute the MAC (or, for tokens, the digest of the token) of the signed content.
+/// Public keys compute nothing: see [`message`].
+pub(crate) fn compute(
+    spec: &Spec,
+    key: &Key,
+    ctx: &Context<'_>,
+    timestamp: Option<&str>,
+    url: Option<&str>,
+) -> Result<Vec<u8>, VerifyError> {
+    fn run<M: Mac + Clone>(
+        keyed: &M,
+        spec: &Spec,
+        ctx: &Context<'_>,
+        timestamp: Option<&str>,
+        url: Option<&str>,
+    ) -> Result<Vec<u8>, VerifyError> {
+        let mut mac = keyed.clone();
+        let mut hashed = 0u64;
+        signed_content(spec, ctx, timestamp, url, |b| {
+            hashed += b.len() as u64;
+            mac.update(b)
+        })?;
+        count_work(|w| w.bytes_hashed += hashed);
+        Ok(mac.finalize().into_bytes().to_vec())
+    }
+    match key {
+        Key::Sha256(k) => run(k, spec, ctx, timestamp, url),
+        Key::Sha1(k) => run(k, spec, ctx, timestamp, url),
+        Key::Sha512(k) => run(k, spec, ctx, timestamp, url),
+        Key::Token(digest) => Ok(digest.to_vec()),
+        Key::Ed25519(_) | Key::EcdsaP256(_) => Ok(Vec::new()),
+    }
+}
+
+/// The signed content as one buffer (public-key schemes sign the whole message).
+pub(crate) fn message(
+    spec: &Spec,
+    ctx: &Context<'_>,
+    timestamp: Option<&str>,
+    url: Option<&str>,
+) -> Result<Vec<u8>, VerifyError> {
+    let mut out = Vec::with_capacity(ctx.req.body.len() + 64);
+    signed_content(spec, ctx, timestamp, url, |b| out.extend_from_slice(b))?;
+    Ok(out)
+}
+
+/// The signed content of one URL form, ready for public-key verification: the
+/// message itself (Ed25519 signs it whole) and, when a key needs it, its SHA-256
+/// (ECDSA P-256 verifies the digest, computed once however many keys are tried).
+pub(super) struct PublicMessage {
+    pub(super) msg: Vec<u8>,
+    pub(super) sha256: Option<[u8; 32]>,
+}
+
+/// Whether `sig` is a valid signature of the message under the public key.
+pub(super) fn verify_public(key: &Key, message: &PublicMessage, sig: &[u8]) -> bool {
+    count_work(|w| w.signatures_checked += 1);
+    match key {
+        Key::Ed25519(vk) => {
+            count_work(|w| w.bytes_hashed += message.msg.len() as u64);
+            ed25519_dalek::Signature::from_slice(sig)
+                .is_ok_and(|s| vk.verify_strict(&message.msg, &s).is_ok())
+        }
+        Key::EcdsaP256(vk) => {
+            use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
+            let Some(digest) = &message.sha256 else {
+                return false;
+            };
+            let parsed = if sig.len() == 64 {
+                p256::ecdsa::Signature::from_slice(sig)
+            } else {
+                p256::ecdsa::Signature::from_der(sig)
+            };
+            parsed.is_ok_and(|s| vk.verify_prehash(digest, &s).is_ok())
+        }
+        _ => false,
+    }
+}
