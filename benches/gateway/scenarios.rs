@@ -30,21 +30,35 @@ pub async fn ingest_backlog(port: u16, requests: Vec<Prepared>, connections: usi
     assert_eq!(r.requests as usize, n, "backlog ingest");
 }
 
-pub async fn baseline_rate(s: Settings, requests: &Arc<Vec<Prepared>>) -> (LoadResult, CpuUse) {
-    let b = start_baseline();
-    let meter = CpuMeter::start(&[b.child.id(), 0]);
-    let r = closed_loop(
-        addr(b.port),
+/// One closed-loop round against `port`, with the CPU time of `pids` over it.
+/// `cycle`: take the requests again once they run out (the baseline, which does
+/// not dedupe).
+async fn metered_round(
+    port: u16,
+    pids: &[u32],
+    requests: &Arc<Vec<Prepared>>,
+    s: Settings,
+    cycle: bool,
+) -> (LoadResult, CpuUse) {
+    let meter = CpuMeter::start(pids);
+    let result = closed_loop(
+        addr(port),
         "/ingest/bench",
         requests.clone(),
         s.connections,
         s.duration,
-        true,
+        cycle,
     )
     .await;
-    let cpu = meter.stop();
+    (result, meter.stop())
+}
+
+pub async fn baseline_rate(s: Settings, requests: &Arc<Vec<Prepared>>) -> (LoadResult, CpuUse) {
+    let b = start_baseline();
+    // The baseline does not dedupe: it may take the same requests again.
+    let measured = metered_round(b.port, &[b.child.id(), 0], requests, s, true).await;
     drop(b);
-    (r, cpu)
+    measured
 }
 
 pub async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool) {
@@ -66,30 +80,14 @@ pub async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: 
         base_us.push(b_cpu.per_request(0, b.requests));
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = (store == Store::Redis).then(start_redis);
-        let gw = start_gateway(
-            dir.path(),
-            &store_toml(store, dir.path(), redis.as_ref()),
-            "http://127.0.0.1:9/",
-            "[forwarder]\npoll_interval = \"1s\"\n",
-            "",
-        );
+        let gw = ingest_gateway(dir.path(), store, redis.as_ref());
         // Deliveries are off the ingest path: the sink is unreachable (port 9), so the
         // forwarder only schedules retries in the background.
         let mut pids = vec![gw.child.id(), 0];
         if let Some(r) = &redis {
             pids.push(r.child.id());
         }
-        let meter = CpuMeter::start(&pids);
-        let g = closed_loop(
-            addr(gw.port),
-            "/ingest/bench",
-            requests.clone(),
-            s.connections,
-            s.duration,
-            false,
-        )
-        .await;
-        let cpu = meter.stop();
+        let (g, cpu) = metered_round(gw.port, &pids, &requests, s, false).await;
         rss = rss.max(gw.peak_rss_mib());
         println!(
             "  round {round}: baseline {:.0} req/s, gateway {:.0} req/s (p50 {:.2} ms, p99 {:.2} ms, {} errors)",
@@ -143,13 +141,7 @@ pub async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: 
 pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     let dir = tempfile::tempdir().expect("tempdir");
     let redis = (store == Store::Redis).then(start_redis);
-    let gw = start_gateway(
-        dir.path(),
-        &store_toml(store, dir.path(), redis.as_ref()),
-        "http://127.0.0.1:9/",
-        "[forwarder]\npoll_interval = \"1s\"\n",
-        "",
-    );
+    let gw = ingest_gateway(dir.path(), store, redis.as_ref());
     let n = if s.rounds == 1 && s.duration < Duration::from_secs(2) {
         20_000
     } else {
@@ -363,5 +355,21 @@ fn forwarding_gateway(
         &format!("http://127.0.0.1:{sink_port}/hook"),
         "[forwarder]\npoll_interval = \"100ms\"\n",
         source_extra,
+    )
+}
+
+/// A gateway for the ingest scenarios. Its destination is unreachable (port 9), so
+/// deliveries fail fast and back off: the figures are ingest's own.
+fn ingest_gateway(
+    dir: &std::path::Path,
+    store: Store,
+    redis: Option<&crate::procs::Redis>,
+) -> crate::procs::Proc {
+    start_gateway(
+        dir,
+        &store_toml(store, dir, redis),
+        "http://127.0.0.1:9/",
+        "[forwarder]\npoll_interval = \"1s\"\n",
+        "",
     )
 }

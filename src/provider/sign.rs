@@ -109,6 +109,13 @@ fn write_pointer(root: &mut serde_json::Value, pointer: &str, value: serde_json:
 /// `input.body`, signed with `secret`.
 pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signed, SignError> {
     let provider = || spec.name.clone();
+    let not_json = || SignError::BodyNotJson {
+        provider: provider(),
+    };
+    let unfillable = |what: &ValueSource| SignError::Unfillable {
+        provider: provider(),
+        what: what.to_string(),
+    };
     let algorithm = spec.algorithm();
     if algorithm.is_public_key() {
         return Err(SignError::PublicKey {
@@ -129,9 +136,7 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
             match serde_json::from_slice::<serde_json::Value>(input.body) {
                 Ok(v) if v.is_object() => *json = Some(v),
                 _ => {
-                    return Err(SignError::BodyNotJson {
-                        provider: provider(),
-                    });
+                    return Err(not_json());
                 }
             }
         }
@@ -150,9 +155,7 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
                 ValueSource::Signature(k) => fields.push((k.clone(), text.clone())),
                 ValueSource::Json(ptr) => {
                     body_json(&mut json)?;
-                    let doc = json.as_mut().ok_or(SignError::BodyNotJson {
-                        provider: provider(),
-                    })?;
+                    let doc = json.as_mut().ok_or_else(not_json)?;
                     // Keep the type the body already uses (Mailgun sends a string,
                     // Linear a number); leave the body alone when it already holds
                     // this time.
@@ -166,18 +169,13 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
                     };
                     if doc.pointer(ptr) != Some(&value) {
                         if !write_pointer(doc, ptr, value) {
-                            return Err(SignError::BodyNotJson {
-                                provider: provider(),
-                            });
+                            return Err(not_json());
                         }
                         modified = true;
                     }
                 }
                 other => {
-                    return Err(SignError::Unfillable {
-                        provider: provider(),
-                        what: other.to_string(),
-                    });
+                    return Err(unfillable(other));
                 }
             }
             Some(text)
@@ -192,14 +190,10 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
             if spec.content.contains(&Segment::Value(src.clone())) =>
         {
             body_json(&mut json)?;
-            let doc = json.as_mut().ok_or(SignError::BodyNotJson {
-                provider: provider(),
-            })?;
+            let doc = json.as_mut().ok_or_else(not_json)?;
             if doc.pointer(ptr).is_none() {
                 if !write_pointer(doc, ptr, serde_json::Value::String(input.id.to_string())) {
-                    return Err(SignError::BodyNotJson {
-                        provider: provider(),
-                    });
+                    return Err(not_json());
                 }
                 modified = true;
             }
@@ -310,21 +304,14 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
         ValueSource::Header(h) => out.push((h.clone(), value)),
         ValueSource::Json(ptr) => {
             body_json(&mut json)?;
-            let doc = json.as_mut().ok_or(SignError::BodyNotJson {
-                provider: provider(),
-            })?;
+            let doc = json.as_mut().ok_or_else(not_json)?;
             if !write_pointer(doc, ptr, serde_json::Value::String(value)) {
-                return Err(SignError::BodyNotJson {
-                    provider: provider(),
-                });
+                return Err(not_json());
             }
             modified = true;
         }
         other => {
-            return Err(SignError::Unfillable {
-                provider: provider(),
-                what: other.to_string(),
-            });
+            return Err(unfillable(other));
         }
     }
     Ok(Signed {

@@ -88,8 +88,7 @@ fn verification_work_is_linear_in_the_body_for_every_provider() {
 /// one sorted form, built once.
 #[test]
 fn twilio_builds_the_sorted_form_once() {
-    let reg = Registry::builtin().unwrap();
-    let twilio = reg.get("twilio").unwrap().clone();
+    let twilio = builtin("twilio");
     let v = Verifier::new(
         twilio.clone(),
         &[Secret::new("old-token"), Secret::new(test_secret(&twilio))],
@@ -124,8 +123,7 @@ fn twilio_builds_the_sorted_form_once() {
 /// hashed.
 #[test]
 fn form_bombs_are_refused_before_any_mac() {
-    let reg = Registry::builtin().unwrap();
-    let twilio = reg.get("twilio").unwrap().clone();
+    let twilio = builtin("twilio");
     let v = verifier(&twilio);
     let body = "ab=1&".repeat(160_000);
     let mut h = HeaderMap::new();

@@ -39,6 +39,15 @@ fn headers_of(v: &Vector) -> HeaderMap {
     h
 }
 
+/// The headers a signer produced, as a request carries them.
+fn header_map(headers: &[(http::HeaderName, String)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (n, val) in headers {
+        h.insert(n.clone(), HeaderValue::from_str(val).unwrap());
+    }
+    h
+}
+
 /// Path and query of a URL, `/` without one.
 fn path_of(url: Option<&str>) -> String {
     url.and_then(|u| u.parse::<http::Uri>().ok())
@@ -188,6 +197,15 @@ fn send(spec: &Spec, body: &[u8], ts: i64, id: &str) -> Option<Sent> {
         url,
         path,
     })
+}
+
+/// A built-in provider's spec.
+fn builtin(name: &str) -> Arc<Spec> {
+    Registry::builtin()
+        .unwrap()
+        .get(name)
+        .unwrap_or_else(|| panic!("no built-in provider {name:?}"))
+        .clone()
 }
 
 fn verifier(spec: &Arc<Spec>) -> Verifier {

@@ -8,8 +8,7 @@ use super::*;
 
 #[test]
 fn event_metadata_and_slack_handshake() {
-    let reg = Registry::builtin().unwrap();
-    let slack = reg.get("slack").unwrap().clone();
+    let slack = builtin("slack");
     let body = br#"{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
     let sent = send(&slack, body, NOW, "x").unwrap();
     let v = verifier(&slack);
@@ -30,8 +29,7 @@ fn event_metadata_and_slack_handshake() {
 
 #[test]
 fn slack_form_bodies_give_event_ids_and_types() {
-    let reg = Registry::builtin().unwrap();
-    let slack = reg.get("slack").unwrap().clone();
+    let slack = builtin("slack");
     let v = verifier(&slack);
     // The published slash-command body: its trigger_id.
     let slash = slack.vectors[0].body.as_bytes();
@@ -60,8 +58,7 @@ fn slack_form_bodies_give_event_ids_and_types() {
 
 #[test]
 fn stripe_event_id_and_type_come_from_the_body() {
-    let reg = Registry::builtin().unwrap();
-    let spec = reg.get("stripe").unwrap().clone();
+    let spec = builtin("stripe");
     let v = spec.vectors[0].clone();
     let verifier = Verifier::new(spec, &[Secret::new(&v.secret)]).unwrap();
     let headers = headers_of(&v);
@@ -84,8 +81,7 @@ fn stripe_event_id_and_type_come_from_the_body() {
 
 #[test]
 fn zoom_url_validation_is_answered_with_the_verifying_secret() {
-    let reg = Registry::builtin().unwrap();
-    let zoom = reg.get("zoom").unwrap().clone();
+    let zoom = builtin("zoom");
     let secret = "zoom-secret-token";
     let body = br#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1700000000000,"event":"endpoint.url_validation"}"#;
     let signed = sign(
@@ -102,10 +98,7 @@ fn zoom_url_validation_is_answered_with_the_verifying_secret() {
         },
     )
     .unwrap();
-    let mut h = HeaderMap::new();
-    for (n, val) in &signed.headers {
-        h.insert(n.clone(), HeaderValue::from_str(val).unwrap());
-    }
+    let h = header_map(&signed.headers);
     let req = Request {
         method: "POST",
         path: "/",
@@ -134,8 +127,7 @@ fn zoom_url_validation_is_answered_with_the_verifying_secret() {
 
 #[test]
 fn discord_ping_is_answered_and_webhook_events_are_not_pings() {
-    let reg = Registry::builtin().unwrap();
-    let discord = reg.get("discord").unwrap().clone();
+    let discord = builtin("discord");
     let v = verifier(&discord);
     let ping = send(
         &discord,
@@ -228,8 +220,7 @@ fn ecdsa_signatures_in_every_encoding_sendgrid_may_use() {
 
 #[test]
 fn mailgun_signature_lives_in_the_body_and_its_token_is_the_event_id() {
-    let reg = Registry::builtin().unwrap();
-    let mailgun = reg.get("mailgun").unwrap().clone();
+    let mailgun = builtin("mailgun");
     let v = verifier(&mailgun);
     let sent = send(&mailgun, &test_body(&mailgun, "ev1"), NOW, "tok-123").unwrap();
     let body: serde_json::Value = serde_json::from_slice(&sent.body).unwrap();
@@ -257,8 +248,7 @@ fn mailgun_signature_lives_in_the_body_and_its_token_is_the_event_id() {
 
 #[test]
 fn twilio_signs_the_url_and_form_parameters() {
-    let reg = Registry::builtin().unwrap();
-    let twilio = reg.get("twilio").unwrap().clone();
+    let twilio = builtin("twilio");
     let v = verifier(&twilio);
     let body = b"MessageSid=SM1&Body=hi+there&From=%2B15551234567";
     let sent = send(&twilio, body, NOW, "x").unwrap();
@@ -300,10 +290,7 @@ fn twilio_signs_the_url_and_form_parameters() {
         },
     )
     .unwrap();
-    let mut h = HeaderMap::new();
-    for (n, val) in &signed.headers {
-        h.insert(n.clone(), HeaderValue::from_str(val).unwrap());
-    }
+    let h = header_map(&signed.headers);
     let req = Request {
         method: "POST",
         path: &path,
@@ -325,8 +312,7 @@ fn twilio_signs_the_url_and_form_parameters() {
 
 #[test]
 fn linear_event_ids_survive_a_redelivery_with_a_new_timestamp() {
-    let reg = Registry::builtin().unwrap();
-    let linear = reg.get("linear").unwrap().clone();
+    let linear = builtin("linear");
     let v = verifier(&linear);
     let body = test_body(&linear, "issue-1");
     let first = send(&linear, &body, NOW, "x").unwrap();
