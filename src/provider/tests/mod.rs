@@ -39,6 +39,17 @@ fn headers_of(v: &Vector) -> HeaderMap {
     h
 }
 
+/// A POST to `/` without a public URL.
+fn post_to_root<'a>(headers: &'a HeaderMap, body: &'a [u8]) -> Request<'a> {
+    Request {
+        method: "POST",
+        path: "/",
+        url: None,
+        headers,
+        body,
+    }
+}
+
 /// The headers a signer produced, as a request carries them.
 fn header_map(headers: &[(http::HeaderName, String)]) -> HeaderMap {
     let mut h = HeaderMap::new();

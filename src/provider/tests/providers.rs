@@ -63,16 +63,7 @@ fn stripe_event_id_and_type_come_from_the_body() {
     let verifier = Verifier::new(spec, &[Secret::new(&v.secret)]).unwrap();
     let headers = headers_of(&v);
     let ok = verifier
-        .verify(
-            Request {
-                method: "POST",
-                path: "/",
-                url: None,
-                headers: &headers,
-                body: v.body.as_bytes(),
-            },
-            NOW,
-        )
+        .verify(post_to_root(&headers, v.body.as_bytes()), NOW)
         .unwrap();
     assert_eq!(ok.event_id().as_deref(), Some("evt_test_webhook"));
     assert_eq!(ok.event_type().as_deref(), Some("payment_intent.succeeded"));
@@ -99,13 +90,7 @@ fn zoom_url_validation_is_answered_with_the_verifying_secret() {
     )
     .unwrap();
     let h = header_map(&signed.headers);
-    let req = Request {
-        method: "POST",
-        path: "/",
-        url: None,
-        headers: &h,
-        body,
-    };
+    let req = post_to_root(&h, body);
     // With the secret second in a rotation list, the answer still uses it.
     let v = Verifier::new(
         zoom.clone(),
@@ -191,13 +176,7 @@ fn ecdsa_signatures_in_every_encoding_sendgrid_may_use() {
             "x-twilio-email-event-webhook-timestamp",
             HeaderValue::from_static("1700000000"),
         );
-        let req = Request {
-            method: "POST",
-            path: "/",
-            url: None,
-            headers: &h,
-            body,
-        };
+        let req = post_to_root(&h, body);
         assert!(v.verify(req, NOW).is_ok(), "{what}");
     }
     // A SEC1 point is accepted as the key too.

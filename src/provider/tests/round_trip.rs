@@ -201,19 +201,7 @@ fn malformed_headers_are_refused_with_a_reason() {
         ("t=1700000000,v1=00", VerifyError::Mismatch),
     ];
     // An empty `{}` body under the given headers.
-    let refusal = |headers: &HeaderMap| {
-        v.verify(
-            Request {
-                method: "POST",
-                path: "/",
-                url: None,
-                headers,
-                body: b"{}",
-            },
-            NOW,
-        )
-        .err()
-    };
+    let refusal = |headers: &HeaderMap| v.verify(post_to_root(headers, b"{}"), NOW).err();
     for (value, want) in cases {
         let mut h = HeaderMap::new();
         h.insert("stripe-signature", HeaderValue::from_str(value).unwrap());
