@@ -10,6 +10,8 @@
 //! * [`ingest`]: `POST /ingest/{source}`: read (within [`ingest::body`]'s budget),
 //!   verify, dedupe + persist, answer; [`header_policy`]: which headers are kept and
 //!   passed on.
+//! * [`routing`]: which routes an entry goes to ([`routing::filter`]: declarative
+//!   route filters).
 //! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::retry`]
 //!   is the pure policy, [`forward::breaker`] the per-destination circuit breaker.
 //! * [`serve`]: the hyper accept loop with connection limits and graceful drain.
@@ -43,6 +45,7 @@ pub mod forward;
 pub mod header_policy;
 pub mod ingest;
 pub mod provider;
+pub mod routing;
 pub mod serve;
 pub mod shutdown;
 pub mod store;

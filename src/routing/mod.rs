@@ -1,0 +1,5 @@
+//! Routing: which internal apps a stored entry goes to. A source's routes each name
+//! a destination and may carry a [`filter::Filter`] that selects the entries the
+//! route wants; the filters are evaluated once per entry, after verification.
+
+pub mod filter;
