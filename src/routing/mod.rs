@@ -1,5 +1,8 @@
 //! Routing: which internal apps a stored entry goes to. A source's routes each name
 //! a destination and may carry a [`filter::Filter`] that selects the entries the
-//! route wants; the filters are evaluated once per entry, after verification.
+//! route wants; the filters are evaluated once per entry, after verification. A
+//! route may also carry a [`rate::RateLimit`], whose [`rate::Pace`] adapts to the
+//! destination's 429s and 503s.
 
 pub mod filter;
+pub mod rate;
