@@ -8,7 +8,8 @@
 //! a recovered app is back at full pace after a few dozen deliveries. Other failures
 //! leave the pace alone: the retry policy and the circuit breaker deal with those.
 //!
-//! Pure: no clock, no I/O. The caller passes `now` (unix ms) and the answer.
+//! Pure: no clock, no I/O. The caller passes `now` (unix ms) and the answer. The
+//! store keeps the shared arrival time of each route's sends (`Store::take_send_slot`).
 
 use std::time::Duration;
 

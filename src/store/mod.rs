@@ -13,6 +13,7 @@
 
 mod error;
 mod headers;
+pub(crate) mod pace;
 mod redis;
 mod sqlite;
 
@@ -539,6 +540,21 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counters and gauges of a source.
     async fn stats(&self, source: &str) -> Result<SourceStats, StoreError>;
+
+    /// Take the next send slot of `route` of `source`, paced at one send per
+    /// `spacing` with up to `burst` at once (GCRA): `Ok(None)` when a send may go
+    /// now (the slot is taken), `Ok(Some(at))` when the next slot opens at `at` (unix
+    /// ms; nothing is taken). Every process sharing the store shares the pace. The
+    /// pace is not durable: after a restart (of Redis, or of the embedded store's
+    /// process) a route starts with its burst.
+    async fn take_send_slot(
+        &self,
+        source: &str,
+        route: &str,
+        now: i64,
+        spacing: Duration,
+        burst: u32,
+    ) -> Result<Option<i64>, StoreError>;
 
     /// Whether the store answers, reads and writes (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;

@@ -1440,3 +1440,69 @@ both_stores!(
     work_leased_by_a_previous_run_is_delivered_after_a_restart,
     super::leases_of_a_previous_run
 );
+
+/// Ask for a send slot of `route` every millisecond from `t0` for `ms` milliseconds;
+/// the times (ms after `t0`) at which one was granted.
+async fn granted_slots(store: &dyn Store, route: &str, t0: i64, ms: i64) -> Vec<i64> {
+    let spacing = Duration::from_millis(50);
+    let mut granted = Vec::new();
+    for t in 0..ms {
+        let slot = store.take_send_slot("s", route, t0 + t, spacing, 2).await;
+        if slot.expect("take a send slot").is_none() {
+            granted.push(t);
+        }
+    }
+    granted
+}
+
+async fn send_slots(store: &dyn Store) {
+    let spacing = Duration::from_millis(50);
+    let t0 = 1_700_000_000_000;
+    let take = async |source: &str, route: &str, now: i64| {
+        store
+            .take_send_slot(source, route, now, spacing, 2)
+            .await
+            .expect("take a send slot")
+    };
+    // The burst goes at once; then the next slot is announced and nothing is taken.
+    assert_eq!(take("s", "a", t0).await, None);
+    assert_eq!(take("s", "a", t0).await, None);
+    assert_eq!(take("s", "a", t0).await, Some(t0 + 50));
+    assert_eq!(take("s", "a", t0 + 49).await, Some(t0 + 50));
+    assert_eq!(take("s", "a", t0 + 50).await, None);
+    // Another route, and the same route of another source, keep their own pace.
+    assert_eq!(take("s", "b", t0).await, None);
+    assert_eq!(take("t", "a", t0).await, None);
+    // Asked every millisecond for two seconds: the burst, then one per 50 ms, and
+    // never more than the pace plus the burst (20 + 2) in any one second.
+    let granted = granted_slots(store, "c", t0, 2_000).await;
+    assert_eq!(&granted[..4], &[0, 1, 50, 100]);
+    for w in 0..1_000 {
+        let in_window = granted.iter().filter(|&&t| t >= w && t < w + 1_000).count();
+        assert!(in_window <= 22, "{in_window} sends in [{w}, {w} + 1000) ms");
+    }
+    assert_eq!(granted.len(), 41, "{granted:?}");
+}
+both_fresh_stores!(send_slots_keep_one_pace_per_route, super::send_slots);
+
+/// Two gateways on one Redis: their sends to one route share one pace.
+#[tokio::test]
+async fn send_slots_are_shared_by_every_process_on_redis() {
+    let h = StoreHandle::new(Backend::Redis);
+    let (one, two) = (h.open().await, h.open().await);
+    let spacing = Duration::from_millis(50);
+    let t0 = 1_700_000_000_000;
+    let mut granted = 0;
+    for t in 0..1_000 {
+        for store in [&one, &two] {
+            let slot = store.take_send_slot("s", "r", t0 + t, spacing, 2).await;
+            if slot.expect("take a send slot").is_none() {
+                granted += 1;
+            }
+        }
+    }
+    // As one process alone would: the burst, then one per 50 ms.
+    assert_eq!(granted, 21);
+    one.close().await;
+    two.close().await;
+}

@@ -21,6 +21,7 @@
 //! | `hg:sources` | set | every source name seen (for lookups by id) |
 //! | `hg:epoch` | string | a random value; its disappearance means Redis lost its data |
 //! | `hg:paused` | set | sources whose delivery is paused |
+//! | `hg:{src}:pace:<route>` | string, `PX` while it matters | the route's next send time in µs (GCRA; `scripts/pace.lua`) |
 //!
 //! # Accept
 //!
@@ -456,6 +457,24 @@ impl Store for RedisStore {
         let mut c = self.conn();
         self.timed(c.hincr::<_, _, _, ()>(self.key(source, "stats"), "unverified", n))
             .await
+    }
+
+    async fn take_send_slot(
+        &self,
+        source: &str,
+        route: &str,
+        now: i64,
+        spacing: Duration,
+        burst: u32,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut inv = self.scripts.pace.prepare_invoke();
+        inv.key(self.key(source, &format!("pace:{route}")))
+            .arg(now.saturating_mul(1000))
+            .arg(i64::try_from(spacing.as_micros()).unwrap_or(i64::MAX))
+            .arg(burst);
+        let mut c = self.conn();
+        let at: i64 = self.timed(inv.invoke_async(&mut c)).await?;
+        Ok((at >= 0).then(|| crate::store::pace::ceil_ms(at)))
     }
 
     async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {

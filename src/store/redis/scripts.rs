@@ -22,6 +22,8 @@ pub(super) struct Scripts {
     pub transition: Script,
     /// What a listing shows of entries, without their bodies.
     pub listed: Script,
+    /// Take the next send slot of a paced route.
+    pub pace: Script,
 }
 
 impl Scripts {
@@ -34,6 +36,7 @@ impl Scripts {
             purge: Script::new(include_str!("scripts/purge.lua")),
             transition: Script::new(include_str!("scripts/transition.lua")),
             listed: Script::new(include_str!("scripts/listed.lua")),
+            pace: Script::new(include_str!("scripts/pace.lua")),
         }
     }
 }

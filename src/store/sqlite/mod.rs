@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use self::checkpoint::{Checkpointing, Writeback};
 use self::schema::DB_FILE;
 use self::writer::{Syncing, Writer};
+use super::pace::{self, ceil_ms};
 use super::{
     Accepted, Attempt, AuditEvent, Backend, Claim, Completion, Control, Controls, Entry,
     HousekeepingPass, IdPage, ListQuery, MAX_PAGE, NewEntry, Page, Purged, SourceStats, Status,
@@ -60,6 +61,9 @@ pub struct SqliteStore {
     work: watch::Receiver<u64>,
     /// Pauses and discards made through this store.
     controls: Controls,
+    /// Each paced route's theoretical arrival time (µs): one process owns the
+    /// embedded store, so the pace lives in its memory.
+    paces: std::sync::Mutex<std::collections::HashMap<(String, String), i64>>,
     /// Set (once, for good) when an fsync failed.
     stopped: watch::Receiver<bool>,
 }
@@ -136,6 +140,7 @@ impl SqliteStore {
             probe: Arc::new(tokio::sync::Mutex::new(probe)),
             work: work_rx,
             controls: Controls::new(),
+            paces: std::sync::Mutex::new(std::collections::HashMap::new()),
             stopped: stopped_rx,
         })
     }
@@ -375,6 +380,31 @@ impl Store for SqliteStore {
             queries::record_unverified(conn, &source, n)
         })
         .await
+    }
+
+    async fn take_send_slot(
+        &self,
+        source: &str,
+        route: &str,
+        now: i64,
+        spacing: Duration,
+        burst: u32,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut paces = self
+            .paces
+            .lock()
+            .map_err(|_| StoreError::Unavailable("pace lock poisoned"))?;
+        let tat = paces
+            .entry((source.to_string(), route.to_string()))
+            .or_insert(0);
+        let spacing_us = i64::try_from(spacing.as_micros()).unwrap_or(i64::MAX);
+        match pace::gcra(*tat, now.saturating_mul(1000), spacing_us, burst) {
+            Ok(next) => {
+                *tat = next;
+                Ok(None)
+            }
+            Err(at_us) => Ok(Some(ceil_ms(at_us))),
+        }
     }
 
     async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
