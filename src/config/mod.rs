@@ -18,10 +18,12 @@
 //! `source` holds a source's validated form and the checks for one `[[sources]]`
 //! entry, the largest section.
 
+mod rate_limit;
 pub mod raw;
 mod source;
 mod validate;
 
+pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;
 pub use source::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,

@@ -158,6 +158,8 @@ pub struct RawDelivery {
     pub concurrency: Option<usize>,
     #[serde(default)]
     pub pass_headers: Option<Vec<String>>,
+    #[serde(default)]
+    pub rate_limit: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::raw::{OneOrMany, RawSource};
 use super::validate::parse_duration;
-use super::{ConfigError, Secret, redact_url};
+use super::{ConfigError, RateLimit, Secret, redact_url};
 
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
@@ -47,6 +47,8 @@ pub struct DeliveryConfig {
     /// Which received headers are passed through to the destination; `*` is all
     /// (hop-by-hop and framing headers never are).
     pub pass_headers: Vec<String>,
+    /// The most this source's destination takes; `None`: no limit but concurrency.
+    pub rate_limit: Option<RateLimit>,
 }
 
 pub const DEFAULT_DEDUPE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -249,6 +251,13 @@ pub(super) fn validate_source(
             .into_iter()
             .map(|h| h.to_ascii_lowercase())
             .collect(),
+        rate_limit: match raw_delivery.rate_limit {
+            Some(text) => Some(
+                RateLimit::parse(&text)
+                    .map_err(|e| ConfigError::invalid(key("delivery.rate_limit"), e.to_string()))?,
+            ),
+            None => None,
+        },
     };
     if delivery.timeout.is_zero() {
         return Err(ConfigError::invalid(

@@ -14,6 +14,7 @@ use super::breaker::Gate;
 use super::retry::{self, Decision, Outcome};
 use super::route::{Route, origin};
 use super::{Forwarder, request};
+use crate::routing::rate::Answer;
 use crate::store::{Attempt, Claim, Completion};
 use crate::telemetry::{DeliveryOutcome, DeliveryResult};
 
@@ -174,6 +175,15 @@ pub(super) async fn deliver(
         .increment(1);
     metrics::histogram!("hookgate_delivery_seconds", "source" => route.source.clone())
         .record(elapsed.as_secs_f64());
+    if let Some(pace) = &route.pace
+        && let Ok(mut pace) = pace.lock()
+    {
+        let answer = match &outcome {
+            Outcome::Status { code, retry_after } => Answer::of_status(*code, *retry_after),
+            _ => Answer::Other,
+        };
+        pace.record(answer, done_at);
+    }
     let opened = route
         .breaker
         .record(!retry::is_destination_failure(&outcome), done_at);

@@ -28,9 +28,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::config::{ForwarderConfig, RetentionConfig};
+use crate::routing::rate::Pace;
 use crate::store::{Control, HousekeepingPass, Store};
 use breaker::Gate;
-pub use route::{ProviderFacts, Route, client, origin, routes};
+pub use route::{DEFAULT_ROUTE, ProviderFacts, Route, client, origin, routes};
 
 /// Told about every entry that goes dead: (source, reason). Must not block.
 pub type OnDead = Arc<dyn Fn(&str, &str) + Send + Sync>;
@@ -209,6 +210,52 @@ async fn idle(
     }
 }
 
+/// Take up to `want` send slots of a paced route: `Ok(n)` with `n ≥ 1` slots taken,
+/// or `Err(wait)` when none is free (the route is held after a 429/503, or its pace
+/// is spent), with how long until the next one. A store that cannot answer gives no
+/// slot: a paced route never sends unpaced.
+async fn send_slots(
+    fwd: &Forwarder,
+    route: &Route,
+    pace: &std::sync::Mutex<Pace>,
+    want: usize,
+) -> Result<usize, Duration> {
+    let now = fwd.clock.now_ms();
+    let Ok((hold_until, spacing, burst)) = pace
+        .lock()
+        .map(|p| (p.hold_until(), p.spacing(), p.burst()))
+    else {
+        return Err(Duration::from_secs(1));
+    };
+    if hold_until > now {
+        return Err(Duration::from_millis(
+            u64::try_from(hold_until - now).unwrap_or(0),
+        ));
+    }
+    let mut granted = 0;
+    while granted < want {
+        match fwd
+            .store
+            .take_send_slot(&route.source, DEFAULT_ROUTE, now, spacing, burst)
+            .await
+        {
+            Ok(None) => granted += 1,
+            Ok(Some(at)) if granted == 0 => {
+                return Err(Duration::from_millis(u64::try_from(at - now).unwrap_or(0)));
+            }
+            Ok(Some(_)) => break,
+            Err(e) => {
+                tracing::warn!(source = %route.source, error = %e, "cannot take a send slot; waiting");
+                if granted == 0 {
+                    return Err(fwd.cfg.poll_interval);
+                }
+                break;
+            }
+        }
+    }
+    Ok(granted)
+}
+
 async fn source_loop(
     fwd: Arc<Forwarder>,
     route: Arc<Route>,
@@ -287,6 +334,23 @@ async fn source_loop(
                 route.breaker.release_probe(fwd.clock.now_ms());
             }
         };
+        // A paced route sends only as many as it has send slots for: take them
+        // before claiming (a claimed entry must not wait), and wait for the next
+        // one when there is none.
+        if let Some(pace) = &route.pace {
+            match send_slots(&fwd, &route, pace, slots.len()).await {
+                Ok(n) => slots.truncate(n),
+                Err(wait) => {
+                    unused_probe(&route);
+                    drop(slots);
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(wait.min(poll)) => {}
+                    }
+                    continue;
+                }
+            }
+        }
         // The lease runs from now: read the clock after waiting for the permit.
         let now = fwd.clock.now_ms();
         let claims = match fwd

@@ -13,6 +13,7 @@ use super::request;
 use super::retry::RetryPolicy;
 use crate::config::ForwarderConfig;
 use crate::header_policy::HeaderPolicy;
+use crate::routing::rate::Pace;
 
 /// Where and how one source's entries are delivered.
 pub struct Route {
@@ -33,7 +34,13 @@ pub struct Route {
     pub permits: Arc<Semaphore>,
     /// Shared by every source with the same destination origin.
     pub breaker: Arc<Breaker>,
+    /// The route's rate limit and how it adapts, when it has one. The send slots
+    /// themselves are the store's, so that every process keeps one pace.
+    pub pace: Option<std::sync::Mutex<Pace>>,
 }
+
+/// The name of a source's one route (the `destination` of the source).
+pub const DEFAULT_ROUTE: &str = "default";
 
 /// Build the HTTP client of a route: no redirects (a 3xx is a final answer), the
 /// connect timeout, and keep-alive.
@@ -123,6 +130,10 @@ pub fn routes(
                 client: client(s.delivery.connect_timeout)?,
                 permits,
                 breaker,
+                pace: s
+                    .delivery
+                    .rate_limit
+                    .map(|l| std::sync::Mutex::new(Pace::new(l))),
             })
         })
         .collect()

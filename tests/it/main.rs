@@ -20,6 +20,7 @@ mod layout;
 mod logs;
 mod observe;
 mod operate;
+mod pacing;
 mod providers;
 mod redis_preconditions;
 mod redis_store;

@@ -1,0 +1,181 @@
+//! A source's `rate_limit` against a real upstream: a backlog reaches it no faster
+//! than the limit plus its burst, two gateways on one Redis share the limit, and a
+//! 429 with `Retry-After` holds the source while other sources go on.
+
+use std::time::{Duration, Instant};
+
+use crate::both_stores;
+use crate::forward::{fwd_config, ingest_many, source};
+use crate::upstream::{Received, Reply, Upstream};
+use crate::util::*;
+
+const LIMITED: &str = "[sources.delivery]\nrate_limit = \"20/s\"\n";
+
+/// The most requests `received` holds in any one-second window.
+fn busiest_second(received: &[Received]) -> usize {
+    let times: Vec<Instant> = received.iter().map(|r| r.at).collect();
+    times
+        .iter()
+        .map(|start| {
+            times
+                .iter()
+                .filter(|t| **t >= *start && **t < *start + Duration::from_secs(1))
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Arrival times in ms after the first.
+fn offsets(received: &[Received]) -> Vec<u128> {
+    let first = received.iter().map(|r| r.at).min();
+    let mut v: Vec<u128> = received
+        .iter()
+        .filter_map(|r| first.map(|f| (r.at - f).as_millis()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The time from the first request to the last.
+fn span(received: &[Received]) -> Duration {
+    let first = received.iter().map(|r| r.at).min();
+    let last = received.iter().map(|r| r.at).max();
+    match (first, last) {
+        (Some(a), Some(b)) => b - a,
+        _ => Duration::ZERO,
+    }
+}
+
+/// Store a backlog of `n` entries (per gateway) while delivery is paused, then
+/// resume: the backlog is what the rate limit meters.
+async fn backlog(h: &StoreHandle, gateways: &[&Gateway], n: usize) {
+    let store = h.open().await;
+    store.set_paused("paced", true).await.expect("pause");
+    for (i, gw) in gateways.iter().enumerate() {
+        ingest_many(&gw.ingest, "paced", &format!("evt_{i}"), n).await;
+    }
+    store.set_paused("paced", false).await.expect("resume");
+    store.close().await;
+}
+
+async fn backlog_at_the_limit(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let up = Upstream::ok().await;
+    let gw = Gateway::start(fwd_config(&h, "", &source("paced", &up.url, LIMITED))).await;
+    backlog(&h, &[&gw], 60).await;
+    up.wait_for(Duration::from_secs(20), "60 paced deliveries", |r| {
+        r.len() >= 60
+    })
+    .await;
+    let received = up.received();
+    // 20/s with a burst of 2: never more than 22 in a second, and 60 take about 3 s.
+    let busiest = busiest_second(&received);
+    assert!(busiest <= 22, "{busiest}: {:?}", offsets(&received));
+    assert!(
+        span(&received) >= Duration::from_millis(2_500),
+        "{:?}",
+        span(&received)
+    );
+    gw.stop().await;
+}
+both_stores!(
+    a_backlog_reaches_the_app_at_its_rate_limit,
+    super::backlog_at_the_limit
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_one_redis_share_the_rate_limit() {
+    let h = StoreHandle::new(Backend::Redis);
+    let up = Upstream::ok().await;
+    let cfg = || fwd_config(&h, "", &source("paced", &up.url, LIMITED));
+    let (one, two) = (Gateway::start(cfg()).await, Gateway::start(cfg()).await);
+    backlog(&h, &[&one, &two], 30).await;
+    up.wait_for(Duration::from_secs(20), "60 paced deliveries", |r| {
+        r.len() >= 60
+    })
+    .await;
+    let received = up.received();
+    let busiest = busiest_second(&received);
+    assert!(busiest <= 22, "{busiest}: {:?}", offsets(&received));
+    assert!(
+        span(&received) >= Duration::from_millis(2_500),
+        "{:?}",
+        span(&received)
+    );
+    one.stop().await;
+    two.stop().await;
+}
+
+async fn retry_after_holds_the_source(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    // The fifth request is told to come back in 2 s.
+    let paced = Upstream::scripted(|_, n| match n {
+        4 => Reply::StatusWith(429, vec![("retry-after", "2".to_string())]),
+        _ => Reply::Status(200),
+    })
+    .await;
+    let other = Upstream::ok().await;
+    let sources = format!(
+        "{}{}",
+        source(
+            "paced",
+            &paced.url,
+            &format!("{LIMITED}{}", crate::forward::FAST_RETRY)
+        ),
+        source("other", &other.url, "")
+    );
+    let gw = Gateway::start(fwd_config(&h, "", &sources)).await;
+    ingest_many(&gw.ingest, "paced", "evt_held", 20).await;
+    paced
+        .wait_for(Duration::from_secs(10), "the 429", |r| {
+            r.iter().any(|r| r.answered == 429)
+        })
+        .await;
+    let told = paced
+        .received()
+        .iter()
+        .find(|r| r.answered == 429)
+        .map(|r| r.at);
+    let told = told.expect("a 429 was answered");
+    // While the paced source waits, another source delivers at once.
+    ingest_many(&gw.ingest, "other", "evt_other", 10).await;
+    other
+        .wait_for(
+            Duration::from_secs(5),
+            "the other source's deliveries",
+            |r| r.len() >= 10,
+        )
+        .await;
+    let other_done = other
+        .received()
+        .iter()
+        .map(|r| r.at)
+        .max()
+        .expect("deliveries");
+    assert!(
+        other_done < told + Duration::from_secs(2),
+        "the other source waited"
+    );
+    paced
+        .wait_for(Duration::from_secs(20), "every paced delivery", |r| {
+            r.iter().filter(|r| r.answered == 200).count() >= 20
+        })
+        .await;
+    let after: Vec<Duration> = paced
+        .received()
+        .iter()
+        .filter(|r| r.at > told)
+        .map(|r| r.at - told)
+        .collect();
+    let first_after = after.iter().min().copied().expect("requests after the 429");
+    assert!(
+        first_after >= Duration::from_secs(2),
+        "sent {first_after:?} after the 429"
+    );
+    gw.stop().await;
+}
+both_stores!(
+    a_429_with_retry_after_holds_its_source_only,
+    super::retry_after_holds_the_source
+);
