@@ -88,7 +88,7 @@ pub mod raw;
 mod template;
 
 pub use describe::describe;
-pub use raw::{RawSpec, Vector};
+pub use raw::{Expect, RawSpec, Vector};
 pub use template::{parse_source, parse_template, parse_value_template};
 
 use std::fmt;

@@ -134,9 +134,17 @@ pub struct Vector {
     /// The clock (unix seconds) to verify at; the vector's own time when it signs one.
     #[serde(default)]
     pub now: Option<i64>,
-    /// `valid` or `invalid`.
-    pub expect: String,
+    /// Whether the engine must accept the request.
+    pub expect: Expect,
     /// Whether `hookgate sign` must reproduce the signature byte for byte.
     #[serde(default)]
     pub reproduce: bool,
+}
+
+/// What a test vector expects of the verification engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expect {
+    Valid,
+    Invalid,
 }

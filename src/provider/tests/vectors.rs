@@ -2,6 +2,7 @@
 //! checked by one function in both directions (verify, and sign where the vector says
 //! `reproduce`), and the catalogue they come with.
 
+use super::spec::Expect;
 use super::*;
 
 /// The single place that checks a vector against the engine.
@@ -22,7 +23,7 @@ fn check(spec: &Spec, v: &Vector) {
         Some(now) => verifier.verify(req, now).map(|_| ()),
         None => verifier.verify_ignoring_timestamp(req).map(|_| ()),
     };
-    let want_valid = v.expect == "valid";
+    let want_valid = v.expect == Expect::Valid;
     assert_eq!(
         got.is_ok(),
         want_valid,
@@ -110,12 +111,12 @@ fn every_builtin_vector_holds() {
     let mut count = 0;
     for spec in reg.iter() {
         assert!(
-            spec.vectors.iter().any(|v| v.expect == "valid"),
+            spec.vectors.iter().any(|v| v.expect == Expect::Valid),
             "{} has no valid vector",
             spec.name
         );
         assert!(
-            spec.vectors.iter().any(|v| v.expect == "invalid"),
+            spec.vectors.iter().any(|v| v.expect == Expect::Invalid),
             "{} has no invalid vector",
             spec.name
         );
