@@ -1,9 +1,10 @@
 //! Alerting without extra infrastructure: a Slack-compatible incoming webhook is told
-//! when entries go dead.
+//! when deliveries go dead.
 //!
-//! The forwarder reports each dead entry through [`Alerts::dead`], which only counts
-//! under a lock (it never blocks delivery). Every `interval`, [`run`] sends one message
-//! per source that had dead entries, with the count and the first reasons, and
+//! The forwarder reports each dead delivery through [`Alerts::dead`], which only
+//! counts under a lock (it never blocks delivery). Every `interval`, [`run`] sends one
+//! message per route (of a source) that had dead deliveries, with the count and the
+//! first reasons, and
 //! retries a failed send a few times. Messages that still fail are logged and counted;
 //! the counts roll into the next interval's message.
 
@@ -16,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::AlertsConfig;
 use crate::telemetry::AlertResult;
 
-/// Reasons kept per source and interval.
+/// Reasons kept per route and interval.
 const MAX_REASONS: usize = 5;
 
 #[derive(Debug, Default, Clone)]
@@ -25,30 +26,35 @@ struct Batch {
     reasons: Vec<String>,
 }
 
-/// Dead entries counted since the last message, per source.
+/// A route of a source: (source, route).
+type RouteKey = (String, String);
+
+/// Dead deliveries counted since the last message, per route.
 #[derive(Debug, Default)]
 pub struct Alerts {
-    pending: Mutex<BTreeMap<String, Batch>>,
+    pending: Mutex<BTreeMap<RouteKey, Batch>>,
 }
 
 impl Alerts {
-    /// Count a dead entry. Cheap and non-blocking.
-    pub fn dead(&self, source: &str, reason: &str) {
+    /// Count a dead delivery. Cheap and non-blocking.
+    pub fn dead(&self, source: &str, route: &str, reason: &str) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let b = p.entry(source.to_string()).or_default();
+        let b = p
+            .entry((source.to_string(), route.to_string()))
+            .or_default();
         b.count += 1;
         if b.reasons.len() < MAX_REASONS && !b.reasons.iter().any(|r| r == reason) {
             b.reasons.push(reason.chars().take(300).collect());
         }
     }
 
-    fn take(&self) -> BTreeMap<String, Batch> {
+    fn take(&self) -> BTreeMap<RouteKey, Batch> {
         std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    fn put_back(&self, source: String, batch: Batch) {
+    fn put_back(&self, key: RouteKey, batch: Batch) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let b = p.entry(source).or_default();
+        let b = p.entry(key).or_default();
         b.count += batch.count;
         for r in batch.reasons {
             if b.reasons.len() < MAX_REASONS && !b.reasons.contains(&r) {
@@ -58,13 +64,18 @@ impl Alerts {
     }
 }
 
-/// The message for one source and interval (Slack incoming-webhook JSON).
-fn message(source: &str, batch: &Batch, interval: Duration) -> serde_json::Value {
+/// The message for one route and interval (Slack incoming-webhook JSON).
+fn message(source: &str, route: &str, batch: &Batch, interval: Duration) -> serde_json::Value {
     let mut text = format!(
-        ":rotating_light: hookgate: {} {} of source `{}` went to the dead-letter queue in the last {}.",
+        ":rotating_light: hookgate: {} {} of source `{}` through route `{}` went to the dead-letter queue in the last {}.",
         batch.count,
-        if batch.count == 1 { "entry" } else { "entries" },
+        if batch.count == 1 {
+            "delivery"
+        } else {
+            "deliveries"
+        },
         source,
+        route,
         humantime::format_duration(interval)
     );
     if !batch.reasons.is_empty() {
@@ -74,9 +85,9 @@ fn message(source: &str, batch: &Batch, interval: Duration) -> serde_json::Value
         }
     }
     text.push_str(&format!(
-        "\nInspect with `hookgate dlq list --source {source}`; replay with `hookgate dlq replay --source {source}`."
+        "\nInspect with `hookgate dlq list --source {source} --route {route}`; replay with `hookgate dlq replay --source {source} --route {route}`."
     ));
-    serde_json::json!({ "text": text, "source": source, "dead": batch.count, "reasons": batch.reasons })
+    serde_json::json!({ "text": text, "source": source, "route": route, "dead": batch.count, "reasons": batch.reasons })
 }
 
 /// Send the batched alerts every interval until shutdown (then once more).
@@ -101,22 +112,23 @@ pub async fn run(alerts: Arc<Alerts>, cfg: AlertsConfig, shutdown: CancellationT
             _ = shutdown.cancelled() => true,
             _ = tokio::time::sleep(cfg.interval) => false,
         };
-        for (source, batch) in alerts.take() {
+        for ((source, route), batch) in alerts.take() {
             if !send(
                 &client,
                 url.expose(),
-                &message(&source, &batch, cfg.interval),
+                &message(&source, &route, &batch, cfg.interval),
             )
             .await
             {
                 tracing::error!(
                     source,
+                    route,
                     dead = batch.count,
                     "alert webhook failed; will retry next interval"
                 );
                 metrics::counter!("hookgate_alerts_sent_total", "result" => AlertResult::Failed.label()).increment(1);
                 if !stop {
-                    alerts.put_back(source, batch);
+                    alerts.put_back((source, route), batch);
                 }
             } else {
                 metrics::counter!("hookgate_alerts_sent_total", "result" => AlertResult::Sent.label()).increment(1);
@@ -151,21 +163,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batches_count_everything_and_keep_the_first_distinct_reasons() {
+    fn batches_count_every_route_apart_and_keep_the_first_distinct_reasons() {
         let a = Alerts::default();
         for i in 0..20 {
-            a.dead("stripe", &format!("HTTP {}", 400 + (i % 7)));
+            a.dead("stripe", "billing", &format!("HTTP {}", 400 + (i % 7)));
         }
-        a.dead("github", "HTTP 404");
+        a.dead("stripe", "analytics", "HTTP 503");
+        a.dead("github", "default", "HTTP 404");
         let taken = a.take();
-        assert_eq!(taken["stripe"].count, 20);
-        assert_eq!(taken["stripe"].reasons.len(), MAX_REASONS);
-        assert_eq!(taken["github"].count, 1);
+        let key = |s: &str, r: &str| (s.to_string(), r.to_string());
+        assert_eq!(taken[&key("stripe", "billing")].count, 20);
+        assert_eq!(taken[&key("stripe", "billing")].reasons.len(), MAX_REASONS);
+        assert_eq!(taken[&key("stripe", "analytics")].count, 1);
+        assert_eq!(taken[&key("github", "default")].count, 1);
         assert!(a.take().is_empty());
-        let m = message("stripe", &taken["stripe"], Duration::from_secs(60));
+        let m = message(
+            "stripe",
+            "billing",
+            &taken[&key("stripe", "billing")],
+            Duration::from_secs(60),
+        );
         let text = m["text"].as_str().unwrap();
         assert!(
-            text.contains("20 entries") && text.contains("`stripe`") && text.contains("HTTP 400")
+            text.contains("20 deliveries")
+                && text.contains("`stripe`")
+                && text.contains("route `billing`")
+                && text.contains("--route billing")
+                && text.contains("HTTP 400"),
+            "{text}"
         );
+        assert_eq!(m["route"], "billing");
     }
 }

@@ -59,13 +59,21 @@ pub fn build_sources(
             let verifier =
                 Verifier::new(spec, &s.secrets).with_context(|| format!("sources[{i}].secret"))?;
             let headers =
-                HeaderPolicy::new(&s.delivery.pass_headers, &verifier.spec.credential_headers);
+                HeaderPolicy::new(&s.pass_headers(), &verifier.spec.credential_headers);
             Ok(Source {
                 name: s.name.clone(),
                 verifier,
                 dedupe_ttl: s.dedupe_ttl,
                 public_url: s.public_url.clone(),
                 headers,
+                routes: s
+                    .routes
+                    .iter()
+                    .map(|r| ingest::RouteFilter {
+                        name: r.name.clone(),
+                        filter: r.filter.clone(),
+                    })
+                    .collect(),
                 body_share: budget.share(cfg.server.max_body_bytes),
                 metrics: ingest::SourceMetrics::new(&s.name),
             })
@@ -76,11 +84,18 @@ pub fn build_sources(
 /// Every metric family with a zero series per configured source and destination, so
 /// that the first scrape lists them all (see [`telemetry::register_families`]).
 fn register_metric_families(cfg: &Config) {
-    let sources: Vec<String> = cfg.sources.iter().map(|s| s.name.clone()).collect();
+    let sources: Vec<telemetry::SourceRoutes> = cfg
+        .sources
+        .iter()
+        .map(|s| telemetry::SourceRoutes {
+            source: s.name.clone(),
+            routes: s.routes.iter().map(|r| r.name.clone()).collect(),
+        })
+        .collect();
     let mut destinations: Vec<String> = cfg
         .sources
         .iter()
-        .map(|s| forward::origin(&s.destination))
+        .flat_map(|s| s.routes.iter().map(|r| forward::origin(&r.destination)))
         .collect();
     destinations.sort();
     destinations.dedup();
@@ -134,21 +149,24 @@ pub async fn run(
         tracing::warn!("no sources configured: every ingest request will answer 404");
     }
 
-    let signature_headers: Vec<(String, String)> = sources
+    let admin_sources: Vec<crate::admin::AdminSource> = sources
         .iter()
-        .map(|s| {
-            let header = s.verifier.spec.signature_header();
-            (
-                s.name.clone(),
-                header.map(|h| h.as_str().to_string()).unwrap_or_default(),
-            )
+        .map(|s| crate::admin::AdminSource {
+            name: s.name.clone(),
+            signature_header: s
+                .verifier
+                .spec
+                .signature_header()
+                .map(|h| h.as_str().to_string())
+                .unwrap_or_default(),
+            routes: s.routes.iter().map(|r| r.name.clone()).collect(),
         })
         .collect();
     let provider_facts: HashMap<String, forward::ProviderFacts> = sources
         .iter()
         .map(|s| {
             let facts = forward::ProviderFacts {
-                headers: s.headers.clone(),
+                credential_headers: s.verifier.spec.credential_headers.clone(),
                 body_signed: s.verifier.spec.signs_whole_body(),
             };
             (s.name.clone(), facts)
@@ -194,7 +212,7 @@ pub async fn run(
     let admin_state = Arc::new(AdminState::new(
         store.clone(),
         cfg.admin.token.as_ref(),
-        signature_headers,
+        admin_sources,
         cfg.admin.replay_rate,
         clock.clone(),
     ));
@@ -219,7 +237,8 @@ pub async fn run(
     let alerts = Arc::new(Alerts::default());
     let on_dead: Option<forward::OnDead> = cfg.alerts.webhook_url.as_ref().map(|_| {
         let alerts = alerts.clone();
-        Arc::new(move |source: &str, reason: &str| alerts.dead(source, reason)) as forward::OnDead
+        Arc::new(move |source: &str, route: &str, reason: &str| alerts.dead(source, route, reason))
+            as forward::OnDead
     });
     let alerts_task = tokio::spawn(alerts::run(alerts, cfg.alerts.clone(), shutdown.clone()));
     let forward_task = tokio::spawn(forward::run(

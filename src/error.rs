@@ -55,16 +55,30 @@ pub enum ApiError {
     NoSuchEntry(String),
     #[error("no source {0:?}")]
     NoSuchSource(String),
+    #[error("source {name:?} has no route {route:?}")]
+    NoSuchRoute { name: String, route: String },
+    #[error("entry {id:?} has no delivery through route {route:?}")]
+    NoDelivery { id: String, route: String },
     #[error(
-        "entry {id:?} is {}; only delivered, dead or discarded entries can be replayed",
+        "{} is {}; only delivered, dead or discarded deliveries can be replayed",
+        what(.id, .route),
         .status.as_str()
     )]
-    NotReplayable { id: String, status: Status },
+    NotReplayable {
+        id: String,
+        route: Option<String>,
+        status: Status,
+    },
     #[error(
-        "entry {id:?} is {}; only pending or dead entries can be discarded",
+        "{} is {}; only pending or dead deliveries can be discarded",
+        what(.id, .route),
         .status.as_str()
     )]
-    NotDiscardable { id: String, status: Status },
+    NotDiscardable {
+        id: String,
+        route: Option<String>,
+        status: Status,
+    },
     /// The admin listener has no token and the request may come from a web page.
     #[error(transparent)]
     Refused(#[from] Refusal),
@@ -74,6 +88,14 @@ pub enum ApiError {
     /// has no per-request log line to carry it.
     #[error("store unavailable, retry later")]
     StoreUnavailable(#[from] StoreError),
+}
+
+/// What a replay or discard applied to: an entry, or one route's delivery of it.
+fn what(id: &str, route: &Option<String>) -> String {
+    match route {
+        Some(r) => format!("the delivery of entry {id:?} through route {r:?}"),
+        None => format!("entry {id:?}"),
+    }
 }
 
 /// Why an admin listener without a token refused a request (see `admin::guard`).
@@ -97,7 +119,9 @@ impl ApiError {
             ApiError::NotFound
             | ApiError::UnknownSource(_)
             | ApiError::NoSuchEntry(_)
-            | ApiError::NoSuchSource(_) => StatusCode::NOT_FOUND,
+            | ApiError::NoSuchSource(_)
+            | ApiError::NoSuchRoute { .. }
+            | ApiError::NoDelivery { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unverified(_) | ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -117,9 +141,11 @@ impl ApiError {
     /// The outcome label of this error, for metrics and logs (a small fixed set).
     pub fn outcome(&self) -> RequestOutcome {
         match self {
-            ApiError::NotFound | ApiError::NoSuchEntry(_) | ApiError::NoSuchSource(_) => {
-                RequestOutcome::NotFound
-            }
+            ApiError::NotFound
+            | ApiError::NoSuchEntry(_)
+            | ApiError::NoSuchSource(_)
+            | ApiError::NoSuchRoute { .. }
+            | ApiError::NoDelivery { .. } => RequestOutcome::NotFound,
             ApiError::MethodNotAllowed => RequestOutcome::MethodNotAllowed,
             ApiError::UnknownSource(_) => RequestOutcome::UnknownSource,
             ApiError::Unverified(_) => RequestOutcome::Unverified,

@@ -177,7 +177,13 @@ pub fn start_gateway(
         format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n{store}\n{global}\n\
              [[sources]]\nname = \"bench\"\nprovider = \"stripe\"\nsecret = \"{SECRET}\"\n\
-             destination = \"{sink}\"\n{source_extra}\n"
+             {destination}{source_extra}\n",
+            // No sink: the source's routes (in `source_extra`) name their destinations.
+            destination = if sink.is_empty() {
+                String::new()
+            } else {
+                format!("destination = \"{sink}\"\n")
+            },
         ),
     )
     .expect("config");

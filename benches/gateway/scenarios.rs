@@ -206,14 +206,63 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     ));
 }
 
+/// The forward drain, once with one route and once with three routes per source (the
+/// same sink, one shared concurrency of 64), in the same run: what fan-out costs per
+/// delivery.
 pub async fn forward_drain(report: &mut Report, s: Settings) {
+    let one = drain(s, 1).await;
+    let three = drain(s, 3).await;
+    report.add(format!(
+        "forward drain, embedded, 1 route: {} entries in {:.2} s = {:.0} deliveries/s (concurrency 64; peak RSS {:.1} MiB)",
+        s.drain_entries,
+        one.secs,
+        s.drain_entries as f64 / one.secs,
+        one.rss_mib
+    ));
+    let per_delivery = |d: &Drained, routes: usize| d.secs / (s.drain_entries * routes) as f64;
+    report.add(format!(
+        "forward drain, embedded, 3 routes: {} entries = {} deliveries in {:.2} s = {:.0} deliveries/s (peak RSS {:.1} MiB); time per delivery {:.2}× that of one route",
+        s.drain_entries,
+        3 * s.drain_entries,
+        three.secs,
+        (3 * s.drain_entries) as f64 / three.secs,
+        three.rss_mib,
+        per_delivery(&three, 3) / per_delivery(&one, 1)
+    ));
+}
+
+struct Drained {
+    secs: f64,
+    rss_mib: f64,
+}
+
+/// Store `s.drain_entries` while the source is paused, resume, and time until the
+/// sink has every delivery of its `routes` routes.
+async fn drain(s: Settings, routes: usize) -> Drained {
     let sink = start_sink(None, false).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let gw = forwarding_gateway(
-        dir.path(),
-        sink.port,
-        "[sources.delivery]\nconcurrency = 64\n",
-    );
+    let target = format!("http://127.0.0.1:{}/hook", sink.port);
+    let gw = if routes == 1 {
+        forwarding_gateway(
+            dir.path(),
+            sink.port,
+            "[sources.delivery]\nconcurrency = 64\n",
+        )
+    } else {
+        let mut extra = String::from("[sources.delivery]\nconcurrency = 64\n");
+        for r in 0..routes {
+            extra.push_str(&format!(
+                "[[sources.routes]]\nname = \"r{r}\"\ndestination = \"{target}/{r}\"\n"
+            ));
+        }
+        start_gateway(
+            dir.path(),
+            &store_toml(Store::Embedded, dir.path(), None),
+            "",
+            "[forwarder]\npoll_interval = \"100ms\"\n",
+            &extra,
+        )
+    };
     let admin = format!("http://127.0.0.1:{}", gw.admin);
     hookgate::tls::install_provider();
     let client = reqwest::Client::new();
@@ -235,14 +284,11 @@ pub async fn forward_drain(report: &mut Report, s: Settings) {
     .await;
     let start = Instant::now();
     pause("resume").await;
-    sink.wait_for(s.drain_entries, "drain").await;
-    let secs = start.elapsed().as_secs_f64();
-    report.add(format!(
-        "forward drain, embedded: {} entries in {secs:.2} s = {:.0} entries/s (concurrency 64; peak RSS {:.1} MiB)",
-        s.drain_entries,
-        s.drain_entries as f64 / secs,
-        gw.peak_rss_mib()
-    ));
+    sink.wait_for(s.drain_entries * routes, "drain").await;
+    Drained {
+        secs: start.elapsed().as_secs_f64(),
+        rss_mib: gw.peak_rss_mib(),
+    }
 }
 
 pub async fn forward_e2e(report: &mut Report, s: Settings) {

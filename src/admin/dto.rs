@@ -32,9 +32,22 @@ pub struct Header {
     pub value: String,
 }
 
+/// One route's delivery of an entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Delivery {
+    pub route: String,
+    pub status: Status,
+    pub attempts: u32,
+    pub next_attempt_at: Option<String>,
+    pub last_error: Option<String>,
+}
+
 /// One delivery attempt of an entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Attempt {
+    /// The route the attempt went through.
+    pub route: String,
+    /// The attempt's number on its route (1 for the first).
     pub n: u32,
     pub at: String,
     pub status_code: Option<u16>,
@@ -49,6 +62,9 @@ pub struct AuditEvent {
     pub action: String,
     pub actor: String,
     pub note: Option<String>,
+    /// The route the action named (none: every delivery it applied to).
+    #[serde(default)]
+    pub route: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -59,6 +75,8 @@ pub struct EntryDetail {
     /// `utf8` or `base64`.
     pub body_encoding: String,
     pub body: String,
+    /// One per route the entry was stored for (none for a filtered entry).
+    pub deliveries: Vec<Delivery>,
     pub attempt_log: Vec<Attempt>,
     pub audit: Vec<AuditEvent>,
 }
@@ -67,6 +85,9 @@ pub struct EntryDetail {
 pub struct ReplayFilter {
     #[serde(default)]
     pub source: Option<String>,
+    /// Replay only this route's deliveries (its dead ones, by default).
+    #[serde(default)]
+    pub route: Option<String>,
     #[serde(default)]
     pub status: Option<String>,
     #[serde(default)]
@@ -93,12 +114,45 @@ pub struct TransitionResult {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DiscardRequest {
     pub note: String,
+    /// Discard only this route's delivery (default: every pending or dead one).
+    #[serde(default)]
+    pub route: Option<String>,
+}
+
+/// The optional body of a replay.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReplayRequest {
+    /// Replay only this route's delivery (default: every dead or discarded one).
+    #[serde(default)]
+    pub route: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SourceState {
     pub source: String,
     pub paused: bool,
+    /// The source's routes, in configuration order.
+    #[serde(default)]
+    pub routes: Vec<RouteState>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RouteState {
+    pub route: String,
+    /// Paused itself (its source may be paused as well: see `SourceState`).
+    pub paused: bool,
+}
+
+/// The deliveries of one route, by status.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RouteStats {
+    pub route: String,
+    pub paused: bool,
+    pub pending: u64,
+    pub delivered: u64,
+    pub dead: u64,
+    pub discarded: u64,
+    pub oldest_pending_age_seconds: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -112,7 +166,11 @@ pub struct SourceStats {
     pub delivered: u64,
     pub dead: u64,
     pub discarded: u64,
+    #[serde(default)]
+    pub filtered: u64,
     pub oldest_pending_age_seconds: Option<u64>,
+    #[serde(default)]
+    pub routes: Vec<RouteStats>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

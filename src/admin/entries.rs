@@ -2,7 +2,8 @@
 //! with the parsing of their query parameters and bodies.
 //!
 //! Replays keep the entry id (the consumer's idempotency key) and get a fresh retry
-//! budget. A bulk replay spreads its entries over time at `admin.replay_rate` per
+//! budget. Replay and discard take a route (in their JSON body), or apply to every
+//! delivery that qualifies. A bulk replay spreads its entries over time at `admin.replay_rate` per
 //! second, so replaying a large dead-letter queue never stampedes the destination.
 
 use std::collections::HashMap;
@@ -46,6 +47,7 @@ pub(super) async fn list(
     };
     let query = ListQuery {
         source: q.get("source").filter(|s| !s.is_empty()).cloned(),
+        route: q.get("route").filter(|s| !s.is_empty()).cloned(),
         status: q.get("status").map(|s| parse_status(s)).transpose()?,
         event_type: q.get("event_type").filter(|s| !s.is_empty()).cloned(),
         since: q.get("since").map(|v| parse_time("since", v)).transpose()?,
@@ -73,10 +75,8 @@ pub(super) async fn show(
     let attempts = admin.store.attempts(&id).await?;
     let audit = admin.store.audit(&id).await?;
     let sig_header = admin
-        .sources
-        .iter()
-        .find(|(n, _)| *n == entry.source)
-        .map(|(_, h)| h.clone())
+        .source(&entry.source)
+        .map(|s| s.signature_header.clone())
         .unwrap_or_default();
     let headers = entry
         .headers
@@ -99,9 +99,24 @@ pub(super) async fn show(
         headers,
         body_encoding,
         body,
+        deliveries: entry
+            .deliveries
+            .iter()
+            .map(|d| dto::Delivery {
+                route: d.route.clone(),
+                status: d.status,
+                attempts: d.attempts,
+                next_attempt_at: match d.status {
+                    Status::Pending => d.next_attempt_at.map(rfc3339),
+                    _ => None,
+                },
+                last_error: d.last_error.clone(),
+            })
+            .collect(),
         attempt_log: attempts
             .into_iter()
             .map(|a| dto::Attempt {
+                route: a.route,
                 n: a.n,
                 at: rfc3339(a.at),
                 status_code: a.status_code,
@@ -116,6 +131,7 @@ pub(super) async fn show(
                 action: a.action,
                 actor: a.actor,
                 note: a.note,
+                route: a.route,
             })
             .collect(),
     }))
@@ -135,12 +151,25 @@ pub(super) async fn replay(
     State(admin): State<Arc<AdminState>>,
     headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
+    body: Bytes,
 ) -> Result<Response, ApiError> {
     let id = path_param(id)?;
+    let req: dto::ReplayRequest = if body.is_empty() {
+        dto::ReplayRequest::default()
+    } else {
+        json_object(&body).ok_or_else(|| {
+            ApiError::BadRequest("the body must be a JSON object: {\"route\": \"name\"}".into())
+        })?
+    };
+    let route = req.route.filter(|r| !r.is_empty());
     let now = admin.clock.now_ms();
-    match admin.store.replay(&id, now, &actor(&headers), now).await? {
+    let done = admin
+        .store
+        .replay(&id, route.as_deref(), now, &actor(&headers), now)
+        .await?;
+    match done {
         Transition::Done => {
-            tracing::info!(entry_id = %id, "replay queued");
+            tracing::info!(entry_id = %id, route = route.as_deref().unwrap_or(""), "replay queued");
             Ok((
                 StatusCode::ACCEPTED,
                 Json(TransitionResult {
@@ -151,7 +180,11 @@ pub(super) async fn replay(
                 .into_response())
         }
         Transition::NotFound => Err(ApiError::NoSuchEntry(id)),
-        Transition::Conflict(status) => Err(ApiError::NotReplayable { id, status }),
+        Transition::NoSuchRoute => Err(ApiError::NoDelivery {
+            id,
+            route: route.unwrap_or_default(),
+        }),
+        Transition::Conflict(status) => Err(ApiError::NotReplayable { id, route, status }),
     }
 }
 
@@ -174,20 +207,36 @@ pub(super) async fn discard(
             "note is longer than 2000 bytes".into(),
         ));
     }
-    match admin
+    let route = req.route.filter(|r| !r.is_empty());
+    let done = admin
         .store
-        .discard(&id, &actor(&headers), note, admin.clock.now_ms())
-        .await?
-    {
+        .discard(
+            &id,
+            route.as_deref(),
+            &actor(&headers),
+            note,
+            admin.clock.now_ms(),
+        )
+        .await?;
+    match done {
         Transition::Done => {
-            tracing::info!(entry_id = %id, "entry discarded");
-            Ok(Json(TransitionResult {
-                id,
-                status: Status::Discarded,
-            }))
+            tracing::info!(entry_id = %id, route = route.as_deref().unwrap_or(""), "entry discarded");
+            // The entry's status after the discard (other routes may still be pending
+            // or delivered).
+            let status = admin
+                .store
+                .get(&id)
+                .await?
+                .map(|e| e.status)
+                .unwrap_or(Status::Discarded);
+            Ok(Json(TransitionResult { id, status }))
         }
         Transition::NotFound => Err(ApiError::NoSuchEntry(id)),
-        Transition::Conflict(status) => Err(ApiError::NotDiscardable { id, status }),
+        Transition::NoSuchRoute => Err(ApiError::NoDelivery {
+            id,
+            route: route.unwrap_or_default(),
+        }),
+        Transition::Conflict(status) => Err(ApiError::NotDiscardable { id, route, status }),
     }
 }
 
@@ -201,7 +250,7 @@ pub(super) async fn bulk_replay(
     } else {
         json_object(&body).ok_or_else(|| {
             ApiError::BadRequest(
-                "the filter must be a JSON object: {\"source\", \"status\", \"event_type\", \"since\", \"until\"}"
+                "the filter must be a JSON object: {\"source\", \"route\", \"status\", \"event_type\", \"since\", \"until\"}"
                     .into(),
             )
         })?
@@ -215,13 +264,30 @@ pub(super) async fn bulk_replay(
             "status: pending entries are already queued".into(),
         ));
     }
-    if let Some(s) = &f.source
+    let source = f.source.clone().filter(|s| !s.is_empty());
+    let route = f.route.clone().filter(|r| !r.is_empty());
+    if let Some(s) = &source
         && !admin.has_source(s)
     {
         return Err(ApiError::NoSuchSource(s.clone()));
     }
+    match (&source, &route) {
+        (Some(s), Some(r)) if !admin.source(s).is_some_and(|s| s.has_route(r)) => {
+            return Err(ApiError::NoSuchRoute {
+                name: s.clone(),
+                route: r.clone(),
+            });
+        }
+        (None, Some(_)) => {
+            return Err(ApiError::BadRequest(
+                "route: a route is named within its source; give source too".into(),
+            ));
+        }
+        _ => {}
+    }
     let mut query = ListQuery {
-        source: f.source.clone().filter(|s| !s.is_empty()),
+        source,
+        route: route.clone(),
         status: Some(status),
         event_type: f.event_type.clone().filter(|s| !s.is_empty()),
         since: f
@@ -267,7 +333,12 @@ pub(super) async fn bulk_replay(
     let mut last_due = None;
     for (i, id) in ids.iter().enumerate() {
         let at = start + (i as f64 * step) as i64;
-        if admin.store.replay(id, at, &who, now).await? == Transition::Done {
+        if admin
+            .store
+            .replay(id, route.as_deref(), at, &who, now)
+            .await?
+            == Transition::Done
+        {
             queued += 1;
             last_due = Some(at);
         }
@@ -337,7 +408,7 @@ fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
 fn parse_status(v: &str) -> Result<Status, ApiError> {
     Status::parse(v).ok_or_else(|| {
         ApiError::BadRequest(format!(
-            "status: {v:?} is not one of pending, delivered, dead, discarded"
+            "status: {v:?} is not one of pending, delivered, dead, discarded, filtered"
         ))
     })
 }

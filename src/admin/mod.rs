@@ -1,6 +1,7 @@
 //! The admin API on its own listener: the router, the bearer-token check, the guard
 //! around the whole listener, and the state the handlers share. The handlers live in
-//! `entries` (inspect, replay, discard) and `sources` (pause, resume, stats);
+//! `entries` (inspect, replay, discard) and `sources` (pause and resume sources and
+//! routes, stats);
 //! their wire types in [`dto`], which is all the CLI uses of this module.
 //!
 //! Every `/admin/*` route, the OpenAPI document included, needs `Authorization:
@@ -47,8 +48,8 @@ pub struct AdminState {
     pub store: Arc<dyn Store>,
     /// SHA-256 of the bearer token, when one is configured.
     pub token_digest: Option<[u8; 32]>,
-    /// Configured source names and the signature header of each (redacted on display).
-    pub sources: Vec<(String, String)>,
+    /// The configured sources, in configuration order.
+    pub sources: Vec<AdminSource>,
     pub replay_rate: u32,
     /// The next free slot (unix ms) of bulk replays in this process.
     pub replay_horizon: Mutex<i64>,
@@ -60,7 +61,7 @@ impl AdminState {
     pub fn new(
         store: Arc<dyn Store>,
         token: Option<&Secret>,
-        sources: Vec<(String, String)>,
+        sources: Vec<AdminSource>,
         replay_rate: u32,
         clock: Clock,
     ) -> AdminState {
@@ -74,8 +75,28 @@ impl AdminState {
         }
     }
 
+    fn source(&self, name: &str) -> Option<&AdminSource> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+
     fn has_source(&self, name: &str) -> bool {
-        self.sources.iter().any(|(n, _)| n == name)
+        self.source(name).is_some()
+    }
+}
+
+/// What the admin API knows of a configured source.
+#[derive(Debug, Clone)]
+pub struct AdminSource {
+    pub name: String,
+    /// The provider's signature header (redacted on display).
+    pub signature_header: String,
+    /// Its route names, in configuration order.
+    pub routes: Vec<String>,
+}
+
+impl AdminSource {
+    fn has_route(&self, route: &str) -> bool {
+        self.routes.iter().any(|r| r == route)
     }
 }
 
@@ -93,6 +114,14 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/admin/sources", get(sources::list))
         .route("/admin/sources/{name}/pause", post(sources::pause))
         .route("/admin/sources/{name}/resume", post(sources::resume))
+        .route(
+            "/admin/sources/{name}/routes/{route}/pause",
+            post(sources::pause_route),
+        )
+        .route(
+            "/admin/sources/{name}/routes/{route}/resume",
+            post(sources::resume_route),
+        )
         .route("/admin/stats", get(sources::stats))
         // Auth wraps only the routes above: the fallbacks answer 404 and 405 alike.
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));

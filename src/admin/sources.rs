@@ -1,5 +1,6 @@
-//! The source handlers of the admin API: list the configured sources, pause and
-//! resume their delivery, and their counters (`/admin/stats`).
+//! The source handlers of the admin API: list the configured sources and their
+//! routes, pause and resume the delivery of a source or of one route, and their
+//! counters (`/admin/stats`).
 
 use std::sync::Arc;
 
@@ -7,66 +8,151 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 
-use super::dto::{SourceState, SourceStats, Stats};
-use super::{AdminState, path_param};
+use super::dto::{RouteState, RouteStats, SourceState, SourceStats, Stats};
+use super::{AdminSource, AdminState, path_param};
 use crate::error::ApiError;
+use crate::store::PauseTarget;
+
+/// What is paused, as the store says now.
+struct Paused(Vec<PauseTarget>);
+
+impl Paused {
+    async fn read(admin: &AdminState) -> Result<Paused, ApiError> {
+        Ok(Paused(admin.store.paused().await?))
+    }
+
+    fn source(&self, source: &str) -> bool {
+        self.0
+            .iter()
+            .any(|t| t.source == source && t.route.is_none())
+    }
+
+    fn route(&self, source: &str, route: &str) -> bool {
+        self.0
+            .iter()
+            .any(|t| t.source == source && t.route.as_deref() == Some(route))
+    }
+
+    fn state(&self, s: &AdminSource) -> SourceState {
+        SourceState {
+            source: s.name.clone(),
+            paused: self.source(&s.name),
+            routes: s
+                .routes
+                .iter()
+                .map(|r| RouteState {
+                    route: r.clone(),
+                    paused: self.route(&s.name, r),
+                })
+                .collect(),
+        }
+    }
+}
 
 pub(super) async fn list(
     State(admin): State<Arc<AdminState>>,
 ) -> Result<Json<Vec<SourceState>>, ApiError> {
-    let paused = admin.store.paused_sources().await?;
+    let paused = Paused::read(&admin).await?;
     Ok(Json(
-        admin
-            .sources
-            .iter()
-            .map(|(n, _)| SourceState {
-                source: n.clone(),
-                paused: paused.contains(n),
-            })
-            .collect(),
+        admin.sources.iter().map(|s| paused.state(s)).collect(),
     ))
 }
 
+/// Pause or resume a source (`route: None`) or one of its routes; answers the
+/// source's state afterwards.
 async fn set_paused(
     admin: &AdminState,
-    name: Result<Path<String>, PathRejection>,
+    name: String,
+    route: Option<String>,
     paused: bool,
 ) -> Result<Json<SourceState>, ApiError> {
-    let name = path_param(name)?;
-    if !admin.has_source(&name) {
-        return Err(ApiError::NoSuchSource(name));
+    let source = admin
+        .source(&name)
+        .ok_or_else(|| ApiError::NoSuchSource(name.clone()))?;
+    if let Some(r) = &route
+        && !source.has_route(r)
+    {
+        return Err(ApiError::NoSuchRoute {
+            name,
+            route: r.clone(),
+        });
     }
-    admin.store.set_paused(&name, paused).await?;
-    tracing::info!(source = %name, paused, "source delivery {}", if paused { "paused" } else { "resumed" });
-    Ok(Json(SourceState {
-        source: name,
+    admin
+        .store
+        .set_paused(&name, route.as_deref(), paused)
+        .await?;
+    tracing::info!(
+        source = %name,
+        route = route.as_deref().unwrap_or(""),
         paused,
-    }))
+        "delivery {}",
+        if paused { "paused" } else { "resumed" }
+    );
+    let now = Paused::read(admin).await?;
+    Ok(Json(now.state(source)))
 }
 
 pub(super) async fn pause(
     State(admin): State<Arc<AdminState>>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
-    set_paused(&admin, name, true).await
+    set_paused(&admin, path_param(name)?, None, true).await
 }
 
 pub(super) async fn resume(
     State(admin): State<Arc<AdminState>>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
-    set_paused(&admin, name, false).await
+    set_paused(&admin, path_param(name)?, None, false).await
+}
+
+/// The `{name}` and `{route}` of a route's path.
+fn route_path(
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Result<(String, String), ApiError> {
+    p.map(|Path(v)| v)
+        .map_err(|e| ApiError::BadRequest(format!("invalid path: {e}")))
+}
+
+pub(super) async fn pause_route(
+    State(admin): State<Arc<AdminState>>,
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<SourceState>, ApiError> {
+    let (name, route) = route_path(p)?;
+    set_paused(&admin, name, Some(route), true).await
+}
+
+pub(super) async fn resume_route(
+    State(admin): State<Arc<AdminState>>,
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<SourceState>, ApiError> {
+    let (name, route) = route_path(p)?;
+    set_paused(&admin, name, Some(route), false).await
 }
 
 pub(super) async fn stats(State(admin): State<Arc<AdminState>>) -> Result<Json<Stats>, ApiError> {
-    let paused = admin.store.paused_sources().await?;
+    let paused = Paused::read(&admin).await?;
     let now = admin.clock.now_ms();
+    let age = |at: Option<i64>| at.map(|t| u64::try_from((now - t) / 1000).unwrap_or(0));
     let mut out = Vec::with_capacity(admin.sources.len());
-    for (name, _) in &admin.sources {
-        let counts = admin.store.stats(name).await?;
+    for s in &admin.sources {
+        let counts = admin.store.stats(&s.name).await?;
+        let mut routes = Vec::with_capacity(s.routes.len());
+        for r in &s.routes {
+            let rs = admin.store.route_stats(&s.name, r).await?;
+            routes.push(RouteStats {
+                route: r.clone(),
+                paused: paused.route(&s.name, r),
+                pending: rs.pending,
+                delivered: rs.delivered,
+                dead: rs.dead,
+                discarded: rs.discarded,
+                oldest_pending_age_seconds: age(rs.oldest_pending_at),
+            });
+        }
         out.push(SourceStats {
-            source: name.clone(),
-            paused: paused.contains(name),
+            source: s.name.clone(),
+            paused: paused.source(&s.name),
             received: counts.received,
             duplicates: counts.duplicates,
             unverified: counts.unverified,
@@ -74,9 +160,9 @@ pub(super) async fn stats(State(admin): State<Arc<AdminState>>) -> Result<Json<S
             delivered: counts.delivered,
             dead: counts.dead,
             discarded: counts.discarded,
-            oldest_pending_age_seconds: counts
-                .oldest_pending_at
-                .map(|t| u64::try_from((now - t) / 1000).unwrap_or(0)),
+            filtered: counts.filtered,
+            oldest_pending_age_seconds: age(counts.oldest_pending_at),
+            routes,
         });
     }
     Ok(Json(Stats { sources: out }))

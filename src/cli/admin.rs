@@ -42,6 +42,10 @@ pub struct ApiArgs {
 pub struct FilterArgs {
     #[arg(long)]
     pub source: Option<String>,
+    /// Only entries with a delivery through this route (of --source); a --status
+    /// then applies to that delivery.
+    #[arg(long, requires = "source")]
+    pub route: Option<String>,
     #[arg(long)]
     pub event_type: Option<String>,
     /// Received at or after (RFC 3339 or unix seconds).
@@ -56,7 +60,7 @@ pub struct FilterArgs {
 pub struct ListArgs {
     #[command(flatten)]
     pub filter: FilterArgs,
-    /// pending, delivered, dead or discarded.
+    /// pending, delivered, dead, discarded or filtered.
     #[arg(long)]
     pub status: Option<String>,
     #[arg(long, default_value_t = 50)]
@@ -70,16 +74,27 @@ pub struct ListArgs {
 pub enum EntriesCmd {
     /// List entries, newest first.
     List(ListArgs),
-    /// Show one entry: headers (secrets redacted), body, attempts, audit trail.
+    /// Show one entry: headers (secrets redacted), body, deliveries per route,
+    /// attempts, audit trail.
     Show { id: String },
-    /// Deliver an entry again (same webhook-id, fresh retry budget).
-    Replay { id: String },
-    /// Discard a pending or dead entry; it is never delivered.
+    /// Deliver an entry again (same webhook-id, fresh retry budget): its dead or
+    /// discarded deliveries, or the one of --route.
+    Replay {
+        id: String,
+        /// Only this route's delivery.
+        #[arg(long)]
+        route: Option<String>,
+    },
+    /// Discard the pending or dead deliveries of an entry (or the one of --route);
+    /// they are never delivered.
     Discard {
         id: String,
         /// Why (required; kept in the audit trail).
         #[arg(long)]
         note: String,
+        /// Only this route's delivery.
+        #[arg(long)]
+        route: Option<String>,
     },
 }
 
@@ -103,12 +118,20 @@ pub enum DlqCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum SourcesCmd {
-    /// List sources and whether their delivery is paused.
+    /// List sources and their routes, and whether their delivery is paused.
     List,
-    /// Pause delivery of a source (ingest continues).
-    Pause { name: String },
-    /// Resume delivery of a source.
-    Resume { name: String },
+    /// Pause delivery of a source, or of one of its routes (ingest continues).
+    Pause {
+        name: String,
+        #[arg(long)]
+        route: Option<String>,
+    },
+    /// Resume delivery of a source, or of one of its routes.
+    Resume {
+        name: String,
+        #[arg(long)]
+        route: Option<String>,
+    },
 }
 
 struct Client {
@@ -188,6 +211,7 @@ fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
     let mut q = Vec::new();
     for (k, v) in [
         ("source", &f.source),
+        ("route", &f.route),
         ("event_type", &f.event_type),
         ("since", &f.since),
         ("until", &f.until),
@@ -321,13 +345,30 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
                 println!("  {}: {}", h.name, h.value);
             }
             println!("\nbody ({}):\n{}", e.body_encoding, e.body);
+            println!("\ndeliveries:");
+            table(
+                &["route", "status", "attempts", "next attempt", "last error"],
+                e.deliveries
+                    .iter()
+                    .map(|d| {
+                        vec![
+                            d.route.clone(),
+                            d.status.as_str().to_string(),
+                            d.attempts.to_string(),
+                            dash(&d.next_attempt_at),
+                            dash(&d.last_error),
+                        ]
+                    })
+                    .collect(),
+            );
             println!("\nattempts:");
             table(
-                &["n", "at", "status", "error", "latency ms"],
+                &["route", "n", "at", "status", "error", "latency ms"],
                 e.attempt_log
                     .iter()
                     .map(|a| {
                         vec![
+                            a.route.clone(),
                             a.n.to_string(),
                             a.at.clone(),
                             a.status_code
@@ -341,13 +382,14 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
             );
             println!("\naudit:");
             table(
-                &["at", "action", "actor", "note"],
+                &["at", "action", "route", "actor", "note"],
                 e.audit
                     .iter()
                     .map(|a| {
                         vec![
                             a.at.clone(),
                             a.action.clone(),
+                            a.route.clone().unwrap_or_else(|| "(all)".into()),
                             a.actor.clone(),
                             dash(&a.note),
                         ]
@@ -356,13 +398,13 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        EntriesCmd::Replay { id } => {
+        EntriesCmd::Replay { id, route } => {
             let (r, raw): (TransitionResult, _) = c
                 .call(
                     reqwest::Method::POST,
                     &format!("/admin/entries/{id}/replay"),
                     &[],
-                    None,
+                    route.map(|r| serde_json::json!({ "route": r })),
                 )
                 .await?;
             if api.json {
@@ -371,13 +413,13 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
             println!("replay queued: {} is {}", r.id, r.status.as_str());
             Ok(())
         }
-        EntriesCmd::Discard { id, note } => {
+        EntriesCmd::Discard { id, note, route } => {
             let (r, raw): (TransitionResult, _) = c
                 .call(
                     reqwest::Method::POST,
                     &format!("/admin/entries/{id}/discard"),
                     &[],
-                    Some(serde_json::json!({ "note": note })),
+                    Some(serde_json::json!({ "note": note, "route": route })),
                 )
                 .await?;
             if api.json {
@@ -400,6 +442,7 @@ pub async fn dlq(api: &ApiArgs, cmd: DlqCmd) -> anyhow::Result<()> {
             let c = Client::new(api)?;
             let body = ReplayFilter {
                 source: filter.source,
+                route: filter.route,
                 status: Some("dead".into()),
                 event_type: filter.event_type,
                 since: filter.since,
@@ -417,7 +460,7 @@ pub async fn dlq(api: &ApiArgs, cmd: DlqCmd) -> anyhow::Result<()> {
                 return print_json(&raw);
             }
             println!(
-                "{} dead entries queued for replay{}",
+                "{} dead deliveries queued for replay{}",
                 r.queued,
                 r.last_due_at
                     .map(|t| format!("; the last goes out at {t}"))
@@ -432,12 +475,12 @@ pub async fn sources(api: &ApiArgs, cmd: SourcesCmd) -> anyhow::Result<()> {
     let c = Client::new(api)?;
     let (path, method) = match &cmd {
         SourcesCmd::List => ("/admin/sources".to_string(), reqwest::Method::GET),
-        SourcesCmd::Pause { name } => (
-            format!("/admin/sources/{name}/pause"),
+        SourcesCmd::Pause { name, route } => (
+            paused_path(name, route.as_deref(), "pause"),
             reqwest::Method::POST,
         ),
-        SourcesCmd::Resume { name } => (
-            format!("/admin/sources/{name}/resume"),
+        SourcesCmd::Resume { name, route } => (
+            paused_path(name, route.as_deref(), "resume"),
             reqwest::Method::POST,
         ),
     };
@@ -446,14 +489,16 @@ pub async fn sources(api: &ApiArgs, cmd: SourcesCmd) -> anyhow::Result<()> {
         if api.json {
             return print_json(&raw);
         }
+        let state = |paused: bool| if paused { "paused" } else { "active" }.to_string();
         table(
-            &["source", "delivery"],
+            &["source", "route", "delivery"],
             list.iter()
-                .map(|s| {
-                    vec![
-                        s.source.clone(),
-                        if s.paused { "paused" } else { "active" }.into(),
-                    ]
+                .flat_map(|s| {
+                    std::iter::once(vec![s.source.clone(), "(all)".into(), state(s.paused)]).chain(
+                        s.routes
+                            .iter()
+                            .map(|r| vec![s.source.clone(), r.route.clone(), state(r.paused)]),
+                    )
                 })
                 .collect(),
         );
@@ -463,12 +508,28 @@ pub async fn sources(api: &ApiArgs, cmd: SourcesCmd) -> anyhow::Result<()> {
     if api.json {
         return print_json(&raw);
     }
-    println!(
-        "{}: delivery {}",
-        s.source,
-        if s.paused { "paused" } else { "resumed" }
-    );
+    let word = |paused: bool| if paused { "paused" } else { "resumed" };
+    match &cmd {
+        SourcesCmd::Pause {
+            route: Some(route), ..
+        }
+        | SourcesCmd::Resume {
+            route: Some(route), ..
+        } => {
+            let paused = s.routes.iter().any(|r| &r.route == route && r.paused);
+            println!("{} route {route}: delivery {}", s.source, word(paused));
+        }
+        _ => println!("{}: delivery {}", s.source, word(s.paused)),
+    }
     Ok(())
+}
+
+/// The admin path that pauses or resumes a source or one of its routes.
+fn paused_path(name: &str, route: Option<&str>, action: &str) -> String {
+    match route {
+        Some(r) => format!("/admin/sources/{name}/routes/{r}/{action}"),
+        None => format!("/admin/sources/{name}/{action}"),
+    }
 }
 
 pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
@@ -479,9 +540,48 @@ pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
     if api.json {
         return print_json(&raw);
     }
+    let state = |paused: bool| if paused { "paused" } else { "active" }.to_string();
+    let age = |a: Option<u64>| {
+        a.map(|a| humantime::format_duration(std::time::Duration::from_secs(a)).to_string())
+            .unwrap_or_else(|| "-".into())
+    };
+    let mut rows = Vec::new();
+    for s in &stats.sources {
+        rows.push(vec![
+            s.source.clone(),
+            "(entries)".into(),
+            state(s.paused),
+            s.received.to_string(),
+            s.duplicates.to_string(),
+            s.unverified.to_string(),
+            s.pending.to_string(),
+            s.delivered.to_string(),
+            s.dead.to_string(),
+            s.discarded.to_string(),
+            s.filtered.to_string(),
+            age(s.oldest_pending_age_seconds),
+        ]);
+        for r in &s.routes {
+            rows.push(vec![
+                s.source.clone(),
+                r.route.clone(),
+                state(r.paused),
+                "".into(),
+                "".into(),
+                "".into(),
+                r.pending.to_string(),
+                r.delivered.to_string(),
+                r.dead.to_string(),
+                r.discarded.to_string(),
+                "".into(),
+                age(r.oldest_pending_age_seconds),
+            ]);
+        }
+    }
     table(
         &[
             "source",
+            "route",
             "delivery",
             "received",
             "dupes",
@@ -490,31 +590,10 @@ pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
             "delivered",
             "dead",
             "discarded",
+            "filtered",
             "oldest pending",
         ],
-        stats
-            .sources
-            .iter()
-            .map(|s| {
-                vec![
-                    s.source.clone(),
-                    if s.paused { "paused" } else { "active" }.into(),
-                    s.received.to_string(),
-                    s.duplicates.to_string(),
-                    s.unverified.to_string(),
-                    s.pending.to_string(),
-                    s.delivered.to_string(),
-                    s.dead.to_string(),
-                    s.discarded.to_string(),
-                    s.oldest_pending_age_seconds
-                        .map(|a| {
-                            humantime::format_duration(std::time::Duration::from_secs(a))
-                                .to_string()
-                        })
-                        .unwrap_or_else(|| "-".into()),
-                ]
-            })
-            .collect(),
+        rows,
     );
     Ok(())
 }

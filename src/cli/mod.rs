@@ -192,15 +192,31 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     println!("sources: {}", cfg.sources.len());
     for s in &cfg.sources {
         println!(
-            "  {:<20} provider={} secrets={} destination={} dedupe_ttl={} retry={}x/{}",
+            "  {:<20} provider={} secrets={} dedupe_ttl={} routes={}",
             s.name,
             s.provider,
             s.secrets.len(),
-            config::redact_url(&s.destination),
             humantime::format_duration(s.dedupe_ttl),
-            s.retry.max_attempts,
-            humantime::format_duration(s.retry.max_age),
+            s.routes.len(),
         );
+        for r in &s.routes {
+            println!(
+                "    route {:<14} destination={} retry={}x/{}{}{}",
+                r.name,
+                config::redact_url(&r.destination),
+                r.retry.max_attempts,
+                humantime::format_duration(r.retry.max_age),
+                r.delivery
+                    .rate_limit
+                    .map(|l| format!(" rate_limit={}/s", l.per_second))
+                    .unwrap_or_default(),
+                if r.filter.takes_everything() {
+                    ""
+                } else {
+                    " filtered"
+                },
+            );
+        }
     }
     println!("ok");
     Ok(())

@@ -16,19 +16,22 @@
 //! Here: the validated model, the layering, the error type and the handling of
 //! secrets. [`raw`] is what the file says; `validate` checks it section by section;
 //! `source` holds a source's validated form and the checks for one `[[sources]]`
-//! entry, the largest section.
+//! entry, the largest section; `route` one of its routes.
 
 mod rate_limit;
 pub mod raw;
+mod route;
 mod source;
 mod validate;
 
 pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;
+pub use route::{
+    DEFAULT_ROUTE, DeliveryConfig, MAX_ROUTES, RetryConfig, RouteConfig, valid_route_name,
+};
 pub use source::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT, DeliveryConfig,
-    RetryConfig, SourceConfig,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT, SourceConfig,
 };
 
 use std::fmt;

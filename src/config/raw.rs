@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::routing::filter::RawFilter;
+
 /// One string or a list of strings, for keys that take either: `secret_env = "A"` or
 /// `secret_env = ["A", "B"]` here, `signature.algorithm`, `event.id` and `event.type`
 /// in provider specs.
@@ -145,9 +147,35 @@ pub struct RawSource {
     pub retry: Option<RawRetry>,
     #[serde(default)]
     pub delivery: Option<RawDelivery>,
+    /// The routes: each a destination with its own settings. A source has either
+    /// `destination` (one route named `default`) or `routes`.
+    #[serde(default)]
+    pub routes: Option<Vec<RawRoute>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// One `[[sources.routes]]` entry. Its `retry` and `delivery` keys override the
+/// source's, key by key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub name: String,
+    pub destination: String,
+    #[serde(default)]
+    pub destination_secret: Option<String>,
+    #[serde(default)]
+    pub destination_secret_env: Option<String>,
+    /// Shorthand for `delivery.rate_limit`.
+    #[serde(default)]
+    pub rate_limit: Option<String>,
+    #[serde(default)]
+    pub retry: Option<RawRetry>,
+    #[serde(default)]
+    pub delivery: Option<RawDelivery>,
+    #[serde(default)]
+    pub filter: Option<RawFilter>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDelivery {
     #[serde(default)]
@@ -162,7 +190,22 @@ pub struct RawDelivery {
     pub rate_limit: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+impl RawDelivery {
+    /// These settings, each one this table does not set taken from `base`.
+    pub fn over(self, base: &RawDelivery) -> RawDelivery {
+        RawDelivery {
+            timeout: self.timeout.or_else(|| base.timeout.clone()),
+            connect_timeout: self
+                .connect_timeout
+                .or_else(|| base.connect_timeout.clone()),
+            concurrency: self.concurrency.or(base.concurrency),
+            pass_headers: self.pass_headers.or_else(|| base.pass_headers.clone()),
+            rate_limit: self.rate_limit.or_else(|| base.rate_limit.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRetry {
     #[serde(default)]
@@ -173,4 +216,16 @@ pub struct RawRetry {
     pub base: Option<String>,
     #[serde(default)]
     pub cap: Option<String>,
+}
+
+impl RawRetry {
+    /// These settings, each one this table does not set taken from `base`.
+    pub fn over(self, base: &RawRetry) -> RawRetry {
+        RawRetry {
+            max_attempts: self.max_attempts.or(base.max_attempts),
+            max_age: self.max_age.or_else(|| base.max_age.clone()),
+            base: self.base.or_else(|| base.base.clone()),
+            cap: self.cap.or_else(|| base.cap.clone()),
+        }
+    }
 }

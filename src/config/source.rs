@@ -1,5 +1,5 @@
 //! One `[[sources]]` entry: a sender whose webhooks are verified, stored and relayed
-//! to one destination.
+//! to its routes (see `route`).
 //!
 //! A source holds more than any other section (secrets, URLs, retry and delivery
 //! settings, each with a default), so its validated form and the checks that build
@@ -8,8 +8,9 @@
 use std::time::Duration;
 
 use super::raw::{OneOrMany, RawSource};
+use super::route::{self, RouteConfig};
 use super::validate::parse_duration;
-use super::{ConfigError, RateLimit, Secret, redact_url};
+use super::{ConfigError, Secret, redact_url};
 
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
@@ -17,38 +18,29 @@ pub struct SourceConfig {
     pub provider: String,
     /// Every secret that verifies (several during a rotation). Never empty.
     pub secrets: Vec<Secret>,
-    pub destination: String,
     /// The URL the provider calls (absolute http(s), no query or fragment), for
     /// providers whose signature covers it.
     pub public_url: Option<String>,
-    pub destination_secret: Option<Secret>,
     pub dedupe_ttl: Duration,
     pub provider_options: Option<toml::Table>,
-    pub retry: RetryConfig,
-    pub delivery: DeliveryConfig,
+    /// Where its entries go, in configuration order. Never empty.
+    pub routes: Vec<RouteConfig>,
 }
 
-#[derive(Debug, Clone)]
-pub struct RetryConfig {
-    pub max_attempts: u32,
-    pub max_age: Duration,
-    /// Backoff ceiling of the first retry; it doubles per attempt up to `cap`.
-    pub base: Duration,
-    pub cap: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub struct DeliveryConfig {
-    /// Total time for one attempt (connect, send, response headers and body).
-    pub timeout: Duration,
-    pub connect_timeout: Duration,
-    /// Most attempts in flight to this source's destination.
-    pub concurrency: usize,
-    /// Which received headers are passed through to the destination; `*` is all
-    /// (hop-by-hop and framing headers never are).
-    pub pass_headers: Vec<String>,
-    /// The most this source's destination takes; `None`: no limit but concurrency.
-    pub rate_limit: Option<RateLimit>,
+impl SourceConfig {
+    /// The `pass_headers` of every route together: a header any route passes is
+    /// stored.
+    pub fn pass_headers(&self) -> Vec<String> {
+        let mut all: Vec<String> = Vec::new();
+        for r in &self.routes {
+            for h in &r.delivery.pass_headers {
+                if !all.contains(h) {
+                    all.push(h.clone());
+                }
+            }
+        }
+        all
+    }
 }
 
 pub const DEFAULT_DEDUPE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -76,7 +68,8 @@ pub(super) fn validate_source(
     raw: RawSource,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<SourceConfig, ConfigError> {
-    let key = |field: &str| format!("sources[{index}].{field}");
+    let key_prefix = format!("sources[{index}]");
+    let key = |field: &str| format!("{key_prefix}.{field}");
     if !valid_source_name(&raw.name) {
         return Err(ConfigError::invalid(
             key("name"),
@@ -116,34 +109,6 @@ pub(super) fn validate_source(
             ),
         ));
     }
-    let destination = match raw.destination {
-        Some(url) => {
-            let uri: http::Uri = url.parse().map_err(|_| {
-                ConfigError::invalid(
-                    key("destination"),
-                    format!("{:?} is not a valid URL", redact_url(&url)),
-                )
-            })?;
-            match uri.scheme_str() {
-                Some("http") | Some("https") if uri.host().is_some() => url,
-                _ => {
-                    return Err(ConfigError::invalid(
-                        key("destination"),
-                        format!(
-                            "{:?} must be an absolute http:// or https:// URL",
-                            redact_url(&url)
-                        ),
-                    ));
-                }
-            }
-        }
-        None => {
-            return Err(ConfigError::invalid(
-                key("destination"),
-                format!("source {:?} has no destination URL", raw.name),
-            ));
-        }
-    };
     let public_url = match raw.public_url {
         None => None,
         Some(url) => {
@@ -172,25 +137,12 @@ pub(super) fn validate_source(
             Some(url)
         }
     };
-    let destination_secret = match (raw.destination_secret, raw.destination_secret_env) {
-        (Some(v), None) => Some(Secret::new(v)),
-        (None, Some(var)) => match env(&var) {
-            Some(v) if !v.is_empty() => Some(Secret::new(v)),
-            _ => {
-                return Err(ConfigError::invalid(
-                    key("destination_secret_env"),
-                    format!("environment variable {var} is not set or empty"),
-                ));
-            }
-        },
-        (None, None) => None,
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                key("destination_secret"),
-                "set destination_secret or destination_secret_env, not both",
-            ));
-        }
-    };
+    let source_secret = route::secret(
+        &key_prefix,
+        raw.destination_secret,
+        raw.destination_secret_env,
+        env,
+    )?;
     let dedupe_ttl = match raw.dedupe_ttl {
         Some(v) => parse_duration(&key("dedupe_ttl"), &v)?,
         None => DEFAULT_DEDUPE_TTL,
@@ -202,80 +154,52 @@ pub(super) fn validate_source(
         ));
     }
     let raw_retry = raw.retry.unwrap_or_default();
-    let opt_duration = |field: &str, v: Option<String>, default: Duration| match v {
-        Some(v) => parse_duration(&key(field), &v),
-        None => Ok(default),
-    };
-    let retry = RetryConfig {
-        max_attempts: match raw_retry.max_attempts {
-            Some(0) => {
-                return Err(ConfigError::invalid(
-                    key("retry.max_attempts"),
-                    "must be at least 1",
-                ));
-            }
-            Some(n) => n,
-            None => DEFAULT_MAX_ATTEMPTS,
-        },
-        max_age: opt_duration("retry.max_age", raw_retry.max_age, DEFAULT_MAX_AGE)?,
-        base: opt_duration("retry.base", raw_retry.base, DEFAULT_RETRY_BASE)?,
-        cap: opt_duration("retry.cap", raw_retry.cap, DEFAULT_RETRY_CAP)?,
-    };
-    if retry.base.is_zero() || retry.cap < retry.base {
-        return Err(ConfigError::invalid(
-            key("retry.cap"),
-            "retry.base must be greater than 0 and retry.cap at least retry.base",
-        ));
-    }
     let raw_delivery = raw.delivery.unwrap_or_default();
-    let delivery = DeliveryConfig {
-        timeout: opt_duration("delivery.timeout", raw_delivery.timeout, DEFAULT_TIMEOUT)?,
-        connect_timeout: opt_duration(
-            "delivery.connect_timeout",
-            raw_delivery.connect_timeout,
-            DEFAULT_CONNECT_TIMEOUT,
+    let routes = match (raw.destination, raw.routes) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                key("destination"),
+                "set destination (one route named \"default\") or [[sources.routes]], not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ConfigError::invalid(
+                key("destination"),
+                format!(
+                    "source {:?} has no destination URL; set destination or [[sources.routes]]",
+                    raw.name
+                ),
+            ));
+        }
+        (Some(url), None) => vec![route::default_route(
+            &key_prefix,
+            url,
+            source_secret,
+            &route::Inherited {
+                retry: &raw_retry,
+                delivery: &raw_delivery,
+                destination_secret: None,
+            },
+        )?],
+        (None, Some(routes)) => route::routes(
+            &key_prefix,
+            routes,
+            &route::Inherited {
+                retry: &raw_retry,
+                delivery: &raw_delivery,
+                destination_secret: source_secret.as_ref(),
+            },
+            env,
         )?,
-        concurrency: match raw_delivery.concurrency {
-            Some(0) => {
-                return Err(ConfigError::invalid(
-                    key("delivery.concurrency"),
-                    "must be at least 1",
-                ));
-            }
-            Some(n) => n.min(1024),
-            None => DEFAULT_CONCURRENCY,
-        },
-        pass_headers: raw_delivery
-            .pass_headers
-            .unwrap_or_else(|| vec!["*".to_string()])
-            .into_iter()
-            .map(|h| h.to_ascii_lowercase())
-            .collect(),
-        rate_limit: match raw_delivery.rate_limit {
-            Some(text) => Some(
-                RateLimit::parse(&text)
-                    .map_err(|e| ConfigError::invalid(key("delivery.rate_limit"), e.to_string()))?,
-            ),
-            None => None,
-        },
     };
-    if delivery.timeout.is_zero() {
-        return Err(ConfigError::invalid(
-            key("delivery.timeout"),
-            "must be greater than 0",
-        ));
-    }
     Ok(SourceConfig {
         name: raw.name,
         provider: raw.provider,
         secrets,
-        destination,
         public_url,
-        destination_secret,
         dedupe_ttl,
         provider_options: raw.provider_options,
-        retry,
-        delivery,
+        routes,
     })
 }
 

@@ -245,17 +245,20 @@ pub(super) fn validate(
                 format!("duplicate source name {:?}", source.name),
             ));
         }
-        if forwarder.lease <= source.delivery.timeout {
-            return Err(ConfigError::invalid(
-                "forwarder.lease",
-                format!(
-                    "the lease ({}) must be longer than sources[{index}].delivery.timeout ({}, source {:?}): \
-                     a claimed entry starts at once and its attempt may last that long",
-                    humantime::format_duration(forwarder.lease),
-                    humantime::format_duration(source.delivery.timeout),
-                    source.name
-                ),
-            ));
+        for (r, route) in source.routes.iter().enumerate() {
+            if forwarder.lease <= route.delivery.timeout {
+                return Err(ConfigError::invalid(
+                    "forwarder.lease",
+                    format!(
+                        "the lease ({}) must be longer than the delivery timeout of route {:?} of source {:?} ({}, sources[{index}].routes[{r}]): \
+                         a claimed entry starts at once and its attempt may last that long",
+                        humantime::format_duration(forwarder.lease),
+                        route.name,
+                        source.name,
+                        humantime::format_duration(route.delivery.timeout),
+                    ),
+                ));
+            }
         }
         sources.push(source);
     }

@@ -30,9 +30,12 @@ async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcom
     let entry = &claim.entry;
     let headers = request::headers(
         entry,
-        &route.source,
-        attempt,
-        now_ms.div_euclid(1000),
+        request::AttemptOf {
+            source: &route.source,
+            route: &route.name,
+            attempt,
+            now_secs: now_ms.div_euclid(1000),
+        },
         &route.headers,
         route.body_signed,
         route.signing_key.as_deref(),
@@ -108,7 +111,8 @@ pub(super) async fn deliver(
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let entry = &claim.entry;
-    let attempt_no = entry.attempts + 1;
+    let claim_delivery = &claim.delivery;
+    let attempt_no = claim_delivery.attempts + 1;
     // The breaker may have opened since the claim: give the entry back untouched.
     // (A probe is the one attempt the half-open breaker lets through.)
     let now = fwd.clock.now_ms();
@@ -118,7 +122,7 @@ pub(super) async fn deliver(
     }
     // Paused since the claim (here or, seen at the last poll, elsewhere): give the
     // entry back untouched; it is sent after the resume.
-    if fwd.is_paused(&route.source) {
+    if fwd.is_paused(route) {
         if probe {
             route.breaker.release_probe(now);
         }
@@ -127,7 +131,7 @@ pub(super) async fn deliver(
     }
     let discarded = CancellationToken::new();
     if let Ok(mut m) = fwd.in_flight.lock() {
-        m.insert(entry.id.clone(), discarded.clone());
+        m.insert((entry.id.clone(), route.name.clone()), discarded.clone());
     }
     let started = Instant::now();
     let outcome = tokio::select! {
@@ -137,12 +141,12 @@ pub(super) async fn deliver(
             if probe {
                 route.breaker.release_probe(fwd.clock.now_ms());
             }
-            forget_in_flight(fwd, &entry.id);
+            forget_in_flight(fwd, &entry.id, &route.name);
             complete(fwd, &claim, Completion::Release { at: fwd.clock.now_ms() }).await;
             return;
         }
     };
-    forget_in_flight(fwd, &entry.id);
+    forget_in_flight(fwd, &entry.id, &route.name);
     drop(permit);
     let elapsed = started.elapsed();
     let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
@@ -154,11 +158,13 @@ pub(super) async fn deliver(
         }
         tracing::info!(
             source = %route.source,
+            route = %route.name,
             entry_id = %entry.id,
             attempt = attempt_no,
             "delivery cancelled: the entry was discarded"
         );
         let attempt = Attempt {
+            route: claim_delivery.route.clone(),
             n: attempt_no,
             at: now,
             status_code: None,
@@ -171,18 +177,30 @@ pub(super) async fn deliver(
     };
     let done_at = fwd.clock.now_ms();
     let result = DeliveryResult::of(&outcome).label();
-    metrics::counter!("hookgate_delivery_attempts_total", "source" => route.source.clone(), "result" => result)
+    metrics::counter!("hookgate_delivery_attempts_total", "source" => route.source.clone(), "route" => route.name.clone(), "result" => result)
         .increment(1);
-    metrics::histogram!("hookgate_delivery_seconds", "source" => route.source.clone())
+    metrics::histogram!("hookgate_delivery_seconds", "source" => route.source.clone(), "route" => route.name.clone())
         .record(elapsed.as_secs_f64());
-    if let Some(pace) = &route.pace
-        && let Ok(mut pace) = pace.lock()
-    {
+    if let Some(pace) = &route.pace {
         let answer = match &outcome {
             Outcome::Status { code, retry_after } => Answer::of_status(*code, *retry_after),
             _ => Answer::Other,
         };
-        pace.record(answer, done_at);
+        let hold = pace.lock().ok().and_then(|mut pace| {
+            pace.record(answer, done_at);
+            let slowed = matches!(answer, Answer::SlowDown { .. });
+            slowed.then(|| (pace.hold_until(), pace.spacing(), pace.burst()))
+        });
+        // Every process sharing the store holds the route too: the send slots are
+        // the store's.
+        if let Some((until, spacing, burst)) = hold
+            && let Err(e) = fwd
+                .store
+                .hold_send_slots(&route.source, &route.name, done_at, until, spacing, burst)
+                .await
+        {
+            tracing::warn!(source = %route.source, route = %route.name, error = %e, "cannot share the route's hold through the store");
+        }
     }
     let opened = route
         .breaker
@@ -191,6 +209,7 @@ pub(super) async fn deliver(
     if opened {
         tracing::warn!(
             source = %route.source,
+            route = %route.name,
             destination = %origin(&route.destination),
             "circuit breaker opened: deliveries to this destination wait"
         );
@@ -213,6 +232,7 @@ pub(super) async fn deliver(
         _ => None,
     };
     let attempt = Attempt {
+        route: claim_delivery.route.clone(),
         n: attempt_no,
         at: now,
         status_code,
@@ -221,18 +241,18 @@ pub(super) async fn deliver(
     };
     // The budget counts from arrival, or from the last replay.
     let decision = route.policy.decide(
-        attempt_no.saturating_sub(entry.budget_attempts),
-        entry.budget_start,
+        attempt_no.saturating_sub(claim_delivery.budget_attempts),
+        claim_delivery.budget_start,
         &outcome,
         done_at,
         fastrand::f64(),
     );
     let delivery_outcome = DeliveryOutcome::of(&decision);
     let outcome_label = delivery_outcome.label();
-    metrics::counter!("hookgate_deliveries_total", "source" => route.source.clone(), "outcome" => outcome_label)
+    metrics::counter!("hookgate_deliveries_total", "source" => route.source.clone(), "route" => route.name.clone(), "outcome" => outcome_label)
         .increment(1);
     if matches!(decision, Decision::RetryAt(_)) {
-        metrics::counter!("hookgate_retries_scheduled_total", "source" => route.source.clone())
+        metrics::counter!("hookgate_retries_scheduled_total", "source" => route.source.clone(), "route" => route.name.clone())
             .increment(1);
     }
     let completion = match decision {
@@ -241,16 +261,17 @@ pub(super) async fn deliver(
         Decision::DeadLetter(reason) => {
             tracing::error!(
                 source = %route.source,
+            route = %route.name,
                 entry_id = %entry.id,
                 event_id = entry.event_id.as_deref().unwrap_or(""),
                 attempts = attempt_no,
                 reason = %reason,
-                "entry moved to the dead-letter queue"
+                "delivery moved to the dead-letter queue"
             );
-            metrics::counter!("hookgate_dead_lettered_total", "source" => route.source.clone())
+            metrics::counter!("hookgate_dead_lettered_total", "source" => route.source.clone(), "route" => route.name.clone())
                 .increment(1);
             if let Some(notify) = &fwd.on_dead {
-                notify(&route.source, &reason);
+                notify(&route.source, &route.name, &reason);
             }
             Completion::Dead {
                 attempt: Some(attempt),
@@ -263,17 +284,20 @@ pub(super) async fn deliver(
     let failure = failure.as_deref().unwrap_or("");
     match delivery_outcome {
         DeliveryOutcome::Delivered => tracing::info!(
-            source = %route.source, entry_id = %entry.id,
+            source = %route.source,
+            route = %route.name, entry_id = %entry.id,
             event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
             status = status_code.unwrap_or(0), outcome = outcome_label, latency_ms, "delivery"
         ),
         DeliveryOutcome::Retry => tracing::warn!(
-            source = %route.source, entry_id = %entry.id,
+            source = %route.source,
+            route = %route.name, entry_id = %entry.id,
             event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
             error = failure, outcome = outcome_label, latency_ms, "delivery failed; retrying"
         ),
         DeliveryOutcome::Dead => tracing::error!(
-            source = %route.source, entry_id = %entry.id,
+            source = %route.source,
+            route = %route.name, entry_id = %entry.id,
             event_id = entry.event_id.as_deref().unwrap_or(""), attempt = attempt_no,
             error = failure, outcome = outcome_label, latency_ms, "delivery failed; dead"
         ),
@@ -281,9 +305,9 @@ pub(super) async fn deliver(
     complete(fwd, &claim, completion).await;
 }
 
-fn forget_in_flight(fwd: &Forwarder, id: &str) {
+fn forget_in_flight(fwd: &Forwarder, id: &str, route: &str) {
     if let Ok(mut m) = fwd.in_flight.lock() {
-        m.remove(id);
+        m.remove(&(id.to_string(), route.to_string()));
     }
 }
 

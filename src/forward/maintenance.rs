@@ -1,6 +1,6 @@
 //! The forwarder's periodic maintenance pass: store housekeeping, retention (in
-//! bounded steps, so a long purge never stalls ingest), and the per-source gauges
-//! (pending, dead, age of the oldest pending entry).
+//! bounded steps, so a long purge never stalls ingest), and the per-source and
+//! per-route gauges (pending, dead, age of the oldest pending entry).
 
 use std::time::Duration;
 
@@ -12,7 +12,13 @@ use crate::store::HousekeepingPass;
 /// Entries purged per retention step (the step repeats while it fills up).
 const PURGE_BATCH: usize = 500;
 
-pub(super) async fn run(fwd: &Forwarder, sources: &[String], shutdown: &CancellationToken) {
+/// One pass. `routes` are (source, route) of every configured route.
+pub(super) async fn run(
+    fwd: &Forwarder,
+    sources: &[String],
+    routes: &[(String, String)],
+    shutdown: &CancellationToken,
+) {
     if let Err(e) = fwd
         .store
         .housekeeping(HousekeepingPass::Periodic, sources)
@@ -63,6 +69,20 @@ pub(super) async fn run(fwd: &Forwarder, sources: &[String], shutdown: &Cancella
                 .map(|t| ((now - t).max(0) as f64) / 1000.0)
                 .unwrap_or(0.0);
             metrics::gauge!("hookgate_oldest_pending_age_seconds", "source" => s.clone()).set(age);
+        }
+    }
+    for (s, r) in routes {
+        if let Ok(stats) = fwd.store.route_stats(s, r).await {
+            metrics::gauge!("hookgate_route_dead_deliveries", "source" => s.clone(), "route" => r.clone())
+                .set(stats.dead as f64);
+            metrics::gauge!("hookgate_route_pending_deliveries", "source" => s.clone(), "route" => r.clone())
+                .set(stats.pending as f64);
+            let age = stats
+                .oldest_pending_at
+                .map(|t| ((now - t).max(0) as f64) / 1000.0)
+                .unwrap_or(0.0);
+            metrics::gauge!("hookgate_route_oldest_pending_age_seconds", "source" => s.clone(), "route" => r.clone())
+                .set(age);
         }
     }
 }

@@ -1,13 +1,15 @@
 //! The forwarder: delivers every stored entry at least once.
 //!
-//! One loop per source claims due entries from the store under a lease, and hands
-//! each to a delivery task, at most `concurrency` at a time per source, so a slow or
-//! hanging destination only ever holds its own permits. A delivery POSTs the
+//! One loop per route (of each source) claims the route's due deliveries from the
+//! store under a lease, and hands each to a delivery task, at most `concurrency` at
+//! a time per destination, so a slow or hanging destination only ever holds its own
+//! permits, and one route failing never delays another. A delivery POSTs the
 //! original bytes, records the attempt, and completes the claim as delivered, retry
 //! at (backoff with full jitter) or dead. A circuit breaker per destination stops
-//! claims while the destination is down, so waiting entries burn no attempts.
+//! claims while the destination is down, so waiting deliveries burn no attempts; a
+//! paced route takes its send slots from the store first.
 //!
-//! Paused sources are not claimed. A maintenance loop runs retention, store
+//! Paused sources and routes are not claimed. A maintenance loop runs retention, store
 //! housekeeping and the gauges. On shutdown the loops stop claiming, in-flight
 //! deliveries get `shutdown_grace` to finish, and whatever is left gives its lease
 //! back. Time comes from an injected [`Clock`].
@@ -29,12 +31,13 @@ use tokio_util::task::TaskTracker;
 use crate::clock::Clock;
 use crate::config::{ForwarderConfig, RetentionConfig};
 use crate::routing::rate::Pace;
-use crate::store::{Control, HousekeepingPass, Store};
+use crate::store::{Control, HousekeepingPass, PauseTarget, Store};
 use breaker::Gate;
-pub use route::{DEFAULT_ROUTE, ProviderFacts, Route, client, origin, routes};
+pub use route::{ProviderFacts, Route, client, origin, routes};
 
-/// Told about every entry that goes dead: (source, reason). Must not block.
-pub type OnDead = Arc<dyn Fn(&str, &str) + Send + Sync>;
+/// Told about every delivery that goes dead: (source, route, reason). Must not
+/// block.
+pub type OnDead = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
 
 /// Most entries one claim takes.
 const CLAIM_BATCH: usize = 64;
@@ -47,20 +50,27 @@ struct Forwarder {
     clock: Clock,
     /// This process's consumer name: unique per run.
     worker: String,
-    paused: RwLock<HashSet<String>>,
-    /// The attempts in flight, by entry id: cancelled when the entry is discarded.
-    in_flight: Mutex<HashMap<String, CancellationToken>>,
+    /// What is paused, as this process last saw it.
+    paused: RwLock<HashSet<PauseTarget>>,
+    /// The attempts in flight, by (entry id, route): cancelled when that delivery is
+    /// discarded.
+    in_flight: Mutex<HashMap<(String, String), CancellationToken>>,
     /// Cancelled when in-flight deliveries must give up (after the grace period).
     abort: CancellationToken,
     on_dead: Option<OnDead>,
 }
 
 impl Forwarder {
-    /// Whether delivery to `source` is paused (as this process last saw it).
-    fn is_paused(&self, source: &str) -> bool {
+    /// Whether delivery through `route` is paused, for the route itself or for its
+    /// whole source (as this process last saw it).
+    fn is_paused(&self, route: &Route) -> bool {
         self.paused
             .read()
-            .map(|p| p.contains(source))
+            .map(|p| {
+                p.iter().any(|t| {
+                    t.source == route.source && t.route.as_ref().is_none_or(|r| *r == route.name)
+                })
+            })
             .unwrap_or(false)
     }
 }
@@ -93,7 +103,12 @@ pub async fn run(
         on_dead,
     });
     refresh_paused(&fwd).await;
-    let sources: Vec<String> = routes.iter().map(|r| r.source.clone()).collect();
+    let mut sources: Vec<String> = routes.iter().map(|r| r.source.clone()).collect();
+    sources.dedup();
+    let route_keys: Vec<(String, String)> = routes
+        .iter()
+        .map(|r| (r.source.clone(), r.name.clone()))
+        .collect();
     if let Err(e) = fwd
         .store
         .housekeeping(HousekeepingPass::Start, &sources)
@@ -104,14 +119,19 @@ pub async fn run(
     let deliveries = TaskTracker::new();
     let mut loops = Vec::new();
     for route in routes {
-        loops.push(tokio::spawn(source_loop(
+        loops.push(tokio::spawn(route_loop(
             fwd.clone(),
             Arc::new(route),
             deliveries.clone(),
             shutdown.clone(),
         )));
     }
-    let control = tokio::spawn(control_loop(fwd.clone(), sources, shutdown.clone()));
+    let control = tokio::spawn(control_loop(
+        fwd.clone(),
+        sources,
+        route_keys,
+        shutdown.clone(),
+    ));
     let operator = tokio::spawn(operator_loop(fwd.clone(), shutdown.clone()));
 
     shutdown.cancelled().await;
@@ -136,13 +156,13 @@ pub async fn run(
 }
 
 async fn refresh_paused(fwd: &Forwarder) {
-    match fwd.store.paused_sources().await {
+    match fwd.store.paused().await {
         Ok(list) => {
             if let Ok(mut p) = fwd.paused.write() {
                 *p = list.into_iter().collect();
             }
         }
-        Err(e) => tracing::warn!(error = %e, "cannot read paused sources"),
+        Err(e) => tracing::warn!(error = %e, "cannot read what is paused"),
     }
 }
 
@@ -158,17 +178,27 @@ async fn operator_loop(fwd: Arc<Forwarder>, shutdown: CancellationToken) {
             c = controls.recv() => c,
         };
         match control {
-            Ok(Control::Paused { source, paused }) => {
+            Ok(Control::Paused {
+                source,
+                route,
+                paused,
+            }) => {
                 if let Ok(mut p) = fwd.paused.write() {
+                    let target = PauseTarget { source, route };
                     if paused {
-                        p.insert(source);
+                        p.insert(target);
                     } else {
-                        p.remove(&source);
+                        p.remove(&target);
                     }
                 }
             }
-            Ok(Control::Discarded { id }) => {
-                if let Some(token) = fwd.in_flight.lock().ok().and_then(|m| m.get(&id).cloned()) {
+            Ok(Control::Discarded { id, route }) => {
+                if let Some(token) = fwd
+                    .in_flight
+                    .lock()
+                    .ok()
+                    .and_then(|m| m.get(&(id, route)).cloned())
+                {
                     token.cancel();
                 }
             }
@@ -182,7 +212,12 @@ async fn operator_loop(fwd: Arc<Forwarder>, shutdown: CancellationToken) {
 
 /// Refreshes pause state every poll interval; runs maintenance every
 /// `maintenance_interval`.
-async fn control_loop(fwd: Arc<Forwarder>, sources: Vec<String>, shutdown: CancellationToken) {
+async fn control_loop(
+    fwd: Arc<Forwarder>,
+    sources: Vec<String>,
+    routes: Vec<(String, String)>,
+    shutdown: CancellationToken,
+) {
     let mut last_maintenance = Instant::now();
     loop {
         tokio::select! {
@@ -192,7 +227,7 @@ async fn control_loop(fwd: Arc<Forwarder>, sources: Vec<String>, shutdown: Cance
         refresh_paused(&fwd).await;
         if last_maintenance.elapsed() >= fwd.cfg.maintenance_interval {
             last_maintenance = Instant::now();
-            maintenance::run(&fwd, &sources, &shutdown).await;
+            maintenance::run(&fwd, &sources, &routes, &shutdown).await;
         }
     }
 }
@@ -236,7 +271,7 @@ async fn send_slots(
     while granted < want {
         match fwd
             .store
-            .take_send_slot(&route.source, DEFAULT_ROUTE, now, spacing, burst)
+            .take_send_slot(&route.source, &route.name, now, spacing, burst)
             .await
         {
             Ok(None) => granted += 1,
@@ -245,7 +280,7 @@ async fn send_slots(
             }
             Ok(Some(_)) => break,
             Err(e) => {
-                tracing::warn!(source = %route.source, error = %e, "cannot take a send slot; waiting");
+                tracing::warn!(source = %route.source, route = %route.name, error = %e, "cannot take a send slot; waiting");
                 if granted == 0 {
                     return Err(fwd.cfg.poll_interval);
                 }
@@ -256,7 +291,9 @@ async fn send_slots(
     Ok(granted)
 }
 
-async fn source_loop(
+/// Claims and delivers the due deliveries of one route, for as long as the
+/// forwarder runs.
+async fn route_loop(
     fwd: Arc<Forwarder>,
     route: Arc<Route>,
     deliveries: TaskTracker,
@@ -271,7 +308,7 @@ async fn source_loop(
         if shutdown.is_cancelled() {
             return;
         }
-        if fwd.is_paused(&route.source) {
+        if fwd.is_paused(&route) {
             idle(&mut signal, poll, &shutdown).await;
             continue;
         }
@@ -355,7 +392,14 @@ async fn source_loop(
         let now = fwd.clock.now_ms();
         let claims = match fwd
             .store
-            .claim(&route.source, &fwd.worker, now, slots.len(), lease)
+            .claim(
+                &route.source,
+                &route.name,
+                &fwd.worker,
+                now,
+                slots.len(),
+                lease,
+            )
             .await
         {
             Ok(c) => {
@@ -366,7 +410,7 @@ async fn source_loop(
                 store_errors += 1;
                 unused_probe(&route);
                 if store_errors == 1 || store_errors.is_multiple_of(60) {
-                    tracing::warn!(source = %route.source, error = %e, "claim failed; retrying");
+                    tracing::warn!(source = %route.source, route = %route.name, error = %e, "claim failed; retrying");
                 }
                 drop(slots);
                 tokio::select! {

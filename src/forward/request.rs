@@ -1,8 +1,8 @@
 //! What the internal app receives: the original raw body and content type, the
 //! provider's own headers (configurable), and hookgate's delivery headers.
 //!
-//! `webhook-id` is the entry id (stable across retries and replays: the consumer's
-//! idempotency key); `webhook-timestamp` is the time of this attempt; when the source
+//! `webhook-id` is the entry id (stable across retries and replays, and the same for
+//! every route: the consumer's idempotency key); `hookgate-route` names the route; `webhook-timestamp` is the time of this attempt; when the source
 //! has a `destination_secret`, `webhook-signature` is the Standard Webhooks v1
 //! signature over `{webhook-id}.{webhook-timestamp}.{body}`, so the app verifies
 //! hookgate with any Standard Webhooks library. hookgate's own headers replace any
@@ -31,12 +31,20 @@ pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
     format!("v1,{}", B64.encode(mac.finalize().into_bytes()))
 }
 
+/// Which attempt a request is: of which route of which source, its number on that
+/// route, and when (unix seconds).
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptOf<'a> {
+    pub source: &'a str,
+    pub route: &'a str,
+    pub attempt: u32,
+    pub now_secs: i64,
+}
+
 /// The headers of one delivery attempt.
 pub fn headers(
     entry: &Entry,
-    source: &str,
-    attempt: u32,
-    now_secs: i64,
+    of: AttemptOf<'_>,
     pass: &HeaderPolicy,
     body_signed: bool,
     signing_key: Option<&[u8]>,
@@ -59,15 +67,16 @@ pub fn headers(
         }
     };
     set("webhook-id", &entry.id);
-    set("webhook-timestamp", &now_secs.to_string());
+    set("webhook-timestamp", &of.now_secs.to_string());
     if let Some(key) = signing_key {
         set(
             "webhook-signature",
-            &sign(key, &entry.id, now_secs, &entry.body),
+            &sign(key, &entry.id, of.now_secs, &entry.body),
         );
     }
-    set("hookgate-source", source);
-    set("hookgate-attempt", &attempt.to_string());
+    set("hookgate-source", of.source);
+    set("hookgate-route", of.route);
+    set("hookgate-attempt", &of.attempt.to_string());
     if let Some(id) = &entry.event_id {
         set("hookgate-event-id", id);
     }
@@ -124,8 +133,7 @@ mod tests {
             attempts: 0,
             next_attempt_at: None,
             last_error: None,
-            budget_start: 0,
-            budget_attempts: 0,
+            deliveries: Vec::new(),
             headers: vec![
                 Header {
                     name: "content-type".into(),
@@ -147,7 +155,14 @@ mod tests {
             body: bytes::Bytes::from_static(b"{}"),
         };
         let all = HeaderPolicy::new(&["*".to_string()], &[]);
-        let h = headers(&entry, "s", 2, 100, &all, true, None);
+        let of = |attempt| AttemptOf {
+            source: "s",
+            route: "billing",
+            attempt,
+            now_secs: 100,
+        };
+        let h = headers(&entry, of(2), &all, true, None);
+        assert_eq!(h["hookgate-route"], "billing");
         assert_eq!(h["webhook-id"], "e1");
         assert_eq!(h.get_all("webhook-id").iter().count(), 1);
         assert_eq!(h["stripe-signature"], "t=1,v1=ab");
@@ -159,9 +174,7 @@ mod tests {
         assert!(h.get("hookgate-body-signed").is_none());
         let only = headers(
             &entry,
-            "s",
-            1,
-            100,
+            of(1),
             &HeaderPolicy::new(&[], &[]),
             false,
             Some(b"k"),

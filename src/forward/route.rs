@@ -1,6 +1,7 @@
-//! Where each source's entries go: the route (destination, retry policy, timeout,
-//! headers, signing key) and what sources sharing a destination share (one breaker,
-//! one concurrency limit per destination origin, `scheme://host:port`).
+//! Where each source's entries go: its routes (each a destination, retry policy,
+//! timeout, headers, signing key and rate limit), and what routes sharing a
+//! destination share (one breaker, one concurrency limit per destination origin,
+//! `scheme://host:port`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,9 +16,11 @@ use crate::config::ForwarderConfig;
 use crate::header_policy::HeaderPolicy;
 use crate::routing::rate::Pace;
 
-/// Where and how one source's entries are delivered.
+/// Where and how the entries of one source are delivered through one of its routes.
 pub struct Route {
     pub source: String,
+    /// The route's name (`default` for a source configured with `destination`).
+    pub name: String,
     pub destination: String,
     pub signing_key: Option<Vec<u8>>,
     pub policy: RetryPolicy,
@@ -38,9 +41,6 @@ pub struct Route {
     /// themselves are the store's, so that every process keeps one pace.
     pub pace: Option<std::sync::Mutex<Pace>>,
 }
-
-/// The name of a source's one route (the `destination` of the source).
-pub const DEFAULT_ROUTE: &str = "default";
 
 /// Build the HTTP client of a route: no redirects (a 3xx is a final answer), the
 /// connect timeout, and keep-alive.
@@ -73,11 +73,12 @@ pub fn origin(url: &str) -> String {
 /// What the forwarder needs to know of a source's provider.
 #[derive(Debug, Clone)]
 pub struct ProviderFacts {
-    pub headers: HeaderPolicy,
+    /// The provider's credential headers: never passed on unless a route names them.
+    pub credential_headers: Vec<http::HeaderName>,
     pub body_signed: bool,
 }
 
-/// Build the routes of every source. Sources delivering to the same destination
+/// Build the routes of every source. Routes delivering to the same destination
 /// origin share one breaker and one concurrency limit (the smallest configured).
 /// `facts` gives each source's provider facts (by source name).
 pub fn routes(
@@ -85,19 +86,23 @@ pub fn routes(
     cfg: &ForwarderConfig,
     facts: &HashMap<String, ProviderFacts>,
 ) -> Result<Vec<Route>, reqwest::Error> {
+    let all = || {
+        sources
+            .iter()
+            .flat_map(|s| s.routes.iter().map(move |r| (s, r)))
+    };
     let mut limits: HashMap<String, usize> = HashMap::new();
-    for s in sources {
+    for (_, r) in all() {
         let l = limits
-            .entry(origin(&s.destination))
-            .or_insert(s.delivery.concurrency);
-        *l = (*l).min(s.delivery.concurrency);
+            .entry(origin(&r.destination))
+            .or_insert(r.delivery.concurrency);
+        *l = (*l).min(r.delivery.concurrency);
     }
     let mut shared: HashMap<String, (Arc<Breaker>, Arc<Semaphore>)> = HashMap::new();
-    sources
-        .iter()
-        .map(|s| {
-            let key = origin(&s.destination);
-            let limit = limits.get(&key).copied().unwrap_or(s.delivery.concurrency);
+    all()
+        .map(|(s, r)| {
+            let key = origin(&r.destination);
+            let limit = limits.get(&key).copied().unwrap_or(r.delivery.concurrency);
             let (breaker, permits) = shared
                 .entry(key)
                 .or_insert_with(|| {
@@ -107,30 +112,32 @@ pub fn routes(
                     )
                 })
                 .clone();
+            let credentials = facts
+                .get(&s.name)
+                .map(|f| f.credential_headers.as_slice())
+                .unwrap_or(&[]);
             Ok(Route {
                 source: s.name.clone(),
-                destination: s.destination.clone(),
-                signing_key: s
+                name: r.name.clone(),
+                destination: r.destination.clone(),
+                signing_key: r
                     .destination_secret
                     .as_ref()
                     .map(|k| request::decode_destination_secret(k.expose())),
                 policy: RetryPolicy {
-                    max_attempts: s.retry.max_attempts,
-                    max_age: s.retry.max_age,
-                    base: s.retry.base,
-                    cap: s.retry.cap,
+                    max_attempts: r.retry.max_attempts,
+                    max_age: r.retry.max_age,
+                    base: r.retry.base,
+                    cap: r.retry.cap,
                 },
-                timeout: s.delivery.timeout,
+                timeout: r.delivery.timeout,
                 concurrency: limit,
-                headers: facts
-                    .get(&s.name)
-                    .map(|f| f.headers.clone())
-                    .unwrap_or_else(|| HeaderPolicy::new(&s.delivery.pass_headers, &[])),
+                headers: HeaderPolicy::new(&r.delivery.pass_headers, credentials),
                 body_signed: facts.get(&s.name).is_none_or(|f| f.body_signed),
-                client: client(s.delivery.connect_timeout)?,
+                client: client(r.delivery.connect_timeout)?,
                 permits,
                 breaker,
-                pace: s
+                pace: r
                     .delivery
                     .rate_limit
                     .map(|l| std::sync::Mutex::new(Pace::new(l))),

@@ -29,6 +29,7 @@ use crate::error::ApiError;
 use crate::header_policy::HeaderPolicy;
 use crate::provider::Verifier;
 use crate::provider::verify::{self, HandshakeReply, VerifyError};
+use crate::routing::filter::{Filter, Subject};
 use crate::store::{Accepted, Header, NewEntry, Store};
 use crate::telemetry::{self, RequestOutcome};
 use body::BodyBudget;
@@ -46,9 +47,28 @@ pub struct Source {
     pub public_url: Option<String>,
     /// Which received headers are stored (credentials only when named).
     pub headers: HeaderPolicy,
+    /// The source's routes, in configuration order, with their filters.
+    pub routes: Vec<RouteFilter>,
     /// The part of the body budget this source's requests may hold.
     pub body_share: body::SourceShare,
     pub metrics: SourceMetrics,
+}
+
+/// A route as ingest sees it: its name and which entries it takes.
+#[derive(Debug, Clone)]
+pub struct RouteFilter {
+    pub name: String,
+    pub filter: Filter,
+}
+
+/// The routes whose filters take this entry, in configuration order. Runs once per
+/// entry, after verification; a filter that takes everything costs nothing.
+fn matching_routes(routes: &[RouteFilter], subject: &Subject<'_>) -> Vec<String> {
+    routes
+        .iter()
+        .filter(|r| r.filter.takes_everything() || r.filter.matches(subject))
+        .map(|r| r.name.clone())
+        .collect()
 }
 
 /// A source's ingest metrics for the outcomes every accepted request has, registered
@@ -59,6 +79,8 @@ pub struct SourceMetrics {
     accepted: metrics::Counter,
     duplicate: metrics::Counter,
     handshake: metrics::Counter,
+    /// Entries stored that no route's filter selected.
+    filtered: metrics::Counter,
     ack_seconds: metrics::Histogram,
 }
 
@@ -71,6 +93,7 @@ impl SourceMetrics {
             accepted: requests(RequestOutcome::Accepted),
             duplicate: requests(RequestOutcome::Duplicate),
             handshake: requests(RequestOutcome::Handshake),
+            filtered: metrics::counter!("hookgate_entries_filtered_total", "source" => source.to_string()),
             ack_seconds: metrics::histogram!("hookgate_ingest_ack_seconds", "source" => source.to_string()),
         }
     }
@@ -339,16 +362,27 @@ fn decide(
         return Ok(Decision::Handshake(reply));
     }
     let identity = verified.identity();
+    let event_type = verified.event_type();
+    let headers = capture_headers(&source.headers, &parts.headers);
+    let routes = matching_routes(
+        &source.routes,
+        &Subject {
+            event_type: event_type.as_deref(),
+            body,
+            headers: &headers,
+        },
+    );
     Ok(Decision::Store(Box::new(NewEntry {
         id: uuid::Uuid::now_v7().to_string(),
         source: source.name.clone(),
-        event_type: verified.event_type(),
+        event_type,
         event_id: identity.event_id,
         dedupe_key: identity.dedupe_key,
         dedupe_ttl: source.dedupe_ttl,
         received_at: now_ms,
-        headers: capture_headers(&source.headers, &parts.headers),
+        headers,
         body: body.clone(),
+        routes,
     })))
 }
 
@@ -430,11 +464,15 @@ async fn handle(
         )),
         Decision::Store(entry) => {
             let event_id = entry.event_id.clone();
+            let filtered = entry.routes.is_empty();
             let accepted = ingest
                 .store
                 .accept(*entry)
                 .await
                 .map_err(ApiError::NotStored)?;
+            if filtered && matches!(accepted, Accepted::New(_)) {
+                source.metrics.filtered.increment(1);
+            }
             let body = Json(Ack {
                 id: accepted.id(),
                 duplicate: matches!(accepted, Accepted::Duplicate(_)),

@@ -11,8 +11,10 @@
 //! `Arc<dyn Store>`. Both backends pass the same conformance suite
 //! (`tests/it/conformance.rs`).
 
+mod entry;
 mod error;
 mod headers;
+mod listing;
 pub(crate) mod pace;
 mod redis;
 mod sqlite;
@@ -21,137 +23,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::config::StoreConfig;
+pub use crate::config::{DEFAULT_ROUTE, valid_route_name};
 
+pub use entry::{Accepted, Attempt, Delivery, Entry, Header, NewEntry, Retention, Status};
 pub use error::{Backend, Cause, StoreError};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
-
-/// The life of an entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Waiting for (another) delivery attempt.
-    Pending,
-    Delivered,
-    /// The retry budget ran out or the destination refused it for good.
-    Dead,
-    /// An operator discarded it.
-    Discarded,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::Delivered => "delivered",
-            Status::Dead => "dead",
-            Status::Discarded => "discarded",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Status> {
-        Some(match s {
-            "pending" => Status::Pending,
-            "delivered" => Status::Delivered,
-            "dead" => Status::Dead,
-            "discarded" => Status::Discarded,
-            _ => return None,
-        })
-    }
-
-    pub const ALL: [Status; 4] = [
-        Status::Pending,
-        Status::Delivered,
-        Status::Dead,
-        Status::Discarded,
-    ];
-}
-
-/// One request header as received. Values are bytes: header values need not be UTF-8.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Header {
-    pub name: String,
-    pub value: Vec<u8>,
-}
-
-/// An entry to persist, built by ingest after verification.
-#[derive(Debug, Clone)]
-pub struct NewEntry {
-    /// A fresh id (UUIDv7, so ids sort by arrival time).
-    pub id: String,
-    pub source: String,
-    /// The provider's event id, when the request carries one.
-    pub event_id: Option<String>,
-    pub event_type: Option<String>,
-    /// The dedupe key, as the provider made it (`Verified::identity`): `id:<event
-    /// id>`, the id bound to a content digest, or the digest alone. Opaque here.
-    pub dedupe_key: String,
-    pub dedupe_ttl: Duration,
-    /// Unix milliseconds.
-    pub received_at: i64,
-    pub headers: Vec<Header>,
-    pub body: Bytes,
-}
-
-/// The outcome of [`Store::accept`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Accepted {
-    /// Stored now, under this id.
-    New(String),
-    /// Seen before (within the dedupe TTL): the original entry's id. Nothing written.
-    Duplicate(String),
-}
-
-impl Accepted {
-    pub fn id(&self) -> &str {
-        match self {
-            Accepted::New(id) | Accepted::Duplicate(id) => id,
-        }
-    }
-}
-
-/// A stored entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub id: String,
-    pub source: String,
-    pub event_id: Option<String>,
-    pub event_type: Option<String>,
-    pub dedupe_key: String,
-    pub received_at: i64,
-    pub status: Status,
-    pub attempts: u32,
-    /// Unix milliseconds of the next delivery attempt, while pending.
-    pub next_attempt_at: Option<i64>,
-    pub last_error: Option<String>,
-    /// When the current retry budget started (unix ms): arrival, or the last replay.
-    pub budget_start: i64,
-    /// Attempts made before the current budget started.
-    pub budget_attempts: u32,
-    pub headers: Vec<Header>,
-    pub body: Bytes,
-}
-
-impl Entry {
-    /// The entry as a listing shows it.
-    pub fn listed(&self) -> ListedEntry {
-        ListedEntry {
-            id: self.id.clone(),
-            source: self.source.clone(),
-            event_id: self.event_id.clone(),
-            event_type: self.event_type.clone(),
-            received_at: self.received_at,
-            status: self.status,
-            attempts: self.attempts,
-            next_attempt_at: self.next_attempt_at,
-            last_error: self.last_error.clone(),
-        }
-    }
-}
+pub use listing::{IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
 
 /// An operator action on an entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,6 +43,10 @@ pub struct AuditEvent {
     pub action: String,
     pub actor: String,
     pub note: Option<String>,
+    /// The route the action named; `None` when it named none (every delivery it
+    /// applied to).
+    #[serde(default)]
+    pub route: Option<String>,
 }
 
 /// What [`Store::replay`] and [`Store::discard`] did.
@@ -169,9 +54,18 @@ pub struct AuditEvent {
 pub enum Transition {
     Done,
     NotFound,
-    /// The entry's status does not allow it (replay of a pending entry; discard of a
-    /// delivered or discarded one).
+    /// The entry has no delivery through the named route.
+    NoSuchRoute,
+    /// The status does not allow it: the named delivery's, or, when no route was
+    /// named and no delivery qualified, the entry's.
     Conflict(Status),
+}
+
+/// What an operator paused: a whole source, or one route of it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PauseTarget {
+    pub source: String,
+    pub route: Option<String>,
 }
 
 /// Per-source counters and gauges.
@@ -186,130 +80,32 @@ pub struct SourceStats {
     pub delivered: u64,
     pub dead: u64,
     pub discarded: u64,
+    pub filtered: u64,
     /// Arrival time (unix ms) of the oldest pending entry.
     pub oldest_pending_at: Option<i64>,
 }
 
-/// The id bound for a time: UUIDv7 ids start with the unix-ms timestamp in hex, so
-/// every id of an entry received at or after `ms` sorts at or after this string.
-pub fn id_floor(ms: i64) -> String {
-    let ms = u64::try_from(ms.max(0)).unwrap_or(0) & 0xffff_ffff_ffff;
-    format!("{:08x}-{:04x}", ms >> 16, ms & 0xffff)
+/// The deliveries of one route of a source, by status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteStats {
+    pub pending: u64,
+    pub delivered: u64,
+    pub dead: u64,
+    pub discarded: u64,
+    /// Arrival time (unix ms) of the oldest entry whose delivery through the route
+    /// is pending.
+    pub oldest_pending_at: Option<i64>,
 }
 
-/// A listing query. Entries come newest first; `cursor` is the last id of the
-/// previous page.
-#[derive(Debug, Clone, Default)]
-pub struct ListQuery {
-    pub source: Option<String>,
-    pub status: Option<Status>,
-    pub event_type: Option<String>,
-    /// Received at or after (unix ms).
-    pub since: Option<i64>,
-    /// Received before (unix ms).
-    pub until: Option<i64>,
-    pub limit: usize,
-    pub cursor: Option<String>,
-}
-
-/// An entry as a listing shows it: everything but its headers and body. A listing
-/// never reads a body, so a page of a thousand entries costs kilobytes whatever the
-/// bodies weigh ([`Store::get`] returns the whole [`Entry`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedEntry {
-    pub id: String,
-    pub source: String,
-    pub event_id: Option<String>,
-    pub event_type: Option<String>,
-    pub received_at: i64,
-    pub status: Status,
-    pub attempts: u32,
-    /// Unix milliseconds of the next delivery attempt, while pending.
-    pub next_attempt_at: Option<i64>,
-    pub last_error: Option<String>,
-}
-
-/// A page of listed entries (no headers, no bodies) and the cursor of the next page.
-#[derive(Debug, Clone)]
-pub struct Page {
-    pub entries: Vec<ListedEntry>,
-    pub next_cursor: Option<String>,
-}
-
-/// A page of entry ids, as [`Store::list_ids`] returns it.
-#[derive(Debug, Clone)]
-pub struct IdPage {
-    pub ids: Vec<String>,
-    pub next_cursor: Option<String>,
-}
-
-pub const MAX_PAGE: usize = 1000;
-
-impl ListQuery {
-    /// Where a newest-first scan starts: ids strictly below this one (the cursor, or
-    /// the id bound of `until`, whichever is lower) are still to be looked at.
-    pub(crate) fn scan_below(&self) -> Option<String> {
-        let until = self.until.map(id_floor);
-        match (&self.cursor, until) {
-            (Some(c), Some(u)) => Some(c.min(&u).clone()),
-            (Some(c), None) => Some(c.clone()),
-            (None, until) => until,
-        }
-    }
-}
-
-impl Page {
-    /// The page from up to `limit + 1` entries read newest first: the one past
-    /// `limit` only says that another page follows.
-    pub(crate) fn from_overfetched(mut entries: Vec<ListedEntry>, limit: usize) -> Page {
-        let next_cursor = match entries.len() > limit {
-            true => {
-                entries.truncate(limit);
-                entries.last().map(|e| e.id.clone())
-            }
-            false => None,
-        };
-        Page {
-            entries,
-            next_cursor,
-        }
-    }
-}
-
-impl IdPage {
-    /// The page from up to `limit + 1` ids read newest first (see
-    /// [`Page::from_overfetched`]).
-    pub(crate) fn from_overfetched(mut ids: Vec<String>, limit: usize) -> IdPage {
-        let next_cursor = match ids.len() > limit {
-            true => {
-                ids.truncate(limit);
-                ids.last().cloned()
-            }
-            false => None,
-        };
-        IdPage { ids, next_cursor }
-    }
-}
-
-/// One delivery attempt, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attempt {
-    /// 1 for the first attempt.
-    pub n: u32,
-    /// Unix milliseconds when the attempt started.
-    pub at: i64,
-    /// The destination's HTTP status, when it answered.
-    pub status_code: Option<u16>,
-    /// The error kind when it did not answer (or why the answer failed).
-    pub error: Option<String>,
-    pub latency_ms: u64,
-}
-
-/// A claimed entry: leased to one worker until it completes it or the lease expires
-/// (then another worker claims it again: at-least-once).
+/// A claimed delivery: one route's delivery of an entry, leased to one worker until
+/// it completes it or the lease expires (then another worker claims it again:
+/// at-least-once).
 #[derive(Debug, Clone)]
 pub struct Claim {
     pub entry: Entry,
+    /// The claimed delivery, as it was when claimed (also found in
+    /// `entry.deliveries`); its route names what the claim delivers through.
+    pub delivery: Delivery,
     /// This claim's lease token: unique per claim, so a completion by a worker whose
     /// lease expired (and was taken by another claim) changes nothing.
     pub token: String,
@@ -319,7 +115,7 @@ pub struct Claim {
     pub stream_message: Option<String>,
 }
 
-/// What a worker did with a claimed entry.
+/// What a worker did with a claimed delivery.
 #[derive(Debug, Clone)]
 pub enum Completion {
     Delivered {
@@ -346,10 +142,15 @@ pub enum Completion {
 /// once (other processes sharing the store see it at their next poll).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control {
-    /// A source was paused or resumed.
-    Paused { source: String, paused: bool },
-    /// An entry was discarded.
-    Discarded { id: String },
+    /// A source (`route: None`) or one of its routes was paused or resumed.
+    Paused {
+        source: String,
+        route: Option<String>,
+        paused: bool,
+    },
+    /// The delivery of an entry through a route was discarded (one control per
+    /// discarded delivery).
+    Discarded { id: String, route: String },
 }
 
 /// The sending side of [`Store::controls`], held by each backend.
@@ -395,9 +196,13 @@ pub struct Purged {
 ///
 /// * `accept` is durable when it answers, and atomic: no dedupe key without its
 ///   entry; a duplicate writes nothing but the `duplicates` counter.
-/// * Claims are leases: a claimed entry goes to no other claim until its lease
-///   expires, and then it does (at-least-once). Only the claim holding the entry's
-///   current lease completes it (see [`Store::complete`]).
+/// * An entry has one delivery per route it was stored for, and each delivery lives
+///   on its own: its status, attempts, retry budget, lease and dead letter. What
+///   happens to one route's delivery never changes another's. The entry's status is
+///   derived from them ([`Status::of_entry`]).
+/// * Claims are leases on a delivery: a claimed delivery goes to no other claim
+///   until its lease expires, and then it does (at-least-once). Only the claim
+///   holding the delivery's current lease completes it (see [`Store::complete`]).
 /// * Listings are newest first, and a cursor page never repeats or skips an entry
 ///   (ids are UUIDv7: they sort by arrival).
 /// * Replay and discard are checked against the entry's status and audited.
@@ -422,39 +227,49 @@ pub trait Store: Send + Sync + 'static {
     /// Count entries of a source (all statuses).
     async fn count(&self, source: &str) -> Result<u64, StoreError>;
 
-    /// Pause or resume delivery for a source. Ingest is unaffected; the state is
-    /// durable.
-    async fn set_paused(&self, source: &str, paused: bool) -> Result<(), StoreError>;
+    /// Pause or resume delivery for a source (`route: None`) or for one of its
+    /// routes. Ingest is unaffected; the state is durable. Pausing a source and
+    /// pausing its routes are independent: resuming the source leaves a paused
+    /// route paused.
+    async fn set_paused(
+        &self,
+        source: &str,
+        route: Option<&str>,
+        paused: bool,
+    ) -> Result<(), StoreError>;
 
-    /// The sources whose delivery is paused.
-    async fn paused_sources(&self) -> Result<Vec<String>, StoreError>;
+    /// What is paused, sorted.
+    async fn paused(&self) -> Result<Vec<PauseTarget>, StoreError>;
 
-    /// Claim up to `limit` due, pending entries of `source` for `worker`, leased for
-    /// `lease` (a crashed worker's entries are claimed again once it expires). A
-    /// paused source yields nothing, whoever paused it.
+    /// Claim up to `limit` due, pending deliveries through `route` of `source` for
+    /// `worker`, leased for `lease` (a crashed worker's deliveries are claimed again
+    /// once it expires). A paused source or route yields nothing, whoever paused it.
     async fn claim(
         &self,
         source: &str,
+        route: &str,
         worker: &str,
         now: i64,
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError>;
 
-    /// Record what happened to a claimed entry.
+    /// Record what happened to a claimed delivery. The entry's derived status,
+    /// attempts, next attempt and last error follow.
     ///
-    /// Returns `true` when the completion was applied: the entry is still pending and
-    /// its current lease is this claim's. A lease whose time ran out still counts as
-    /// long as no other claim took the entry since (the lease time only decides when
-    /// the entry may be claimed again, not whether its holder may complete it).
+    /// Returns `true` when the completion was applied: the delivery is still pending
+    /// and its current lease is this claim's. A lease whose time ran out still counts
+    /// as long as no other claim took the delivery since (the lease time only decides
+    /// when it may be claimed again, not whether its holder may complete it).
     ///
     /// Otherwise it returns `false`, and:
-    /// * an entry claimed again since (a stale lease), replayed, already completed
+    /// * a delivery claimed again since (a stale lease), replayed, already completed
     ///   (a repeated call after a lost reply) or purged is left as it is: no attempt,
     ///   status or error is recorded, and the current holder's lease stays;
-    /// * an entry discarded while this claim's attempt ran (discard keeps the lease)
-    ///   gets the attempt recorded (its `attempts` count and trail grow by it, if
-    ///   the completion carries one) and loses the lease; it stays discarded.
+    /// * a delivery discarded while this claim's attempt ran (discard keeps the
+    ///   lease) gets the attempt recorded (its `attempts` count and the trail grow
+    ///   by it, if the completion carries one) and loses the lease; it stays
+    ///   discarded.
     async fn complete(
         &self,
         claim: &Claim,
@@ -463,16 +278,18 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
     ) -> Result<bool, StoreError>;
 
-    /// Every attempt of an entry, oldest first.
+    /// Every attempt of an entry, through every route, oldest first (by start time;
+    /// ties by route, then `n`).
     async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError>;
 
     /// How many entries of `source` have `status`.
     async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError>;
 
-    /// Remove up to `limit` delivered entries completed before `delivered_before`,
-    /// up to `limit` dead and discarded ones completed (or discarded) before
-    /// `dead_before`, and up to `limit` expired dedupe keys (on Redis the limits hold
-    /// per source). Pending entries are never removed.
+    /// Remove up to `limit` delivered and filtered entries that reached their status
+    /// before `delivered_before`, up to `limit` dead and discarded ones that reached
+    /// it before `dead_before` (see [`Status::retention`]), and up to `limit`
+    /// expired dedupe keys (on Redis the limits hold per source). Pending entries
+    /// (an entry with any pending delivery) are never removed.
     async fn purge(
         &self,
         now: i64,
@@ -513,20 +330,28 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Queue an entry for delivery again at `at`, with a fresh retry budget; it keeps
-    /// its id. Recorded in the audit trail.
+    /// Queue deliveries of an entry again at `at`, each with a fresh retry budget;
+    /// the entry keeps its id. With a `route`, that route's delivery (unless it is
+    /// pending). Without one, every dead or discarded delivery; when there is none
+    /// and every delivery was delivered, all of them (a re-send); otherwise
+    /// `Conflict` with the entry's status. Recorded in the audit trail.
     async fn replay(
         &self,
         id: &str,
+        route: Option<&str>,
         at: i64,
         actor: &str,
         now: i64,
     ) -> Result<Transition, StoreError>;
 
-    /// Discard an entry (pending or dead): it is never delivered. Recorded with the note.
+    /// Discard deliveries of an entry (pending or dead): they are never delivered.
+    /// With a `route`, that route's delivery; without one, every pending or dead
+    /// delivery (`Conflict` with the entry's status when there is none). Recorded
+    /// with the note; one [`Control::Discarded`] per discarded delivery.
     async fn discard(
         &self,
         id: &str,
+        route: Option<&str>,
         actor: &str,
         note: &str,
         now: i64,
@@ -538,8 +363,11 @@ pub trait Store: Send + Sync + 'static {
     /// Add `n` to the count of requests that failed verification.
     async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError>;
 
-    /// Counters and gauges of a source.
+    /// Counters and gauges of a source (its entries, by derived status).
     async fn stats(&self, source: &str) -> Result<SourceStats, StoreError>;
+
+    /// The deliveries through `route` of `source`, by status.
+    async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError>;
 
     /// Take the next send slot of `route` of `source`, paced at one send per
     /// `spacing` with up to `burst` at once (GCRA): `Ok(None)` when a send may go
@@ -555,6 +383,22 @@ pub trait Store: Send + Sync + 'static {
         spacing: Duration,
         burst: u32,
     ) -> Result<Option<i64>, StoreError>;
+
+    /// Hold the send slots of `route` of `source` from `now` until `until` (unix ms):
+    /// no slot
+    /// opens before then for any process sharing the store (a destination's 429 or
+    /// 503 with `Retry-After`), and the route is paced as before afterwards
+    /// (`spacing`, `burst` as for [`Store::take_send_slot`]). A hold never shortens
+    /// one already in place. Like the pace, it is not durable.
+    async fn hold_send_slots(
+        &self,
+        source: &str,
+        route: &str,
+        now: i64,
+        until: i64,
+        spacing: Duration,
+        burst: u32,
+    ) -> Result<(), StoreError>;
 
     /// Whether the store answers, reads and writes (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;
@@ -572,6 +416,14 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Open the configured backend. The only place that matches on the store kind.
+///
+/// A store written before routes existed is migrated once, at open, and logged: each
+/// of its entries gets one delivery, through [`DEFAULT_ROUTE`], holding the entry's
+/// status, attempts, retry budget and lease as they were (so pending entries are
+/// delivered, and leased ones are claimed again once their lease expires). The
+/// migration is one-way: no release older than this one may be started on the store
+/// afterwards (it would misread it); this release and later ones refuse a store
+/// whose schema is newer than they know.
 pub async fn open(cfg: &StoreConfig, clock: &Clock) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match cfg {
         StoreConfig::Embedded(c) => Arc::new(sqlite::SqliteStore::open(c, clock.clone()).await?),

@@ -18,6 +18,14 @@ pub(crate) fn gcra(tat: i64, now: i64, spacing: i64, burst: u32) -> Result<i64, 
     }
 }
 
+/// The arrival time `tat` after a hold until `until` (both in microseconds): no slot
+/// opens before `until`, and from then on the route is paced as before (its burst is
+/// not given back at once). A hold never brings a later arrival time forward.
+pub(crate) fn held(tat: i64, until: i64, spacing: i64, burst: u32) -> i64 {
+    let tolerance = spacing.max(1).saturating_mul(i64::from(burst.max(1)) - 1);
+    tat.max(until.saturating_add(tolerance))
+}
+
 /// Microseconds as milliseconds, rounded up (a slot opening at 1.2 ms is free at 2).
 pub(crate) fn ceil_ms(us: i64) -> i64 {
     us.div_euclid(1000) + i64::from(us.rem_euclid(1000) != 0)
@@ -54,5 +62,20 @@ mod tests {
         assert_eq!(at, now + spacing);
         assert!(gcra(tat, at, spacing, burst).is_ok());
         assert!(gcra(tat, at - 1, spacing, burst).is_err());
+    }
+
+    #[test]
+    fn a_hold_opens_no_slot_before_its_end_then_paces_as_before() {
+        let (spacing, burst) = (50_000, 2);
+        let now = 1_000_000_000;
+        let until = now + 2_000_000;
+        let tat = held(0, until, spacing, burst);
+        assert_eq!(gcra(tat, now, spacing, burst), Err(until));
+        assert_eq!(gcra(tat, until - 1, spacing, burst), Err(until));
+        let next = gcra(tat, until, spacing, burst).unwrap();
+        // One slot at the end of the hold, the next one spacing later.
+        assert_eq!(gcra(next, until, spacing, burst), Err(until + spacing));
+        // A hold that ends sooner than the pace already would changes nothing.
+        assert_eq!(held(until * 2, until, spacing, burst), until * 2);
     }
 }

@@ -56,42 +56,64 @@ pub fn init(format: LogFormat) {
     };
 }
 
-/// Register every metric family with a zero series for each configured source (and
+/// A configured source and the names of its routes: the label values of the
+/// per-source and per-route metric families.
+#[derive(Debug, Clone)]
+pub struct SourceRoutes {
+    pub source: String,
+    pub routes: Vec<String>,
+}
+
+/// Register every metric family with a zero series for each configured source and
+/// route (and
 /// each destination origin), for every label value the code can emit. Without this a
 /// series is born at its first event, and Prometheus, having no earlier sample, sees
 /// no increase: `increase(hookgate_dead_lettered_total[15m]) > 0` would never fire
 /// on the first dead letter. Call after [`install_metrics`] (handles taken before it
 /// are no-ops). Registering never changes a value already there. Histograms
 /// registered without an observation are rendered with a zero count, sum and buckets.
-pub fn register_families(sources: &[String], destinations: &[String]) {
+pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
     use metrics::{counter, gauge, histogram};
     for outcome in RequestOutcome::ALL {
         if !outcome.counted_per_source() {
             continue;
         }
         for s in sources {
-            counter!("hookgate_ingest_requests_total", "source" => s.clone(), "outcome" => outcome.label()).increment(0);
+            counter!("hookgate_ingest_requests_total", "source" => s.source.clone(), "outcome" => outcome.label()).increment(0);
         }
     }
     counter!("hookgate_ingest_requests_total", "source" => UNKNOWN_SOURCE, "outcome" => RequestOutcome::UnknownSource.label()).increment(0);
-    for s in sources {
+    for SourceRoutes { source, routes } in sources {
+        let s = source;
         for reason in VerifyError::ALL {
             counter!("hookgate_ingest_unverified_total", "source" => s.clone(), "reason" => reason.label()).increment(0);
         }
         // Registered, not observed: rendered with a zero count.
         let _ = histogram!("hookgate_ingest_ack_seconds", "source" => s.clone());
-        for result in DeliveryResult::ALL {
-            counter!("hookgate_delivery_attempts_total", "source" => s.clone(), "result" => result.label()).increment(0);
-        }
-        for outcome in DeliveryOutcome::ALL {
-            counter!("hookgate_deliveries_total", "source" => s.clone(), "outcome" => outcome.label()).increment(0);
-        }
-        counter!("hookgate_retries_scheduled_total", "source" => s.clone()).increment(0);
-        counter!("hookgate_dead_lettered_total", "source" => s.clone()).increment(0);
-        let _ = histogram!("hookgate_delivery_seconds", "source" => s.clone());
+        counter!("hookgate_entries_filtered_total", "source" => s.clone()).increment(0);
         gauge!("hookgate_pending_entries", "source" => s.clone()).increment(0.0);
         gauge!("hookgate_dead_entries", "source" => s.clone()).increment(0.0);
         gauge!("hookgate_oldest_pending_age_seconds", "source" => s.clone()).increment(0.0);
+        for r in routes {
+            let route = || r.clone();
+            for result in DeliveryResult::ALL {
+                counter!("hookgate_delivery_attempts_total", "source" => s.clone(), "route" => route(), "result" => result.label()).increment(0);
+            }
+            for outcome in DeliveryOutcome::ALL {
+                counter!("hookgate_deliveries_total", "source" => s.clone(), "route" => route(), "outcome" => outcome.label()).increment(0);
+            }
+            counter!("hookgate_retries_scheduled_total", "source" => s.clone(), "route" => route())
+                .increment(0);
+            counter!("hookgate_dead_lettered_total", "source" => s.clone(), "route" => route())
+                .increment(0);
+            let _ =
+                histogram!("hookgate_delivery_seconds", "source" => s.clone(), "route" => route());
+            gauge!("hookgate_route_pending_deliveries", "source" => s.clone(), "route" => route())
+                .increment(0.0);
+            gauge!("hookgate_route_dead_deliveries", "source" => s.clone(), "route" => route())
+                .increment(0.0);
+            gauge!("hookgate_route_oldest_pending_age_seconds", "source" => s.clone(), "route" => route()).increment(0.0);
+        }
     }
     for d in destinations {
         gauge!("hookgate_circuit_breaker_state", "destination" => d.clone()).increment(0.0);
@@ -141,32 +163,49 @@ fn describe() {
     );
     describe_counter!(
         "hookgate_delivery_attempts_total",
-        "Delivery attempts by source and result (2xx, 3xx, 4xx, 5xx, other, timeout, connect, io)"
+        "Delivery attempts by source, route and result (2xx, 3xx, 4xx, 5xx, other, timeout, connect, io)"
     );
     describe_counter!(
         "hookgate_deliveries_total",
-        "Attempt outcomes by source: delivered, retry, dead"
+        "Attempt outcomes by source and route: delivered, retry, dead"
     );
     describe_counter!(
         "hookgate_retries_scheduled_total",
-        "Retries scheduled after a failed attempt, by source"
+        "Retries scheduled after a failed attempt, by source and route"
     );
     describe_counter!(
         "hookgate_dead_lettered_total",
-        "Entries moved to the dead-letter queue, by source"
+        "Deliveries moved to the dead-letter queue, by source and route"
+    );
+    describe_counter!(
+        "hookgate_entries_filtered_total",
+        "Entries stored that no route's filter selected (answered 200, never delivered), by source"
     );
     describe_histogram!(
         "hookgate_delivery_seconds",
         Unit::Seconds,
-        "Duration of delivery attempts, by source"
+        "Duration of delivery attempts, by source and route"
+    );
+    describe_gauge!(
+        "hookgate_route_pending_deliveries",
+        "Deliveries waiting, by source and route"
+    );
+    describe_gauge!(
+        "hookgate_route_dead_deliveries",
+        "Deliveries in the dead-letter queue, by source and route"
+    );
+    describe_gauge!(
+        "hookgate_route_oldest_pending_age_seconds",
+        Unit::Seconds,
+        "Arrival age of the oldest entry whose delivery through the route waits, by source and route (0 when none)"
     );
     describe_gauge!(
         "hookgate_pending_entries",
-        "Entries waiting for delivery, by source"
+        "Entries with a delivery waiting, by source"
     );
     describe_gauge!(
         "hookgate_dead_entries",
-        "Entries in the dead-letter queue, by source"
+        "Entries with a dead delivery and none waiting, by source"
     );
     describe_gauge!(
         "hookgate_oldest_pending_age_seconds",
@@ -225,10 +264,17 @@ mod tests {
             .unwrap_or_else(|| panic!("README's metrics table has no row for {family}"))
     }
 
+    fn one_route(source: &str) -> SourceRoutes {
+        SourceRoutes {
+            source: source.to_string(),
+            routes: vec!["r1".to_string()],
+        }
+    }
+
     #[test]
     fn readme_table_lists_every_registered_family_and_label_value() {
         let handle = install_metrics().expect("recorder");
-        register_families(&["unit_src".into()], &["http://127.0.0.1:9".into()]);
+        register_families(&[one_route("unit_src")], &["http://127.0.0.1:9".into()]);
         let rendered: BTreeSet<String> = handle
             .render()
             .lines()
@@ -276,22 +322,27 @@ mod tests {
     #[test]
     fn registered_series_start_at_zero_and_keep_later_values() {
         let handle = install_metrics().expect("recorder");
-        register_families(&["unit_keep".into()], &[]);
-        metrics::counter!("hookgate_dead_lettered_total", "source" => "unit_keep").increment(3);
+        register_families(&[one_route("unit_keep")], &[]);
+        metrics::counter!("hookgate_dead_lettered_total", "source" => "unit_keep", "route" => "r1")
+            .increment(3);
         // A second registration (another gateway in this process) changes nothing.
-        register_families(&["unit_keep".into()], &[]);
+        register_families(&[one_route("unit_keep")], &[]);
         let text = handle.render();
         assert!(
-            text.contains("hookgate_dead_lettered_total{source=\"unit_keep\"} 3"),
+            text.contains("hookgate_dead_lettered_total{source=\"unit_keep\",route=\"r1\"} 3"),
             "{text}"
         );
         assert!(
-            text.contains("hookgate_retries_scheduled_total{source=\"unit_keep\"} 0"),
+            text.contains("hookgate_retries_scheduled_total{source=\"unit_keep\",route=\"r1\"} 0"),
             "{text}"
         );
         assert!(
-            text.contains("hookgate_delivery_seconds_count{source=\"unit_keep\"} 0"),
+            text.contains("hookgate_delivery_seconds_count{source=\"unit_keep\",route=\"r1\"} 0"),
             "an unobserved histogram is rendered with a zero count:\n{text}"
+        );
+        assert!(
+            text.contains("hookgate_entries_filtered_total{source=\"unit_keep\"} 0"),
+            "{text}"
         );
     }
 }

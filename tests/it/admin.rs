@@ -293,7 +293,10 @@ async fn pause_survives_restart(backend: Backend) {
     let gw = Gateway::start(cfg()).await;
     let admin = Admin::new(&gw);
     let sources = admin.get("/admin/sources").await;
-    assert_eq!(sources, json!([{"source": "p", "paused": true}]));
+    assert_eq!(
+        sources,
+        json!([{"source": "p", "paused": true, "routes": [{"route": "default", "paused": false}]}])
+    );
     quiet_for("the pause survives the restart", quiet, async || {
         up.count() == 0
     })
@@ -347,7 +350,7 @@ async fn wrong_or_missing_tokens_are_refused_and_change_nothing() {
     }
     let store = h.open().await;
     assert!(
-        store.paused_sources().await.unwrap().is_empty(),
+        crate::util::paused_sources(&*store).await.is_empty(),
         "a refused request paused"
     );
     // Probes and metrics need no token; the document does.
@@ -492,6 +495,8 @@ async fn the_server_and_its_openapi_document_agree() {
         ("GET", "/admin/sources"),
         ("POST", "/admin/sources/{name}/pause"),
         ("POST", "/admin/sources/{name}/resume"),
+        ("POST", "/admin/sources/{name}/routes/{route}/pause"),
+        ("POST", "/admin/sources/{name}/routes/{route}/resume"),
         ("GET", "/admin/stats"),
     ]
     .into_iter()
@@ -509,8 +514,23 @@ async fn the_server_and_its_openapi_document_agree() {
         ("GET", "/admin/entries?status=bogus".into(), None),
         ("GET", format!("/admin/entries/{dead}"), None),
         ("GET", "/admin/entries/missing".into(), None),
+        (
+            "GET",
+            "/admin/entries?route=default&status=dead".into(),
+            None,
+        ),
+        (
+            "POST",
+            format!("/admin/entries/{dead}/replay"),
+            Some(json!({"route": "nope"})),
+        ),
         ("POST", format!("/admin/entries/{dead}/replay"), None),
         ("POST", format!("/admin/entries/{dead}/replay"), None),
+        (
+            "POST",
+            format!("/admin/entries/{dead}/replay"),
+            Some(json!({"route": "default"})),
+        ),
         ("POST", "/admin/entries/missing/replay".into(), None),
         (
             "POST",
@@ -542,6 +562,27 @@ async fn the_server_and_its_openapi_document_agree() {
         ("POST", "/admin/sources/oa/pause".into(), None),
         ("POST", "/admin/sources/oa/resume".into(), None),
         ("POST", "/admin/sources/nope/pause".into(), None),
+        (
+            "POST",
+            "/admin/sources/oa/routes/default/pause".into(),
+            None,
+        ),
+        (
+            "POST",
+            "/admin/sources/oa/routes/default/resume".into(),
+            None,
+        ),
+        ("POST", "/admin/sources/oa/routes/nope/pause".into(), None),
+        (
+            "POST",
+            "/admin/replay".into(),
+            Some(json!({"source": "oa", "route": "nope"})),
+        ),
+        (
+            "POST",
+            "/admin/replay".into(),
+            Some(json!({"source": "oa", "route": "default"})),
+        ),
         ("GET", "/admin/stats".into(), None),
     ];
     for (method, path, body) in cases {

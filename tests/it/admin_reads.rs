@@ -56,13 +56,14 @@ async fn listings_and_id_pages_agree(store: &dyn Store) {
     }
     // A few of "b" die, with an attempt and a reason.
     let claims = store
-        .claim("b", "w", now_ms(), 4, Duration::from_secs(30))
+        .claim("b", "default", "w", now_ms(), 4, Duration::from_secs(30))
         .await
         .unwrap();
     assert_eq!(claims.len(), 4);
     for c in &claims {
         let done = Completion::Dead {
             attempt: Some(hookgate::store::Attempt {
+                route: "default".into(),
                 n: 1,
                 at: now_ms(),
                 status_code: Some(404),

@@ -265,6 +265,25 @@ async fn the_cli_drives_a_running_gateway() {
         out.contains("status:       dead") && out.contains("[redacted]"),
         "{out}"
     );
+    // The deliveries per route, and the attempts with their route.
+    assert!(out.contains("deliveries:\nROUTE"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("default") && l.contains("dead") && l.contains("HTTP 404")),
+        "{out}"
+    );
+    let (code, out, _) = cli(vec![
+        "dlq", "list", "--source", "cli", "--route", "default", "--json",
+    ])
+    .await;
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["entries"].as_array().unwrap().len(), 2);
+    let (code, _, err) = cli(vec!["dlq", "list", "--route", "default"]).await;
+    assert_eq!(code, 2, "a route is named within its source: {err}");
+    let (code, _, err) = cli(vec!["entries", "replay", &a, "--route", "nope"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("404") && err.contains("nope"), "{err}");
 
     let (code, out, err) = cli(vec!["entries", "discard", &b, "--note", "bad payload"]).await;
     assert_eq!(code, 0, "{err}");
@@ -290,6 +309,20 @@ async fn the_cli_drives_a_running_gateway() {
     assert!(out.contains("cli") && out.contains("paused"), "{out}");
     let (code, _, _) = cli(vec!["sources", "resume", "cli"]).await;
     assert_eq!(code, 0);
+    // One route paused, then resumed: `sources list` shows each route's state.
+    let (code, out, err) = cli(vec!["sources", "pause", "cli", "--route", "default"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("cli route default: delivery paused"), "{out}");
+    let (code, out, _) = cli(vec!["sources", "list"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("cli") && l.contains("default") && l.contains("paused")),
+        "{out}"
+    );
+    let (code, out, _) = cli(vec!["sources", "resume", "cli", "--route", "default"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("delivery resumed"), "{out}");
 
     // Clear errors: a wrong token, an unreachable gateway.
     let (code, _, err) = run(
@@ -351,7 +384,7 @@ async fn the_cli_drives_a_gateway_without_an_admin_token() {
         .await
         .unwrap();
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("0 dead entries queued"), "{out}");
+    assert!(out.contains("0 dead deliveries queued"), "{out}");
     let (code, out, err) = cli(args(
         &localhost,
         &["entries", "discard", &id, "--note", "spam"],

@@ -31,6 +31,7 @@ pub(crate) fn entry(source: &str, key: &str) -> NewEntry {
             value: b"application/json".to_vec(),
         }],
         body: Bytes::from(format!("{{\"id\":\"{key}\"}}")),
+        routes: vec!["default".into()],
     }
 }
 
@@ -181,17 +182,20 @@ both_stores!(
 async fn pause_is_durable(backend: Backend) {
     let h = StoreHandle::new(backend);
     let store = h.open().await;
-    assert!(store.paused_sources().await.unwrap().is_empty());
-    store.set_paused("a", true).await.unwrap();
-    store.set_paused("b", true).await.unwrap();
-    store.set_paused("b", false).await.unwrap();
-    assert_eq!(store.paused_sources().await.unwrap(), vec!["a".to_string()]);
+    assert!(crate::util::paused_sources(&*store).await.is_empty());
+    store.set_paused("a", None, true).await.unwrap();
+    store.set_paused("b", None, true).await.unwrap();
+    store.set_paused("b", None, false).await.unwrap();
+    assert_eq!(
+        crate::util::paused_sources(&*store).await,
+        vec!["a".to_string()]
+    );
     store.ping().await.unwrap();
     store.close().await;
     drop(store);
     let reopened = h.open().await;
     assert_eq!(
-        reopened.paused_sources().await.unwrap(),
+        crate::util::paused_sources(&*reopened).await,
         vec!["a".to_string()]
     );
 }
@@ -203,11 +207,11 @@ both_stores!(pause_state_survives_reopen, super::pause_is_durable);
 
 /// The lease of every claim in this suite: short, so that an abandoned one expires
 /// within the test; waits loop on what the store shows, up to `DEADLINE`.
-const LEASE: Duration = Duration::from_millis(200);
-const DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const LEASE: Duration = Duration::from_millis(200);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(10);
 
 /// An entry received at `ms`, its id carrying that time (as ingest's UUIDv7 ids do).
-fn entry_at(source: &str, key: &str, ms: i64, event_type: &str) -> NewEntry {
+pub(crate) fn entry_at(source: &str, key: &str, ms: i64, event_type: &str) -> NewEntry {
     let ms = u64::try_from(ms).expect("a time after 1970");
     let ts = uuid::Timestamp::from_unix(
         uuid::NoContext,
@@ -223,6 +227,7 @@ fn entry_at(source: &str, key: &str, ms: i64, event_type: &str) -> NewEntry {
 
 fn attempt(n: u32, at: i64, status_code: Option<u16>) -> Attempt {
     Attempt {
+        route: "default".into(),
         n,
         at,
         status_code,
@@ -246,7 +251,7 @@ fn refused_at(at: i64) -> Completion {
     }
 }
 
-async fn accept_new(store: &dyn Store, e: NewEntry) -> String {
+pub(crate) async fn accept_new(store: &dyn Store, e: NewEntry) -> String {
     match store.accept(e).await.unwrap() {
         Accepted::New(id) => id,
         other => panic!("expected a new entry, got {other:?}"),
@@ -254,7 +259,10 @@ async fn accept_new(store: &dyn Store, e: NewEntry) -> String {
 }
 
 async fn claim_at(store: &dyn Store, source: &str, worker: &str, now: i64) -> Vec<Claim> {
-    store.claim(source, worker, now, 10, LEASE).await.unwrap()
+    store
+        .claim(source, "default", worker, now, 10, LEASE)
+        .await
+        .unwrap()
 }
 
 /// The one claim a claim at `now` returns.
@@ -292,7 +300,7 @@ pub(crate) async fn claim_when_due(store: &dyn Store, source: &str, worker: &str
 }
 
 /// The stored entry `id`, which must exist.
-async fn stored(store: &dyn Store, id: &str) -> Entry {
+pub(crate) async fn stored(store: &dyn Store, id: &str) -> Entry {
     store.get(id).await.unwrap().expect("the entry")
 }
 
@@ -303,7 +311,7 @@ async fn status_of(store: &dyn Store, id: &str) -> Status {
 /// Discard `id` at `at`, which the store does.
 async fn discard_done(store: &dyn Store, id: &str, at: i64) {
     assert_eq!(
-        store.discard(id, "ops", "n", at).await.unwrap(),
+        store.discard(id, None, "ops", "n", at).await.unwrap(),
         Transition::Done,
         "discard {id}"
     );
@@ -346,13 +354,19 @@ async fn claims_hand_out_each_entry_once(store: &dyn Store) {
         ids.push(accept_new(store, entry("s", key)).await);
     }
     let t = now_ms();
-    let first = store.claim("s", "w1", t, 2, LEASE).await.unwrap();
+    let first = store
+        .claim("s", "default", "w1", t, 2, LEASE)
+        .await
+        .unwrap();
     assert_eq!(first.len(), 2, "the limit holds");
-    let second = store.claim("s", "w2", t, 2, LEASE).await.unwrap();
+    let second = store
+        .claim("s", "default", "w2", t, 2, LEASE)
+        .await
+        .unwrap();
     assert_eq!(second.len(), 1, "only what nobody holds");
     assert!(
         store
-            .claim("s", "w3", t, 2, LEASE)
+            .claim("s", "default", "w3", t, 2, LEASE)
             .await
             .unwrap()
             .is_empty()
@@ -376,7 +390,7 @@ async fn claims_hand_out_each_entry_once(store: &dyn Store) {
     // Claims are per source.
     assert!(
         store
-            .claim("t", "w1", t, 2, LEASE)
+            .claim("t", "default", "w1", t, 2, LEASE)
             .await
             .unwrap()
             .is_empty()
@@ -592,7 +606,7 @@ async fn attempt_while_discarded_is_recorded(store: &dyn Store) {
     // The attempt is running when an operator discards the entry.
     assert_eq!(
         store
-            .discard(&id, "ops", "wrong tenant", t + 1)
+            .discard(&id, None, "ops", "wrong tenant", t + 1)
             .await
             .unwrap(),
         Transition::Done
@@ -633,10 +647,11 @@ async fn entry_with_status(store: &dyn Store, source: &str, key: &str, status: S
         Status::Pending => {}
         Status::Discarded => {
             assert_eq!(
-                store.discard(&id, "ops", "setup", t).await.unwrap(),
+                store.discard(&id, None, "ops", "setup", t).await.unwrap(),
                 Transition::Done
             );
         }
+        Status::Filtered => panic!("a filtered entry is accepted as such, not driven there"),
         Status::Delivered | Status::Dead => {
             let c = claim_one(store, source, "setup", t).await;
             assert_eq!(c.entry.id, id);
@@ -660,15 +675,21 @@ async fn transitions_by_status(store: &dyn Store) {
     let discarded = entry_with_status(store, "z", "evt", Status::Discarded).await;
 
     assert_eq!(
-        store.replay(&pending, t, "ops", t).await.unwrap(),
+        store.replay(&pending, None, t, "ops", t).await.unwrap(),
         Transition::Conflict(Status::Pending)
     );
     assert_eq!(
-        store.discard(&delivered, "ops", "n", t).await.unwrap(),
+        store
+            .discard(&delivered, None, "ops", "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Delivered)
     );
     assert_eq!(
-        store.discard(&discarded, "ops", "n", t).await.unwrap(),
+        store
+            .discard(&discarded, None, "ops", "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Discarded)
     );
     // A refused transition changes nothing and leaves no audit.
@@ -695,11 +716,11 @@ async fn unknown_ids_are_not_found(store: &dyn Store) {
     for id in ["no-such-id", &uuid::Uuid::now_v7().to_string(), ""] {
         assert!(store.get(id).await.unwrap().is_none(), "{id:?}");
         assert_eq!(
-            store.replay(id, t, "ops", t).await.unwrap(),
+            store.replay(id, None, t, "ops", t).await.unwrap(),
             Transition::NotFound
         );
         assert_eq!(
-            store.discard(id, "ops", "n", t).await.unwrap(),
+            store.discard(id, None, "ops", "n", t).await.unwrap(),
             Transition::NotFound
         );
         assert!(store.attempts(id).await.unwrap().is_empty());
@@ -728,7 +749,7 @@ async fn replay_queues_with_a_fresh_budget(store: &dyn Store) {
         let now = now_ms() + 10;
         let at = now + 1_000;
         assert_eq!(
-            store.replay(&id, at, "ops", now).await.unwrap(),
+            store.replay(&id, None, at, "ops", now).await.unwrap(),
             Transition::Done,
             "replay of a {from:?} entry"
         );
@@ -736,9 +757,10 @@ async fn replay_queues_with_a_fresh_budget(store: &dyn Store) {
         assert_eq!(e.id, id);
         assert_eq!(e.status, Status::Pending);
         assert_eq!(e.next_attempt_at, Some(at));
-        assert_eq!(e.budget_start, now);
+        let d = e.delivery("default").unwrap();
+        assert_eq!(d.budget_start, now);
         assert_eq!(e.attempts, before.attempts);
-        assert_eq!(e.budget_attempts, before.attempts);
+        assert_eq!(d.budget_attempts, before.attempts);
         assert_eq!(e.body, before.body);
         assert_eq!(store.count(&source).await.unwrap(), 1);
         assert_eq!(
@@ -750,7 +772,7 @@ async fn replay_queues_with_a_fresh_budget(store: &dyn Store) {
         assert!(claim_at(store, &source, "w", at - 1).await.is_empty());
         let c = claim_one(store, &source, "w", at).await;
         assert_eq!(c.entry.id, id);
-        assert_eq!(c.entry.budget_start, now);
+        assert_eq!(c.delivery.budget_start, now);
         let n = before.attempts + 1;
         let done = Completion::Delivered {
             attempt: attempt(n, at, Some(200)),
@@ -769,18 +791,18 @@ async fn audit_trail_oldest_first(store: &dyn Store) {
     let id = entry_with_status(store, "s", "evt_audit", Status::Dead).await;
     let t = now_ms();
     assert_eq!(
-        store.replay(&id, t, "alice", t + 1).await.unwrap(),
+        store.replay(&id, None, t, "alice", t + 1).await.unwrap(),
         Transition::Done
     );
     assert_eq!(
         store
-            .discard(&id, "bob", "customer asked", t + 2)
+            .discard(&id, None, "bob", "customer asked", t + 2)
             .await
             .unwrap(),
         Transition::Done
     );
     assert_eq!(
-        store.replay(&id, t, "carol", t + 3).await.unwrap(),
+        store.replay(&id, None, t, "carol", t + 3).await.unwrap(),
         Transition::Done
     );
     let trail = store.audit(&id).await.unwrap();
@@ -790,18 +812,21 @@ async fn audit_trail_oldest_first(store: &dyn Store) {
             action: "replay".into(),
             actor: "alice".into(),
             note: None,
+            route: None,
         },
         AuditEvent {
             at: t + 2,
             action: "discard".into(),
             actor: "bob".into(),
             note: Some("customer asked".into()),
+            route: None,
         },
         AuditEvent {
             at: t + 3,
             action: "replay".into(),
             actor: "carol".into(),
             note: None,
+            route: None,
         },
     ];
     assert_eq!(trail, expect);
@@ -812,8 +837,11 @@ both_fresh_stores!(
 );
 
 async fn paused_source_is_accepted_not_claimed(store: &dyn Store) {
-    store.set_paused("s", true).await.unwrap();
-    assert_eq!(store.paused_sources().await.unwrap(), vec!["s".to_string()]);
+    store.set_paused("s", None, true).await.unwrap();
+    assert_eq!(
+        crate::util::paused_sources(store).await,
+        vec!["s".to_string()]
+    );
     let id = accept_new(store, entry("s", "evt_paused")).await;
     assert_eq!(store.count("s").await.unwrap(), 1);
     let t = now_ms();
@@ -821,8 +849,8 @@ async fn paused_source_is_accepted_not_claimed(store: &dyn Store) {
     // Other sources go on.
     let other = accept_new(store, entry("t", "evt_other")).await;
     assert_eq!(claim_one(store, "t", "w", now_ms()).await.entry.id, other);
-    store.set_paused("s", false).await.unwrap();
-    assert!(store.paused_sources().await.unwrap().is_empty());
+    store.set_paused("s", None, false).await.unwrap();
+    assert!(crate::util::paused_sources(store).await.is_empty());
     assert_eq!(claim_one(store, "s", "w", now_ms()).await.entry.id, id);
 }
 both_fresh_stores!(
@@ -830,7 +858,7 @@ both_fresh_stores!(
     super::paused_source_is_accepted_not_claimed
 );
 
-async fn next(rx: &mut tokio::sync::broadcast::Receiver<Control>) -> Control {
+pub(crate) async fn next(rx: &mut tokio::sync::broadcast::Receiver<Control>) -> Control {
     tokio::time::timeout(DEADLINE, rx.recv())
         .await
         .expect("a control within the deadline")
@@ -840,28 +868,36 @@ async fn next(rx: &mut tokio::sync::broadcast::Receiver<Control>) -> Control {
 async fn controls_announce_changes(store: &dyn Store) {
     let id = accept_new(store, entry("s", "evt_ctl")).await;
     let mut rx = store.controls();
-    store.set_paused("s", true).await.unwrap();
+    store.set_paused("s", None, true).await.unwrap();
     assert_eq!(
         next(&mut rx).await,
         Control::Paused {
+            route: None,
             source: "s".into(),
             paused: true
         }
     );
-    store.set_paused("s", false).await.unwrap();
+    store.set_paused("s", None, false).await.unwrap();
     assert_eq!(
         next(&mut rx).await,
         Control::Paused {
+            route: None,
             source: "s".into(),
             paused: false
         }
     );
     let t = now_ms();
     discard_done(store, &id, t).await;
-    assert_eq!(next(&mut rx).await, Control::Discarded { id: id.clone() });
+    assert_eq!(
+        next(&mut rx).await,
+        Control::Discarded {
+            id: id.clone(),
+            route: "default".into()
+        }
+    );
     // A refused discard announces nothing.
     assert_eq!(
-        store.discard(&id, "ops", "n", t).await.unwrap(),
+        store.discard(&id, None, "ops", "n", t).await.unwrap(),
         Transition::Conflict(Status::Discarded)
     );
     assert!(matches!(
@@ -1036,6 +1072,7 @@ async fn stats_count_what_happened(store: &dyn Store) {
         delivered: 0,
         dead: 0,
         discarded: 0,
+        filtered: 0,
         oldest_pending_at: Some(t - 5_000),
     };
     assert_eq!(store.stats("s").await.unwrap(), arrived);
@@ -1140,7 +1177,7 @@ async fn listing_fixture(store: &dyn Store, base: i64) -> Vec<Known> {
 
 /// Every page of `query` at `limit` per page, checking each page (and that `list_ids`
 /// pages the same way); the ids in order.
-async fn page_through(store: &dyn Store, query: &ListQuery) -> Vec<String> {
+pub(crate) async fn page_through(store: &dyn Store, query: &ListQuery) -> Vec<String> {
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
@@ -1320,6 +1357,7 @@ async fn attempts_in_order(store: &dyn Store) {
     let t = now_ms();
     let recorded = vec![
         Attempt {
+            route: "default".into(),
             n: 1,
             at: t,
             status_code: None,
@@ -1327,6 +1365,7 @@ async fn attempts_in_order(store: &dyn Store) {
             latency_ms: 5_000,
         },
         Attempt {
+            route: "default".into(),
             n: 2,
             at: t + 1_000,
             status_code: Some(502),
@@ -1334,6 +1373,7 @@ async fn attempts_in_order(store: &dyn Store) {
             latency_ms: 40,
         },
         Attempt {
+            route: "default".into(),
             n: 3,
             at: t + 3_000,
             status_code: Some(500),
@@ -1384,7 +1424,7 @@ async fn work_signal_moves(store: &dyn Store) {
     signal.borrow_and_update();
     let t = now_ms();
     assert_eq!(
-        store.replay(&id2, t, "ops", t).await.unwrap(),
+        store.replay(&id2, None, t, "ops", t).await.unwrap(),
         Transition::Done
     );
     tokio::time::timeout(DEADLINE, signal.changed())
@@ -1503,6 +1543,56 @@ async fn send_slots_are_shared_by_every_process_on_redis() {
     }
     // As one process alone would: the burst, then one per 50 ms.
     assert_eq!(granted, 21);
+    one.close().await;
+    two.close().await;
+}
+
+async fn held_send_slots(store: &dyn Store) {
+    let spacing = Duration::from_millis(50);
+    let t0 = 1_700_000_000_000;
+    let take = async |route: &str, now: i64| {
+        store
+            .take_send_slot("s", route, now, spacing, 2)
+            .await
+            .expect("take a send slot")
+    };
+    let hold = async |now: i64, until: i64| {
+        store
+            .hold_send_slots("s", "h", now, until, spacing, 2)
+            .await
+            .expect("hold the send slots")
+    };
+    // A 429 with `Retry-After: 2`: no slot for two seconds, then the pace as before
+    // (one slot, the next one spacing later: the burst is not given back at once).
+    hold(t0, t0 + 2_000).await;
+    assert_eq!(take("h", t0).await, Some(t0 + 2_000));
+    assert_eq!(take("h", t0 + 1_999).await, Some(t0 + 2_000));
+    assert_eq!(take("h", t0 + 2_000).await, None);
+    assert_eq!(take("h", t0 + 2_000).await, Some(t0 + 2_050));
+    // A shorter hold shortens nothing; the other routes never waited.
+    hold(t0 + 2_000, t0 + 2_010).await;
+    assert_eq!(take("h", t0 + 2_049).await, Some(t0 + 2_050));
+    assert_eq!(take("other", t0).await, None);
+}
+both_fresh_stores!(
+    a_held_route_opens_no_send_slot_before_the_hold_ends,
+    super::held_send_slots
+);
+
+/// Two gateways on one Redis: a hold one of them learns of holds the other too.
+#[tokio::test]
+async fn a_hold_is_shared_by_every_process_on_redis() {
+    let h = StoreHandle::new(Backend::Redis);
+    let (one, two) = (h.open().await, h.open().await);
+    let spacing = Duration::from_millis(50);
+    let t0 = 1_700_000_000_000;
+    one.hold_send_slots("s", "r", t0, t0 + 2_000, spacing, 2)
+        .await
+        .expect("hold");
+    let slot = two.take_send_slot("s", "r", t0 + 10, spacing, 2).await;
+    assert_eq!(slot.expect("take a send slot"), Some(t0 + 2_000));
+    let slot = two.take_send_slot("s", "r", t0 + 2_000, spacing, 2).await;
+    assert_eq!(slot.expect("take a send slot"), None);
     one.close().await;
     two.close().await;
 }

@@ -19,6 +19,7 @@ use crate::util::*;
 fn delivered(n: u32) -> Completion {
     Completion::Delivered {
         attempt: Attempt {
+            route: "default".into(),
             n,
             at: hookgate::clock::system_now_ms(),
             status_code: Some(200),
@@ -48,7 +49,10 @@ async fn a_stale_completion_never_strands_an_entry_on_redis() {
     store.accept(e).await.unwrap();
     let lease = Duration::from_millis(200);
     let now = hookgate::clock::system_now_ms;
-    let a = store.claim("s", "A", now(), 1, lease).await.unwrap();
+    let a = store
+        .claim("s", "default", "A", now(), 1, lease)
+        .await
+        .unwrap();
     assert_eq!(a.len(), 1);
     let b = claim_when_due(&*store, "s", "B").await;
     assert_eq!(b.entry.id, id);
@@ -67,7 +71,7 @@ async fn a_stale_completion_never_strands_an_entry_on_redis() {
         let mut redis = redis.clone();
         async move {
             let summary: PendingSummary = redis::cmd("XPENDING")
-                .arg("hg:{s}:work")
+                .arg("hg:{s}:work:default")
                 .arg("workers")
                 .query_async(&mut redis)
                 .await
@@ -90,7 +94,7 @@ async fn a_stale_completion_never_strands_an_entry_on_redis() {
     let (count, ..) = pending(&mut redis).await;
     assert_eq!(count, 0, "the stream holds nothing pending");
     let len: u64 = redis::cmd("XLEN")
-        .arg("hg:{s}:work")
+        .arg("hg:{s}:work:default")
         .query_async(&mut redis)
         .await
         .unwrap();

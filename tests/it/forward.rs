@@ -522,7 +522,7 @@ async fn retention(backend: Backend) {
     );
     // Paused before the gateway starts: its forwarder reads the pause at start.
     let store = h.open().await;
-    store.set_paused("held", true).await.unwrap();
+    store.set_paused("held", None, true).await.unwrap();
     let gw = Gateway::start(fwd_config(&h, global, &sources)).await;
     let held = ingest_many(&gw.ingest, "held", "evt_held", 20).await;
     ingest_many(&gw.ingest, "ok", "evt_ret", 50).await;

@@ -160,10 +160,14 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
         ("hookgate_delivery_attempts_total", "result", "connect"),
         ("hookgate_deliveries_total", "outcome", "dead"),
     ] {
-        let series = format!("{family}{{source=\"first_a\",{label}=\"{value}\"}}");
-        let alt = format!("{family}{{{label}=\"{value}\",source=\"first_a\"}}");
+        let per_route = family.starts_with("hookgate_deliver");
+        let series = if per_route {
+            format!("{family}{{source=\"first_a\",route=\"default\",{label}=\"{value}\"}}")
+        } else {
+            format!("{family}{{source=\"first_a\",{label}=\"{value}\"}}")
+        };
         assert!(
-            s.samples.get(&series).or(s.samples.get(&alt)) == Some(&0.0),
+            s.samples.get(&series) == Some(&0.0),
             "{series} missing or not 0"
         );
     }
@@ -335,7 +339,7 @@ async fn shipped_alert_rules_are_quiet_when_idle_and_fire_on_one_dead_letter() {
         serde_json::json!({
             "eval_time": format!("{m}m"),
             "alertname": "HookgateDeadLetters",
-            "exp_alerts": [{"exp_labels": {"severity": "warning", "source": "rules_dead"}}],
+            "exp_alerts": [{"exp_labels": {"severity": "warning", "source": "rules_dead", "route": "default"}}],
         })
     };
     let quiet_dead = |m: u32| serde_json::json!({"eval_time": format!("{m}m"), "alertname": "HookgateDeadLetters", "exp_alerts": []});

@@ -139,6 +139,7 @@ async fn metrics_alerts_and_dashboards_agree_with_the_server() {
     )
     .await;
     let src = ("source", "metrics_flow");
+    let route = ("route", "default");
     let expect = [
         (
             "hookgate_ingest_requests_total",
@@ -162,32 +163,33 @@ async fn metrics_alerts_and_dashboards_agree_with_the_server() {
         ),
         (
             "hookgate_delivery_attempts_total",
-            vec![src, ("result", "5xx")],
+            vec![src, route, ("result", "5xx")],
             1.0,
         ),
         (
             "hookgate_delivery_attempts_total",
-            vec![src, ("result", "4xx")],
+            vec![src, route, ("result", "4xx")],
             1.0,
         ),
         (
             "hookgate_deliveries_total",
-            vec![src, ("outcome", "retry")],
+            vec![src, route, ("outcome", "retry")],
             1.0,
         ),
         (
             "hookgate_deliveries_total",
-            vec![src, ("outcome", "dead")],
+            vec![src, route, ("outcome", "dead")],
             1.0,
         ),
-        ("hookgate_retries_scheduled_total", vec![src], 1.0),
-        ("hookgate_dead_lettered_total", vec![src], 1.0),
+        ("hookgate_retries_scheduled_total", vec![src, route], 1.0),
+        ("hookgate_dead_lettered_total", vec![src, route], 1.0),
         ("hookgate_pending_entries", vec![src], 0.0),
+        ("hookgate_route_pending_deliveries", vec![src, route], 0.0),
         ("hookgate_ingest_ack_seconds_count", vec![src], 2.0),
-        ("hookgate_delivery_seconds_count", vec![src], 2.0),
+        ("hookgate_delivery_seconds_count", vec![src, route], 2.0),
         (
             "hookgate_dead_lettered_total",
-            vec![("source", "alerted")],
+            vec![("source", "alerted"), route],
             20.0,
         ),
     ];
@@ -225,7 +227,7 @@ async fn metrics_alerts_and_dashboards_agree_with_the_server() {
     assert_eq!(alerts[0]["dead"], 20);
     let text = alerts[0]["text"].as_str().unwrap();
     assert!(
-        text.contains("20 entries") && text.contains("HTTP 404"),
+        text.contains("20 deliveries") && text.contains("HTTP 404"),
         "{text}"
     );
 

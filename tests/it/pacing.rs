@@ -12,7 +12,7 @@ use crate::util::*;
 const LIMITED: &str = "[sources.delivery]\nrate_limit = \"20/s\"\n";
 
 /// The most requests `received` holds in any one-second window.
-fn busiest_second(received: &[Received]) -> usize {
+pub(crate) fn busiest_second(received: &[Received]) -> usize {
     let times: Vec<Instant> = received.iter().map(|r| r.at).collect();
     times
         .iter()
@@ -51,11 +51,14 @@ fn span(received: &[Received]) -> Duration {
 /// resume: the backlog is what the rate limit meters.
 async fn backlog(h: &StoreHandle, gateways: &[&Gateway], n: usize) {
     let store = h.open().await;
-    store.set_paused("paced", true).await.expect("pause");
+    store.set_paused("paced", None, true).await.expect("pause");
     for (i, gw) in gateways.iter().enumerate() {
         ingest_many(&gw.ingest, "paced", &format!("evt_{i}"), n).await;
     }
-    store.set_paused("paced", false).await.expect("resume");
+    store
+        .set_paused("paced", None, false)
+        .await
+        .expect("resume");
     store.close().await;
 }
 

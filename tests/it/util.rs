@@ -983,3 +983,15 @@ async fn quiet_for_fails_once_its_condition_breaks() {
 async fn wait_until_gives_up_at_its_deadline() {
     wait_until("the impossible", 4 * POLL, async || false).await;
 }
+
+/// The sources paused as a whole (not one of their routes), sorted.
+pub async fn paused_sources(store: &dyn hookgate::store::Store) -> Vec<String> {
+    store
+        .paused()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.route.is_none())
+        .map(|p| p.source)
+        .collect()
+}

@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::codec::pack_record;
+use super::codec::{pack_record, routes_field};
 use super::conn::Conn;
 use super::{RedisStore, key};
-use crate::store::{Accepted, Backend, NewEntry, StoreError};
+use crate::store::{Accepted, Backend, NewEntry, StoreError, valid_route_name};
 
 /// Most entries one accept script carries.
 const ACCEPT_BATCH_MAX: usize = 64;
@@ -35,6 +35,8 @@ pub(super) struct AcceptJob {
     ttl_ms: u64,
     received_at: i64,
     packed: Vec<u8>,
+    /// The routes, comma-separated (empty: filtered).
+    routes: String,
     reply: oneshot::Sender<Result<Accepted, StoreError>>,
 }
 
@@ -74,9 +76,16 @@ impl RedisStore {
                 })
                 .clone()
         };
+        if let Some(bad) = e.routes.iter().find(|r| !valid_route_name(r)) {
+            return Err(StoreError::Corrupt {
+                id: e.id.clone(),
+                problem: format!("route name {bad:?} is not valid"),
+            });
+        }
         let (reply, rx) = oneshot::channel();
         let job = AcceptJob {
             packed: pack_record(&e)?,
+            routes: routes_field(&e.routes),
             ttl_ms: u64::try_from(e.dedupe_ttl.as_millis())
                 .unwrap_or(u64::MAX)
                 .max(1),
@@ -132,16 +141,19 @@ impl AcceptContext {
 
     async fn accept_batch(&self, source: &str, batch: Vec<AcceptJob>) {
         let mut inv = self.script.prepare_invoke();
-        inv.key(key(&self.prefix, source, "work"))
-            .key(key(&self.prefix, source, "st:pending"))
-            .key(key(&self.prefix, source, "stats"));
+        inv.key(key(&self.prefix, source, "st:pending"))
+            .key(key(&self.prefix, source, "stats"))
+            .key(key(&self.prefix, source, "st:filtered"))
+            .key(key(&self.prefix, source, "done:delivered"))
+            .arg(key(&self.prefix, source, ""));
         for job in &batch {
             inv.key(key(&self.prefix, source, &format!("d:{}", job.dedupe_key)))
                 .key(key(&self.prefix, source, &format!("e:{}", job.id)))
                 .arg(&job.id)
                 .arg(job.ttl_ms)
                 .arg(job.received_at)
-                .arg(&job.packed);
+                .arg(&job.packed)
+                .arg(&job.routes);
         }
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len().max(1);
         let mut c = self.conns[i].clone();

@@ -1,9 +1,13 @@
 //! How an entry is written into its Redis hash and read back.
 //!
 //! The hash holds the packed record (field `record`: every field written once, in
-//! one value) and the fields that change as the entry is delivered (status, next
-//! attempt, attempts, lease, …). Counters start absent (= 0) and `budget_start`
-//! absent (= `received_at`), so an accept writes only what it must.
+//! one value), the route names (`routes`, comma-separated, in order), the entry's
+//! derived `status`, and per route R the fields of its delivery, prefixed `R:`
+//! (status, next attempt, attempts, lease, stream message, retry budget, last
+//! error). Fields start absent and mean their default (a delivery pending, due at the
+//! arrival, counters 0, `budget_start` the arrival), so an accept writes only what
+//! it must. The entry's summary (status, attempts, next attempt, last error) is
+//! derived from its deliveries when read ([`Entry::summary`]).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -11,11 +15,20 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use crate::store::{
-    Entry, ListedEntry, NewEntry, Status, StoreError, decode_headers, headers_json,
+    Delivery, Entry, ListedEntry, NewEntry, Status, StoreError, decode_headers, headers_json,
 };
 
 /// The hash field that holds the packed record.
 pub(super) const RECORD_FIELD: &str = "record";
+
+/// The hash field that holds the entry's route names, comma-separated, in order.
+const ROUTES_FIELD: &str = "routes";
+
+/// The `routes` field of a new entry (route names hold no comma: see
+/// [`crate::store::valid_route_name`]).
+pub(super) fn routes_field(routes: &[String]) -> String {
+    routes.join(",")
+}
 
 /// The fields of an entry that never change after its accept, as written.
 #[derive(serde::Serialize)]
@@ -101,7 +114,8 @@ fn entry_from_packed(
     let record: StoredWriteOnceFields<'_> = serde_json::from_slice(&packed[..split])
         .map_err(|_| corrupt("the packed record's metadata is not valid JSON"))?;
     let non_empty = |s: Option<Cow<'_, str>>| s.map(|s| s.into_owned()).filter(|s| !s.is_empty());
-    let changing = MutableFields::read(id, map)?;
+    let deliveries = read_deliveries(id, map, record.received_at)?;
+    let (status, attempts, next_attempt_at, last_error) = Entry::summary(&deliveries);
     Ok(Entry {
         id: id.to_string(),
         source: record.source.into_owned(),
@@ -109,46 +123,59 @@ fn entry_from_packed(
         event_type: non_empty(record.event_type),
         dedupe_key: record.dedupe_key.into_owned(),
         received_at: record.received_at,
-        status: changing.status,
-        attempts: changing.attempts,
-        next_attempt_at: changing.next_attempt_at,
-        last_error: changing.last_error,
-        budget_start: changing.budget_start.unwrap_or(record.received_at),
-        budget_attempts: changing.budget_attempts,
+        status,
+        attempts,
+        next_attempt_at,
+        last_error,
+        deliveries,
         headers: decode_headers(id, record.headers.get())?,
         body: packed.slice(split + 1..),
     })
 }
 
-/// The fields of an entry hash that change after its accept.
-struct MutableFields {
-    status: Status,
-    attempts: u32,
-    next_attempt_at: Option<i64>,
-    last_error: Option<String>,
-    budget_start: Option<i64>,
-    budget_attempts: u32,
-}
-
-impl MutableFields {
-    fn read(id: &str, map: &HashMap<String, Vec<u8>>) -> Result<MutableFields, StoreError> {
-        let corrupt = |problem: String| StoreError::Corrupt {
-            id: id.to_string(),
-            problem,
-        };
-        let int = |name: &str| int_field(id, map, name);
-        let status_text = field_str(map, "status").unwrap_or_default();
-        let status = Status::parse(&status_text)
-            .ok_or_else(|| corrupt(format!("unknown status {status_text:?}")))?;
-        Ok(MutableFields {
-            status,
-            attempts: u32::try_from(int("attempts")?.unwrap_or(0)).unwrap_or(0),
-            next_attempt_at: int("next_attempt_at")?,
-            last_error: field_str(map, "last_error").filter(|s| !s.is_empty()),
-            budget_start: int("budget_start")?,
-            budget_attempts: u32::try_from(int("budget_attempts")?.unwrap_or(0)).unwrap_or(0),
+/// The deliveries of an entry hash, in the order of its `routes` field (none for a
+/// filtered entry).
+fn read_deliveries(
+    id: &str,
+    map: &HashMap<String, Vec<u8>>,
+    received_at: i64,
+) -> Result<Vec<Delivery>, StoreError> {
+    let corrupt = |problem: String| StoreError::Corrupt {
+        id: id.to_string(),
+        problem,
+    };
+    let routes = field_str(map, ROUTES_FIELD)
+        .ok_or_else(|| corrupt(format!("no route list (field {ROUTES_FIELD})")))?;
+    let count = |v: Option<i64>| u32::try_from(v.unwrap_or(0)).unwrap_or(0);
+    routes
+        .split(',')
+        .filter(|r| !r.is_empty())
+        .map(|route| {
+            let field = |name: &str| format!("{route}:{name}");
+            let status = match field_str(map, &field("status")) {
+                None => Status::Pending,
+                Some(text) => match Status::parse(&text) {
+                    Some(Status::Filtered) | None => {
+                        return Err(corrupt(format!("route {route}: delivery status {text:?}")));
+                    }
+                    Some(s) => s,
+                },
+            };
+            let next = int_field(id, map, &field("next"))?;
+            Ok(Delivery {
+                route: route.to_string(),
+                status,
+                attempts: count(int_field(id, map, &field("attempts"))?),
+                next_attempt_at: match status {
+                    Status::Pending => Some(next.unwrap_or(received_at)),
+                    _ => None,
+                },
+                last_error: field_str(map, &field("last_error")).filter(|s| !s.is_empty()),
+                budget_start: int_field(id, map, &field("budget_start"))?.unwrap_or(received_at),
+                budget_attempts: count(int_field(id, map, &field("budget_attempts"))?),
+            })
         })
-    }
+        .collect()
 }
 
 fn field_str(map: &HashMap<String, Vec<u8>>, name: &str) -> Option<String> {

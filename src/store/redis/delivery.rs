@@ -1,27 +1,40 @@
-//! How the forwarder's work moves through Redis: claims and completions.
+//! How the forwarder's work moves through Redis: claims and completions, one route
+//! at a time.
 //!
-//! The work stream of a source has one consumer group (`workers`); every gateway
-//! process is a consumer. A claim first moves due retries from `sched` to the stream
-//! (the promote script, atomic), then takes messages whose lease expired from other
-//! consumers (`XAUTOCLAIM` with the lease as minimum idle time: a crashed worker's
-//! entries are delivered again), then new messages (`XREADGROUP >`), and takes the
-//! lease of each entry (the lease script). The complete script records the attempt,
-//! acknowledges and deletes the message, and either schedules the retry, or marks
-//! the entry delivered or dead (appending to the DLQ stream), in one call.
+//! Each route of a source has its work stream (`work:<route>`) with one consumer
+//! group (`workers`); every gateway process is a consumer. A claim first checks that
+//! neither the source nor the route is paused, moves the route's due retries from
+//! `sched:<route>` to its stream (the promote script, atomic), then takes messages
+//! whose lease expired from other consumers (`XAUTOCLAIM` with the lease as minimum
+//! idle time: a crashed worker's deliveries are claimed again), then new messages
+//! (`XREADGROUP >`), and takes the lease of each delivery (the lease script). The
+//! complete script records the attempt, acknowledges and deletes the message, and
+//! either schedules the retry, or marks the delivery delivered or dead (appending to
+//! the DLQ stream), and derives the entry's status again, in one call.
 //!
-//! If Redis lost the group (it restarted empty), `NOGROUP` is answered by recreating
-//! it; the loss itself is detected through `hg:epoch` (see `RedisStore::check_epoch`)
-//! and logged at ERROR.
+//! A route's group is created when a claim meets `NOGROUP`: the route's first claim,
+//! or the first after Redis lost its data (it restarted empty; the loss itself is
+//! detected through `hg:epoch`, see `RedisStore::check_epoch`, and logged at ERROR;
+//! housekeeping also recreates the groups of the routes this process claims from).
+//! The group starts at the beginning of the stream, so the messages written before
+//! it existed are read too.
 
 use std::collections::HashMap;
 use std::time::Duration;
-
-use redis::AsyncCommands as _;
 
 use super::RedisStore;
 use super::codec::entry_from_map;
 use super::conn::timed;
 use crate::store::{Claim, Completion, Status, StoreError, attempt_error};
+
+/// The member of `hg:paused` that pauses `route` of `source` (a source alone is
+/// paused by its name; source names hold no `/`).
+pub(super) fn paused_member(source: &str, route: Option<&str>) -> String {
+    match route {
+        Some(r) => format!("{source}/{r}"),
+        None => source.to_string(),
+    }
+}
 
 /// The consumer group every gateway process joins.
 pub(super) const GROUP: &str = "workers";
@@ -30,43 +43,54 @@ pub(super) const GROUP: &str = "workers";
 const PROMOTE_MAX: i64 = 1000;
 
 impl RedisStore {
-    /// Claim up to `limit` entries of `source` for `worker` (see the module docs).
-    pub(super) async fn claim_entries(
+    /// Claim up to `limit` deliveries through `route` of `source` for `worker` (see
+    /// the module docs).
+    pub(super) async fn claim_deliveries(
         &self,
         source: &str,
+        route: &str,
         worker: &str,
         now: i64,
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
         let limit = limit.max(1);
+        self.remember_claimed_route(source, route);
         let mut c = self.conn();
-        // A paused source yields nothing, whichever process paused it.
-        let paused: bool = self
-            .timed(c.sismember(format!("{}:paused", self.prefix), source))
+        // A paused source or route yields nothing, whichever process paused it.
+        let paused: Vec<bool> = self
+            .timed(
+                redis::cmd("SMISMEMBER")
+                    .arg(format!("{}:paused", self.prefix))
+                    .arg(paused_member(source, None))
+                    .arg(paused_member(source, Some(route)))
+                    .query_async(&mut c),
+            )
             .await?;
-        if paused {
+        if paused.contains(&true) {
             return Ok(Vec::new());
         }
         let mut inv = self.scripts.promote.prepare_invoke();
-        inv.key(self.key(source, "sched"))
-            .key(self.key(source, "work"))
+        inv.key(self.route_key(source, "sched", route))
+            .key(self.route_key(source, "work", route))
             .arg(now)
             .arg(PROMOTE_MAX)
-            .arg(self.key(source, ""));
+            .arg(self.key(source, ""))
+            .arg(route);
         let _: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         let messages = match tokio::time::timeout(
             self.timeout,
-            self.read_messages(source, worker, limit, lease),
+            self.read_messages(source, route, worker, limit, lease),
         )
         .await
         {
             Err(_) => return Err(StoreError::Timeout(self.timeout)),
             Ok(Ok(m)) => m,
             Ok(Err(e)) if e.code() == Some("NOGROUP") => {
-                tracing::warn!(source, "redis consumer group missing; recreating it");
-                self.ensure_group(source).await?;
-                self.timed(self.read_messages(source, worker, limit, lease))
+                // The route's first claim, or Redis lost the group.
+                tracing::debug!(source, route, "creating the route's consumer group");
+                self.ensure_group(source, route).await?;
+                self.timed(self.read_messages(source, route, worker, limit, lease))
                     .await?
             }
             Ok(Err(e)) => return Err(e.into()),
@@ -77,21 +101,37 @@ impl RedisStore {
             let mut inv = self.scripts.lease.prepare_invoke();
             inv.key(self.key(source, &format!("e:{id}")))
                 .arg(&message)
-                .arg(&token);
+                .arg(&token)
+                .arg(route);
             let mut c = self.conn();
             let map: Option<HashMap<String, Vec<u8>>> =
                 self.timed(inv.invoke_async(&mut c)).await?;
-            match map {
-                Some(map) if !map.is_empty() => claims.push(Claim {
-                    entry: entry_from_map(&id, map)?,
+            let entry = match map {
+                Some(map) if !map.is_empty() => Some(entry_from_map(&id, map)?),
+                _ => None,
+            };
+            let claimed = entry.and_then(|e| e.delivery(route).cloned().map(|d| (e, d)));
+            match claimed {
+                Some((entry, delivery)) => claims.push(Claim {
+                    delivery,
+                    entry,
                     token,
                     stream_message: Some(message),
                 }),
                 // Ended, purged or superseded meanwhile: the message is stale.
-                _ => self.discard_message(source, &message).await?,
+                None => self.discard_message(source, route, &message).await?,
             }
         }
         Ok(claims)
+    }
+
+    /// Note that this process claims from `route` of `source` (see `housekeeping`).
+    fn remember_claimed_route(&self, source: &str, route: &str) {
+        if let Ok(mut routes) = self.claimed_routes.lock()
+            && !routes.iter().any(|(s, r)| s == source && r == route)
+        {
+            routes.insert((source.to_string(), route.to_string()));
+        }
     }
 
     /// Record a claim's completion with the complete script; `true` when applied.
@@ -103,6 +143,7 @@ impl RedisStore {
     ) -> Result<bool, StoreError> {
         let e = &claim.entry;
         let source = e.source.as_str();
+        let route = claim.delivery.route.as_str();
         // Every claim this store hands out names its message.
         let message = claim.stream_message.as_deref().unwrap_or_default();
         let (status, next_at, attempt, last_error, reason) = match &completion {
@@ -125,11 +166,6 @@ impl RedisStore {
             ),
             Completion::Release { at } => (Status::Pending, Some(*at), None, None, String::new()),
         };
-        let done = if status == Status::Delivered {
-            "done:delivered"
-        } else {
-            "done:dead"
-        };
         let attempt_json = match attempt {
             Some(a) => serde_json::to_string(a).map_err(|source| StoreError::Encode {
                 what: "the attempt",
@@ -139,12 +175,9 @@ impl RedisStore {
         };
         let mut inv = self.scripts.complete.prepare_invoke();
         inv.key(self.key(source, &format!("e:{}", e.id)))
-            .key(self.key(source, "work"))
-            .key(self.key(source, "sched"))
+            .key(self.route_key(source, "work", route))
+            .key(self.route_key(source, "sched", route))
             .key(self.key(source, &format!("a:{}", e.id)))
-            .key(self.status_key(source, Status::Pending))
-            .key(self.status_key(source, status))
-            .key(self.key(source, done))
             .key(self.key(source, "dlq"))
             .arg(message)
             .arg(GROUP)
@@ -155,7 +188,9 @@ impl RedisStore {
             .arg(now)
             .arg(&e.id)
             .arg(reason)
-            .arg(&claim.token);
+            .arg(&claim.token)
+            .arg(route)
+            .arg(self.key(source, ""));
         let mut c = self.conn();
         let applied: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         if matches!(completion, Completion::Release { .. }) {
@@ -164,14 +199,15 @@ impl RedisStore {
         Ok(applied == 1)
     }
 
-    /// Create the consumer group of `source` (and its stream) unless it exists.
-    pub(super) async fn ensure_group(&self, source: &str) -> Result<(), StoreError> {
+    /// Create the consumer group of `route` of `source` (and its stream) unless it
+    /// exists.
+    pub(super) async fn ensure_group(&self, source: &str, route: &str) -> Result<(), StoreError> {
         let mut c = self.conn();
         let created = tokio::time::timeout(
             self.timeout,
             redis::cmd("XGROUP")
                 .arg("CREATE")
-                .arg(self.key(source, "work"))
+                .arg(self.route_key(source, "work", route))
                 .arg(GROUP)
                 .arg("0")
                 .arg("MKSTREAM")
@@ -191,12 +227,13 @@ impl RedisStore {
     async fn read_messages(
         &self,
         source: &str,
+        route: &str,
         worker: &str,
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<(String, String)>, redis::RedisError> {
         let mut c = self.conn();
-        let work = self.key(source, "work");
+        let work = self.route_key(source, "work", route);
         let mut out: Vec<(String, String)> = Vec::new();
         let reclaimed: redis::streams::StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
             .arg(&work)
@@ -235,9 +272,14 @@ impl RedisStore {
     }
 
     /// Drop a stream message that no longer stands for pending work.
-    async fn discard_message(&self, source: &str, message: &str) -> Result<(), StoreError> {
+    async fn discard_message(
+        &self,
+        source: &str,
+        route: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
         let mut c = self.conn();
-        let work = self.key(source, "work");
+        let work = self.route_key(source, "work", route);
         let mut pipe = redis::pipe();
         pipe.cmd("XACK").arg(&work).arg(GROUP).arg(message).ignore();
         pipe.cmd("XDEL").arg(&work).arg(message).ignore();

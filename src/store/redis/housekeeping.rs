@@ -3,6 +3,11 @@
 //! and put back what such a Redis lost that the gateway needs to go on (consumer
 //! groups, the source registry). Opening the store checks the settings and the
 //! epoch too.
+//!
+//! Consumer groups are per route stream, and a pass is told the sources, not their
+//! routes: it recreates the groups of the routes this process claims from, and a
+//! claim that meets `NOGROUP` creates its route's group (see `delivery`): a route's
+//! first claim, and the first after Redis lost its data, if no pass came before.
 
 use redis::AsyncCommands as _;
 
@@ -10,16 +15,21 @@ use super::{RedisStore, preconditions};
 use crate::store::StoreError;
 
 impl RedisStore {
-    /// One pass, the same at start and after: settings, epoch, consumer groups, source
-    /// registry.
+    /// One pass, the same at start and after: settings, epoch, the consumer groups
+    /// of the routes of `sources` this process claims from, source registry.
     /// Leases need no taking back: a dead consumer's messages are claimed again by
     /// `XAUTOCLAIM` once they are older than the lease.
     pub(super) async fn maintenance_pass(&self, sources: &[String]) -> Result<(), StoreError> {
         self.check_preconditions(preconditions::Phase::Maintenance)
             .await?;
         self.check_epoch().await?;
-        for s in sources {
-            self.ensure_group(s).await?;
+        let routes: Vec<(String, String)> = self
+            .claimed_routes
+            .lock()
+            .map(|r| r.iter().cloned().collect())
+            .unwrap_or_default();
+        for (source, route) in routes.iter().filter(|(s, _)| sources.contains(s)) {
+            self.ensure_group(source, route).await?;
         }
         if !sources.is_empty() {
             // Re-register the configured sources (idempotent): after a Redis that lost

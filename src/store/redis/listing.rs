@@ -2,8 +2,10 @@
 //!
 //! Ids sort by arrival (UUIDv7), so the per-status sorted sets (all scores 0, in
 //! lexical order) answer a page by range (`ZREVRANGEBYLEX`); a listing of every
-//! status merges the four sets, and one of every source merges the sources. What a
-//! page shows of each entry comes from the listing script, which never sends a body.
+//! status merges the status sets, and one of every source merges the sources. A
+//! listing of a route reads the route's delivery status sets (`rst:<route>:<status>`)
+//! instead of the entry's. What a page shows of each entry comes from the listing
+//! script, which never sends a body.
 
 use std::collections::HashMap;
 
@@ -36,7 +38,7 @@ impl RedisStore {
             let mut ids: Vec<(String, String)> = Vec::new();
             for s in &sources {
                 for id in self
-                    .source_ids(s, q.status, below.as_deref(), floor.as_deref(), need)
+                    .source_ids(s, q, below.as_deref(), floor.as_deref(), need)
                     .await?
                 {
                     ids.push((id, s.clone()));
@@ -100,7 +102,7 @@ impl RedisStore {
         let mut ids = Vec::new();
         for s in &sources {
             ids.extend(
-                self.source_ids(s, q.status, below.as_deref(), floor.as_deref(), limit + 1)
+                self.source_ids(s, q, below.as_deref(), floor.as_deref(), limit + 1)
                     .await?,
             );
         }
@@ -165,20 +167,32 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Up to `n` ids of one source, newest first, strictly older than `below` and
-    /// not older than `floor`; without a status, the four status sets merged.
+    /// The index sets a listing of `source` by `q` reads: the entry status sets, or
+    /// with a route that route's delivery status sets (a delivery is never filtered);
+    /// the one of `q.status`, or every one.
+    fn index_keys(&self, source: &str, q: &ListQuery) -> Vec<String> {
+        let statuses = Status::ALL
+            .into_iter()
+            .filter(|s| q.status.is_none_or(|want| want == *s));
+        match q.route.as_deref() {
+            None => statuses.map(|s| self.status_key(source, s)).collect(),
+            Some(route) => statuses
+                .filter(|s| *s != Status::Filtered)
+                .map(|s| self.route_status_key(source, route, s))
+                .collect(),
+        }
+    }
+
+    /// Up to `n` ids of one source that `q` selects by index (its status and route),
+    /// newest first, strictly older than `below` and not older than `floor`.
     async fn source_ids(
         &self,
         source: &str,
-        status: Option<Status>,
+        q: &ListQuery,
         below: Option<&str>,
         floor: Option<&str>,
         n: usize,
     ) -> Result<Vec<String>, StoreError> {
-        let statuses: Vec<Status> = match status {
-            Some(s) => vec![s],
-            None => Status::ALL.to_vec(),
-        };
         let max = match below {
             Some(c) => format!("({c}"),
             None => "+".to_string(),
@@ -188,12 +202,12 @@ impl RedisStore {
             None => "-".to_string(),
         };
         let mut ids: Vec<String> = Vec::new();
-        for status in statuses {
+        for index in self.index_keys(source, q) {
             let mut c = self.conn();
             let page: Vec<String> = self
                 .timed(
                     redis::cmd("ZREVRANGEBYLEX")
-                        .arg(self.status_key(source, status))
+                        .arg(index)
                         .arg(&max)
                         .arg(&min)
                         .arg("LIMIT")

@@ -8,30 +8,41 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `hg:{src}:e:<id>` | hash | the entry: `record`, the fields written once (source, event id and type, dedupe key, received at, headers as one JSON line, then the raw body: see `codec`); the fields that change (status, next attempt, attempts, lease, stream message `msg`, …; counters start absent = 0, `budget_start` absent = `received_at`). |
+//! | `hg:{src}:e:<id>` | hash | the entry: `record`, the fields written once (source, event id and type, dedupe key, received at, headers as one JSON line, then the raw body: see `codec`); `routes`, its route names in order, comma-separated (empty: filtered); `status`, derived from its deliveries, and `updated_at`, when it reached it; per route R its delivery: `R:status`, `R:next`, `R:attempts`, `R:lease`, `R:msg` (its work-stream message), `R:budget_start`, `R:budget_attempts`, `R:last_error`. Absent means the default: pending, due at the arrival, counters 0, `budget_start` the arrival. |
 //! | `hg:{src}:d:<dedupe key>` | string, `PX` = dedupe TTL | the id of the first entry with that key |
-//! | `hg:{src}:work` | stream | one message per entry to deliver (the forwarder's queue) |
-//! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by status, in lexical (= arrival) order; listing every status merges the four |
-//! | `hg:{src}:sched` | sorted set, score = due time (ms) | entries waiting for a retry |
-//! | `hg:{src}:a:<id>` | list of JSON | the entry's delivery attempts |
-//! | `hg:{src}:audit:<id>` | list of JSON | operator actions on the entry (replay, discard) |
+//! | `hg:{src}:work:<route>` | stream, group `workers` | one message per delivery through the route to make (the forwarder's queue) |
+//! | `hg:{src}:sched:<route>` | sorted set, score = due time (ms) | deliveries through the route waiting for a retry |
+//! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by entry status (filtered included), in lexical (= arrival) order; listing every status merges them |
+//! | `hg:{src}:rst:<route>:<status>` | sorted set, all scores 0 | entry ids by the status of their delivery through the route: route listings, route stats |
+//! | `hg:{src}:a:<id>` | list of JSON | the entry's delivery attempts, each naming its route |
+//! | `hg:{src}:audit:<id>` | list of JSON | operator actions on the entry (replay, discard), each naming the route it named, if any |
 //! | `hg:{src}:stats` | hash | counters: received, duplicates, unverified |
-//! | `hg:{src}:dlq` | stream | one message per entry that went dead (id, reason) |
-//! | `hg:{src}:done:delivered`, `…:done:dead` | sorted set, score = completion time | retention index |
+//! | `hg:{src}:dlq` | stream | one message per delivery that went dead (id, route, reason) |
+//! | `hg:{src}:done:delivered`, `…:done:dead` | sorted set, score = when the entry reached its status | retention index: delivered and filtered entries, dead and discarded ones; an entry pending again leaves it |
+//! | `hg:{src}:schema` | string | `2`: the source is in this layout (see `migrate`) |
+//! | `hg:{src}:pace:<route>` | string, `PX` while it matters | the route's next send time in µs (GCRA; `scripts/pace.lua`; a destination's `Retry-After` pushes it: `scripts/hold.lua`) |
 //! | `hg:sources` | set | every source name seen (for lookups by id) |
 //! | `hg:epoch` | string | a random value; its disappearance means Redis lost its data |
-//! | `hg:paused` | set | sources whose delivery is paused |
-//! | `hg:{src}:pace:<route>` | string, `PX` while it matters | the route's next send time in µs (GCRA; `scripts/pace.lua`) |
+//! | `hg:paused` | set | what is paused: `src` (a whole source) or `src/route` |
 //!
 //! # Accept
 //!
 //! Dedupe and persist are one Lua script (`scripts/accept_many.lua`): for each
 //! entry, if the dedupe key exists the script returns the original id and writes
-//! nothing; otherwise it sets the dedupe key, writes the entry hash, appends to the
-//! work stream and the indexes. There is no moment where the dedupe key exists
-//! without its entry. With `appendfsync always`, Redis fsyncs the AOF before it
-//! answers, so the reply means the entries are durable. Concurrent accepts of one
-//! source share one script call (see `batch`).
+//! nothing; otherwise it sets the dedupe key, writes the entry hash, appends one
+//! message to the work stream of each of its routes, and adds it to the indexes.
+//! There is no moment where the dedupe key exists without its entry. With
+//! `appendfsync always`, Redis fsyncs the AOF before it answers, so the reply means
+//! the entries are durable. Concurrent accepts of one source share one script call
+//! (see `batch`). An entry costs Redis `3 + 2 × routes` commands (`SET NX`, `HSET`,
+//! `ZADD st:pending`, and per route `XADD` and `ZADD rst:<route>:pending`).
+//!
+//! # Deliveries
+//!
+//! Every script that changes a delivery derives the entry's status again and moves
+//! it between the entry indexes in the same call (`scripts/prelude.lua`), so an
+//! entry's status, its indexes and its deliveries never disagree. A store written
+//! before routes is migrated at open (`migrate`).
 //!
 //! # The rest
 //!
@@ -46,6 +57,7 @@ mod conn;
 mod delivery;
 mod housekeeping;
 mod listing;
+mod migrate;
 mod preconditions;
 mod scripts;
 
@@ -60,10 +72,12 @@ use redis::AsyncCommands;
 use self::batch::Batchers;
 use self::codec::entry_from_map;
 use self::conn::{Conn, timed};
+use self::delivery::paused_member;
 use self::scripts::Scripts;
 use super::{
     Accepted, Attempt, AuditEvent, Claim, Completion, Control, Controls, Entry, HousekeepingPass,
-    IdPage, ListQuery, NewEntry, Page, Purged, SourceStats, Status, Store, StoreError, Transition,
+    IdPage, ListQuery, NewEntry, Page, PauseTarget, Purged, RouteStats, SourceStats, Status, Store,
+    StoreError, Transition,
 };
 use crate::config::RedisConfig;
 
@@ -78,6 +92,9 @@ pub struct RedisStore {
     scripts: Scripts,
     /// Sources already recorded in `<prefix>:sources` by this process.
     known_sources: Mutex<BTreeSet<String>>,
+    /// The (source, route) pairs this process claimed from: housekeeping recreates
+    /// their consumer groups.
+    claimed_routes: Mutex<BTreeSet<(String, String)>>,
     /// `maxmemory-policy` and AOF, as last checked (see `preconditions`).
     preconditions: preconditions::Preconditions,
     /// The `hg:epoch` value this process saw last.
@@ -106,6 +123,7 @@ impl RedisStore {
             timeout: cfg.timeout,
             scripts: Scripts::load(),
             known_sources: Mutex::new(BTreeSet::new()),
+            claimed_routes: Mutex::new(BTreeSet::new()),
             preconditions: preconditions::Preconditions::default(),
             epoch: Mutex::new(String::new()),
             work_tx: Arc::new(work_tx),
@@ -116,19 +134,22 @@ impl RedisStore {
             .check_preconditions(preconditions::Phase::Open)
             .await?;
         store.check_epoch().await?;
+        store.migrate().await?;
         Ok(store)
     }
 
+    /// Replay or discard deliveries of entry `id` (see `scripts/transition.lua`),
+    /// through the route `audit` names (every one that qualifies when it names none),
+    /// at `audit.at`: what it did and, when done, the routes it applied to.
     async fn transition(
         &self,
         id: &str,
-        action: &str,
+        action: Action,
         at: i64,
-        now: i64,
         audit: &AuditEvent,
-    ) -> Result<Transition, StoreError> {
+    ) -> Result<(Transition, Vec<String>), StoreError> {
         let Some(src) = self.source_of(id).await? else {
-            return Ok(Transition::NotFound);
+            return Ok((Transition::NotFound, Vec::new()));
         };
         let src = src.as_str();
         let audit_json = serde_json::to_string(audit).map_err(|source| StoreError::Encode {
@@ -137,30 +158,33 @@ impl RedisStore {
         })?;
         let mut inv = self.scripts.transition.prepare_invoke();
         inv.key(self.key(src, &format!("e:{id}")))
-            .key(self.status_key(src, Status::Pending))
-            .key(self.status_key(src, Status::Delivered))
-            .key(self.status_key(src, Status::Dead))
-            .key(self.status_key(src, Status::Discarded))
-            .key(self.key(src, "sched"))
-            .key(self.key(src, "done:delivered"))
-            .key(self.key(src, "done:dead"))
             .key(self.key(src, &format!("audit:{id}")))
-            .arg(action)
+            .arg(action.as_str())
             .arg(id)
             .arg(at)
-            .arg(now)
-            .arg(audit_json);
+            .arg(audit.at)
+            .arg(audit_json)
+            .arg(audit.route.as_deref().unwrap_or_default())
+            .arg(self.key(src, ""));
         let mut c = self.conn();
-        let (code, status): (i64, String) = self.timed(inv.invoke_async(&mut c)).await?;
+        let (code, text): (i64, String) = self.timed(inv.invoke_async(&mut c)).await?;
+        let status = || {
+            Status::parse(&text).ok_or_else(|| StoreError::Corrupt {
+                id: id.to_string(),
+                problem: format!("unknown status {text:?}"),
+            })
+        };
         Ok(match code {
             1 => {
-                if action == "replay" {
+                if action == Action::Replay {
                     self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
                 }
-                Transition::Done
+                let routes = text.split(',').filter(|r| !r.is_empty());
+                (Transition::Done, routes.map(str::to_string).collect())
             }
-            2 => Transition::Conflict(Status::parse(&status).unwrap_or(Status::Pending)),
-            _ => Transition::NotFound,
+            2 => (Transition::Conflict(status()?), Vec::new()),
+            3 => (Transition::NoSuchRoute, Vec::new()),
+            _ => (Transition::NotFound, Vec::new()),
         })
     }
 
@@ -192,6 +216,52 @@ impl RedisStore {
         self.key(source, &format!("st:{}", status.as_str()))
     }
 
+    /// A key of one route of `source`: `<kind>:<route>` (`work`, `sched`).
+    fn route_key(&self, source: &str, kind: &str, route: &str) -> String {
+        self.key(source, &format!("{kind}:{route}"))
+    }
+
+    /// The index of the deliveries through `route` of `source` that have `status`.
+    fn route_status_key(&self, source: &str, route: &str, status: Status) -> String {
+        self.key(source, &format!("rst:{route}:{}", status.as_str()))
+    }
+
+    /// The id of the oldest entry in the lexical index `index` (ids sort by arrival).
+    async fn oldest_in(&self, index: String) -> Result<Option<String>, StoreError> {
+        let mut c = self.conn();
+        let oldest: Vec<String> = self
+            .timed(
+                redis::cmd("ZRANGEBYLEX")
+                    .arg(index)
+                    .arg("-")
+                    .arg("+")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(1)
+                    .query_async(&mut c),
+            )
+            .await?;
+        Ok(oldest.into_iter().next())
+    }
+
+    /// When the entry `id` of `source` arrived, unless it is gone.
+    async fn received_at(
+        &self,
+        source: &str,
+        id: Option<String>,
+    ) -> Result<Option<i64>, StoreError> {
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        Ok(self
+            .listed(source, std::slice::from_ref(&id))
+            .await?
+            .into_iter()
+            .flatten()
+            .next()
+            .map(|e| e.received_at))
+    }
+
     async fn timed<T>(
         &self,
         call: impl Future<Output = Result<T, redis::RedisError>>,
@@ -208,7 +278,18 @@ impl RedisStore {
         if known {
             return Ok(());
         }
+        // Registered by this layout: the migration at open has nothing to do for it.
+        // (Two commands: on a cluster the two keys live in different slots.)
         let mut c = self.conn();
+        let _: Option<String> = self
+            .timed(
+                redis::cmd("SET")
+                    .arg(self.key(source, "schema"))
+                    .arg(migrate::SCHEMA)
+                    .arg("NX")
+                    .query_async(&mut c),
+            )
+            .await?;
         let key = format!("{}:sources", self.prefix);
         self.timed(c.sadd::<_, _, ()>(key, source)).await?;
         if let Ok(mut k) = self.known_sources.lock() {
@@ -254,6 +335,38 @@ impl RedisStore {
     }
 }
 
+/// An operator's transition of deliveries (`scripts/transition.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Replay,
+    Discard,
+}
+
+impl Action {
+    /// As the transition script and the audit trail name it.
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::Replay => "replay",
+            Action::Discard => "discard",
+        }
+    }
+}
+
+/// What a member of `hg:paused` pauses: `src` a whole source, `src/route` one of its
+/// routes (source names hold no `/`).
+fn pause_target(member: String) -> PauseTarget {
+    match member.split_once('/') {
+        Some((source, route)) => PauseTarget {
+            source: source.to_string(),
+            route: Some(route.to_string()),
+        },
+        None => PauseTarget {
+            source: member,
+            route: None,
+        },
+    }
+}
+
 #[async_trait]
 impl Store for RedisStore {
     async fn accept(&self, e: NewEntry) -> Result<Accepted, StoreError> {
@@ -289,39 +402,74 @@ impl Store for RedisStore {
         Ok(total)
     }
 
-    async fn set_paused(&self, source: &str, paused: bool) -> Result<(), StoreError> {
+    async fn set_paused(
+        &self,
+        source: &str,
+        route: Option<&str>,
+        paused: bool,
+    ) -> Result<(), StoreError> {
         let mut c = self.conn();
         let key = format!("{}:paused", self.prefix);
+        let member = paused_member(source, route);
         if paused {
-            self.timed(c.sadd::<_, _, ()>(key, source)).await?;
+            self.timed(c.sadd::<_, _, ()>(key, member)).await?;
         } else {
-            self.timed(c.srem::<_, _, ()>(key, source)).await?;
+            self.timed(c.srem::<_, _, ()>(key, member)).await?;
         }
         self.controls.send(Control::Paused {
+            route: route.map(str::to_string),
             source: source.to_string(),
             paused,
         });
         Ok(())
     }
 
-    async fn paused_sources(&self) -> Result<Vec<String>, StoreError> {
+    async fn paused(&self) -> Result<Vec<PauseTarget>, StoreError> {
         let mut c = self.conn();
-        let mut v: Vec<String> = self
+        let members: Vec<String> = self
             .timed(c.smembers(format!("{}:paused", self.prefix)))
             .await?;
-        v.sort();
-        Ok(v)
+        let mut targets: Vec<PauseTarget> = members.into_iter().map(pause_target).collect();
+        targets.sort();
+        Ok(targets)
+    }
+
+    async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError> {
+        let mut c = self.conn();
+        let mut pipe = redis::pipe();
+        for status in [
+            Status::Pending,
+            Status::Delivered,
+            Status::Dead,
+            Status::Discarded,
+        ] {
+            pipe.zcard(self.route_status_key(source, route, status));
+        }
+        let (pending, delivered, dead, discarded): (u64, u64, u64, u64) =
+            self.timed(pipe.query_async(&mut c)).await?;
+        let oldest = self
+            .oldest_in(self.route_status_key(source, route, Status::Pending))
+            .await?;
+        Ok(RouteStats {
+            pending,
+            delivered,
+            dead,
+            discarded,
+            oldest_pending_at: self.received_at(source, oldest).await?,
+        })
     }
 
     async fn claim(
         &self,
         source: &str,
+        route: &str,
         worker: &str,
         now: i64,
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
-        self.claim_entries(source, worker, now, limit, lease).await
+        self.claim_deliveries(source, route, worker, now, limit, lease)
+            .await
     }
 
     async fn complete(
@@ -339,7 +487,7 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         };
         let mut out: Vec<Attempt> = self.json_list(&source, &format!("a:{id}")).await?;
-        out.sort_by_key(|a| a.n);
+        out.sort_by(|a, b| (a.at, &a.route, a.n).cmp(&(b.at, &b.route, b.n)));
         Ok(out)
     }
 
@@ -358,19 +506,12 @@ impl Store for RedisStore {
         let mut purged = Purged::default();
         for source in self.sources().await? {
             let base = self.key(&source, "");
-            for (done, cutoff, a, b) in [
-                (
-                    "done:delivered",
-                    delivered_before,
-                    Status::Delivered,
-                    Status::Delivered,
-                ),
-                ("done:dead", dead_before, Status::Dead, Status::Discarded),
+            for (done, cutoff) in [
+                ("done:delivered", delivered_before),
+                ("done:dead", dead_before),
             ] {
                 let mut inv = self.scripts.purge.prepare_invoke();
                 inv.key(self.key(&source, done))
-                    .key(self.status_key(&source, a))
-                    .key(self.status_key(&source, b))
                     .arg(cutoff)
                     .arg(limit.max(1))
                     .arg(&base);
@@ -412,36 +553,43 @@ impl Store for RedisStore {
     async fn replay(
         &self,
         id: &str,
+        route: Option<&str>,
         at: i64,
         actor: &str,
         now: i64,
     ) -> Result<Transition, StoreError> {
         let audit = AuditEvent {
             at: now,
-            action: "replay".into(),
+            action: Action::Replay.as_str().into(),
             actor: actor.to_string(),
             note: None,
+            route: route.map(str::to_string),
         };
-        self.transition(id, "replay", at, now, &audit).await
+        let (t, _) = self.transition(id, Action::Replay, at, &audit).await?;
+        Ok(t)
     }
 
     async fn discard(
         &self,
         id: &str,
+        route: Option<&str>,
         actor: &str,
         note: &str,
         now: i64,
     ) -> Result<Transition, StoreError> {
         let audit = AuditEvent {
             at: now,
-            action: "discard".into(),
+            action: Action::Discard.as_str().into(),
             actor: actor.to_string(),
             note: Some(note.to_string()),
+            route: route.map(str::to_string),
         };
-        let t = self.transition(id, "discard", now, now, &audit).await?;
-        if t == Transition::Done {
-            self.controls
-                .send(Control::Discarded { id: id.to_string() });
+        let (t, routes) = self.transition(id, Action::Discard, now, &audit).await?;
+        for route in routes {
+            self.controls.send(Control::Discarded {
+                id: id.to_string(),
+                route,
+            });
         }
         Ok(t)
     }
@@ -477,6 +625,26 @@ impl Store for RedisStore {
         Ok((at >= 0).then(|| crate::store::pace::ceil_ms(at)))
     }
 
+    async fn hold_send_slots(
+        &self,
+        source: &str,
+        route: &str,
+        now: i64,
+        until: i64,
+        spacing: Duration,
+        burst: u32,
+    ) -> Result<(), StoreError> {
+        let mut inv = self.scripts.hold.prepare_invoke();
+        inv.key(self.key(source, &format!("pace:{route}")))
+            .arg(now.saturating_mul(1000))
+            .arg(until.saturating_mul(1000))
+            .arg(i64::try_from(spacing.as_micros()).unwrap_or(i64::MAX))
+            .arg(burst);
+        let mut c = self.conn();
+        let _: i64 = self.timed(inv.invoke_async(&mut c)).await?;
+        Ok(())
+    }
+
     async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
         let mut c = self.conn();
         let counters: HashMap<String, u64> =
@@ -491,27 +659,11 @@ impl Store for RedisStore {
         stats.delivered = self.count_status(source, Status::Delivered).await?;
         stats.dead = self.count_status(source, Status::Dead).await?;
         stats.discarded = self.count_status(source, Status::Discarded).await?;
-        let oldest: Vec<String> = self
-            .timed(
-                redis::cmd("ZRANGEBYLEX")
-                    .arg(self.status_key(source, Status::Pending))
-                    .arg("-")
-                    .arg("+")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(1)
-                    .query_async(&mut c),
-            )
+        stats.filtered = self.count_status(source, Status::Filtered).await?;
+        let oldest = self
+            .oldest_in(self.status_key(source, Status::Pending))
             .await?;
-        if let Some(id) = oldest.first() {
-            stats.oldest_pending_at = self
-                .listed(source, std::slice::from_ref(id))
-                .await?
-                .into_iter()
-                .flatten()
-                .next()
-                .map(|e| e.received_at);
-        }
+        stats.oldest_pending_at = self.received_at(source, oldest).await?;
         Ok(stats)
     }
 

@@ -5,11 +5,14 @@
 //! hears "stored" (see `writer`, which says why). Checkpoints run on a third thread,
 //! off the commit path (`checkpoint`). Reads use a separate connection (WAL lets
 //! them run beside the writer) on the blocking thread pool. The SQL itself is in
-//! `queries`, the schema in `schema`, the files' permissions in `private`.
+//! `queries` (entries as a whole) and `delivery` (each route's delivery of an entry,
+//! and the entry's summary of them), the schema in `schema`, the files' permissions
+//! in `private`.
 //!
 //! rusqlite types never leave this folder.
 
 mod checkpoint;
+mod delivery;
 mod private;
 mod queries;
 mod schema;
@@ -29,8 +32,8 @@ use self::writer::{Syncing, Writer};
 use super::pace::{self, ceil_ms};
 use super::{
     Accepted, Attempt, AuditEvent, Backend, Claim, Completion, Control, Controls, Entry,
-    HousekeepingPass, IdPage, ListQuery, MAX_PAGE, NewEntry, Page, Purged, SourceStats, Status,
-    Store, StoreError, Transition, encode_headers,
+    HousekeepingPass, IdPage, ListQuery, MAX_PAGE, NewEntry, Page, PauseTarget, Purged, RouteStats,
+    SourceStats, Status, Store, StoreError, Transition, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::EmbeddedConfig;
@@ -225,36 +228,49 @@ impl Store for SqliteStore {
         self.read(move |conn| queries::count(conn, &source)).await
     }
 
-    async fn set_paused(&self, source: &str, paused: bool) -> Result<(), StoreError> {
-        let name = source.to_string();
+    async fn set_paused(
+        &self,
+        source: &str,
+        route: Option<&str>,
+        paused: bool,
+    ) -> Result<(), StoreError> {
+        let (name, route_name) = (source.to_string(), route.map(str::to_string));
         self.write_durable(false, move |conn, _| {
-            queries::set_paused(conn, &name, paused)
+            queries::set_paused(conn, &name, route_name.as_deref(), paused)
         })
         .await?;
         self.controls.send(Control::Paused {
             source: source.to_string(),
+            route: route.map(str::to_string),
             paused,
         });
         Ok(())
     }
 
-    async fn paused_sources(&self) -> Result<Vec<String>, StoreError> {
-        self.read(queries::paused_sources).await
+    async fn paused(&self) -> Result<Vec<PauseTarget>, StoreError> {
+        self.read(queries::paused).await
+    }
+
+    async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError> {
+        let (source, route) = (source.to_string(), route.to_string());
+        self.read(move |conn| queries::route_stats(conn, &source, &route))
+            .await
     }
 
     async fn claim(
         &self,
         source: &str,
+        route: &str,
         _worker: &str,
         now: i64,
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
-        let source = source.to_string();
+        let (source, route) = (source.to_string(), route.to_string());
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
         self.write_answered_at_commit(false, move |conn, _| {
-            queries::claim(conn, &source, now, until, limit)
+            delivery::claim(conn, &source, &route, now, until, limit)
         })
         .await
     }
@@ -267,10 +283,11 @@ impl Store for SqliteStore {
         now: i64,
     ) -> Result<bool, StoreError> {
         let id = claim.entry.id.clone();
+        let route = claim.delivery.route.clone();
         let token = claim.token.clone();
         let notify = matches!(completion, Completion::Release { .. });
         self.write_answered_at_commit(notify, move |conn, _| {
-            queries::apply_complete(conn, &id, &token, &completion, now)
+            delivery::complete(conn, &id, &route, &token, &completion, now)
         })
         .await
     }
@@ -320,7 +337,7 @@ impl Store for SqliteStore {
             return Ok(());
         }
         let released = self
-            .write_durable(true, |conn, _| queries::release_leases(conn))
+            .write_durable(true, |conn, _| delivery::release_leases(conn))
             .await?;
         if released > 0 {
             tracing::warn!(
@@ -334,14 +351,15 @@ impl Store for SqliteStore {
     async fn replay(
         &self,
         id: &str,
+        route: Option<&str>,
         at: i64,
         actor: &str,
         now: i64,
     ) -> Result<Transition, StoreError> {
-        let id = id.to_string();
+        let (id, route) = (id.to_string(), route.map(str::to_string));
         let actor = actor.to_string();
         self.write_durable(true, move |conn, _| {
-            queries::replay(conn, &id, at, &actor, now)
+            delivery::replay(conn, &id, route.as_deref(), at, &actor, now)
         })
         .await
     }
@@ -349,21 +367,25 @@ impl Store for SqliteStore {
     async fn discard(
         &self,
         id: &str,
+        route: Option<&str>,
         actor: &str,
         note: &str,
         now: i64,
     ) -> Result<Transition, StoreError> {
-        let entry_id = id.to_string();
+        let (entry_id, route) = (id.to_string(), route.map(str::to_string));
         let actor = actor.to_string();
         let note = note.to_string();
-        let t = self
+        let (t, discarded) = self
             .write_durable(false, move |conn, _| {
-                queries::discard(conn, &entry_id, &actor, &note, now)
+                delivery::discard(conn, &entry_id, route.as_deref(), &actor, &note, now)
             })
             .await?;
-        if t == Transition::Done {
-            self.controls
-                .send(Control::Discarded { id: id.to_string() });
+        // Durable now: in-flight attempts of these deliveries are cancelled.
+        for route in discarded {
+            self.controls.send(Control::Discarded {
+                id: id.to_string(),
+                route,
+            });
         }
         Ok(t)
     }
@@ -405,6 +427,27 @@ impl Store for SqliteStore {
             }
             Err(at_us) => Ok(Some(ceil_ms(at_us))),
         }
+    }
+
+    async fn hold_send_slots(
+        &self,
+        source: &str,
+        route: &str,
+        _now: i64,
+        until: i64,
+        spacing: Duration,
+        burst: u32,
+    ) -> Result<(), StoreError> {
+        let mut paces = self
+            .paces
+            .lock()
+            .map_err(|_| StoreError::Unavailable("pace lock poisoned"))?;
+        let tat = paces
+            .entry((source.to_string(), route.to_string()))
+            .or_insert(0);
+        let spacing_us = i64::try_from(spacing.as_micros()).unwrap_or(i64::MAX);
+        *tat = pace::held(*tat, until.saturating_mul(1000), spacing_us, burst);
+        Ok(())
     }
 
     async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {

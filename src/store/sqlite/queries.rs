@@ -1,4 +1,6 @@
-//! The embedded store's SQL: every statement it runs, and how rows become entries.
+//! The embedded store's SQL for entries as a whole: accept, reads, listings,
+//! counters, pauses and retention, and how rows become entries. What changes a
+//! delivery (claims, completions, replays, discards) is in `delivery`.
 //!
 //! Each function takes the connection it runs on: the writer's transaction (for
 //! writes, see `writer`) or the read connection. None of them commits; the writer
@@ -7,13 +9,14 @@
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::delivery::load_deliveries;
 use crate::store::{
-    Accepted, Attempt, AuditEvent, Claim, Completion, Entry, IdPage, ListQuery, ListedEntry,
-    NewEntry, Page, Purged, SourceStats, Status, StoreError, Transition, attempt_error,
-    decode_headers, id_floor,
+    Accepted, Attempt, AuditEvent, Entry, IdPage, ListQuery, ListedEntry, NewEntry, Page,
+    PauseTarget, Purged, RouteStats, SourceStats, Status, StoreError, decode_headers, id_floor,
 };
 
-/// Dedupe and store a new entry (`Store::accept`).
+/// Dedupe and store a new entry with a pending delivery per route, due at once; an
+/// entry without routes is stored filtered (`Store::accept`).
 pub(super) fn apply_accept(
     conn: &Connection,
     e: &NewEntry,
@@ -43,11 +46,15 @@ pub(super) fn apply_accept(
         e.id,
         now.saturating_add(ttl_ms)
     ])?;
+    let (status, next) = match e.routes.is_empty() {
+        true => (Status::Filtered, None),
+        false => (Status::Pending, Some(e.received_at)),
+    };
     conn.prepare_cached(
         "INSERT INTO entries (id, source, event_id, event_type, dedupe_key, received_at,
                               status, attempts, next_attempt_at, budget_start, updated_at,
                               headers, body)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?6, ?6, ?7, ?8, ?9)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?6, ?9, ?10, ?11)",
     )?
     .execute(params![
         e.id,
@@ -56,21 +63,46 @@ pub(super) fn apply_accept(
         e.event_type,
         e.dedupe_key,
         e.received_at,
+        status.as_str(),
+        next,
         now,
         headers,
         e.body.as_ref(),
     ])?;
+    let mut insert = conn.prepare_cached(
+        // A route named twice is one delivery (routes come without repeats).
+        "INSERT OR IGNORE INTO deliveries (entry_id, route, position, source, status,
+                                           attempts, next_attempt_at, budget_start,
+                                           budget_attempts, updated_at)
+         VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?5, 0, ?6)",
+    )?;
+    for (position, route) in e.routes.iter().enumerate() {
+        insert.execute(params![
+            e.id,
+            route,
+            i64::try_from(position).unwrap_or(i64::MAX),
+            e.source,
+            e.received_at,
+            now
+        ])?;
+    }
     Ok(Accepted::New(e.id.clone()))
 }
 
-const ENTRY_COLUMNS: &str = "id, source, event_id, event_type, dedupe_key, received_at, status, \
-                             attempts, next_attempt_at, last_error, headers, body, \
-                             budget_start, budget_attempts";
+const ENTRY_COLUMNS: &str =
+    "id, source, event_id, event_type, dedupe_key, received_at, status, headers, body";
 
 /// What a listing reads: no headers, no body (SQLite then never touches the
 /// overflow pages that hold a large body).
-const LISTED_COLUMNS: &str = "id, source, event_id, event_type, received_at, status, attempts, \
-                              next_attempt_at, last_error";
+/// The entry's attempts, next attempt and last error are derived from its deliveries
+/// as [`Entry::summary`] derives them (the row keeps only the status).
+const LISTED_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.received_at, e.status, \
+     (SELECT coalesce(sum(x.attempts), 0) FROM deliveries x WHERE x.entry_id = e.id), \
+     (SELECT min(x.next_attempt_at) FROM deliveries x \
+        WHERE x.entry_id = e.id AND x.status = 'pending'), \
+     (SELECT x.last_error FROM deliveries x \
+        WHERE x.entry_id = e.id AND x.status != 'delivered' AND x.last_error IS NOT NULL \
+        ORDER BY x.position LIMIT 1)";
 
 fn row_to_listed(r: &rusqlite::Row<'_>) -> Result<ListedEntry, StoreError> {
     let id: String = r.get(0)?;
@@ -92,34 +124,75 @@ fn row_to_listed(r: &rusqlite::Row<'_>) -> Result<ListedEntry, StoreError> {
 }
 
 /// The query of a listing page (`limit + 1` rows, to know whether another follows).
+///
+/// With a route, the entries that have a delivery through it, and `status` is that
+/// delivery's. With a source and a status too, the page is read from the deliveries'
+/// index (`deliveries_route`: source, route, status, next attempt), newest first
+/// (pending deliveries are sorted: they are in due order there); otherwise the
+/// entries are scanned newest first and each is looked up in `deliveries` by its
+/// primary key, which stops as soon as the page is full when most entries qualify.
 fn list_sql(q: &ListQuery, columns: &str, limit: usize) -> (String, Vec<rusqlite::types::Value>) {
-    let mut sql = format!("SELECT {columns} FROM entries WHERE 1 = 1");
     let mut args: Vec<rusqlite::types::Value> = Vec::new();
-    if let Some(s) = &q.source {
-        args.push(s.clone().into());
-        sql.push_str(&format!(" AND source = ?{}", args.len()));
-    }
-    if let Some(status) = q.status {
-        args.push(status.as_str().to_string().into());
-        sql.push_str(&format!(" AND status = ?{}", args.len()));
+    let mut arg = |v: rusqlite::types::Value| {
+        args.push(v);
+        format!("?{}", args.len())
+    };
+    let mut sql;
+    // The id column the page is ordered and bounded by.
+    let id;
+    match (&q.route, &q.source, q.status) {
+        (Some(route), Some(source), Some(status)) => {
+            let (source, route) = (arg(source.clone().into()), arg(route.clone().into()));
+            // A delivery that is not pending has no next attempt: naming that lets the
+            // index (source, route, status, next attempt) give the rows in id order.
+            let ended = match status {
+                Status::Pending => "",
+                _ => " AND d.next_attempt_at IS NULL",
+            };
+            let status = arg(status.as_str().to_string().into());
+            sql = format!(
+                "SELECT {columns} FROM deliveries d JOIN entries e ON e.id = d.entry_id
+                 WHERE d.source = {source} AND d.route = {route} AND d.status = {status}{ended}"
+            );
+            id = "d.entry_id";
+        }
+        (Some(route), source, status) => {
+            let route = arg(route.clone().into());
+            let status = match status {
+                Some(s) => format!(" AND d.status = {}", arg(s.as_str().to_string().into())),
+                None => String::new(),
+            };
+            sql = format!(
+                "SELECT {columns} FROM entries e WHERE EXISTS (SELECT 1 FROM deliveries d
+                     WHERE d.entry_id = e.id AND d.route = {route}{status})"
+            );
+            if let Some(s) = source {
+                sql.push_str(&format!(" AND e.source = {}", arg(s.clone().into())));
+            }
+            id = "e.id";
+        }
+        (None, source, status) => {
+            sql = format!("SELECT {columns} FROM entries e WHERE 1 = 1");
+            if let Some(s) = source {
+                sql.push_str(&format!(" AND e.source = {}", arg(s.clone().into())));
+            }
+            if let Some(status) = status {
+                let status = arg(status.as_str().to_string().into());
+                sql.push_str(&format!(" AND e.status = {status}"));
+            }
+            id = "e.id";
+        }
     }
     if let Some(t) = &q.event_type {
-        args.push(t.clone().into());
-        sql.push_str(&format!(" AND event_type = ?{}", args.len()));
+        sql.push_str(&format!(" AND e.event_type = {}", arg(t.clone().into())));
     }
     if let Some(since) = q.since {
-        args.push(id_floor(since).into());
-        sql.push_str(&format!(" AND id >= ?{}", args.len()));
+        sql.push_str(&format!(" AND {id} >= {}", arg(id_floor(since).into())));
     }
-    if let Some(until) = q.until {
-        args.push(id_floor(until).into());
-        sql.push_str(&format!(" AND id < ?{}", args.len()));
+    if let Some(below) = q.scan_below() {
+        sql.push_str(&format!(" AND {id} < {}", arg(below.into())));
     }
-    if let Some(c) = &q.cursor {
-        args.push(c.clone().into());
-        sql.push_str(&format!(" AND id < ?{}", args.len()));
-    }
-    sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", limit + 1));
+    sql.push_str(&format!(" ORDER BY {id} DESC LIMIT {}", limit + 1));
     (sql, args)
 }
 
@@ -136,9 +209,8 @@ fn bump_stat(conn: &Connection, source: &str, column: &'static str) -> Result<()
 fn row_to_entry(r: &rusqlite::Row<'_>) -> Result<Entry, StoreError> {
     let id: String = r.get(0)?;
     let status: String = r.get(6)?;
-    let headers: String = r.get(10)?;
-    let body: Vec<u8> = r.get(11)?;
-    let attempts: i64 = r.get(7)?;
+    let headers: String = r.get(7)?;
+    let body: Vec<u8> = r.get(8)?;
     Ok(Entry {
         source: r.get(1)?,
         event_id: r.get(2)?,
@@ -149,11 +221,11 @@ fn row_to_entry(r: &rusqlite::Row<'_>) -> Result<Entry, StoreError> {
             id: id.clone(),
             problem: format!("unknown status {status:?}"),
         })?,
-        attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
-        next_attempt_at: r.get(8)?,
-        last_error: r.get(9)?,
-        budget_start: r.get(12)?,
-        budget_attempts: u32::try_from(r.get::<_, i64>(13)?).unwrap_or(0),
+        // Filled in by `load_entry`, from the deliveries.
+        attempts: 0,
+        next_attempt_at: None,
+        last_error: None,
+        deliveries: Vec::new(),
         headers: decode_headers(&id, &headers)?,
         body: Bytes::from(body),
         id,
@@ -166,86 +238,16 @@ pub(super) fn load_entry(conn: &Connection, id: &str) -> Result<Option<Entry>, S
         "SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?1"
     ))?;
     let mut rows = stmt.query(params![id])?;
-    match rows.next()? {
-        Some(row) => Ok(Some(row_to_entry(row)?)),
-        None => Ok(None),
-    }
-}
-
-fn insert_attempt(conn: &Connection, id: &str, a: &Attempt) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO attempts (entry_id, n, at, status_code, error, latency_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![
-        id,
-        a.n,
-        a.at,
-        a.status_code,
-        a.error,
-        i64::try_from(a.latency_ms).unwrap_or(i64::MAX)
-    ])?;
-    Ok(())
-}
-
-/// Record a claim's completion (`Store::complete`); `true` when applied.
-pub(super) fn apply_complete(
-    conn: &Connection,
-    id: &str,
-    token: &str,
-    completion: &Completion,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let attempt = match completion {
-        Completion::Delivered { attempt } | Completion::Retry { attempt, .. } => Some(attempt),
-        Completion::Dead { attempt, .. } => attempt.as_ref(),
-        Completion::Release { .. } => None,
+    let Some(row) = rows.next()? else {
+        return Ok(None);
     };
-    let (status, next, last_error): (Status, Option<i64>, Option<String>) = match completion {
-        Completion::Delivered { .. } => (Status::Delivered, None, None),
-        Completion::Retry { attempt, at } => (Status::Pending, Some(*at), attempt_error(attempt)),
-        Completion::Dead { reason, .. } => (Status::Dead, None, Some(reason.clone())),
-        Completion::Release { at } => (Status::Pending, Some(*at), None),
-    };
-    let changed = conn
-        .prepare_cached(
-            "UPDATE entries SET status = ?1, next_attempt_at = ?2,
-                 last_error = coalesce(?3, last_error), attempts = attempts + ?4,
-                 lease_owner = NULL, lease_until = NULL, updated_at = ?5
-             WHERE id = ?6 AND lease_owner = ?7 AND status = 'pending'",
-        )?
-        .execute(params![
-            status.as_str(),
-            next,
-            last_error,
-            i64::from(attempt.is_some()),
-            now,
-            id,
-            token
-        ])?;
-    // Only the lease holder's attempt is recorded: a completion that lost its lease
-    // (or is retried after a lost reply) changes nothing.
-    if changed == 1
-        && let Some(a) = attempt
-    {
-        insert_attempt(conn, id, a)?;
-    }
-    if changed == 0 {
-        // Discarded while this attempt ran (discard keeps the lease): the attempt is
-        // recorded, the status stays discarded.
-        let ran = conn
-            .prepare_cached(
-                "UPDATE entries SET attempts = attempts + ?1, lease_owner = NULL, lease_until = NULL
-                 WHERE id = ?2 AND lease_owner = ?3 AND status = 'discarded'",
-            )?
-            .execute(params![i64::from(attempt.is_some()), id, token])?;
-        if ran == 1
-            && let Some(a) = attempt
-        {
-            insert_attempt(conn, id, a)?;
-        }
-    }
-    Ok(changed == 1)
+    let mut entry = row_to_entry(row)?;
+    entry.deliveries = load_deliveries(conn, id)?;
+    let (_, attempts, next, last_error) = Entry::summary(&entry.deliveries);
+    entry.attempts = attempts;
+    entry.next_attempt_at = next;
+    entry.last_error = last_error;
+    Ok(Some(entry))
 }
 
 /// A page of listed entries, newest first (`Store::list`).
@@ -294,80 +296,74 @@ pub(super) fn count_status(
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-pub(super) fn set_paused(conn: &Connection, source: &str, paused: bool) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "INSERT INTO sources (name, paused) VALUES (?1, ?2)
-         ON CONFLICT(name) DO UPDATE SET paused = excluded.paused",
-    )?
-    .execute(params![source, paused])?;
+/// Pause or resume a source (`route: None`) or one of its routes.
+pub(super) fn set_paused(
+    conn: &Connection,
+    source: &str,
+    route: Option<&str>,
+    paused: bool,
+) -> Result<(), StoreError> {
+    match (route, paused) {
+        (None, _) => conn
+            .prepare_cached(
+                "INSERT INTO sources (name, paused) VALUES (?1, ?2)
+                 ON CONFLICT(name) DO UPDATE SET paused = excluded.paused",
+            )?
+            .execute(params![source, paused])?,
+        (Some(route), true) => conn
+            .prepare_cached("INSERT OR IGNORE INTO paused_routes (source, route) VALUES (?1, ?2)")?
+            .execute(params![source, route])?,
+        (Some(route), false) => conn
+            .prepare_cached("DELETE FROM paused_routes WHERE source = ?1 AND route = ?2")?
+            .execute(params![source, route])?,
+    };
     Ok(())
 }
 
-pub(super) fn paused_sources(conn: &Connection) -> Result<Vec<String>, StoreError> {
-    let mut stmt =
-        conn.prepare_cached("SELECT name FROM sources WHERE paused = 1 ORDER BY name")?;
-    let names = stmt
-        .query_map([], |r| r.get::<_, String>(0))?
+/// The paused sources and routes, sorted.
+pub(super) fn paused(conn: &Connection) -> Result<Vec<PauseTarget>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT name, NULL FROM sources WHERE paused = 1
+         UNION ALL SELECT source, route FROM paused_routes",
+    )?;
+    let mut targets = stmt
+        .query_map([], |r| {
+            Ok(PauseTarget {
+                source: r.get(0)?,
+                route: r.get(1)?,
+            })
+        })?
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(names)
+    targets.sort();
+    Ok(targets)
 }
 
-/// Lease up to `limit` due, pending entries of an unpaused `source` until `until`
-/// (`Store::claim`).
-pub(super) fn claim(
-    conn: &Connection,
-    source: &str,
-    now: i64,
-    until: i64,
-    limit: i64,
-) -> Result<Vec<Claim>, StoreError> {
-    let ids: Vec<String> = conn
-        .prepare_cached(
-            "SELECT id FROM entries
-             WHERE source = ?1 AND status = 'pending' AND next_attempt_at <= ?2
-               AND (lease_until IS NULL OR lease_until <= ?2)
-               AND NOT EXISTS (SELECT 1 FROM sources WHERE name = ?1 AND paused = 1)
-             ORDER BY next_attempt_at LIMIT ?3",
-        )?
-        .query_map(params![source, now, limit], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    let mut claims = Vec::with_capacity(ids.len());
-    for id in ids {
-        let token = uuid::Uuid::now_v7().simple().to_string();
-        conn.prepare_cached("UPDATE entries SET lease_owner = ?1, lease_until = ?2 WHERE id = ?3")?
-            .execute(params![token, until, id])?;
-        if let Some(entry) = load_entry(conn, &id)? {
-            claims.push(Claim {
-                token,
-                stream_message: None,
-                entry,
-            });
-        }
-    }
-    Ok(claims)
-}
-
-/// Every attempt of an entry, oldest first.
+/// Every attempt of an entry through every route, oldest first (ties by route, then
+/// number).
 pub(super) fn attempts(conn: &Connection, id: &str) -> Result<Vec<Attempt>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT n, at, status_code, error, latency_ms FROM attempts
-         WHERE entry_id = ?1 ORDER BY n",
+        "SELECT route, n, at, status_code, error, latency_ms FROM attempts
+         WHERE entry_id = ?1 ORDER BY at, route, n",
     )?;
     let rows = stmt
         .query_map(params![id], |r| {
             Ok(Attempt {
-                n: r.get(0)?,
-                at: r.get(1)?,
-                status_code: r.get(2)?,
-                error: r.get(3)?,
-                latency_ms: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
+                route: r.get(0)?,
+                n: r.get(1)?,
+                at: r.get(2)?,
+                status_code: r.get(3)?,
+                error: r.get(4)?,
+                latency_ms: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(rows)
 }
 
-/// One retention pass (`Store::purge`).
+/// One retention pass (`Store::purge`), by each entry's derived status and since
+/// when it has it (`updated_at`): delivered and filtered entries with the delivered
+/// cutoff, dead and discarded ones with the dead cutoff; a pending entry (one with a
+/// pending delivery) never.
 pub(super) fn purge(
     conn: &Connection,
     now: i64,
@@ -378,7 +374,7 @@ pub(super) fn purge(
     let ids: Vec<String> = conn
         .prepare_cached(
             "SELECT id FROM (SELECT id FROM entries
-                 WHERE status = 'delivered' AND updated_at < ?1 LIMIT ?3)
+                 WHERE status IN ('delivered', 'filtered') AND updated_at < ?1 LIMIT ?3)
              UNION ALL
              SELECT id FROM (SELECT id FROM entries
                  WHERE status IN ('dead', 'discarded') AND updated_at < ?2 LIMIT ?3)",
@@ -389,6 +385,8 @@ pub(super) fn purge(
         conn.prepare_cached("DELETE FROM attempts WHERE entry_id = ?1")?
             .execute(params![id])?;
         conn.prepare_cached("DELETE FROM audit WHERE entry_id = ?1")?
+            .execute(params![id])?;
+        conn.prepare_cached("DELETE FROM deliveries WHERE entry_id = ?1")?
             .execute(params![id])?;
         conn.prepare_cached("DELETE FROM entries WHERE id = ?1")?
             .execute(params![id])?;
@@ -405,79 +403,16 @@ pub(super) fn purge(
     })
 }
 
-/// The status of an entry, `None` when there is no such entry (or its status is
-/// unknown).
-fn status_of(conn: &Connection, id: &str) -> Result<Option<Status>, StoreError> {
-    let status: Option<String> = conn
-        .prepare_cached("SELECT status FROM entries WHERE id = ?1")?
-        .query_row(params![id], |r| r.get(0))
-        .optional()?;
-    Ok(status.as_deref().and_then(Status::parse))
-}
-
-/// Queue an entry again at `at` with a fresh budget, audited (`Store::replay`).
-pub(super) fn replay(
-    conn: &Connection,
-    id: &str,
-    at: i64,
-    actor: &str,
-    now: i64,
-) -> Result<Transition, StoreError> {
-    let Some(status) = status_of(conn, id)? else {
-        return Ok(Transition::NotFound);
-    };
-    if status == Status::Pending {
-        return Ok(Transition::Conflict(status));
-    }
-    conn.prepare_cached(
-        "UPDATE entries SET status = 'pending', next_attempt_at = ?2,
-             budget_start = ?3, budget_attempts = attempts,
-             lease_owner = NULL, lease_until = NULL, updated_at = ?3
-         WHERE id = ?1",
-    )?
-    .execute(params![id, at, now])?;
-    conn.prepare_cached(
-        "INSERT INTO audit (entry_id, at, action, actor, note) VALUES (?1, ?2, 'replay', ?3, NULL)",
-    )?
-    .execute(params![id, now, actor])?;
-    Ok(Transition::Done)
-}
-
-/// Discard a pending or dead entry, audited with the note (`Store::discard`).
-pub(super) fn discard(
-    conn: &Connection,
-    id: &str,
-    actor: &str,
-    note: &str,
-    now: i64,
-) -> Result<Transition, StoreError> {
-    let Some(status) = status_of(conn, id)? else {
-        return Ok(Transition::NotFound);
-    };
-    if !matches!(status, Status::Pending | Status::Dead) {
-        return Ok(Transition::Conflict(status));
-    }
-    // The lease stays: a worker delivering it right now records its attempt.
-    conn.prepare_cached(
-        "UPDATE entries SET status = 'discarded', next_attempt_at = NULL, updated_at = ?2
-         WHERE id = ?1",
-    )?
-    .execute(params![id, now])?;
-    conn.prepare_cached(
-        "INSERT INTO audit (entry_id, at, action, actor, note) VALUES (?1, ?2, 'discard', ?3, ?4)",
-    )?
-    .execute(params![id, now, actor, note])?;
-    Ok(Transition::Done)
-}
-
 /// The audit trail of an entry, oldest first.
 pub(super) fn audit(conn: &Connection, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT at, action, actor, note FROM audit WHERE entry_id = ?1 ORDER BY at, rowid",
+        "SELECT at, action, actor, note, route FROM audit WHERE entry_id = ?1
+         ORDER BY at, rowid",
     )?;
     let rows = stmt
         .query_map(params![id], |r| {
             Ok(AuditEvent {
+                route: r.get(4)?,
                 at: r.get(0)?,
                 action: r.get(1)?,
                 actor: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
@@ -515,20 +450,18 @@ pub(super) fn stats(conn: &Connection, source: &str) -> Result<SourceStats, Stor
         stats.duplicates = u64::try_from(duplicates).unwrap_or(0);
         stats.unverified = u64::try_from(unverified).unwrap_or(0);
     }
-    let mut stmt = conn
-        .prepare_cached("SELECT status, count(*) FROM entries WHERE source = ?1 GROUP BY status")?;
-    let counts = stmt
-        .query_map(params![source], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    let counts = status_counts(
+        conn,
+        "SELECT status, count(*) FROM entries WHERE source = ?1 GROUP BY status",
+        params![source],
+    )?;
     for (status, n) in counts {
-        let n = u64::try_from(n).unwrap_or(0);
-        match Status::parse(&status) {
+        match status {
             Some(Status::Pending) => stats.pending = n,
             Some(Status::Delivered) => stats.delivered = n,
             Some(Status::Dead) => stats.dead = n,
             Some(Status::Discarded) => stats.discarded = n,
+            Some(Status::Filtered) => stats.filtered = n,
             None => {}
         }
     }
@@ -542,13 +475,56 @@ pub(super) fn stats(conn: &Connection, source: &str) -> Result<SourceStats, Stor
     Ok(stats)
 }
 
-/// Release every lease (a previous run's); how many there were.
-pub(super) fn release_leases(conn: &Connection) -> Result<usize, StoreError> {
-    Ok(conn.execute(
-        "UPDATE entries SET lease_owner = NULL, lease_until = NULL
-         WHERE lease_owner IS NOT NULL",
-        [],
-    )?)
+/// The (status, count) rows of a `SELECT status, count(*) … GROUP BY status`; an
+/// unknown status is left out.
+fn status_counts(
+    conn: &Connection,
+    sql: &str,
+    args: impl rusqlite::Params,
+) -> Result<Vec<(Option<Status>, u64)>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt
+        .query_map(args, |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows
+        .into_iter()
+        .map(|(status, n)| (Status::parse(&status), u64::try_from(n).unwrap_or(0)))
+        .collect())
+}
+
+/// The deliveries through `route` of `source`, by status (`Store::route_stats`).
+pub(super) fn route_stats(
+    conn: &Connection,
+    source: &str,
+    route: &str,
+) -> Result<RouteStats, StoreError> {
+    let mut stats = RouteStats::default();
+    let counts = status_counts(
+        conn,
+        "SELECT status, count(*) FROM deliveries WHERE source = ?1 AND route = ?2
+         GROUP BY status",
+        params![source, route],
+    )?;
+    for (status, n) in counts {
+        match status {
+            Some(Status::Pending) => stats.pending = n,
+            Some(Status::Delivered) => stats.delivered = n,
+            Some(Status::Dead) => stats.dead = n,
+            Some(Status::Discarded) => stats.discarded = n,
+            Some(Status::Filtered) | None => {}
+        }
+    }
+    // Ids sort by arrival: the smallest pending one is the oldest (a scan of the
+    // route's pending deliveries in the index, which are in due order).
+    stats.oldest_pending_at = conn
+        .prepare_cached(
+            "SELECT e.received_at FROM entries e WHERE e.id = (
+                 SELECT min(d.entry_id) FROM deliveries d
+                 WHERE d.source = ?1 AND d.route = ?2 AND d.status = 'pending')",
+        )?
+        .query_row(params![source, route], |r| r.get(0))
+        .optional()?;
+    Ok(stats)
 }
 
 /// Whether the database answers a read (`Store::ping`).

@@ -7,11 +7,25 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+use crate::store::{Backend, DEFAULT_ROUTE, StoreError};
+
 /// The database file inside the store directory.
 pub(super) const DB_FILE: &str = "hookgate.db";
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &[r#"
+/// Each runs in one transaction, and none is ever undone (a store a newer release
+/// migrated is refused: see [`migrate`]).
+///
+/// 1. The store before routes: an entry is one delivery.
+/// 2. Routes ([`ROUTES`]).
+const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES];
+
+/// The version after which every entry is delivered through routes ([`ROUTES`]).
+const ROUTES_VERSION: usize = 2;
+
+/// The first schema: each entry carries its one delivery's state (status, attempts,
+/// lease, budget) in its own row.
+const V1_ENTRIES: &str = r#"
 CREATE TABLE entries (
     id              TEXT PRIMARY KEY,
     source          TEXT NOT NULL,
@@ -71,7 +85,84 @@ CREATE TABLE stats (
     duplicates INTEGER NOT NULL DEFAULT 0,
     unverified INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
-"#];
+"#;
+
+/// Routes: an entry is delivered through one or more routes, each delivery with its
+/// own row in `deliveries` (status, attempts, next attempt, lease, last error, retry
+/// budget); `position` keeps the order of the entry's routes. The `entries` row keeps
+/// `status`, `attempts`, `next_attempt_at` and `last_error` as the summary of its
+/// deliveries (`Entry::summary`), written in the same transaction as every change of
+/// a delivery, and `updated_at` as when the entry reached its current status (what
+/// retention reads). Its `lease_*` and `budget_*` columns are no longer read (dropping
+/// them would rewrite every row, bodies included).
+///
+/// Every existing entry gets one delivery through the default route holding what its
+/// row held (status, attempts, budget, lease: a leased entry is claimed again once
+/// its lease expires, or at the next start); its attempts go through the default
+/// route too. A delivered entry's summary names no error (the summary only takes the
+/// errors of deliveries not delivered).
+///
+/// One index, `deliveries_route` (source, route, status, next attempt), serves claims
+/// (a route's pending deliveries by due time), counts by route and status, and
+/// listings by route and status: a delivery that is not pending has no next attempt,
+/// so within one status that is not `pending` the index is in entry id (arrival)
+/// order. One index rather than two keeps an accept at one index entry per route.
+const ROUTES: &str = r#"
+CREATE TABLE deliveries (
+    entry_id        TEXT NOT NULL,
+    route           TEXT NOT NULL,
+    position        INTEGER NOT NULL,
+    source          TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER,
+    lease_owner     TEXT,
+    lease_until     INTEGER,
+    last_error      TEXT,
+    budget_start    INTEGER NOT NULL,
+    budget_attempts INTEGER NOT NULL DEFAULT 0,
+    updated_at      INTEGER NOT NULL,
+    PRIMARY KEY (entry_id, route)
+) WITHOUT ROWID;
+CREATE INDEX deliveries_route ON deliveries(source, route, status, next_attempt_at);
+INSERT INTO deliveries (entry_id, route, position, source, status, attempts,
+                        next_attempt_at, lease_owner, lease_until, last_error,
+                        budget_start, budget_attempts, updated_at)
+    SELECT id, 'default', 0, source, status, attempts, next_attempt_at, lease_owner,
+           lease_until, last_error, budget_start, budget_attempts, updated_at
+    FROM entries;
+UPDATE deliveries SET next_attempt_at = NULL WHERE status != 'pending';
+UPDATE entries SET lease_owner = NULL, lease_until = NULL WHERE lease_owner IS NOT NULL;
+UPDATE entries SET last_error = NULL WHERE status = 'delivered' AND last_error IS NOT NULL;
+DROP INDEX entries_due;
+
+CREATE TABLE attempts_by_route (
+    entry_id    TEXT NOT NULL,
+    route       TEXT NOT NULL,
+    n           INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    status_code INTEGER,
+    error       TEXT,
+    latency_ms  INTEGER,
+    PRIMARY KEY (entry_id, route, n)
+) WITHOUT ROWID;
+INSERT INTO attempts_by_route (entry_id, route, n, at, status_code, error, latency_ms)
+    SELECT entry_id, 'default', n, at, status_code, error, latency_ms FROM attempts;
+DROP TABLE attempts;
+ALTER TABLE attempts_by_route RENAME TO attempts;
+
+ALTER TABLE audit ADD COLUMN route TEXT;
+
+CREATE TABLE paused_routes (
+    source TEXT NOT NULL,
+    route  TEXT NOT NULL,
+    PRIMARY KEY (source, route)
+) WITHOUT ROWID;
+"#;
+
+/// Prepared statements kept per connection: more than the store has (the listing
+/// queries vary with their filters, a few dozen shapes).
+const STATEMENT_CACHE: usize = 64;
 
 /// A connection to the database, with the store's settings. Every connection is
 /// `synchronous=FULL`; the writer then lowers its own to `NORMAL` (see
@@ -84,6 +175,10 @@ pub(super) fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(Duration::from_secs(5))?;
+    // Every statement is prepared once per connection (`prepare_cached`); rusqlite
+    // keeps 16 by default, fewer than the writer runs (accept, claim, complete,
+    // replay, discard, purge...), and an evicted one is compiled again on its next use.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL on every connection except the writer (see `writer_settings`).
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -99,19 +194,59 @@ pub(super) fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error
     Ok(conn)
 }
 
+/// A store whose schema is newer than this release knows: it was migrated by a
+/// newer hookgate, and reading it with this one would misread it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the store's schema is version {found}, newer than this hookgate knows ({known}): \
+     it was migrated by a newer release, and migrations are one-way; run that release"
+)]
+pub(super) struct NewerSchema {
+    found: i64,
+    known: usize,
+}
+
 /// Apply the migrations the database has not seen yet, each in its own transaction.
-pub(super) fn migrate(conn: &mut Connection) -> Result<(), rusqlite::Error> {
+/// The move to routes of a store written before them is logged once, when it runs,
+/// with how many entries it moved; a new store is created silently. A store with a
+/// schema newer than [`MIGRATIONS`] is refused.
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let version = usize::try_from(version).unwrap_or(0);
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+    let from = usize::try_from(version).unwrap_or(0);
+    if from > MIGRATIONS.len() {
+        return Err(StoreError::backend(
+            Backend::Sqlite,
+            NewerSchema {
+                found: version,
+                known: MIGRATIONS.len(),
+            },
+        ));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(from) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
-        tx.pragma_update(
-            None,
-            "user_version",
-            i64::try_from(i + 1).unwrap_or(i64::MAX),
-        )?;
+        let to = i + 1;
+        tx.pragma_update(None, "user_version", i64::try_from(to).unwrap_or(i64::MAX))?;
+        // Counted inside the migration's transaction: what it moved.
+        let moved: Option<(i64, i64)> = match to == ROUTES_VERSION && from > 0 {
+            true => Some((
+                tx.query_row("SELECT count(*) FROM deliveries", [], |r| r.get(0))?,
+                tx.query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))?,
+            )),
+            false => None,
+        };
         tx.commit()?;
+        if let Some((entries, attempts)) = moved {
+            tracing::info!(
+                from_version = from,
+                to_version = to,
+                entries,
+                attempts,
+                route = DEFAULT_ROUTE,
+                "migrated the store to routes: each entry is now delivered through the default \
+                 route, as it was (one-way: an older hookgate cannot read the store now)"
+            );
+        }
     }
     Ok(())
 }
@@ -121,4 +256,39 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), rusqlite::Error> {
 /// (see `writer`): the durability of `FULL`, with the fsync off the commit path.
 pub(super) fn writer_settings(conn: &Connection) -> Result<(), rusqlite::Error> {
     conn.pragma_update(None, "synchronous", "NORMAL")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The move to routes spells the default route out in its SQL.
+    #[test]
+    fn the_route_migration_moves_entries_to_the_default_route() {
+        assert_eq!(DEFAULT_ROUTE, "default");
+        assert_eq!(ROUTES.matches("'default'").count(), 2);
+    }
+
+    /// A store a newer release migrated is refused, and left as it is.
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
+        migrate(&mut conn).unwrap();
+        let newer = i64::try_from(MIGRATIONS.len() + 1).unwrap();
+        conn.pragma_update(None, "user_version", newer).unwrap();
+        let refused = migrate(&mut conn).unwrap_err().to_string();
+        assert!(
+            refused.contains("newer than this hookgate knows"),
+            "{refused}"
+        );
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, newer);
+        // The current schema opens again and again.
+        conn.pragma_update(None, "user_version", newer - 1).unwrap();
+        migrate(&mut conn).unwrap();
+        migrate(&mut conn).unwrap();
+    }
 }

@@ -1,48 +1,53 @@
--- Record what a worker did with a claimed entry.
--- KEYS: entry, work, sched, attempts, st:pending, st:<new>, done zset, dlq.
+-- Record what a worker did with a claimed delivery.
+-- KEYS: entry, work:<route>, sched:<route>, attempts, dlq.
 -- ARGV: msg id, group, new status, next_at, attempt JSON, last_error, now, entry id,
--- reason, lease token.
--- Only the holder of the current lease completes (returns 1). Anything else returns
--- 0 and changes nothing the current holder relies on (so a retried call after a lost
--- reply is harmless): a message claimed again by another worker after this lease
--- expired stays in its pending list, so that it is reclaimed should that worker die
--- too. A message that no longer stands for work (the entry ended, or a replay gave
--- it a newer message) is acknowledged and deleted, so the stream never leaks it;
--- an attempt that ran while the entry was discarded is recorded, and the status
--- stays discarded.
-local status, lease, msg = unpack(redis.call('HMGET', KEYS[1], 'status', 'lease', 'msg'))
-if status ~= 'pending' or lease ~= ARGV[10] then
-  if status == 'pending' and msg == ARGV[1] then
+-- reason, lease token, route, key base (`hg:{src}:`).
+-- Only the holder of the delivery's current lease completes (returns 1). Anything
+-- else returns 0 and changes nothing the current holder relies on (so a retried call
+-- after a lost reply is harmless): a message claimed again by another worker after
+-- this lease expired stays in its pending list, so that it is reclaimed should that
+-- worker die too. A message that no longer stands for work (the delivery ended, a
+-- replay gave it a newer message, the entry was purged) is acknowledged and deleted,
+-- so the stream never leaks it; an attempt that ran while the delivery was
+-- discarded is recorded, and the delivery stays discarded. The entry's status
+-- follows its deliveries (`hg_settle`).
+local route, base, id, token = ARGV[11], ARGV[12], ARGV[8], ARGV[10]
+local p = route .. ':'
+local f = redis.call('HMGET', KEYS[1], 'status', p .. 'status', p .. 'lease', p .. 'msg')
+local exists, status, lease, msg = f[1], f[2] or 'pending', f[3], f[4]
+if not exists or status ~= 'pending' or lease ~= token then
+  if exists and status == 'pending' and msg == ARGV[1] then
     return 0
   end
   redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
   redis.call('XDEL', KEYS[2], ARGV[1])
-  if status == 'discarded' and lease == ARGV[10] then
-    redis.call('HSET', KEYS[1], 'lease', '')
+  if exists and status == 'discarded' and lease == token then
+    redis.call('HDEL', KEYS[1], p .. 'lease')
     if ARGV[5] ~= '' then
       redis.call('RPUSH', KEYS[4], ARGV[5])
-      redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+      redis.call('HINCRBY', KEYS[1], p .. 'attempts', 1)
     end
   end
   return 0
 end
 redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
 redis.call('XDEL', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[1], 'lease', '', 'msg', '')
+redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg')
 if ARGV[5] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[5])
-  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+  redis.call('HINCRBY', KEYS[1], p .. 'attempts', 1)
 end
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_error', ARGV[6]) end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'next_attempt_at', ARGV[4], 'updated_at', ARGV[7])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], p .. 'last_error', ARGV[6]) end
 if ARGV[3] == 'pending' then
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[8])
+  redis.call('HSET', KEYS[1], p .. 'next', ARGV[4])
+  redis.call('ZADD', KEYS[3], ARGV[4], id)
 else
-  redis.call('ZREM', KEYS[5], ARGV[8])
-  redis.call('ZADD', KEYS[6], 0, ARGV[8])
-  redis.call('ZADD', KEYS[7], ARGV[7], ARGV[8])
+  redis.call('HSET', KEYS[1], p .. 'status', ARGV[3])
+  redis.call('HDEL', KEYS[1], p .. 'next')
+  hg_route_index(base, route, id, 'pending', ARGV[3])
   if ARGV[3] == 'dead' then
-    redis.call('XADD', KEYS[8], '*', 'id', ARGV[8], 'reason', ARGV[9])
+    redis.call('XADD', KEYS[5], '*', 'id', id, 'route', route, 'reason', ARGV[9])
   end
 end
+hg_settle(base, KEYS[1], id, ARGV[7])
 return 1

@@ -1,11 +1,13 @@
--- Take the lease of a claimed stream message.
--- KEYS: entry. ARGV: message id, lease token.
--- Returns the entry, or nil when the message no longer stands for pending work (the
--- entry ended, was purged, or a newer message replaced this one). An empty `msg`
--- means no message stands for it: it waits in `sched` (a retry, a release, a
--- replay) until the promote script gives it one.
-local status, msg = unpack(redis.call('HMGET', KEYS[1], 'status', 'msg'))
-if status ~= 'pending' then return false end
-if msg ~= ARGV[1] then return false end
-redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+-- Take the lease of a delivery whose stream message a claim read.
+-- KEYS: entry. ARGV: message id, lease token, route.
+-- Returns the entry hash, or nil when the message no longer stands for pending work
+-- (the delivery ended, the entry was purged, or a newer message replaced this one).
+-- An absent `R:msg` means no message stands for the delivery: it waits in
+-- `sched:R` (a retry, a release, a replay) until the promote script gives it one.
+local route = ARGV[3]
+local f = redis.call('HMGET', KEYS[1], 'status', route .. ':status', route .. ':msg')
+if not f[1] then return false end
+if (f[2] or 'pending') ~= 'pending' then return false end
+if f[3] ~= ARGV[1] then return false end
+redis.call('HSET', KEYS[1], route .. ':lease', ARGV[2])
 return redis.call('HGETALL', KEYS[1])

@@ -1,7 +1,10 @@
 -- What a listing shows of entries (no headers, no body).
--- KEYS: entry keys of one source.
+-- KEYS: entry keys of one source. ARGV: none.
 -- Returns per key false (gone) or {status, attempts, next_attempt_at, last_error,
--- event_id, event_type, received_at}, all text ('' when absent).
+-- event_id, event_type, received_at}, all text ('' when absent): the status as
+-- stored (derived from the deliveries), the rest summed up from the deliveries as
+-- `Entry::summary` does (attempts of every route, the earliest next attempt of a
+-- pending one, the last error of the first one not delivered that has one).
 -- The event id and type of an entry sit in the metadata line of its packed record,
 -- in front of the body; a hash field cannot be read in part, so the script takes
 -- the record and returns only what it needs from that line: the body costs Redis a
@@ -14,7 +17,7 @@ local function text(v)
 end
 local out = {}
 for i, k in ipairs(KEYS) do
-  local f = redis.call('HMGET', k, 'status', 'attempts', 'next_attempt_at', 'last_error')
+  local f = redis.call('HMGET', k, 'status', 'routes')
   if not f[1] then
     out[i] = false
   else
@@ -28,7 +31,22 @@ for i, k in ipairs(KEYS) do
       end
     end
     record = nil
-    out[i] = {f[1], text(f[2]), text(f[3]), text(f[4]), text(eid), text(etype), text(at)}
+    local attempts, next_at, last_error = 0, nil, nil
+    for _, r in ipairs(hg_routes(f[2])) do
+      local d = redis.call('HMGET', k, r .. ':status', r .. ':attempts', r .. ':next',
+        r .. ':last_error')
+      local s = d[1] or 'pending'
+      attempts = attempts + (tonumber(d[2]) or 0)
+      if s == 'pending' then
+        local due = tonumber(d[3]) or tonumber(at)
+        if due and (not next_at or due < next_at) then next_at = due end
+      end
+      if s ~= 'delivered' and not last_error and d[4] and d[4] ~= '' then
+        last_error = d[4]
+      end
+    end
+    out[i] = {f[1], text(attempts), text(next_at), text(last_error), text(eid), text(etype),
+      text(at)}
   end
 end
 return out

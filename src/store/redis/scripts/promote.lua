@@ -1,14 +1,17 @@
--- Move the retries that are due from the schedule to the work stream.
--- KEYS: sched, work. ARGV: now, limit, key base (`hg:{src}:`). The entry keys are
--- derived from the base and share the source's hash tag.
--- Returns how many ids left the schedule.
+-- Move the retries of one route that are due from its schedule to its work stream.
+-- KEYS: sched:<route>, work:<route>. ARGV: now, limit, key base (`hg:{src}:`),
+-- route. The entry keys are derived from the base and share the source's hash tag.
+-- Returns how many ids left the schedule. A delivery that is no longer pending (or
+-- an entry purged meanwhile) just leaves it.
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local route = ARGV[4]
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local ek = ARGV[3] .. 'e:' .. id
-  if redis.call('HGET', ek, 'status') == 'pending' then
+  local f = redis.call('HMGET', ek, 'status', route .. ':status')
+  if f[1] and (f[2] or 'pending') == 'pending' then
     local mid = redis.call('XADD', KEYS[2], '*', 'id', id)
-    redis.call('HSET', ek, 'msg', mid)
+    redis.call('HSET', ek, route .. ':msg', mid)
   end
 end
 return #ids

@@ -1,13 +1,31 @@
--- Remove the entries of one retention index completed before a cutoff.
--- KEYS: done zset, the status sets of its entries (st:<a>, st:<b>). ARGV: cutoff, limit,
--- key base (`hg:{src}:`).
--- The per-entry keys are derived from the base; they share the source's hash tag.
+-- Remove the entries of one retention index that ended before a cutoff.
+-- KEYS: done zset (done:delivered or done:dead). ARGV: cutoff, limit, key base
+-- (`hg:{src}:`).
+-- The per-entry keys and the indexes are derived from the base; they share the
+-- source's hash tag. An entry leaves every index it is in: its status set and
+-- the status sets of its routes (an ended delivery waits in no schedule). A pending entry is never removed (it
+-- only leaves the retention index, where it should not be).
 -- Returns how many entries were removed.
+local base = ARGV[3]
+local statuses = {'pending', 'delivered', 'dead', 'discarded', 'filtered'}
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, ARGV[2])
+local n = 0
 for _, id in ipairs(ids) do
-  redis.call('DEL', ARGV[3] .. 'e:' .. id, ARGV[3] .. 'a:' .. id, ARGV[3] .. 'audit:' .. id)
+  local ek = base .. 'e:' .. id
+  local f = redis.call('HMGET', ek, 'status', 'routes')
   redis.call('ZREM', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('ZREM', KEYS[3], id)
+  if f[1] ~= 'pending' then
+    local routes = hg_routes(f[2])
+    for i, s in ipairs(hg_route_statuses(ek, routes)) do
+      redis.call('ZREM', base .. 'rst:' .. routes[i] .. ':' .. s, id)
+    end
+    if f[1] then
+      redis.call('ZREM', base .. 'st:' .. f[1], id)
+      n = n + 1
+    else
+      for _, s in ipairs(statuses) do redis.call('ZREM', base .. 'st:' .. s, id) end
+    end
+    redis.call('DEL', ek, base .. 'a:' .. id, base .. 'audit:' .. id)
+  end
 end
-return #ids
+return n

@@ -1,31 +1,69 @@
--- Status transitions by operators.
--- KEYS: entry, st:pending, st:delivered, st:dead, st:discarded, sched,
--- done:delivered, done:dead, audit.
--- ARGV: action (replay|discard), entry id, at, now, audit JSON.
--- Returns {0, ''} for an unknown entry, {2, status} when its status does not allow
--- the action, {1, status} when done.
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return {0, ''} end
-local action = ARGV[1]
-if action == 'replay' and status == 'pending' then return {2, status} end
-if action == 'discard' and status ~= 'pending' and status ~= 'dead' then return {2, status} end
-local status_set = {pending = KEYS[2], delivered = KEYS[3], dead = KEYS[4], discarded = KEYS[5]}
-redis.call('ZREM', status_set[status], ARGV[2])
+-- Replay or discard deliveries of an entry (operators), with the audit record.
+-- KEYS: entry, audit.
+-- ARGV: action (replay|discard), entry id, at, now, audit JSON, route ('' when none
+-- was named), key base (`hg:{src}:`).
+-- Returns {0, ''} for an unknown entry, {3, ''} when the named route is not one of
+-- the entry's, {2, status} when the status does not allow the action (the named
+-- delivery's, else the entry's), {1, routes} when done (the routes it applied to,
+-- comma-separated).
+-- With a route: that delivery (replay: unless pending; discard: when pending or
+-- dead). Without: replay takes every dead or discarded delivery, or, when there is
+-- none and every one was delivered, all of them; discard takes every pending or dead
+-- one. A replay queues each at `at` with a fresh retry budget; a discard keeps the
+-- lease, so that a worker delivering it right now records its attempt (complete).
+local action, id, route, base = ARGV[1], ARGV[2], ARGV[6], ARGV[7]
+local f = redis.call('HMGET', KEYS[1], 'status', 'routes')
+if not f[1] then return {0, ''} end
+local routes = hg_routes(f[2])
+local statuses = hg_route_statuses(KEYS[1], routes)
+local takes
 if action == 'replay' then
-  local attempts = redis.call('HGET', KEYS[1], 'attempts') or '0'
-  redis.call('HSET', KEYS[1], 'status', 'pending', 'next_attempt_at', ARGV[3],
-    'budget_start', ARGV[4], 'budget_attempts', attempts, 'updated_at', ARGV[4],
-    'lease', '', 'msg', '')
-  redis.call('ZADD', KEYS[2], 0, ARGV[2])
-  redis.call('ZREM', KEYS[7], ARGV[2])
-  redis.call('ZREM', KEYS[8], ARGV[2])
-  redis.call('ZADD', KEYS[6], ARGV[3], ARGV[2])
+  takes = function(s) return s == 'dead' or s == 'discarded' end
 else
-  -- The lease stays: a worker delivering it right now records its attempt (COMPLETE).
-  redis.call('HSET', KEYS[1], 'status', 'discarded', 'next_attempt_at', '', 'updated_at', ARGV[4])
-  redis.call('ZADD', KEYS[5], 0, ARGV[2])
-  redis.call('ZREM', KEYS[6], ARGV[2])
-  redis.call('ZADD', KEYS[8], ARGV[4], ARGV[2])
+  takes = function(s) return s == 'pending' or s == 'dead' end
 end
-redis.call('RPUSH', KEYS[9], ARGV[5])
-return {1, status}
+local targets = {}
+if route ~= '' then
+  local found
+  for i, r in ipairs(routes) do
+    if r == route then found = i end
+  end
+  if not found then return {3, ''} end
+  local s = statuses[found]
+  if (action == 'replay' and s == 'pending') or (action == 'discard' and not takes(s)) then
+    return {2, s}
+  end
+  targets[1] = {route, s}
+else
+  local delivered = #routes > 0
+  for i, r in ipairs(routes) do
+    if takes(statuses[i]) then targets[#targets + 1] = {r, statuses[i]} end
+    if statuses[i] ~= 'delivered' then delivered = false end
+  end
+  if #targets == 0 and action == 'replay' and delivered then
+    for i, r in ipairs(routes) do targets[i] = {r, statuses[i]} end
+  end
+  if #targets == 0 then return {2, f[1]} end
+end
+local names = {}
+for i, t in ipairs(targets) do
+  local r, s = t[1], t[2]
+  local p = r .. ':'
+  names[i] = r
+  if action == 'replay' then
+    local attempts = redis.call('HGET', KEYS[1], p .. 'attempts') or '0'
+    redis.call('HSET', KEYS[1], p .. 'status', 'pending', p .. 'next', ARGV[3],
+      p .. 'budget_start', ARGV[4], p .. 'budget_attempts', attempts)
+    redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg')
+    redis.call('ZADD', base .. 'sched:' .. r, ARGV[3], id)
+    hg_route_index(base, r, id, s, 'pending')
+  else
+    redis.call('HSET', KEYS[1], p .. 'status', 'discarded')
+    redis.call('HDEL', KEYS[1], p .. 'next')
+    redis.call('ZREM', base .. 'sched:' .. r, id)
+    hg_route_index(base, r, id, s, 'discarded')
+  end
+end
+hg_settle(base, KEYS[1], id, ARGV[4])
+redis.call('RPUSH', KEYS[2], ARGV[5])
+return {1, table.concat(names, ',')}

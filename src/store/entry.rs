@@ -1,0 +1,253 @@
+//! What the store keeps: an entry as received and verified, its deliveries (one per
+//! route that took it), their statuses and attempts, and how an entry's status is
+//! derived from its deliveries.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use std::time::Duration;
+
+use super::{DEFAULT_ROUTE, ListedEntry};
+
+/// The life of a delivery, and of an entry (derived from its deliveries: see
+/// [`Status::of_entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Waiting for (another) delivery attempt.
+    Pending,
+    Delivered,
+    /// The retry budget ran out or the destination refused it for good.
+    Dead,
+    /// An operator discarded it.
+    Discarded,
+    /// An entry no route's filter selected: stored and answered, never delivered,
+    /// purged with the delivered ones. Only entries have it, never a delivery.
+    Filtered,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Delivered => "delivered",
+            Status::Dead => "dead",
+            Status::Discarded => "discarded",
+            Status::Filtered => "filtered",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Some(match s {
+            "pending" => Status::Pending,
+            "delivered" => Status::Delivered,
+            "dead" => Status::Dead,
+            "discarded" => Status::Discarded,
+            "filtered" => Status::Filtered,
+            _ => return None,
+        })
+    }
+
+    pub const ALL: [Status; 5] = [
+        Status::Pending,
+        Status::Delivered,
+        Status::Dead,
+        Status::Discarded,
+        Status::Filtered,
+    ];
+
+    /// The status of an entry whose deliveries have these statuses: `Filtered`
+    /// without any; else `Pending` while one is; else `Dead` if one is; else
+    /// `Discarded` if one is; else (every one delivered) `Delivered`.
+    pub fn of_entry(deliveries: impl IntoIterator<Item = Status>) -> Status {
+        let mut any = false;
+        let (mut pending, mut dead, mut discarded) = (false, false, false);
+        for s in deliveries {
+            any = true;
+            match s {
+                Status::Pending => pending = true,
+                Status::Dead => dead = true,
+                Status::Discarded => discarded = true,
+                Status::Delivered | Status::Filtered => {}
+            }
+        }
+        match (any, pending, dead, discarded) {
+            (false, ..) => Status::Filtered,
+            (_, true, ..) => Status::Pending,
+            (_, _, true, _) => Status::Dead,
+            (_, _, _, true) => Status::Discarded,
+            _ => Status::Delivered,
+        }
+    }
+
+    /// Whether an entry with this status has ended (retention may remove it), and
+    /// with which cutoff: delivered and filtered entries go with the delivered
+    /// retention, dead and discarded ones with the dead retention.
+    pub fn retention(self) -> Option<Retention> {
+        match self {
+            Status::Pending => None,
+            Status::Delivered | Status::Filtered => Some(Retention::Delivered),
+            Status::Dead | Status::Discarded => Some(Retention::Dead),
+        }
+    }
+}
+
+/// Which retention period an ended entry is kept for (see [`Status::retention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    Delivered,
+    Dead,
+}
+
+/// One request header as received. Values are bytes: header values need not be UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub name: String,
+    pub value: Vec<u8>,
+}
+
+/// An entry to persist, built by ingest after verification.
+#[derive(Debug, Clone)]
+pub struct NewEntry {
+    /// A fresh id (UUIDv7, so ids sort by arrival time).
+    pub id: String,
+    pub source: String,
+    /// The provider's event id, when the request carries one.
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    /// The dedupe key, as the provider made it (`Verified::identity`): `id:<event
+    /// id>`, the id bound to a content digest, or the digest alone. Opaque here.
+    pub dedupe_key: String,
+    pub dedupe_ttl: Duration,
+    /// Unix milliseconds.
+    pub received_at: i64,
+    pub headers: Vec<Header>,
+    pub body: Bytes,
+    /// The routes to deliver it through (those whose filter selected it), in
+    /// configuration order, without repeats. Empty: the entry is stored as
+    /// [`Status::Filtered`] and never delivered.
+    pub routes: Vec<String>,
+}
+
+/// The outcome of [`Store::accept`](super::Store::accept).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    /// Stored now, under this id.
+    New(String),
+    /// Seen before (within the dedupe TTL): the original entry's id. Nothing written.
+    Duplicate(String),
+}
+
+impl Accepted {
+    pub fn id(&self) -> &str {
+        match self {
+            Accepted::New(id) | Accepted::Duplicate(id) => id,
+        }
+    }
+}
+
+/// One route's delivery of an entry: each has its own status, attempts, retry
+/// budget, lease and dead letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub route: String,
+    /// Never [`Status::Filtered`].
+    pub status: Status,
+    /// Attempts made through this route.
+    pub attempts: u32,
+    /// Unix milliseconds of the next attempt, while pending.
+    pub next_attempt_at: Option<i64>,
+    pub last_error: Option<String>,
+    /// When the current retry budget started (unix ms): arrival, or the last replay.
+    pub budget_start: i64,
+    /// Attempts made before the current budget started.
+    pub budget_attempts: u32,
+}
+
+/// A stored entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub id: String,
+    pub source: String,
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    pub dedupe_key: String,
+    pub received_at: i64,
+    /// Derived from the deliveries ([`Status::of_entry`]).
+    pub status: Status,
+    /// Attempts of every route together.
+    pub attempts: u32,
+    /// The earliest next attempt of a pending delivery.
+    pub next_attempt_at: Option<i64>,
+    /// The last error of the first delivery (in route order) that has not been
+    /// delivered and has one.
+    pub last_error: Option<String>,
+    /// One per route the entry was stored for, in the order of
+    /// [`NewEntry::routes`]. Empty for a filtered entry.
+    pub deliveries: Vec<Delivery>,
+    pub headers: Vec<Header>,
+    pub body: Bytes,
+}
+
+impl Entry {
+    /// The entry as a listing shows it.
+    pub fn listed(&self) -> ListedEntry {
+        ListedEntry {
+            id: self.id.clone(),
+            source: self.source.clone(),
+            event_id: self.event_id.clone(),
+            event_type: self.event_type.clone(),
+            received_at: self.received_at,
+            status: self.status,
+            attempts: self.attempts,
+            next_attempt_at: self.next_attempt_at,
+            last_error: self.last_error.clone(),
+        }
+    }
+
+    /// The delivery through `route`, if the entry has one.
+    pub fn delivery(&self, route: &str) -> Option<&Delivery> {
+        self.deliveries.iter().find(|d| d.route == route)
+    }
+
+    /// The entry-level summary of `deliveries`: (status, attempts, next attempt,
+    /// last error), as [`Entry`] documents each. Both stores derive it with this.
+    pub fn summary(deliveries: &[Delivery]) -> (Status, u32, Option<i64>, Option<String>) {
+        let status = Status::of_entry(deliveries.iter().map(|d| d.status));
+        let attempts = deliveries
+            .iter()
+            .fold(0u32, |n, d| n.saturating_add(d.attempts));
+        let next = deliveries
+            .iter()
+            .filter(|d| d.status == Status::Pending)
+            .filter_map(|d| d.next_attempt_at)
+            .min();
+        let last_error = deliveries
+            .iter()
+            .filter(|d| d.status != Status::Delivered)
+            .find_map(|d| d.last_error.clone());
+        (status, attempts, next, last_error)
+    }
+}
+
+/// One delivery attempt, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// The route it went through. (Attempts recorded before routes existed went
+    /// through the default route.)
+    #[serde(default = "default_route")]
+    pub route: String,
+    /// 1 for the route's first attempt.
+    pub n: u32,
+    /// Unix milliseconds when the attempt started.
+    pub at: i64,
+    /// The destination's HTTP status, when it answered.
+    pub status_code: Option<u16>,
+    /// The error kind when it did not answer (or why the answer failed).
+    pub error: Option<String>,
+    pub latency_ms: u64,
+}
+
+fn default_route() -> String {
+    DEFAULT_ROUTE.to_string()
+}

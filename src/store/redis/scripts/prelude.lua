@@ -1,0 +1,65 @@
+-- Helpers shared by the scripts that read or change deliveries; `scripts.rs` puts
+-- this text in front of each of them (Lua scripts cannot share code otherwise).
+-- No KEYS or ARGV of its own: every helper takes the key base (`hg:{src}:`) and
+-- derives the keys of the source from it (they share its hash tag).
+-- An entry hash holds `routes` (its route names, comma-separated, in order), its
+-- derived `status` and `updated_at`, and per route R the fields `R:status` (absent:
+-- pending), `R:next` (absent: received at), `R:attempts`, `R:lease`, `R:msg`,
+-- `R:budget_start`, `R:budget_attempts`, `R:last_error`.
+
+-- The route names of a `routes` field, in order (none for a filtered entry).
+local function hg_routes(text)
+  local out = {}
+  if text then
+    for r in string.gmatch(text, '[^,]+') do out[#out + 1] = r end
+  end
+  return out
+end
+
+-- The statuses of an entry's deliveries, in route order.
+local function hg_route_statuses(ek, routes)
+  local statuses = {}
+  if #routes == 0 then return statuses end
+  local names = {}
+  for i, r in ipairs(routes) do names[i] = r .. ':status' end
+  local got = redis.call('HMGET', ek, unpack(names))
+  for i = 1, #routes do statuses[i] = got[i] or 'pending' end
+  return statuses
+end
+
+-- The retention index of an ended entry status (`Status::retention`).
+local hg_done = {delivered = 'done:delivered', filtered = 'done:delivered',
+  dead = 'done:dead', discarded = 'done:dead'}
+
+-- Move delivery `id` through `route` from status `from` to `to` in the route's
+-- status index (`rst:<route>:<status>`).
+local function hg_route_index(base, route, id, from, to)
+  if from == to then return end
+  redis.call('ZREM', base .. 'rst:' .. route .. ':' .. from, id)
+  redis.call('ZADD', base .. 'rst:' .. route .. ':' .. to, 0, id)
+end
+
+-- Derive the entry's status from its deliveries again (`Status::of_entry`) and,
+-- when it changed, move the entry between the status indexes and the retention
+-- indexes (scored `now`, when it reached the status). Answers the status.
+local function hg_settle(base, ek, id, now)
+  local f = redis.call('HMGET', ek, 'status', 'routes')
+  local seen, any = {}, false
+  for _, s in ipairs(hg_route_statuses(ek, hg_routes(f[2]))) do
+    seen[s], any = true, true
+  end
+  local new = 'delivered'
+  if not any then new = 'filtered'
+  elseif seen.pending then new = 'pending'
+  elseif seen.dead then new = 'dead'
+  elseif seen.discarded then new = 'discarded' end
+  local old = f[1]
+  if new == old then return new end
+  if old then redis.call('ZREM', base .. 'st:' .. old, id) end
+  redis.call('ZADD', base .. 'st:' .. new, 0, id)
+  redis.call('HSET', ek, 'status', new, 'updated_at', now)
+  if old and hg_done[old] then redis.call('ZREM', base .. hg_done[old], id) end
+  if hg_done[new] then redis.call('ZADD', base .. hg_done[new], now, id) end
+  return new
+end
+

@@ -1,0 +1,364 @@
+//! The embedded store's deliveries: each route's delivery of an entry is a row of
+//! `deliveries` (see `schema`, migration 2), claimed, completed, replayed and
+//! discarded on its own; the entry's row keeps the summary of its deliveries
+//! status ([`Status::of_entry`]), kept in step in the same transaction by
+//! [`refresh_entry`]; the rest of its summary ([`crate::store::Entry::summary`]) is derived when
+//! read.
+//!
+//! Like `queries`, every function takes the connection it runs on and none commits.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::queries::load_entry;
+use crate::store::{
+    Attempt, Claim, Completion, Delivery, Status, StoreError, Transition, attempt_error,
+};
+
+/// What a delivery row holds, in route order: the columns [`row_to_delivery`] reads.
+const DELIVERY_COLUMNS: &str =
+    "route, status, attempts, next_attempt_at, last_error, budget_start, budget_attempts";
+
+fn parse_status(id: &str, status: &str) -> Result<Status, StoreError> {
+    match Status::parse(status) {
+        Some(Status::Filtered) | None => Err(StoreError::Corrupt {
+            id: id.to_string(),
+            problem: format!("a delivery with status {status:?}"),
+        }),
+        Some(s) => Ok(s),
+    }
+}
+
+fn row_to_delivery(id: &str, r: &rusqlite::Row<'_>) -> Result<Delivery, StoreError> {
+    let status: String = r.get(1)?;
+    Ok(Delivery {
+        route: r.get(0)?,
+        status: parse_status(id, &status)?,
+        attempts: u32::try_from(r.get::<_, i64>(2)?).unwrap_or(u32::MAX),
+        next_attempt_at: r.get(3)?,
+        last_error: r.get(4)?,
+        budget_start: r.get(5)?,
+        budget_attempts: u32::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
+    })
+}
+
+/// The deliveries of an entry, in the order of its routes.
+pub(super) fn load_deliveries(conn: &Connection, id: &str) -> Result<Vec<Delivery>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE entry_id = ?1 ORDER BY position"
+    ))?;
+    let mut rows = stmt.query(params![id])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(row_to_delivery(id, row)?);
+    }
+    Ok(out)
+}
+
+/// Keep the entry's row in step with its deliveries: its status (derived with
+/// [`Status::of_entry`]) and, when that status changes, `updated_at` (since when the
+/// entry has its status: retention counts from there). The row is written only when
+/// the status changes, so that a retry or one route's completion among several never
+/// rewrites a row that holds the body. The rest of the summary (attempts, next
+/// attempt, last error) is derived from the deliveries when read.
+fn refresh_entry(conn: &Connection, id: &str, now: i64) -> Result<(), StoreError> {
+    let statuses: Vec<String> = conn
+        .prepare_cached("SELECT status FROM deliveries WHERE entry_id = ?1")?
+        .query_map(params![id], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let status = Status::of_entry(
+        statuses
+            .iter()
+            .map(|s| parse_status(id, s))
+            .collect::<Result<Vec<_>, _>>()?,
+    );
+    conn.prepare_cached(
+        "UPDATE entries SET status = ?2, updated_at = ?3 WHERE id = ?1 AND status != ?2",
+    )?
+    .execute(params![id, status.as_str(), now])?;
+    Ok(())
+}
+
+/// The entry's status from its row, `None` when there is no such entry.
+fn entry_status(conn: &Connection, id: &str) -> Result<Option<Status>, StoreError> {
+    let status: Option<String> = conn
+        .prepare_cached("SELECT status FROM entries WHERE id = ?1")?
+        .query_row(params![id], |r| r.get(0))
+        .optional()?;
+    status
+        .map(|s| {
+            Status::parse(&s).ok_or_else(|| StoreError::Corrupt {
+                id: id.to_string(),
+                problem: format!("unknown status {s:?}"),
+            })
+        })
+        .transpose()
+}
+
+/// Lease up to `limit` due, pending deliveries through `route` of `source` until
+/// `until`, unless the source or the route is paused (`Store::claim`). Each claim
+/// carries the whole entry.
+pub(super) fn claim(
+    conn: &Connection,
+    source: &str,
+    route: &str,
+    now: i64,
+    until: i64,
+    limit: i64,
+) -> Result<Vec<Claim>, StoreError> {
+    let ids: Vec<String> = conn
+        .prepare_cached(
+            "SELECT entry_id FROM deliveries
+             WHERE source = ?1 AND route = ?2 AND status = 'pending' AND next_attempt_at <= ?3
+               AND (lease_until IS NULL OR lease_until <= ?3)
+               AND NOT EXISTS (SELECT 1 FROM sources WHERE name = ?1 AND paused = 1)
+               AND NOT EXISTS (SELECT 1 FROM paused_routes WHERE source = ?1 AND route = ?2)
+             ORDER BY next_attempt_at LIMIT ?4",
+        )?
+        .query_map(params![source, route, now, limit], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut claims = Vec::with_capacity(ids.len());
+    for id in ids {
+        let token = uuid::Uuid::now_v7().simple().to_string();
+        conn.prepare_cached(
+            "UPDATE deliveries SET lease_owner = ?1, lease_until = ?2
+             WHERE entry_id = ?3 AND route = ?4",
+        )?
+        .execute(params![token, until, id, route])?;
+        let Some(entry) = load_entry(conn, &id)? else {
+            continue;
+        };
+        let Some(delivery) = entry.delivery(route).cloned() else {
+            continue;
+        };
+        claims.push(Claim {
+            entry,
+            delivery,
+            token,
+            stream_message: None,
+        });
+    }
+    Ok(claims)
+}
+
+fn insert_attempt(conn: &Connection, id: &str, route: &str, a: &Attempt) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO attempts (entry_id, route, n, at, status_code, error, latency_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        id,
+        route,
+        a.n,
+        a.at,
+        a.status_code,
+        a.error,
+        i64::try_from(a.latency_ms).unwrap_or(i64::MAX)
+    ])?;
+    Ok(())
+}
+
+/// Record what happened to a claimed delivery (`Store::complete`); `true` when
+/// applied: the delivery through `route` is pending and leased to `token`.
+pub(super) fn complete(
+    conn: &Connection,
+    id: &str,
+    route: &str,
+    token: &str,
+    completion: &Completion,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let attempt = match completion {
+        Completion::Delivered { attempt } | Completion::Retry { attempt, .. } => Some(attempt),
+        Completion::Dead { attempt, .. } => attempt.as_ref(),
+        Completion::Release { .. } => None,
+    };
+    let (status, next, last_error): (Status, Option<i64>, Option<String>) = match completion {
+        Completion::Delivered { .. } => (Status::Delivered, None, None),
+        Completion::Retry { attempt, at } => (Status::Pending, Some(*at), attempt_error(attempt)),
+        Completion::Dead { reason, .. } => (Status::Dead, None, Some(reason.clone())),
+        Completion::Release { at } => (Status::Pending, Some(*at), None),
+    };
+    let applied =
+        conn.prepare_cached(
+            "UPDATE deliveries SET status = ?1, next_attempt_at = ?2,
+                 last_error = coalesce(?3, last_error), attempts = attempts + ?4,
+                 lease_owner = NULL, lease_until = NULL, updated_at = ?5
+             WHERE entry_id = ?6 AND route = ?7 AND lease_owner = ?8 AND status = 'pending'",
+        )?
+        .execute(params![
+            status.as_str(),
+            next,
+            last_error,
+            i64::from(attempt.is_some()),
+            now,
+            id,
+            route,
+            token
+        ])? == 1;
+    // Only the lease holder's attempt is recorded: a completion that lost its lease
+    // (or is repeated after a lost reply) changes nothing. But a delivery discarded
+    // while this attempt ran (discard keeps the lease) records the attempt, and stays
+    // discarded.
+    let recorded = applied
+        || conn
+            .prepare_cached(
+                "UPDATE deliveries SET attempts = attempts + ?1, lease_owner = NULL,
+                     lease_until = NULL, updated_at = ?2
+                 WHERE entry_id = ?3 AND route = ?4 AND lease_owner = ?5
+                   AND status = 'discarded'",
+            )?
+            .execute(params![i64::from(attempt.is_some()), now, id, route, token])?
+            == 1;
+    if recorded {
+        if let Some(a) = attempt {
+            insert_attempt(conn, id, route, a)?;
+        }
+        refresh_entry(conn, id, now)?;
+    }
+    Ok(applied)
+}
+
+/// The status of each delivery of an entry, in route order.
+fn delivery_statuses(conn: &Connection, id: &str) -> Result<Vec<(String, Status)>, StoreError> {
+    Ok(load_deliveries(conn, id)?
+        .into_iter()
+        .map(|d| (d.route, d.status))
+        .collect())
+}
+
+/// The deliveries an operator's action applies to: the named one if `qualifies`
+/// lets it, or, without a name, every one it lets (or `fallback`'s pick when none
+/// does). `Err` holds the refusal.
+fn targets(
+    conn: &Connection,
+    id: &str,
+    route: Option<&str>,
+    qualifies: impl Fn(Status) -> bool,
+    fallback: impl Fn(&[(String, Status)]) -> Vec<String>,
+) -> Result<Result<Vec<String>, Transition>, StoreError> {
+    let Some(entry) = entry_status(conn, id)? else {
+        return Ok(Err(Transition::NotFound));
+    };
+    let deliveries = delivery_statuses(conn, id)?;
+    if let Some(route) = route {
+        return Ok(match deliveries.iter().find(|(r, _)| r == route) {
+            None => Err(Transition::NoSuchRoute),
+            Some((r, s)) if qualifies(*s) => Ok(vec![r.clone()]),
+            Some((_, s)) => Err(Transition::Conflict(*s)),
+        });
+    }
+    let mut chosen: Vec<String> = deliveries
+        .iter()
+        .filter(|(_, s)| qualifies(*s))
+        .map(|(r, _)| r.clone())
+        .collect();
+    if chosen.is_empty() {
+        chosen = fallback(&deliveries);
+    }
+    Ok(match chosen.is_empty() {
+        true => Err(Transition::Conflict(entry)),
+        false => Ok(chosen),
+    })
+}
+
+fn audit(
+    conn: &Connection,
+    id: &str,
+    now: i64,
+    action: &str,
+    actor: &str,
+    note: Option<&str>,
+    route: Option<&str>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO audit (entry_id, at, action, actor, note, route)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![id, now, action, actor, note, route])?;
+    Ok(())
+}
+
+/// Queue deliveries of an entry again at `at`, each with a fresh budget, audited
+/// (`Store::replay`): the named one unless it is pending; without a name, every dead
+/// or discarded one, or, when every one was delivered, all of them.
+pub(super) fn replay(
+    conn: &Connection,
+    id: &str,
+    route: Option<&str>,
+    at: i64,
+    actor: &str,
+    now: i64,
+) -> Result<Transition, StoreError> {
+    let chosen = match route {
+        Some(_) => targets(conn, id, route, |s| s != Status::Pending, |_| Vec::new())?,
+        None => targets(
+            conn,
+            id,
+            None,
+            |s| matches!(s, Status::Dead | Status::Discarded),
+            |all| match all.iter().all(|(_, s)| *s == Status::Delivered) {
+                true => all.iter().map(|(r, _)| r.clone()).collect(),
+                false => Vec::new(),
+            },
+        )?,
+    };
+    let routes = match chosen {
+        Ok(routes) => routes,
+        Err(refused) => return Ok(refused),
+    };
+    for r in &routes {
+        conn.prepare_cached(
+            "UPDATE deliveries SET status = 'pending', next_attempt_at = ?3,
+                 budget_start = ?4, budget_attempts = attempts,
+                 lease_owner = NULL, lease_until = NULL, updated_at = ?4
+             WHERE entry_id = ?1 AND route = ?2",
+        )?
+        .execute(params![id, r, at, now])?;
+    }
+    audit(conn, id, now, "replay", actor, None, route)?;
+    refresh_entry(conn, id, now)?;
+    Ok(Transition::Done)
+}
+
+/// Discard deliveries of an entry, audited with the note (`Store::discard`): the
+/// named one if pending or dead, or every pending or dead one. The routes discarded
+/// come with `Done`.
+pub(super) fn discard(
+    conn: &Connection,
+    id: &str,
+    route: Option<&str>,
+    actor: &str,
+    note: &str,
+    now: i64,
+) -> Result<(Transition, Vec<String>), StoreError> {
+    let routes = match targets(
+        conn,
+        id,
+        route,
+        |s| matches!(s, Status::Pending | Status::Dead),
+        |_| Vec::new(),
+    )? {
+        Ok(routes) => routes,
+        Err(refused) => return Ok((refused, Vec::new())),
+    };
+    for r in &routes {
+        // The lease stays: a worker delivering it right now records its attempt.
+        conn.prepare_cached(
+            "UPDATE deliveries SET status = 'discarded', next_attempt_at = NULL, updated_at = ?3
+             WHERE entry_id = ?1 AND route = ?2",
+        )?
+        .execute(params![id, r, now])?;
+    }
+    audit(conn, id, now, "discard", actor, Some(note), route)?;
+    refresh_entry(conn, id, now)?;
+    Ok((Transition::Done, routes))
+}
+
+/// Release every lease (a previous run's); how many there were.
+pub(super) fn release_leases(conn: &Connection) -> Result<usize, StoreError> {
+    Ok(conn.execute(
+        "UPDATE deliveries SET lease_owner = NULL, lease_until = NULL
+         WHERE lease_owner IS NOT NULL",
+        [],
+    )?)
+}
