@@ -130,7 +130,8 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         Some("human") => cfg.log.format = LogFormat::Human,
         _ => {}
     }
-    telemetry::init(cfg.log.format);
+    // Held until `serve` returns: the log lines still queued are written then.
+    let _log = telemetry::init(cfg.log.format);
     // Validate everything before binding anything: a bad config never half-starts.
     let registry = app::registry(&cfg)?;
     app::build_sources(&cfg, &registry, &body_budget(&cfg)).context(InvalidConfiguration)?;

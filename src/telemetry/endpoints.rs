@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use super::install_metrics;
+use super::{dropped_log_lines, install_metrics};
 use crate::store::{Store, StoreError};
 
 /// The probes and `/metrics`. None of them needs the admin token: probes say only
@@ -32,6 +32,7 @@ pub fn router(store: Arc<dyn Store>) -> Router {
 async fn render_metrics() -> impl IntoResponse {
     match install_metrics() {
         Some(h) => {
+            metrics::counter!("hookgate_log_lines_dropped_total").absolute(dropped_log_lines());
             h.run_upkeep();
             (
                 StatusCode::OK,

@@ -17,6 +17,7 @@ mod labels;
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -25,8 +26,39 @@ pub use endpoints::router;
 pub(crate) use labels::label_values;
 pub use labels::*;
 
-/// Install the global subscriber. `RUST_LOG` filters (default `info`).
-pub fn init(format: LogFormat) {
+/// Log lines that may wait for stderr (a few MiB at most): beyond them new lines are
+/// dropped and counted (`hookgate_log_lines_dropped_total`), never waited for.
+pub const LOG_QUEUE_LINES: usize = 16_384;
+
+/// The dropped-line counter of the installed log writer.
+static LOG_DROPS: OnceLock<ErrorCounter> = OnceLock::new();
+
+/// The writer log lines go through: a bounded queue that a thread of its own writes
+/// to `inner`. Writing a line never blocks the caller (a request, a delivery): when
+/// `inner` falls behind by `lines` lines, new lines are dropped and counted.
+pub fn log_writer<W: std::io::Write + Send + 'static>(
+    inner: W,
+    lines: usize,
+) -> (NonBlocking, WorkerGuard) {
+    NonBlockingBuilder::default()
+        .buffered_lines_limit(lines)
+        .lossy(true)
+        .thread_name("hookgate-log")
+        .finish(inner)
+}
+
+/// Log lines dropped so far because stderr could not keep up.
+pub fn dropped_log_lines() -> u64 {
+    LOG_DROPS
+        .get()
+        .map(|c| u64::try_from(c.dropped_lines()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Install the global subscriber, writing through [`log_writer`]. `RUST_LOG` filters
+/// (default `info`). Keep the guard until the process exits: dropping it writes out
+/// the lines still queued.
+pub fn init(format: LogFormat) -> Option<WorkerGuard> {
     let spec = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_string());
     let mut filter = EnvFilter::new(&spec);
     // Dependencies may log request details at debug/trace; keep them at info unless the
@@ -47,13 +79,23 @@ pub fn init(format: LogFormat) {
             filter = filter.add_directive(d);
         }
     }
+    let (writer, guard) = log_writer(std::io::stderr(), LOG_QUEUE_LINES);
+    let drops = writer.error_counter();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
+        .with_writer(writer);
+    let installed = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Human => builder.try_init(),
     };
+    match installed {
+        Ok(()) => {
+            let _ = LOG_DROPS.set(drops);
+            Some(guard)
+        }
+        // Another subscriber is in place (tests): it writes its own way.
+        Err(_) => None,
+    }
 }
 
 /// A configured source and the names of its routes: the label values of the
@@ -121,6 +163,7 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
     for result in AlertResult::ALL {
         counter!("hookgate_alerts_sent_total", "result" => result.label()).increment(0);
     }
+    counter!("hookgate_log_lines_dropped_total").increment(0);
 }
 
 /// Latency buckets (seconds) for the ack and delivery histograms.
@@ -217,6 +260,10 @@ fn describe() {
         "Circuit breaker per destination: 0 closed, 1 half-open, 2 open"
     );
     describe_counter!(
+        "hookgate_log_lines_dropped_total",
+        "Log lines dropped because stderr could not keep up (logging never blocks a request)"
+    );
+    describe_counter!(
         "hookgate_alerts_sent_total",
         "Alert webhook messages, by result (sent, failed)"
     );
@@ -262,6 +309,39 @@ mod tests {
             .find(|(names, _)| names.iter().any(|n| n == family))
             .map(|(_, words)| words.clone())
             .unwrap_or_else(|| panic!("README's metrics table has no row for {family}"))
+    }
+
+    /// A writer that never finishes a write while `open` is false.
+    struct Stuck(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+    impl std::io::Write for Stuck {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            while !self.0.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stuck_stderr_drops_and_counts_lines_instead_of_blocking() {
+        use std::io::Write as _;
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (writer, guard) = log_writer(Stuck(open.clone()), 8);
+        let started = std::time::Instant::now();
+        for i in 0..1_000 {
+            let mut w = writer.clone();
+            w.write_all(format!("line {i}\n").as_bytes()).unwrap();
+        }
+        // A thousand lines against a writer that takes none: the caller never waited.
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        let dropped = writer.error_counter().dropped_lines();
+        assert!(dropped >= 1_000 - 8 - 1, "{dropped}");
+        open.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(guard);
     }
 
     fn one_route(source: &str) -> SourceRoutes {
