@@ -271,19 +271,14 @@ pub(super) async fn bulk_replay(
     {
         return Err(ApiError::NoSuchSource(s.clone()));
     }
-    match (&source, &route) {
-        (Some(s), Some(r)) if !admin.source(s).is_some_and(|s| s.has_route(r)) => {
-            return Err(ApiError::NoSuchRoute {
-                name: s.clone(),
-                route: r.clone(),
-            });
-        }
-        (None, Some(_)) => {
-            return Err(ApiError::BadRequest(
-                "route: a route is named within its source; give source too".into(),
-            ));
-        }
-        _ => {}
+    // A route without a source: that route of every source that has one.
+    if let (Some(s), Some(r)) = (&source, &route)
+        && !admin.source(s).is_some_and(|s| s.has_route(r))
+    {
+        return Err(ApiError::NoSuchRoute {
+            name: s.clone(),
+            route: r.clone(),
+        });
     }
     let mut query = ListQuery {
         source,

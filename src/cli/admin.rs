@@ -42,9 +42,9 @@ pub struct ApiArgs {
 pub struct FilterArgs {
     #[arg(long)]
     pub source: Option<String>,
-    /// Only entries with a delivery through this route (of --source); a --status
-    /// then applies to that delivery.
-    #[arg(long, requires = "source")]
+    /// Only entries with a delivery through this route (of --source, or of every
+    /// source with such a route); a --status then applies to that delivery.
+    #[arg(long)]
     pub route: Option<String>,
     #[arg(long)]
     pub event_type: Option<String>,
