@@ -2,7 +2,8 @@
 //!
 //! A webhook endpoint faces the internet, so each connection gets a header read
 //! timeout (a client dribbling headers is cut off), a cap on header count (hyper
-//! answers 431 above it), and the number of open connections is bounded. On shutdown
+//! answers 431 above it), and the number of open connections is bounded. A client
+//! that half-closes after its request still gets its answer. On shutdown
 //! the loop stops accepting, lets in-flight requests finish, and gives up after
 //! `grace`.
 
@@ -49,6 +50,11 @@ pub async fn serve(
         // what one connection buffers of a body before ingest takes it, so that
         // `max_connections` × this is the most the read side can hold.
         .max_buf_size(READ_BUFFER_BYTES)
+        // A client may close its sending side once its request is sent and wait for
+        // the answer (a half-close): it still gets one. Without this, hyper reads the
+        // end of input as the client gone and drops the answer of a webhook the
+        // handler goes on to store.
+        .half_close(true)
         .keep_alive(true);
     loop {
         let permit = tokio::select! {

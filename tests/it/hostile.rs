@@ -200,3 +200,58 @@ async fn hostile(backend: Backend) {
     gw.stop().await;
 }
 both_stores!(hostile_input_is_refused_and_stores_nothing, super::hostile);
+
+/// A client that sends its whole request and then closes its sending side (a
+/// half-close, `shutdown(SHUT_WR)`) still reads the answer, and the webhook is stored
+/// once: the answer says what happened to it.
+async fn half_closed_request_is_answered(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let gw = Gateway::start(config(&h, "")).await;
+    let store = h.open().await;
+    let body = event_body("stripe", "evt_half_closed");
+    let mut request = format!(
+        "POST /ingest/stripe HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x") {
+        request.push_str(&format!("{n}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    let mut bytes = request.into_bytes();
+    bytes.extend_from_slice(&body);
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr(&gw.ingest)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(&bytes).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        (out, gw)
+    })
+    .await
+    .unwrap();
+    let (answer, gw) = answer;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "no answer to a half-closed request: {}",
+        shown(&answer)
+    );
+    let stored = store
+        .list(&hookgate::store::ListQuery {
+            source: Some("stripe".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(stored.entries.len(), 1);
+    assert!(
+        String::from_utf8_lossy(&answer).contains(&stored.entries[0].id),
+        "the answer names the stored entry"
+    );
+    gw.stop().await;
+}
+both_stores!(
+    a_half_closed_request_gets_its_answer,
+    super::half_closed_request_is_answered
+);
