@@ -242,7 +242,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 /// A path parameter, or a 400 that says what was wrong with it.
-fn path_param(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+fn path_param<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     p.map(|Path(v)| v)
         .map_err(|e| ApiError::BadRequest(format!("invalid path: {e}")))
 }

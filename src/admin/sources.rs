@@ -106,19 +106,11 @@ pub(super) async fn resume(
     set_paused(&admin, path_param(name)?, None, false).await
 }
 
-/// The `{name}` and `{route}` of a route's path.
-fn route_path(
-    p: Result<Path<(String, String)>, PathRejection>,
-) -> Result<(String, String), ApiError> {
-    p.map(|Path(v)| v)
-        .map_err(|e| ApiError::BadRequest(format!("invalid path: {e}")))
-}
-
 pub(super) async fn pause_route(
     State(admin): State<Arc<AdminState>>,
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
-    let (name, route) = route_path(p)?;
+    let (name, route) = path_param(p)?;
     set_paused(&admin, name, Some(route), true).await
 }
 
@@ -126,7 +118,7 @@ pub(super) async fn resume_route(
     State(admin): State<Arc<AdminState>>,
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
-    let (name, route) = route_path(p)?;
+    let (name, route) = path_param(p)?;
     set_paused(&admin, name, Some(route), false).await
 }
 

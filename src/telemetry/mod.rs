@@ -311,14 +311,12 @@ mod tests {
             .unwrap_or_else(|| panic!("README's metrics table has no row for {family}"))
     }
 
-    /// A writer that never finishes a write while `open` is false.
-    struct Stuck(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    /// A writer whose writes wait until the test drops the other end of its channel.
+    struct Stuck(std::sync::mpsc::Receiver<()>);
 
     impl std::io::Write for Stuck {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            while !self.0.load(std::sync::atomic::Ordering::SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
+            let _ = self.0.recv();
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -329,8 +327,8 @@ mod tests {
     #[test]
     fn a_stuck_stderr_drops_and_counts_lines_instead_of_blocking() {
         use std::io::Write as _;
-        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (writer, guard) = log_writer(Stuck(open.clone()), 8);
+        let (open, stuck) = std::sync::mpsc::channel::<()>();
+        let (writer, guard) = log_writer(Stuck(stuck), 8);
         let started = std::time::Instant::now();
         for i in 0..1_000 {
             let mut w = writer.clone();
@@ -340,7 +338,7 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
         let dropped = writer.error_counter().dropped_lines();
         assert!(dropped >= 1_000 - 8 - 1, "{dropped}");
-        open.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(open);
         drop(guard);
     }
 

@@ -72,6 +72,23 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// Run `f` on the arrival time (µs, GCRA) of `route` of `source`: the pace that
+    /// `take_send_slot` and `hold_send_slots` share, kept in process.
+    fn with_pace<T>(
+        &self,
+        source: &str,
+        route: &str,
+        f: impl FnOnce(&mut i64) -> T,
+    ) -> Result<T, StoreError> {
+        let mut paces = self
+            .paces
+            .lock()
+            .map_err(|_| StoreError::Unavailable("pace lock poisoned"))?;
+        Ok(f(paces
+            .entry((source.to_string(), route.to_string()))
+            .or_insert(0)))
+    }
+
     /// Open (creating it when new) the store in `cfg.path`; `clock` stamps each
     /// group commit (dedupe expiry, `updated_at`).
     pub async fn open(cfg: &EmbeddedConfig, clock: Clock) -> Result<SqliteStore, StoreError> {
@@ -412,21 +429,16 @@ impl Store for SqliteStore {
         spacing: Duration,
         burst: u32,
     ) -> Result<Option<i64>, StoreError> {
-        let mut paces = self
-            .paces
-            .lock()
-            .map_err(|_| StoreError::Unavailable("pace lock poisoned"))?;
-        let tat = paces
-            .entry((source.to_string(), route.to_string()))
-            .or_insert(0);
         let spacing_us = i64::try_from(spacing.as_micros()).unwrap_or(i64::MAX);
-        match pace::gcra(*tat, now.saturating_mul(1000), spacing_us, burst) {
-            Ok(next) => {
-                *tat = next;
-                Ok(None)
+        self.with_pace(source, route, |tat| {
+            match pace::gcra(*tat, now.saturating_mul(1000), spacing_us, burst) {
+                Ok(next) => {
+                    *tat = next;
+                    None
+                }
+                Err(at_us) => Some(ceil_ms(at_us)),
             }
-            Err(at_us) => Ok(Some(ceil_ms(at_us))),
-        }
+        })
     }
 
     async fn hold_send_slots(
@@ -438,16 +450,10 @@ impl Store for SqliteStore {
         spacing: Duration,
         burst: u32,
     ) -> Result<(), StoreError> {
-        let mut paces = self
-            .paces
-            .lock()
-            .map_err(|_| StoreError::Unavailable("pace lock poisoned"))?;
-        let tat = paces
-            .entry((source.to_string(), route.to_string()))
-            .or_insert(0);
         let spacing_us = i64::try_from(spacing.as_micros()).unwrap_or(i64::MAX);
-        *tat = pace::held(*tat, until.saturating_mul(1000), spacing_us, burst);
-        Ok(())
+        self.with_pace(source, route, |tat| {
+            *tat = pace::held(*tat, until.saturating_mul(1000), spacing_us, burst);
+        })
     }
 
     async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
