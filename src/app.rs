@@ -173,6 +173,7 @@ pub async fn run(
         })
         .collect();
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
+    let readiness = Arc::new(crate::store::Readiness::new());
     let state = Arc::new(IngestState {
         unverified: unverified.clone(),
         sources: sources
@@ -187,11 +188,14 @@ pub async fn run(
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )),
         clock: clock.clone(),
+        store_timeout: cfg.store.timeout(),
+        readiness: readiness.clone(),
     });
     let limits = HttpLimits {
         header_read_timeout: cfg.server.header_read_timeout,
         max_headers: cfg.server.max_headers,
         max_connections: cfg.server.max_connections,
+        max_connections_per_client: cfg.server.max_connections_per_client,
         grace: cfg.server.shutdown_grace,
     };
     tracing::info!(
@@ -219,7 +223,7 @@ pub async fn run(
     let admin_task = tokio::spawn(serve(
         "admin",
         listeners.admin,
-        telemetry::router(store.clone())
+        telemetry::router(store.clone(), readiness)
             .merge(admin::router(admin_state.clone()))
             // Around everything the admin listener serves, not inside `admin::router`:
             // a page in a local browser must not read `/metrics` or the probes through
@@ -240,6 +244,7 @@ pub async fn run(
         Arc::new(move |source: &str, route: &str, reason: &str| alerts.dead(source, route, reason))
             as forward::OnDead
     });
+    let throttle_task = tokio::spawn(telemetry::throttle::run(shutdown.clone()));
     let alerts_task = tokio::spawn(alerts::run(alerts, cfg.alerts.clone(), shutdown.clone()));
     let forward_task = tokio::spawn(forward::run(
         store.clone(),
@@ -291,6 +296,7 @@ pub async fn run(
     let _ = admin_task.await;
     let _ = forward_task.await;
     let _ = alerts_task.await;
+    let _ = throttle_task.await;
     let store_stopped = store_stopped.await.unwrap_or(false);
     store.close().await;
     tracing::info!("hookgate stopped");

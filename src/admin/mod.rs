@@ -163,12 +163,16 @@ pub async fn guard(
     if admin.token_digest.is_none()
         && let Some(refusal) = browser_request(&req)
     {
-        tracing::warn!(
-            method = %req.method(),
-            path = %req.uri().path(),
-            reason = ?refusal,
-            "admin: refused a request (no admin token is configured)"
-        );
+        // A page open in a browser can send these in a loop: repeats are counted.
+        const MSG: &str = "admin: refused a request (no admin token is configured)";
+        if crate::telemetry::throttle::hit(MSG, &format!("{refusal:?}")) {
+            tracing::warn!(
+                method = %req.method(),
+                path = %req.uri().path(),
+                reason = ?refusal,
+                "{MSG}"
+            );
+        }
         return Err(ApiError::Refused(refusal));
     }
     if req.method() == Method::POST && carries_body(&req) && !is_json(req.headers()) {

@@ -53,6 +53,7 @@ header_read_timeout = "10s"
 body_read_timeout = "30s"
 max_headers = 100
 max_connections = 4096
+max_connections_per_client = 256
 shutdown_grace = "10s"
 
 [admin]
@@ -69,6 +70,7 @@ cluster = false
 connections = 4
 timeout = "5s"
 batch_max = 256
+min_free_bytes = 67108864
 
 [forwarder]
 lease = "60s"
@@ -230,6 +232,10 @@ pub struct ServerConfig {
     pub body_read_timeout: Duration,
     pub max_headers: usize,
     pub max_connections: usize,
+    /// Most connections one client (an IPv4 address, an IPv6 /64) may hold open;
+    /// `None` (`0` in the file): no per-client cap, for a gateway behind a proxy
+    /// whose connections all come from the proxy's few addresses.
+    pub max_connections_per_client: Option<usize>,
     pub shutdown_grace: Duration,
 }
 
@@ -247,11 +253,28 @@ pub enum StoreConfig {
     Redis(RedisConfig),
 }
 
+impl StoreConfig {
+    /// How long ingest waits for the store before it answers 503 (`store.timeout`,
+    /// both stores); on Redis also each command's own timeout.
+    pub fn timeout(&self) -> Duration {
+        match self {
+            StoreConfig::Embedded(c) => c.timeout,
+            StoreConfig::Redis(c) => c.timeout,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct EmbeddedConfig {
     pub path: PathBuf,
     /// Most writes one group commit may carry.
     pub batch_max: usize,
+    /// Below this much free space on the store's filesystem, new entries are refused
+    /// (503): what is left is kept for the deliveries of the entries already
+    /// acknowledged (claims, completions, the WAL and its checkpoints). 0: no floor.
+    pub min_free_bytes: u64,
+    /// `store.timeout`: the longest an ingest request waits for its write.
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -376,6 +399,14 @@ mod tests {
         assert_eq!(cfg.server.max_body_bytes, 1_048_576);
         assert!(cfg.admin.listen.ip().is_loopback());
         assert!(cfg.sources.is_empty());
+    }
+
+    #[test]
+    fn the_per_client_connection_cap_defaults_to_256_and_0_turns_it_off() {
+        let cfg = from_toml_str("", &no_env).unwrap();
+        assert_eq!(cfg.server.max_connections_per_client, Some(256));
+        let cfg = from_toml_str("[server]\nmax_connections_per_client = 0\n", &no_env).unwrap();
+        assert_eq!(cfg.server.max_connections_per_client, None);
     }
 
     #[test]

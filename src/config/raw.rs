@@ -56,6 +56,7 @@ pub struct RawServer {
     pub body_read_timeout: String,
     pub max_headers: usize,
     pub max_connections: usize,
+    pub max_connections_per_client: usize,
     pub shutdown_grace: String,
 }
 
@@ -79,6 +80,7 @@ pub struct RawStore {
     pub connections: usize,
     pub timeout: String,
     pub batch_max: usize,
+    pub min_free_bytes: u64,
 }
 
 #[derive(Debug, Deserialize)]

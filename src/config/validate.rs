@@ -64,6 +64,10 @@ pub(super) fn validate(
         )?,
         max_headers: raw.server.max_headers,
         max_connections: raw.server.max_connections.max(1),
+        max_connections_per_client: match raw.server.max_connections_per_client {
+            0 => None,
+            n => Some(n),
+        },
         shutdown_grace: parse_duration("server.shutdown_grace", &raw.server.shutdown_grace)?,
     };
     if server.body_budget_bytes < server.max_body_bytes {
@@ -115,10 +119,16 @@ pub(super) fn validate(
         replay_rate: raw.admin.replay_rate,
     };
 
+    let store_timeout = parse_duration("store.timeout", &raw.store.timeout)?;
+    if store_timeout.is_zero() {
+        return Err(ConfigError::invalid("store.timeout", "must be more than 0"));
+    }
     let store = match raw.store.kind.as_str() {
         "embedded" => StoreConfig::Embedded(EmbeddedConfig {
             path: raw.store.path.clone(),
             batch_max: raw.store.batch_max.clamp(1, 4096),
+            min_free_bytes: raw.store.min_free_bytes,
+            timeout: store_timeout,
         }),
         "redis" => {
             if !(raw.store.url.starts_with("redis://")
@@ -145,7 +155,7 @@ pub(super) fn validate(
                 cluster: raw.store.cluster,
                 prefix: raw.store.prefix.clone(),
                 connections: raw.store.connections.clamp(1, 64),
-                timeout: parse_duration("store.timeout", &raw.store.timeout)?,
+                timeout: store_timeout,
             })
         }
         other => {

@@ -6,6 +6,12 @@
 //! is let through (half-open): success closes the breaker, failure opens it again
 //! with a doubled cooldown (at most 10× the configured one). Time is passed in.
 //!
+//! The probe is claimed with `Store::claim_probe`: a due delivery that failed before
+//! (a retry) rather than a new one, when there is one. A destination that fails only
+//! first attempts (it answers 503 to each event's first delivery, 200 to a retry)
+//! then accepts the probe and the breaker closes; a probe of a new delivery would
+//! fail every time, and the cooldown would only grow.
+//!
 //! A destination that comes back after an outage faces every entry that waited, all
 //! overdue at once. So a breaker that closes after a probe ramps up: [`Breaker::ramp`]
 //! allows one attempt in flight, doubling every [`RAMP_STEP_MS`], up to the

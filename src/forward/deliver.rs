@@ -199,7 +199,11 @@ pub(super) async fn deliver(
                 .hold_send_slots(&route.source, &route.name, done_at, until, spacing, burst)
                 .await
         {
-            tracing::warn!(source = %route.source, route = %route.name, error = %e, "cannot share the route's hold through the store");
+            const MSG: &str = "cannot share the route's hold through the store";
+            let kind = format!("{}/{} {}", route.source, route.name, e.kind());
+            if crate::telemetry::throttle::hit(MSG, &kind) {
+                tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
+            }
         }
     }
     let opened = route
@@ -331,7 +335,16 @@ async fn complete(fwd: &Forwarder, claim: &Claim, completion: Completion) {
                 return;
             }
             Err(e) => {
-                tracing::warn!(entry_id = %claim.entry.id, error = %e, "cannot record the delivery; retrying");
+                const MSG: &str = "cannot record the delivery; retrying";
+                let kind = format!(
+                    "{}/{} {}",
+                    claim.entry.source,
+                    claim.delivery.route,
+                    e.kind()
+                );
+                if crate::telemetry::throttle::hit(MSG, &kind) {
+                    tracing::warn!(entry_id = %claim.entry.id, error = %e, "{MSG}");
+                }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(2));
             }

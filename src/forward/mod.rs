@@ -6,8 +6,10 @@
 //! permits, and one route failing never delays another. A delivery POSTs the
 //! original bytes, records the attempt, and completes the claim as delivered, retry
 //! at (backoff with full jitter) or dead. A circuit breaker per destination stops
-//! claims while the destination is down, so waiting deliveries burn no attempts; a
-//! paced route takes its send slots from the store first.
+//! claims while the destination is down, so waiting deliveries burn no attempts;
+//! after its cooldown one probe goes out, preferably a delivery that failed before
+//! ([`Store::claim_probe`]). A paced route takes its send slots from the store
+//! first.
 //!
 //! Paused sources and routes are not claimed. A maintenance loop runs retention, store
 //! housekeeping and the gauges. On shutdown the loops stop claiming, in-flight
@@ -280,7 +282,11 @@ async fn send_slots(
             }
             Ok(Some(_)) => break,
             Err(e) => {
-                tracing::warn!(source = %route.source, route = %route.name, error = %e, "cannot take a send slot; waiting");
+                const MSG: &str = "cannot take a send slot; waiting";
+                let kind = format!("{}/{} {}", route.source, route.name, e.kind());
+                if crate::telemetry::throttle::hit(MSG, &kind) {
+                    tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
+                }
                 if granted == 0 {
                     return Err(fwd.cfg.poll_interval);
                 }
@@ -390,18 +396,28 @@ async fn route_loop(
         }
         // The lease runs from now: read the clock after waiting for the permit.
         let now = fwd.clock.now_ms();
-        let claims = match fwd
-            .store
-            .claim(
-                &route.source,
-                &route.name,
-                &fwd.worker,
-                now,
-                slots.len(),
-                lease,
-            )
-            .await
-        {
+        // A probe prefers a delivery that failed before: a destination that fails
+        // only first attempts then accepts it, and the breaker closes.
+        let claimed = match probe {
+            true => fwd
+                .store
+                .claim_probe(&route.source, &route.name, &fwd.worker, now, lease)
+                .await
+                .map(Vec::from_iter),
+            false => {
+                fwd.store
+                    .claim(
+                        &route.source,
+                        &route.name,
+                        &fwd.worker,
+                        now,
+                        slots.len(),
+                        lease,
+                    )
+                    .await
+            }
+        };
+        let claims = match claimed {
             Ok(c) => {
                 store_errors = 0;
                 c
@@ -409,8 +425,10 @@ async fn route_loop(
             Err(e) => {
                 store_errors += 1;
                 unused_probe(&route);
-                if store_errors == 1 || store_errors.is_multiple_of(60) {
-                    tracing::warn!(source = %route.source, route = %route.name, error = %e, "claim failed; retrying");
+                const MSG: &str = "claim failed; retrying";
+                let kind = format!("{}/{} {}", route.source, route.name, e.kind());
+                if crate::telemetry::throttle::hit(MSG, &kind) {
+                    tracing::warn!(source = %route.source, route = %route.name, error = %e, consecutive = store_errors, "{MSG}");
                 }
                 drop(slots);
                 tokio::select! {

@@ -30,7 +30,7 @@ use crate::header_policy::HeaderPolicy;
 use crate::provider::Verifier;
 use crate::provider::verify::{self, HandshakeReply, VerifyError};
 use crate::routing::filter::{Filter, Subject};
-use crate::store::{Accepted, Header, NewEntry, Store};
+use crate::store::{Accepted, Header, NewEntry, Readiness, Store, StoreError};
 use crate::telemetry::{self, RequestOutcome};
 use body::BodyBudget;
 
@@ -156,6 +156,11 @@ pub struct IngestState {
     pub verify_slots: Arc<Semaphore>,
     /// Signature windows are checked, and arrival times stamped, at its time.
     pub clock: Clock,
+    /// `store.timeout`: the longest a request waits for its write before it answers
+    /// 503.
+    pub store_timeout: Duration,
+    /// What `/readyz` says; every write's outcome feeds it.
+    pub readiness: Arc<Readiness>,
 }
 
 pub fn router(state: Arc<IngestState>) -> Router {
@@ -269,14 +274,29 @@ async fn ingest(
                 ApiError::Unverified(reason) => reason.label(),
                 other => other.outcome().label(),
             };
+            // Repeats of one kind are counted, not each logged (`telemetry::throttle`):
+            // a full disk or an attack fails every request the same way. (A source
+            // name that is not configured came from the request: it is not a key.)
+            let known = if ingest.sources.contains_key(&source_name) {
+                source_name.as_str()
+            } else {
+                "_unknown"
+            };
             match &e {
-                ApiError::NotStored(cause) => tracing::error!(
-                    source = %source_name, outcome, error = %cause, latency_us,
-                    "ingest: store write failed, answered 503"
-                ),
-                _ => tracing::warn!(
-                    source = %source_name, outcome, latency_us, "ingest refused"
-                ),
+                ApiError::NotStored(cause) => {
+                    const MSG: &str = "ingest: store write failed, answered 503";
+                    if telemetry::throttle::hit(MSG, &format!("{known} {}", cause.kind())) {
+                        tracing::error!(
+                            source = %source_name, outcome, error = %cause, latency_us, "{MSG}"
+                        );
+                    }
+                }
+                _ => {
+                    const MSG: &str = "ingest refused";
+                    if telemetry::throttle::hit(MSG, &format!("{known} {outcome}")) {
+                        tracing::warn!(source = %source_name, outcome, latency_us, "{MSG}");
+                    }
+                }
             }
             e.into_response()
         }
@@ -465,11 +485,21 @@ async fn handle(
         Decision::Store(entry) => {
             let event_id = entry.event_id.clone();
             let filtered = entry.routes.is_empty();
-            let accepted = ingest
-                .store
-                .accept(*entry)
+            // The answer comes within `store.timeout`, whatever the store or the
+            // network does: a write still queued then is dropped by the store.
+            let accepted = tokio::time::timeout(ingest.store_timeout, ingest.store.accept(*entry))
                 .await
-                .map_err(ApiError::NotStored)?;
+                .unwrap_or(Err(StoreError::Timeout(ingest.store_timeout)));
+            let accepted = match accepted {
+                Ok(a) => {
+                    ingest.readiness.write_succeeded();
+                    a
+                }
+                Err(e) => {
+                    ingest.readiness.write_failed(&e);
+                    return Err(ApiError::NotStored(e));
+                }
+            };
             if filtered && matches!(accepted, Accepted::New(_)) {
                 source.metrics.filtered.increment(1);
             }

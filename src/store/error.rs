@@ -90,6 +90,12 @@ pub enum StoreError {
         node: Option<String>,
         policy: String,
     },
+    /// The embedded store's filesystem has less than `store.min_free_bytes` free: new
+    /// entries are refused, so that the ones already acknowledged can be delivered.
+    #[error(
+        "the store's filesystem has {free} bytes free, under store.min_free_bytes ({floor}): new webhooks are refused so that acknowledged ones can still be delivered"
+    )]
+    NoSpace { free: u64, floor: u64 },
     /// A file or directory of the embedded store could not be created, opened,
     /// inspected or made private.
     #[error("cannot {action} {}", path.display())]
@@ -102,6 +108,41 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The variant's name, for what tells repeated log lines apart (never the
+    /// text: it may hold ids).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Backend { .. } => "backend",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Task { .. } => "task",
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Corrupt { .. } => "corrupt",
+            StoreError::Encode { .. } => "encode",
+            StoreError::Stopped => "stopped",
+            StoreError::WorldWritable { .. } => "world_writable",
+            StoreError::Evicting { .. } => "evicting",
+            StoreError::NoSpace { .. } => "no_space",
+            StoreError::File { .. } => "file",
+        }
+    }
+
+    /// Whether the failure says the store refuses writes (so `/readyz` answers 503),
+    /// rather than something wrong with one entry.
+    pub fn refuses_writes(&self) -> bool {
+        match self {
+            StoreError::Backend { .. }
+            | StoreError::Unavailable(_)
+            | StoreError::Task { .. }
+            | StoreError::Timeout(_)
+            | StoreError::Stopped
+            | StoreError::Evicting { .. }
+            | StoreError::NoSpace { .. }
+            | StoreError::File { .. }
+            | StoreError::WorldWritable { .. } => true,
+            StoreError::Corrupt { .. } | StoreError::Encode { .. } => false,
+        }
+    }
+
     /// A failure of `backend`, keeping its error as the cause.
     pub(crate) fn backend(backend: Backend, source: impl Into<Cause>) -> StoreError {
         StoreError::Backend {

@@ -16,6 +16,7 @@ mod error;
 mod headers;
 mod listing;
 pub(crate) mod pace;
+mod readiness;
 mod redis;
 mod sqlite;
 
@@ -33,6 +34,7 @@ pub use entry::{Accepted, Attempt, Delivery, Entry, Header, NewEntry, Retention,
 pub use error::{Backend, Cause, StoreError};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
+pub use readiness::Readiness;
 
 /// An operator action on an entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,7 +113,8 @@ pub struct Claim {
     pub token: String,
     /// The id of the Redis work-stream message this claim was handed out through;
     /// completing the claim acknowledges and deletes it. `None` on the embedded
-    /// store, which has no stream.
+    /// store, which has no stream, and for a Redis probe taken straight from a
+    /// route's retry schedule ([`Store::claim_probe`]).
     pub stream_message: Option<String>,
 }
 
@@ -253,6 +256,28 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError>;
+
+    /// Claim the one delivery through `route` of `source` that a half-open circuit
+    /// breaker tests its destination with: of the due deliveries that were attempted
+    /// before (`attempts > 0`: a retry, or a replay of one that failed), the one due
+    /// first; only when there is none, the one [`Store::claim`] would hand out first.
+    /// A destination that fails some first attempts but accepts retries (one that
+    /// answers an event's first delivery 503) then sees a probe it accepts, and the
+    /// breaker closes.
+    ///
+    /// A delivery is never taken before it is due (its time may be a destination's
+    /// `Retry-After`), and the lease, pause and route rules are those of `claim`. On
+    /// Redis only the retries still waiting in the route's schedule are looked
+    /// through: one that an earlier claim already moved to the work stream waits in
+    /// line there like a new delivery.
+    async fn claim_probe(
+        &self,
+        source: &str,
+        route: &str,
+        worker: &str,
+        now: i64,
+        lease: Duration,
+    ) -> Result<Option<Claim>, StoreError>;
 
     /// Record what happened to a claimed delivery. The entry's derived status,
     /// attempts, next attempt and last error follow.

@@ -1,5 +1,6 @@
 //! The admin listener's probes and scrape endpoint: `/healthz` (the process is up),
-//! `/readyz` (the store answers, reads and writes) and `/metrics` (Prometheus text).
+//! `/readyz` (the store takes writes: see `store::Readiness`) and `/metrics`
+//! (Prometheus text).
 
 use std::sync::Arc;
 
@@ -11,14 +12,14 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 
 use super::{dropped_log_lines, install_metrics};
-use crate::store::{Store, StoreError};
+use crate::store::{Readiness, Store, StoreError};
 
 /// The probes and `/metrics`. None of them needs the admin token: probes say only
 /// ok or ready, and Prometheus scrapers are configured per target, without the
 /// token; the metrics carry counts, configured source names and destination hosts,
 /// never webhook data or a secret. (Without a token, the admin listener's guard,
 /// `admin::guard`, still refuses browser requests to them.)
-pub fn router(store: Arc<dyn Store>) -> Router {
+pub fn router(store: Arc<dyn Store>, readiness: Arc<Readiness>) -> Router {
     Router::new()
         .route(
             "/healthz",
@@ -26,7 +27,7 @@ pub fn router(store: Arc<dyn Store>) -> Router {
         )
         .route("/readyz", get(readyz))
         .route("/metrics", get(render_metrics))
-        .with_state(store)
+        .with_state((store, readiness))
 }
 
 async fn render_metrics() -> impl IntoResponse {
@@ -54,20 +55,26 @@ async fn render_metrics() -> impl IntoResponse {
     }
 }
 
-async fn readyz(State(store): State<Arc<dyn Store>>) -> impl IntoResponse {
-    match store.ping().await {
-        Ok(()) => (StatusCode::OK, Json(serde_json::json!({"status": "ready"}))),
-        Err(e) => {
-            tracing::warn!(error = %e, "readyz: store not ready");
-            let status = match e {
-                // Reachable, but it may evict keys: the operator's fix is in the log.
-                StoreError::Evicting { .. } => "store may evict keys",
-                _ => "store unreachable",
-            };
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(serde_json::json!({ "status": status })),
-            )
-        }
+async fn readyz(
+    State((store, readiness)): State<(Arc<dyn Store>, Arc<Readiness>)>,
+) -> impl IntoResponse {
+    let probe = store.ping().await;
+    if readiness.check(probe.as_ref().map(|_| ())) {
+        return (StatusCode::OK, Json(serde_json::json!({"status": "ready"})));
     }
+    // (`Readiness` logs each change with its cause; a probe per poll would flood.)
+    let status = match probe {
+        // Reachable, but it may evict keys: the operator's fix is in the log.
+        Err(StoreError::Evicting { .. }) => "store may evict keys",
+        Err(StoreError::NoSpace { .. }) => "store short of disk space",
+        Err(StoreError::Timeout(_)) | Err(StoreError::Backend { .. }) => {
+            "store unreachable or refusing writes"
+        }
+        Err(_) => "store unavailable",
+        Ok(()) => "store refused a recent write",
+    };
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(serde_json::json!({ "status": status })),
+    )
 }

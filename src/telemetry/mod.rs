@@ -1,6 +1,6 @@
 //! Logs, metrics and health: the only module that installs a tracing subscriber or a
 //! metrics exporter. Serves `/metrics` (Prometheus text), `/healthz` (process up) and
-//! `/readyz` (store reachable) on the admin listener, open even when an admin token
+//! `/readyz` (the store takes writes) on the admin listener, open even when an admin token
 //! is configured (see [`router`]).
 //!
 //! Modules record through the `metrics` facade; names follow Prometheus conventions
@@ -13,6 +13,7 @@
 
 mod endpoints;
 mod labels;
+pub mod throttle;
 
 use std::sync::OnceLock;
 
@@ -133,6 +134,7 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
         // Registered, not observed: rendered with a zero count.
         let _ = histogram!("hookgate_ingest_ack_seconds", "source" => s.clone());
         counter!("hookgate_entries_filtered_total", "source" => s.clone()).increment(0);
+        counter!("hookgate_store_early_purged_total", "source" => s.clone()).increment(0);
         gauge!("hookgate_pending_entries", "source" => s.clone()).increment(0.0);
         gauge!("hookgate_dead_entries", "source" => s.clone()).increment(0.0);
         gauge!("hookgate_oldest_pending_age_seconds", "source" => s.clone()).increment(0.0);
@@ -164,6 +166,19 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
         counter!("hookgate_alerts_sent_total", "result" => result.label()).increment(0);
     }
     counter!("hookgate_log_lines_dropped_total").increment(0);
+    for ready in ["true", "false"] {
+        counter!("hookgate_store_readiness_changes_total", "ready" => ready).increment(0);
+    }
+    for listener in ["ingest", "admin"] {
+        gauge!("hookgate_connections_open", "listener" => listener).increment(0.0);
+        gauge!("hookgate_connections_idle", "listener" => listener).increment(0.0);
+        counter!("hookgate_connections_shed_total", "listener" => listener).increment(0);
+        for reason in crate::serve::RefusalReason::ALL {
+            counter!("hookgate_connections_refused_total", "listener" => listener, "reason" => reason.label()).increment(0);
+        }
+    }
+    // Set to 1 when the store opens (`store::Readiness`); registering keeps its value.
+    gauge!("hookgate_store_ready").increment(0.0);
 }
 
 /// Latency buckets (seconds) for the ack and delivery histograms.
@@ -258,6 +273,31 @@ fn describe() {
     describe_gauge!(
         "hookgate_circuit_breaker_state",
         "Circuit breaker per destination: 0 closed, 1 half-open, 2 open"
+    );
+    describe_gauge!("hookgate_connections_open", "Open connections, by listener");
+    describe_gauge!(
+        "hookgate_connections_idle",
+        "Open connections with no request in progress (no complete request head yet, or between keep-alive requests), by listener"
+    );
+    describe_counter!(
+        "hookgate_connections_refused_total",
+        "Connections closed at accept before a byte was read, by listener and reason (per_client: the client held server.max_connections_per_client)"
+    );
+    describe_counter!(
+        "hookgate_connections_shed_total",
+        "Idle connections closed to make room for a new one near server.max_connections, by listener"
+    );
+    describe_gauge!(
+        "hookgate_store_ready",
+        "1 while /readyz says ready, 0 while the store refuses writes"
+    );
+    describe_counter!(
+        "hookgate_store_readiness_changes_total",
+        "Changes of readiness (ready=true: the store takes writes again; false: it refuses them)"
+    );
+    describe_counter!(
+        "hookgate_store_early_purged_total",
+        "Delivered entries purged before their retention ended because Redis was short of memory"
     );
     describe_counter!(
         "hookgate_log_lines_dropped_total",

@@ -635,6 +635,203 @@ both_fresh_stores!(
 );
 
 // ---------------------------------------------------------------------------
+// Half-open breaker probes.
+// ---------------------------------------------------------------------------
+
+/// The probe `worker` claims at `now` through the default route of `source`.
+async fn probe_at(store: &dyn Store, source: &str, worker: &str, now: i64) -> Option<Claim> {
+    let got = store
+        .claim_probe(source, "default", worker, now, LEASE)
+        .await
+        .unwrap();
+    if let Some(c) = &got {
+        assert_eq!(c.entry.source, source);
+        assert_eq!(c.delivery.route, "default");
+        assert_eq!(c.entry.delivery("default"), Some(&c.delivery));
+    }
+    got
+}
+
+/// An entry of `s` received at `received_at`, claimed, and failed at `t` (503):
+/// pending, retried at `retry_at`. Its id.
+async fn failed_once(
+    store: &dyn Store,
+    key: &str,
+    received_at: i64,
+    t: i64,
+    retry_at: i64,
+) -> String {
+    let id = accept_new(store, entry_at("s", key, received_at, "x")).await;
+    let c = claim_one(store, "s", "w0", t).await;
+    assert_eq!(c.entry.id, id);
+    let retry = Completion::Retry {
+        attempt: attempt(1, t, Some(503)),
+        at: retry_at,
+    };
+    assert!(store.complete(&c, "w0", retry, t).await.unwrap());
+    id
+}
+
+async fn probe_prefers_a_retry(store: &dyn Store) {
+    let t = now_ms();
+    // A retry due since t - 1000, of an entry received at t - 5000...
+    let retried = failed_once(store, "evt_retried", t - 5_000, t - 2_000, t - 1_000).await;
+    // ...and a new entry received before it, due since t - 10000: a claim would take
+    // it first, a probe takes the retry.
+    let fresh = accept_new(store, entry_at("s", "evt_fresh", t - 10_000, "x")).await;
+    let first = probe_at(store, "s", "w1", t).await.expect("a probe");
+    assert_eq!(first.entry.id, retried, "the delivery that failed before");
+    assert_eq!(first.delivery.attempts, 1);
+    // The retry is leased: the next probe takes the new one, and then there is none.
+    let second = probe_at(store, "s", "w2", t).await.expect("a probe");
+    assert_eq!(second.entry.id, fresh, "with no retry left, a new delivery");
+    assert_eq!(second.delivery.attempts, 0);
+    assert!(probe_at(store, "s", "w3", t).await.is_none());
+    assert!(
+        claim_at(store, "s", "w3", t).await.is_empty(),
+        "both leased"
+    );
+    // Probes complete like any claim.
+    let done = Completion::Delivered {
+        attempt: attempt(2, t, Some(200)),
+    };
+    assert!(store.complete(&first, "w1", done, t + 5).await.unwrap());
+    assert!(
+        store
+            .complete(&second, "w2", delivered_at(t), t + 5)
+            .await
+            .unwrap()
+    );
+    for id in [&retried, &fresh] {
+        assert_eq!(status_of(store, id).await, Status::Delivered);
+    }
+    assert_eq!(stored(store, &retried).await.attempts, 2);
+    // Never handed out again, whenever asked.
+    let later = t + 3_600_000;
+    assert!(probe_at(store, "s", "w4", later).await.is_none());
+    assert!(claim_at(store, "s", "w4", later).await.is_empty());
+}
+both_fresh_stores!(
+    a_probe_takes_a_due_retry_before_a_new_delivery,
+    super::probe_prefers_a_retry
+);
+
+async fn probe_waits_for_the_retry_time(store: &dyn Store) {
+    let t = now_ms();
+    let at = t + 60_000;
+    let retried = failed_once(store, "evt_later", t - 5_000, t - 2_000, at).await;
+    // Not due yet: the probe takes the new delivery rather than send the retry early.
+    let fresh = accept_new(store, entry_at("s", "evt_now", t - 1_000, "x")).await;
+    let c = probe_at(store, "s", "w1", t).await.expect("a probe");
+    assert_eq!(c.entry.id, fresh);
+    let release = Completion::Release { at: t };
+    assert!(store.complete(&c, "w1", release, t).await.unwrap());
+    // Both due: the retry.
+    let c = probe_at(store, "s", "w1", at).await.expect("a probe");
+    assert_eq!(c.entry.id, retried);
+    // Nothing at all: none.
+    assert!(probe_at(store, "t", "w1", at).await.is_none());
+}
+both_fresh_stores!(
+    a_probe_never_takes_a_retry_before_its_time,
+    super::probe_waits_for_the_retry_time
+);
+
+async fn probe_of_a_paused_source(store: &dyn Store) {
+    let t = now_ms();
+    let retried = failed_once(store, "evt_p", t - 5_000, t - 2_000, t - 1_000).await;
+    accept_new(store, entry_at("s", "evt_p_new", t - 10_000, "x")).await;
+    for route in [None, Some("default")] {
+        store.set_paused("s", route, true).await.unwrap();
+        assert!(
+            probe_at(store, "s", "w1", t).await.is_none(),
+            "{route:?} paused"
+        );
+        store.set_paused("s", route, false).await.unwrap();
+    }
+    let c = probe_at(store, "s", "w1", t)
+        .await
+        .expect("a probe after the resume");
+    assert_eq!(c.entry.id, retried);
+}
+both_fresh_stores!(
+    a_paused_source_or_route_gives_no_probe,
+    super::probe_of_a_paused_source
+);
+
+async fn probe_lease(store: &dyn Store) {
+    let t = now_ms();
+    let id = failed_once(store, "evt_lease", t - 5_000, t - 2_000, t - 1_000).await;
+    // w1's probe dies with the lease: nothing hands the delivery out before the lease
+    // ends, a claim takes it from then on.
+    let gone = probe_at(store, "s", "w1", t).await.expect("a probe");
+    assert_eq!(gone.entry.id, id);
+    let in_lease = t + i64::try_from(LEASE.as_millis()).unwrap() / 2;
+    assert!(probe_at(store, "s", "w2", in_lease).await.is_none());
+    assert!(claim_at(store, "s", "w2", in_lease).await.is_empty());
+    let after = t + i64::try_from(LEASE.as_millis()).unwrap() + 1;
+    let taken = claim_one(store, "s", "w2", after).await;
+    assert_eq!(
+        (taken.entry.id.as_str(), taken.entry.attempts),
+        (id.as_str(), 1)
+    );
+    // The dead probe's completion comes late: nothing changes for the new holder.
+    let late = Completion::Delivered {
+        attempt: attempt(2, after, Some(200)),
+    };
+    assert!(!store.complete(&gone, "w1", late, after).await.unwrap());
+    assert_eq!(stored(store, &id).await.attempts, 1);
+    let retry_at = after + 1_000;
+    let retry = Completion::Retry {
+        attempt: attempt(2, after, Some(503)),
+        at: retry_at,
+    };
+    assert!(store.complete(&taken, "w2", retry, after).await.unwrap());
+
+    // A probe whose lease ran out is probed again, and the late holder loses it.
+    let first = probe_at(store, "s", "w3", retry_at).await.expect("a probe");
+    let after = retry_at + i64::try_from(LEASE.as_millis()).unwrap() + 1;
+    let second = probe_at(store, "s", "w4", after)
+        .await
+        .expect("probed again");
+    assert_eq!(
+        (first.entry.id.as_str(), second.entry.id.as_str()),
+        (id.as_str(), id.as_str())
+    );
+    assert_ne!(first.token, second.token);
+    let late = Completion::Release { at: after };
+    assert!(!store.complete(&first, "w3", late, after).await.unwrap());
+    // The probe fails again: due at its retry time, then delivered.
+    let again = after + 60_000;
+    let retry = Completion::Retry {
+        attempt: attempt(3, after, Some(503)),
+        at: again,
+    };
+    assert!(store.complete(&second, "w4", retry, after).await.unwrap());
+    let e = stored(store, &id).await;
+    assert_eq!(
+        (e.status, e.attempts, e.next_attempt_at),
+        (Status::Pending, 3, Some(again))
+    );
+    assert!(probe_at(store, "s", "w5", again - 1).await.is_none());
+    assert!(claim_at(store, "s", "w5", again - 1).await.is_empty());
+    let last = probe_at(store, "s", "w5", again).await.expect("a probe");
+    let done = Completion::Delivered {
+        attempt: attempt(4, again, Some(200)),
+    };
+    assert!(store.complete(&last, "w5", done, again).await.unwrap());
+    let e = stored(store, &id).await;
+    assert_eq!((e.status, e.attempts), (Status::Delivered, 4));
+    assert_eq!(store.attempts(&id).await.unwrap().len(), 4);
+    assert!(
+        claim_at(store, "s", "w6", again + 3_600_000)
+            .await
+            .is_empty()
+    );
+}
+both_fresh_stores!(a_probe_is_leased_like_a_claim, super::probe_lease);
+
+// ---------------------------------------------------------------------------
 // Operators: replay, discard, audit, pause, controls.
 // ---------------------------------------------------------------------------
 

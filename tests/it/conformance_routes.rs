@@ -680,6 +680,93 @@ both_fresh_stores!(
     super::discard_during_an_attempt_per_delivery
 );
 
+/// The probe `worker` claims through `route` of `source` at `now`.
+async fn probe(
+    store: &dyn Store,
+    source: &str,
+    route: &str,
+    worker: &str,
+    now: i64,
+) -> Option<Claim> {
+    let got = store
+        .claim_probe(source, route, worker, now, LEASE)
+        .await
+        .unwrap();
+    if let Some(c) = &got {
+        assert_eq!(c.delivery.route, route, "a probe through {route}");
+        assert_eq!(c.entry.delivery(route), Some(&c.delivery));
+    }
+    got
+}
+
+async fn probes_are_per_route(store: &dyn Store) {
+    let t = now_ms();
+    let one = accept_new(store, routed_at("s", "evt_probe_1", &["a", "b"], t - 5_000)).await;
+    let two = accept_new(
+        store,
+        routed_at("s", "evt_probe_2", &["a", "b"], t - 10_000),
+    )
+    .await;
+    // One failed through a, two through b; both due again.
+    for (id, route) in [(&one, "a"), (&two, "b")] {
+        let c = claim_of(store, "s", route, id, "w0", t - 2_000).await;
+        let retry = completion(&c, Outcome::RetryAt(t - 1_000), t - 2_000);
+        assert!(store.complete(&c, "w0", retry, t - 2_000).await.unwrap());
+    }
+    // A paused route gives no probe; the other route's probe goes on.
+    store.set_paused("s", Some("a"), true).await.unwrap();
+    assert!(probe(store, "s", "a", "w1", t).await.is_none());
+    let b = probe(store, "s", "b", "w1", t)
+        .await
+        .expect("a probe through b");
+    assert_eq!(
+        (b.entry.id.as_str(), b.delivery.attempts),
+        (two.as_str(), 1)
+    );
+    store.set_paused("s", Some("a"), false).await.unwrap();
+    // Each route's probe takes that route's retry, not a delivery that failed
+    // through the other route.
+    let a = probe(store, "s", "a", "w1", t)
+        .await
+        .expect("a probe through a");
+    assert_eq!(
+        (a.entry.id.as_str(), a.delivery.attempts),
+        (one.as_str(), 1)
+    );
+    let a_new = probe(store, "s", "a", "w2", t)
+        .await
+        .expect("a second probe");
+    assert_eq!(
+        (a_new.entry.id.as_str(), a_new.delivery.attempts),
+        (two.as_str(), 0)
+    );
+    let b_new = probe(store, "s", "b", "w2", t)
+        .await
+        .expect("a second probe");
+    assert_eq!(
+        (b_new.entry.id.as_str(), b_new.delivery.attempts),
+        (one.as_str(), 0)
+    );
+    for route in ["a", "b"] {
+        assert!(
+            probe(store, "s", route, "w3", t).await.is_none(),
+            "{route}: all leased"
+        );
+    }
+    for c in [&a, &b, &a_new, &b_new] {
+        let done = completion(c, Outcome::Delivered, t);
+        assert!(store.complete(c, "w", done, t).await.unwrap());
+    }
+    for id in [&one, &two] {
+        let e = got(store, id).await;
+        assert_eq!((e.status, e.attempts), (Status::Delivered, 3), "{id}");
+    }
+}
+both_fresh_stores!(
+    a_probe_takes_a_retry_of_its_own_route_only,
+    super::probes_are_per_route
+);
+
 // ---------------------------------------------------------------------------
 // Replay and discard.
 // ---------------------------------------------------------------------------

@@ -644,6 +644,95 @@ both_stores!(
     super::breaker
 );
 
+/// The longest run of consecutive requests `received` answered `status`.
+fn longest_run(received: &[crate::upstream::Received], status: u16) -> usize {
+    let mut longest = 0;
+    let mut run = 0;
+    for r in received {
+        run = if r.answered == status { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    longest
+}
+
+async fn breaker_probe_retries(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    // Answers 503 to the first delivery of each event, 200 to every later one.
+    let mut seen = std::collections::HashSet::new();
+    let up = Upstream::scripted(move |headers, _| {
+        let id = headers
+            .get("webhook-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        Reply::Status(if seen.insert(id) { 503 } else { 200 })
+    })
+    .await;
+    let failures = 3;
+    // One delivery at a time, so the upstream sees the attempts in the order the
+    // breaker counts them; retries due well within the cooldown.
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"200ms\"\nlease = \"15s\"\n\
+         breaker_failures = {failures}\nbreaker_cooldown = \"500ms\"\n{}",
+        h.toml(),
+        source(
+            "stripe",
+            &format!("{}/hook", up.url),
+            "[sources.delivery]\nconcurrency = 1\n\
+             [sources.retry]\nbase = \"50ms\"\ncap = \"100ms\"\nmax_attempts = 1000\n"
+        )
+    );
+    let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+    let cooldown = cfg.forwarder.breaker_cooldown;
+    let gw = Gateway::start(cfg).await;
+    let ids = ingest_many(&gw.ingest, "stripe", "evt_first_fails", 20).await;
+    // Each cycle is: the breaker opens after `failures` new deliveries, and the probe
+    // after one cooldown (a retry) is accepted and closes it. A probe of a new
+    // delivery would fail and double the cooldown every time (up to 10×): far longer.
+    up.wait_for(30 * cooldown, "every entry delivered", |r| {
+        let ok: Vec<&crate::upstream::Received> = r.iter().filter(|r| r.answered == 200).collect();
+        reached(ok, ids.values())
+    })
+    .await;
+    let received = up.received();
+    let run = longest_run(&received, 503);
+    // The breaker opened: `failures` failures in a row...
+    assert!(
+        run >= failures,
+        "the breaker never opened: {run} failures in a row"
+    );
+    // ...and each probe after it was accepted: no failure follows those but the one
+    // attempt that may have started before the breaker opened.
+    assert!(
+        run <= failures + 1,
+        "{run} failures in a row: a probe after the breaker opened failed"
+    );
+    wait_status(&h, "stripe", Status::Delivered, 20, Duration::from_secs(10)).await;
+    let client = http();
+    let metrics = format!("{}/metrics", gw.admin);
+    let gauge = format!(
+        "hookgate_circuit_breaker_state{{destination=\"http://127.0.0.1:{}\"}}",
+        up.port
+    );
+    wait_until(
+        "the breaker to be closed",
+        Duration::from_secs(10),
+        async || {
+            get_text(&client, &metrics)
+                .await
+                .lines()
+                .filter_map(|l| l.strip_prefix(gauge.as_str()))
+                .any(|v| v.trim().parse::<f64>() == Ok(0.0))
+        },
+    )
+    .await;
+    gw.stop().await;
+}
+both_stores!(
+    a_breaker_probe_retries_a_failed_delivery_so_a_destination_failing_first_attempts_recovers,
+    super::breaker_probe_retries
+);
+
 async fn sigkill_in_flight(backend: Backend) {
     let h = StoreHandle::new(backend);
     let up = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_millis(200))).await;

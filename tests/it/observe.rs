@@ -143,6 +143,24 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
             "hookgate_log_lines_dropped_total" => {
                 assert!(s.samples.contains_key(family), "{family}");
             }
+            "hookgate_connections_open"
+            | "hookgate_connections_idle"
+            | "hookgate_connections_shed_total"
+            | "hookgate_connections_refused_total" => {
+                for l in ["ingest", "admin"] {
+                    assert!(s.value(family, "listener", l).is_some(), "{family} {l}");
+                }
+            }
+            // Process-wide (every in-process gateway of the test binary shares the
+            // recorder): present, whatever other tests made of it.
+            "hookgate_store_ready" => {
+                assert!(s.samples.contains_key(family), "{family}");
+            }
+            "hookgate_store_readiness_changes_total" => {
+                for r in ["true", "false"] {
+                    assert!(s.value(family, "ready", r).is_some(), "{family} {r}");
+                }
+            }
             _ => {
                 // A histogram's series: its count.
                 let name = if kind == "histogram" {

@@ -257,6 +257,11 @@ impl RedisServer {
         }
     }
 
+    /// Its process id while it runs (for `kill -STOP`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Start it again on the same port and directory.
     pub fn restart(&mut self) {
         self.stop();

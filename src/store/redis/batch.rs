@@ -102,10 +102,11 @@ impl RedisStore {
             rx.await
                 .map_err(|_| StoreError::Unavailable("accept batcher dropped the entry"))?
         };
-        // Queueing plus the script call; the call itself is bounded by `timeout`.
-        match tokio::time::timeout(self.timeout * 2, wait).await {
+        // Queueing plus the script call, within `store.timeout` in all: the answer
+        // (200 or 503) must come in time, whatever Redis or the network does.
+        match tokio::time::timeout(self.timeout, wait).await {
             Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(self.timeout * 2)),
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
         }
     }
 }
@@ -139,7 +140,13 @@ impl AcceptContext {
         }
     }
 
-    async fn accept_batch(&self, source: &str, batch: Vec<AcceptJob>) {
+    async fn accept_batch(&self, source: &str, mut batch: Vec<AcceptJob>) {
+        // A caller that gave up (it answered 503 at its deadline) does not get its
+        // entry stored behind its back; the provider's retry stores it.
+        batch.retain(|job| !job.reply.is_closed());
+        if batch.is_empty() {
+            return;
+        }
         let mut inv = self.script.prepare_invoke();
         inv.key(key(&self.prefix, source, "st:pending"))
             .key(key(&self.prefix, source, "stats"))

@@ -119,3 +119,58 @@ pub(super) async fn timed<T>(
         Err(_) => Err(StoreError::Timeout(timeout)),
     }
 }
+
+/// The oldest major version among the Redis servers behind `conn` (`INFO server`;
+/// every master of a cluster answers). 0 when no server names one.
+pub(super) async fn major_version(conn: &Conn, timeout: Duration) -> Result<u32, StoreError> {
+    let texts = info(conn, "server", timeout).await?;
+    Ok(texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter_map(|l| l.strip_prefix("redis_version:"))
+        .filter_map(|v| v.trim().split('.').next()?.parse::<u32>().ok())
+        .min()
+        .unwrap_or(0))
+}
+
+/// How full the fullest Redis behind `conn` is: `used_memory / maxmemory` (`INFO
+/// memory`; every master of a cluster answers), `None` when none has a `maxmemory`.
+pub(super) async fn memory_use(conn: &Conn, timeout: Duration) -> Result<Option<f64>, StoreError> {
+    let texts = info(conn, "memory", timeout).await?;
+    let field = |text: &str, name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    Ok(texts
+        .iter()
+        .filter_map(|t| {
+            let max = field(t, "maxmemory")?;
+            (max > 0.0).then_some(field(t, "used_memory")? / max)
+        })
+        .reduce(f64::max))
+}
+
+/// `INFO <section>`: one text per server (every master of a cluster answers).
+async fn info(conn: &Conn, section: &str, timeout: Duration) -> Result<Vec<String>, StoreError> {
+    let mut c = conn.clone();
+    let reply: redis::Value =
+        timed(timeout, redis::cmd("INFO").arg(section).query_async(&mut c)).await?;
+    let mut texts = Vec::new();
+    collect_text(&reply, &mut texts);
+    Ok(texts)
+}
+
+/// Every text in a reply, however nested (a cluster answers per node).
+fn collect_text(v: &redis::Value, out: &mut Vec<String>) {
+    match v {
+        redis::Value::BulkString(b) => out.push(String::from_utf8_lossy(b).into_owned()),
+        redis::Value::SimpleString(s) => out.push(s.clone()),
+        redis::Value::VerbatimString { text, .. } => out.push(text.clone()),
+        redis::Value::Array(items) | redis::Value::Set(items) => {
+            items.iter().for_each(|i| collect_text(i, out));
+        }
+        redis::Value::Map(pairs) => pairs.iter().for_each(|(_, v)| collect_text(v, out)),
+        _ => {}
+    }
+}

@@ -7,10 +7,14 @@
 //! `sched:<route>` to its stream (the promote script, atomic), then takes messages
 //! whose lease expired from other consumers (`XAUTOCLAIM` with the lease as minimum
 //! idle time: a crashed worker's deliveries are claimed again), then new messages
-//! (`XREADGROUP >`), and takes the lease of each delivery (the lease script). The
-//! complete script records the attempt, acknowledges and deletes the message, and
-//! either schedules the retry, or marks the delivery delivered or dead (appending to
-//! the DLQ stream), and derives the entry's status again, in one call.
+//! (`XREADGROUP >`), and takes the lease of each delivery (the lease script). A
+//! half-open breaker's probe first looks for a due retry in `sched:<route>` and
+//! leases it there, scored at its lease end, without a stream message (the probe
+//! script); only when there is none does it claim from the stream. The complete
+//! script records the attempt, acknowledges and deletes the message (a probe taken
+//! from the schedule has none), and either schedules the retry, or marks the
+//! delivery delivered or dead (appending to the DLQ stream), and derives the entry's
+//! status again, in one call.
 //!
 //! A route's group is created when a claim meets `NOGROUP`: the route's first claim,
 //! or the first after Redis lost its data (it restarted empty; the loss itself is
@@ -42,6 +46,11 @@ pub(super) const GROUP: &str = "workers";
 /// Most due retries one claim moves to the work stream.
 const PROMOTE_MAX: i64 = 1000;
 
+/// Most due members of a route's schedule one probe looks through for a retry. The
+/// members passed over are releases and replays of deliveries never attempted: a few
+/// at most (the deliveries in flight when the breaker opened or a pause began).
+const PROBE_SCAN: i64 = 1000;
+
 impl RedisStore {
     /// Claim up to `limit` deliveries through `route` of `source` for `worker` (see
     /// the module docs).
@@ -54,10 +63,71 @@ impl RedisStore {
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
-        let limit = limit.max(1);
         self.remember_claimed_route(source, route);
-        let mut c = self.conn();
         // A paused source or route yields nothing, whichever process paused it.
+        if self.is_paused(source, route).await? {
+            return Ok(Vec::new());
+        }
+        self.claim_from_stream(source, route, worker, now, limit, lease)
+            .await
+    }
+
+    /// Claim the delivery a half-open breaker's probe sends through `route` of
+    /// `source` (`Store::claim_probe`): the due retry that waits in the route's
+    /// schedule with the earliest time, leased there by the probe script (see
+    /// `scripts/probe.lua`), or else the first claim the work stream hands out.
+    ///
+    /// Retries already moved to the stream are not looked for: a stream is read in
+    /// order, and finding them would mean reading the backlog before them. The
+    /// retries of the failures that opened the breaker normally still wait in the
+    /// schedule: while it was open, this process claimed nothing through the route,
+    /// so moved none of them.
+    pub(super) async fn claim_probe_delivery(
+        &self,
+        source: &str,
+        route: &str,
+        worker: &str,
+        now: i64,
+        lease: Duration,
+    ) -> Result<Option<Claim>, StoreError> {
+        self.remember_claimed_route(source, route);
+        if self.is_paused(source, route).await? {
+            return Ok(None);
+        }
+        let token = uuid::Uuid::now_v7().simple().to_string();
+        let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
+        let mut inv = self.scripts.probe.prepare_invoke();
+        inv.key(self.route_key(source, "sched", route))
+            .arg(now)
+            .arg(PROBE_SCAN)
+            .arg(self.key(source, ""))
+            .arg(route)
+            .arg(&token)
+            .arg(until);
+        let mut c = self.conn();
+        let found: Option<(String, HashMap<String, Vec<u8>>)> =
+            self.timed(inv.invoke_async(&mut c)).await?;
+        if let Some((id, map)) = found {
+            let entry = entry_from_map(&id, map)?;
+            // The script leased a pending delivery of the route, so the entry has it.
+            if let Some(delivery) = entry.delivery(route).cloned() {
+                return Ok(Some(Claim {
+                    entry,
+                    delivery,
+                    token,
+                    stream_message: None,
+                }));
+            }
+        }
+        Ok(self
+            .claim_from_stream(source, route, worker, now, 1, lease)
+            .await?
+            .pop())
+    }
+
+    /// Whether `source`, or its `route`, is paused (by any process).
+    async fn is_paused(&self, source: &str, route: &str) -> Result<bool, StoreError> {
+        let mut c = self.conn();
         let paused: Vec<bool> = self
             .timed(
                 redis::cmd("SMISMEMBER")
@@ -67,9 +137,22 @@ impl RedisStore {
                     .query_async(&mut c),
             )
             .await?;
-        if paused.contains(&true) {
-            return Ok(Vec::new());
-        }
+        Ok(paused.contains(&true))
+    }
+
+    /// Claim up to `limit` deliveries through `route` of `source` from its work
+    /// stream, after moving the due retries there (see the module docs).
+    async fn claim_from_stream(
+        &self,
+        source: &str,
+        route: &str,
+        worker: &str,
+        now: i64,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let limit = limit.max(1);
+        let mut c = self.conn();
         let mut inv = self.scripts.promote.prepare_invoke();
         inv.key(self.route_key(source, "sched", route))
             .key(self.route_key(source, "work", route))

@@ -11,8 +11,18 @@
 
 use redis::AsyncCommands as _;
 
-use super::{RedisStore, preconditions};
+use super::{RedisStore, conn, preconditions};
 use crate::store::StoreError;
+
+/// Above this share of `maxmemory`, delivered entries are purged before their
+/// retention ends, oldest first, until use is back under [`EARLY_PURGE_UNTIL`].
+pub const EARLY_PURGE_ABOVE: f64 = 0.85;
+/// Where an early purge stops.
+pub const EARLY_PURGE_UNTIL: f64 = 0.75;
+/// Entries one purge script call removes; a pass makes at most
+/// [`EARLY_PURGE_ROUNDS`] rounds over the sources.
+const EARLY_PURGE_BATCH: usize = 500;
+const EARLY_PURGE_ROUNDS: usize = 50;
 
 impl RedisStore {
     /// One pass, the same at start and after: settings, epoch, the consumer groups
@@ -22,6 +32,8 @@ impl RedisStore {
     pub(super) async fn maintenance_pass(&self, sources: &[String]) -> Result<(), StoreError> {
         self.check_preconditions(preconditions::Phase::Maintenance)
             .await?;
+        // First: under memory pressure the rest of the pass may be refused.
+        self.purge_early(sources).await?;
         self.check_epoch().await?;
         let routes: Vec<(String, String)> = self
             .claimed_routes
@@ -51,21 +63,73 @@ impl RedisStore {
             .await
     }
 
+    /// Under memory pressure (Redis above [`EARLY_PURGE_ABOVE`] of its `maxmemory`),
+    /// purge delivered entries before their retention ends, the oldest first, until
+    /// it is under [`EARLY_PURGE_UNTIL`]: a Redis out of memory refuses new
+    /// webhooks, and delivered entries are the ones nobody is waiting for. Logged
+    /// and counted (`hookgate_store_early_purged_total`). Pending and dead entries
+    /// are never purged early.
+    pub(super) async fn purge_early(&self, sources: &[String]) -> Result<(), StoreError> {
+        let Some(mut used) = conn::memory_use(&self.conn(), self.timeout).await? else {
+            return Ok(());
+        };
+        if used < EARLY_PURGE_ABOVE {
+            return Ok(());
+        }
+        let started = used;
+        let mut purged = 0u64;
+        'rounds: for _ in 0..EARLY_PURGE_ROUNDS {
+            let mut round = 0u64;
+            for source in sources {
+                let mut inv = self.scripts.purge.prepare_invoke();
+                inv.key(self.key(source, "done:delivered"))
+                    .arg(i64::MAX)
+                    .arg(EARLY_PURGE_BATCH)
+                    .arg(self.key(source, ""));
+                let mut c = self.conn();
+                let n: u64 = self.timed(inv.invoke_async(&mut c)).await?;
+                metrics::counter!("hookgate_store_early_purged_total", "source" => source.clone())
+                    .increment(n);
+                round += n;
+            }
+            purged += round;
+            match conn::memory_use(&self.conn(), self.timeout).await? {
+                Some(u) => used = u,
+                None => break,
+            }
+            if round == 0 || used < EARLY_PURGE_UNTIL {
+                break 'rounds;
+            }
+        }
+        tracing::warn!(
+            purged,
+            memory_before = format!("{:.0}%", started * 100.0),
+            memory_after = format!("{:.0}%", used * 100.0),
+            "redis is short of memory: delivered entries purged before their retention ended, oldest first"
+        );
+        Ok(())
+    }
+
     /// Detect a Redis that lost its data: `hg:epoch` vanished or changed.
     pub(super) async fn check_epoch(&self) -> Result<(), StoreError> {
         let key = format!("{}:epoch", self.prefix);
         let mut c = self.conn();
         let fresh = uuid::Uuid::now_v7().to_string();
-        let _: Option<String> = self
-            .timed(
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&fresh)
-                    .arg("NX")
-                    .query_async(&mut c),
-            )
-            .await?;
-        let current: Option<String> = self.timed(c.get(&key)).await?;
+        // Read first: a Redis out of memory refuses the SET even when it would
+        // change nothing.
+        let mut current: Option<String> = self.timed(c.get(&key)).await?;
+        if current.is_none() {
+            let _: Option<String> = self
+                .timed(
+                    redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&fresh)
+                        .arg("NX")
+                        .query_async(&mut c),
+                )
+                .await?;
+            current = self.timed(c.get(&key)).await?;
+        }
         let current = current.unwrap_or(fresh.clone());
         let mut seen = self
             .epoch

@@ -11,7 +11,7 @@
 //! | `hg:{src}:e:<id>` | hash | the entry: `record`, the fields written once (source, event id and type, dedupe key, received at, headers as one JSON line, then the raw body: see `codec`); `routes`, its route names in order, comma-separated (empty: filtered); `status`, derived from its deliveries, and `updated_at`, when it reached it; per route R its delivery: `R:status`, `R:next`, `R:attempts`, `R:lease`, `R:msg` (its work-stream message), `R:budget_start`, `R:budget_attempts`, `R:last_error`. Absent means the default: pending, due at the arrival, counters 0, `budget_start` the arrival. |
 //! | `hg:{src}:d:<dedupe key>` | string, `PX` = dedupe TTL | the id of the first entry with that key |
 //! | `hg:{src}:work:<route>` | stream, group `workers` | one message per delivery through the route to make (the forwarder's queue) |
-//! | `hg:{src}:sched:<route>` | sorted set, score = due time (ms) | deliveries through the route waiting for a retry |
+//! | `hg:{src}:sched:<route>` | sorted set, score = due time (ms) | deliveries through the route waiting for a retry; a half-open breaker's probe leases one there, scored at its lease end (see `delivery`) |
 //! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by entry status (filtered included), in lexical (= arrival) order; listing every status merges them |
 //! | `hg:{src}:rst:<route>:<status>` | sorted set, all scores 0 | entry ids by the status of their delivery through the route: route listings, route stats |
 //! | `hg:{src}:a:<id>` | list of JSON | the entry's delivery attempts, each naming its route |
@@ -114,6 +114,10 @@ impl RedisStore {
     pub async fn open(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
         crate::tls::install_provider();
         let conns = conn::connect(cfg).await?;
+        let major = match conns.first() {
+            Some(c) => conn::major_version(c, cfg.timeout).await?,
+            None => 0,
+        };
         let (work_tx, work_rx) = tokio::sync::watch::channel(0u64);
         let store = RedisStore {
             conns,
@@ -121,7 +125,7 @@ impl RedisStore {
             batchers: Mutex::new(HashMap::new()),
             prefix: cfg.prefix.clone(),
             timeout: cfg.timeout,
-            scripts: Scripts::load(),
+            scripts: Scripts::load(major >= 7),
             known_sources: Mutex::new(BTreeSet::new()),
             claimed_routes: Mutex::new(BTreeSet::new()),
             preconditions: preconditions::Preconditions::default(),
@@ -469,6 +473,18 @@ impl Store for RedisStore {
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
         self.claim_deliveries(source, route, worker, now, limit, lease)
+            .await
+    }
+
+    async fn claim_probe(
+        &self,
+        source: &str,
+        route: &str,
+        worker: &str,
+        now: i64,
+        lease: Duration,
+    ) -> Result<Option<Claim>, StoreError> {
+        self.claim_probe_delivery(source, route, worker, now, lease)
             .await
     }
 

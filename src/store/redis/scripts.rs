@@ -5,6 +5,18 @@
 //! script by its SHA1 and loads it on the first `NOSCRIPT`. The scripts that read or
 //! change deliveries start with `scripts/prelude.lua` (the entry's derived status and
 //! the route indexes, in one place): Lua scripts cannot share code otherwise.
+//!
+//! # Out of memory
+//!
+//! Redis at `maxmemory` (policy `noeviction`) refuses every command that may add
+//! memory, and a script's first such command. New webhooks must be refused then, but
+//! the ones already acknowledged must keep moving: their leases, completions,
+//! retries and operator actions, and the purges that free memory. So on Redis 7 and
+//! newer every script but the accept runs with the `allow-oom` flag (a shebang line);
+//! what these scripts add is small and bounded by the entries already stored, and the
+//! early purge (`housekeeping`) frees room ahead of them. Redis 6 has no script
+//! flags: there the scripts run as before, and a Redis out of memory stalls
+//! deliveries until memory is freed.
 
 use redis::Script;
 
@@ -19,6 +31,8 @@ pub(super) struct Scripts {
     pub promote: Script,
     /// Take the lease of a claimed delivery; answers the entry.
     pub lease: Script,
+    /// Lease the due retry a half-open breaker's probe sends, from the schedule.
+    pub probe: Script,
     /// Record what a worker did with a claimed delivery.
     pub complete: Script,
     /// Remove the entries of a retention index that ended before a cutoff.
@@ -37,23 +51,33 @@ pub(super) struct Scripts {
     pub migrate_entries: Script,
 }
 
-/// A script that starts with the shared helpers.
-fn with_prelude(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}\n{body}"))
-}
+/// The shebang line that lets a script run while Redis is out of memory (Redis 7+).
+const ALLOW_OOM: &str = "#!lua flags=allow-oom\n";
 
 impl Scripts {
-    pub(super) fn load() -> Scripts {
+    /// The scripts; with `allow_oom` (Redis 7 and newer) all but the accept run while
+    /// Redis is out of memory (see the module docs).
+    pub(super) fn load(allow_oom: bool) -> Scripts {
+        let flags = if allow_oom { ALLOW_OOM } else { "" };
+        let plain = |body: &str| Script::new(&format!("{flags}{body}"));
+        // A shebang must be the script's first line: it goes before the prelude.
+        let with_prelude = |body: &str| Script::new(&format!("{flags}{PRELUDE}\n{body}"));
         Scripts {
+            // New entries are what a Redis out of memory must refuse.
             accept_many: Script::new(include_str!("scripts/accept_many.lua")),
-            promote: Script::new(include_str!("scripts/promote.lua")),
-            lease: Script::new(include_str!("scripts/lease.lua")),
+            promote: plain(include_str!("scripts/promote.lua")),
+            lease: plain(include_str!("scripts/lease.lua")),
+            probe: plain(include_str!("scripts/probe.lua")),
             complete: with_prelude(include_str!("scripts/complete.lua")),
             purge: with_prelude(include_str!("scripts/purge.lua")),
             transition: with_prelude(include_str!("scripts/transition.lua")),
-            listed: with_prelude(include_str!("scripts/listed.lua")),
-            pace: Script::new(include_str!("scripts/pace.lua")),
-            hold: Script::new(include_str!("scripts/hold.lua")),
+            // Reads only: it runs out of memory as it is (and on a replica).
+            listed: Script::new(&format!(
+                "{PRELUDE}\n{}",
+                include_str!("scripts/listed.lua")
+            )),
+            pace: plain(include_str!("scripts/pace.lua")),
+            hold: plain(include_str!("scripts/hold.lua")),
             migrate_queues: Script::new(include_str!("scripts/migrate_queues.lua")),
             migrate_entries: Script::new(include_str!("scripts/migrate_entries.lua")),
         }

@@ -135,7 +135,10 @@ fn checkpointer(conn: Connection, writeback: Writeback, shared: Arc<Checkpointin
             },
             Ok(_) => None,
             Err(e) => {
-                tracing::warn!(error = %e, "sqlite: checkpoint failed");
+                const MSG: &str = "sqlite: checkpoint failed";
+                if crate::telemetry::throttle::hit(MSG, "") {
+                    tracing::warn!(error = %e, "{MSG}");
+                }
                 None
             }
         };
@@ -219,7 +222,10 @@ pub(super) fn copy_wal_tail(conn: &Connection, shared: &Checkpointing) -> bool {
         return false;
     }
     if let Err(e) = checkpoint(conn) {
-        tracing::warn!(error = %e, "sqlite: checkpoint of the WAL's tail failed");
+        const MSG: &str = "sqlite: checkpoint of the WAL's tail failed";
+        if crate::telemetry::throttle::hit(MSG, "") {
+            tracing::warn!(error = %e, "{MSG}");
+        }
     }
     shared.tail.store(TAIL_NONE, Ordering::SeqCst);
     true

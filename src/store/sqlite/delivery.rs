@@ -94,6 +94,36 @@ fn entry_status(conn: &Connection, id: &str) -> Result<Option<Status>, StoreErro
         .transpose()
 }
 
+/// The conditions of every claim of a delivery through route `?2` of source `?1` at
+/// `?3`: pending, due, not leased (or its lease ran out), and neither the source nor
+/// the route paused. (A macro, so that the queries below are constants.)
+macro_rules! claimable {
+    () => {
+        "source = ?1 AND route = ?2 AND status = 'pending' AND next_attempt_at <= ?3
+           AND (lease_until IS NULL OR lease_until <= ?3)
+           AND NOT EXISTS (SELECT 1 FROM sources WHERE name = ?1 AND paused = 1)
+           AND NOT EXISTS (SELECT 1 FROM paused_routes WHERE source = ?1 AND route = ?2)"
+    };
+}
+
+/// Up to `?4` claimable deliveries, due first (through `deliveries_route`).
+const DUE: &str = concat!(
+    "SELECT entry_id FROM deliveries WHERE ",
+    claimable!(),
+    " ORDER BY next_attempt_at LIMIT ?4"
+);
+
+/// The claimable delivery attempted before that is due first. `deliveries_retried`
+/// (see `schema`) holds only the pending deliveries attempted before; it is named
+/// because the planner would otherwise walk `deliveries_route` through every due
+/// new delivery before the first retried one (a whole backlog, on the writer
+/// thread).
+const RETRIED: &str = concat!(
+    "SELECT entry_id FROM deliveries INDEXED BY deliveries_retried WHERE ",
+    claimable!(),
+    " AND attempts > 0 ORDER BY next_attempt_at LIMIT 1"
+);
+
 /// Lease up to `limit` due, pending deliveries through `route` of `source` until
 /// `until`, unless the source or the route is paused (`Store::claim`). Each claim
 /// carries the whole entry.
@@ -105,17 +135,54 @@ pub(super) fn claim(
     until: i64,
     limit: i64,
 ) -> Result<Vec<Claim>, StoreError> {
-    let ids: Vec<String> = conn
-        .prepare_cached(
-            "SELECT entry_id FROM deliveries
-             WHERE source = ?1 AND route = ?2 AND status = 'pending' AND next_attempt_at <= ?3
-               AND (lease_until IS NULL OR lease_until <= ?3)
-               AND NOT EXISTS (SELECT 1 FROM sources WHERE name = ?1 AND paused = 1)
-               AND NOT EXISTS (SELECT 1 FROM paused_routes WHERE source = ?1 AND route = ?2)
-             ORDER BY next_attempt_at LIMIT ?4",
-        )?
+    let ids = due(conn, source, route, now, limit)?;
+    lease(conn, ids, route, until)
+}
+
+/// Lease the one delivery through `route` of `source` a half-open breaker's probe
+/// sends (`Store::claim_probe`): the due one attempted before with the earliest
+/// next attempt, else the first one `claim` would take.
+pub(super) fn claim_probe(
+    conn: &Connection,
+    source: &str,
+    route: &str,
+    now: i64,
+    until: i64,
+) -> Result<Option<Claim>, StoreError> {
+    let retried: Option<String> = conn
+        .prepare_cached(RETRIED)?
+        .query_row(params![source, route, now], |r| r.get(0))
+        .optional()?;
+    let ids = match retried {
+        Some(id) => vec![id],
+        None => due(conn, source, route, now, 1)?,
+    };
+    Ok(lease(conn, ids, route, until)?.pop())
+}
+
+/// The entry ids of up to `limit` claimable deliveries through `route` of `source`
+/// at `now`, due first.
+fn due(
+    conn: &Connection,
+    source: &str,
+    route: &str,
+    now: i64,
+    limit: i64,
+) -> Result<Vec<String>, StoreError> {
+    Ok(conn
+        .prepare_cached(DUE)?
         .query_map(params![source, route, now, limit], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()?)
+}
+
+/// Lease the deliveries through `route` of the entries `ids` until `until`, each
+/// under a token of its own.
+fn lease(
+    conn: &Connection,
+    ids: Vec<String>,
+    route: &str,
+    until: i64,
+) -> Result<Vec<Claim>, StoreError> {
     let mut claims = Vec::with_capacity(ids.len());
     for id in ids {
         let token = uuid::Uuid::now_v7().simple().to_string();
@@ -361,4 +428,55 @@ pub(super) fn release_leases(conn: &Connection) -> Result<usize, StoreError> {
          WHERE lease_owner IS NOT NULL",
         [],
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::schema;
+
+    /// What SQLite plans for `sql` (a claim query), one line per step.
+    fn plan(conn: &Connection, sql: &str) -> Vec<String> {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let args: Vec<rusqlite::types::Value> = vec![
+            String::from("s").into(),
+            String::from("r").into(),
+            0i64.into(),
+            1i64.into(),
+        ];
+        let n = stmt.parameter_count();
+        stmt.query_map(rusqlite::params_from_iter(args.into_iter().take(n)), |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    }
+
+    /// Claims and probes walk an index in due order from the route's first due
+    /// delivery (no sort, no scan of the table); a probe reads only deliveries
+    /// attempted before.
+    #[test]
+    fn claims_read_the_route_index_in_due_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = schema::open_connection(&dir.path().join(schema::DB_FILE)).unwrap();
+        schema::migrate(&mut conn).unwrap();
+        let due = plan(&conn, DUE);
+        assert!(
+            due[0].contains(
+                "USING INDEX deliveries_route (source=? AND route=? AND status=? AND next_attempt_at<?)"
+            ),
+            "{due:?}"
+        );
+        let retried = plan(&conn, RETRIED);
+        assert!(
+            retried[0].contains(
+                "USING INDEX deliveries_retried (source=? AND route=? AND next_attempt_at<?)"
+            ),
+            "{retried:?}"
+        );
+        for p in [&due, &retried] {
+            assert!(!p.iter().any(|l| l.contains("TEMP B-TREE")), "{p:?}");
+        }
+    }
 }

@@ -16,9 +16,9 @@ mod delivery;
 mod private;
 mod queries;
 mod schema;
+mod space;
 mod writer;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use tokio::sync::watch;
 
 use self::checkpoint::{Checkpointing, Writeback};
 use self::schema::DB_FILE;
+use self::space::DiskSpace;
 use self::writer::{Syncing, Writer};
 use super::pace::{self, ceil_ms};
 use super::{
@@ -69,6 +70,8 @@ pub struct SqliteStore {
     paces: std::sync::Mutex<std::collections::HashMap<(String, String), i64>>,
     /// Set (once, for good) when an fsync failed.
     stopped: watch::Receiver<bool>,
+    /// The free space kept for the deliveries of acknowledged entries.
+    space: DiskSpace,
 }
 
 impl SqliteStore {
@@ -92,9 +95,8 @@ impl SqliteStore {
     /// Open (creating it when new) the store in `cfg.path`; `clock` stamps each
     /// group commit (dedupe expiry, `updated_at`).
     pub async fn open(cfg: &EmbeddedConfig, clock: Clock) -> Result<SqliteStore, StoreError> {
-        let dir = cfg.path.clone();
-        let batch_max = cfg.batch_max.max(1);
-        tokio::task::spawn_blocking(move || Self::open_blocking(dir, batch_max, clock))
+        let cfg = cfg.clone();
+        tokio::task::spawn_blocking(move || Self::open_blocking(cfg, clock))
             .await
             .map_err(|e| StoreError::Task {
                 what: "the open task failed",
@@ -102,11 +104,9 @@ impl SqliteStore {
             })?
     }
 
-    fn open_blocking(
-        dir: PathBuf,
-        batch_max: usize,
-        clock: Clock,
-    ) -> Result<SqliteStore, StoreError> {
+    fn open_blocking(cfg: EmbeddedConfig, clock: Clock) -> Result<SqliteStore, StoreError> {
+        let dir = cfg.path.clone();
+        let batch_max = cfg.batch_max.max(1);
         // Webhook bodies carry customer data: a private directory, private files (see
         // `private`), settled before SQLite creates anything.
         private::prepare_dir(&dir)?;
@@ -148,12 +148,12 @@ impl SqliteStore {
             }
         })?;
         let sync = Syncing::new(wal, work_tx, stopped_tx);
-        let writer = Writer::start(writer, sync, batch_max, checkpointing, clock).map_err(|e| {
-            StoreError::Task {
+        let space = DiskSpace::new(dir.clone(), cfg.min_free_bytes, clock.clone());
+        let writer = Writer::start(writer, sync, batch_max, checkpointing, clock, cfg.timeout)
+            .map_err(|e| StoreError::Task {
                 what: "cannot start the writer thread",
                 source: e.into(),
-            }
-        })?;
+            })?;
         Ok(SqliteStore {
             writer,
             reader: Arc::new(tokio::sync::Mutex::new(reader)),
@@ -162,6 +162,7 @@ impl SqliteStore {
             controls: Controls::new(),
             paces: std::sync::Mutex::new(std::collections::HashMap::new()),
             stopped: stopped_rx,
+            space,
         })
     }
 
@@ -214,6 +215,8 @@ async fn run_on<T: Send + 'static>(
 #[async_trait]
 impl Store for SqliteStore {
     async fn accept(&self, entry: NewEntry) -> Result<Accepted, StoreError> {
+        // Short of space: keep what is left for delivering what was acknowledged.
+        self.space.ensure()?;
         // Encode on the caller's thread: the writer thread is the bottleneck.
         let headers = encode_headers(&entry.headers);
         self.write_durable(true, move |conn, now| {
@@ -288,6 +291,22 @@ impl Store for SqliteStore {
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
         self.write_answered_at_commit(false, move |conn, _| {
             delivery::claim(conn, &source, &route, now, until, limit)
+        })
+        .await
+    }
+
+    async fn claim_probe(
+        &self,
+        source: &str,
+        route: &str,
+        _worker: &str,
+        now: i64,
+        lease: Duration,
+    ) -> Result<Option<Claim>, StoreError> {
+        let (source, route) = (source.to_string(), route.to_string());
+        let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
+        self.write_answered_at_commit(false, move |conn, _| {
+            delivery::claim_probe(conn, &source, &route, now, until)
         })
         .await
     }
@@ -468,6 +487,7 @@ impl Store for SqliteStore {
         if !self.writer.is_running() {
             return Err(StoreError::Unavailable("the writer has stopped"));
         }
+        self.space.ensure_now()?;
         // On its own connection: a long admin read holds the reader, not this.
         run_on(&self.probe, PROBE_WAIT, queries::probe).await
     }
@@ -494,6 +514,8 @@ mod tests {
             &EmbeddedConfig {
                 path: dir.path().join("data"),
                 batch_max: 8,
+                min_free_bytes: 0,
+                timeout: Duration::from_secs(5),
             },
             Clock::system(),
         )

@@ -160,6 +160,22 @@ CREATE TABLE paused_routes (
 ) WITHOUT ROWID;
 "#;
 
+/// Indexes created at open when missing, outside [`MIGRATIONS`]: an index changes no
+/// format (a release that does not know it reads and writes the store as before,
+/// and SQLite keeps it up to date), so it gets no schema version, which would make
+/// older releases refuse the store.
+///
+/// `deliveries_retried` holds the pending deliveries that were attempted before, by
+/// route and due time: what a half-open breaker's probe looks for first
+/// (`delivery::claim_probe`). It is partial: a new delivery and an ended one are not
+/// in it, so an accept and a delivery that succeeds at its first attempt cost it
+/// nothing; a failed attempt adds the delivery, and its end removes it.
+const INDEXES: &[(&str, &str)] = &[(
+    "deliveries_retried",
+    "CREATE INDEX IF NOT EXISTS deliveries_retried ON deliveries(source, route, next_attempt_at)
+         WHERE status = 'pending' AND attempts > 0",
+)];
+
 /// Prepared statements kept per connection: more than the store has (the listing
 /// queries vary with their filters, a few dozen shapes).
 const STATEMENT_CACHE: usize = 64;
@@ -206,10 +222,11 @@ pub(super) struct NewerSchema {
     known: usize,
 }
 
-/// Apply the migrations the database has not seen yet, each in its own transaction.
-/// The move to routes of a store written before them is logged once, when it runs,
-/// with how many entries it moved; a new store is created silently. A store with a
-/// schema newer than [`MIGRATIONS`] is refused.
+/// Apply the migrations the database has not seen yet, each in its own transaction,
+/// then create the [`INDEXES`] it lacks. The move to routes of a store written
+/// before them is logged once, when it runs, with how many entries it moved; a new
+/// store is created silently. A store with a schema newer than [`MIGRATIONS`] is
+/// refused.
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let from = usize::try_from(version).unwrap_or(0);
@@ -248,6 +265,19 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             );
         }
     }
+    for (name, sql) in INDEXES {
+        let exists: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'index' AND name = ?1)",
+            [name],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            conn.execute_batch(sql)?;
+            if from > 0 {
+                tracing::info!(index = name, "created an index the store did not have yet");
+            }
+        }
+    }
     Ok(())
 }
 
@@ -267,6 +297,37 @@ mod tests {
     fn the_route_migration_moves_entries_to_the_default_route() {
         assert_eq!(DEFAULT_ROUTE, "default");
         assert_eq!(ROUTES.matches("'default'").count(), 2);
+    }
+
+    /// An index outside the migrations is created on a store that lacks it (one an
+    /// older release wrote), and leaves its schema version as it is.
+    #[test]
+    fn missing_indexes_are_created_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
+        let has = |conn: &Connection, name: &str| -> bool {
+            conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'index' AND name = ?1)",
+                [name],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        let version = |conn: &Connection| -> i64 {
+            conn.pragma_query_value(None, "user_version", |r| r.get(0))
+                .unwrap()
+        };
+        migrate(&mut conn).unwrap();
+        let current = version(&conn);
+        for (name, _) in INDEXES {
+            assert!(has(&conn, name), "{name}");
+            conn.execute_batch(&format!("DROP INDEX {name}")).unwrap();
+        }
+        migrate(&mut conn).unwrap();
+        for (name, _) in INDEXES {
+            assert!(has(&conn, name), "{name} created again");
+        }
+        assert_eq!(version(&conn), current);
     }
 
     /// A store a newer release migrated is refused, and left as it is.

@@ -30,6 +30,7 @@
 //! are answered at their commit, and the fsync follows with the next batch's. If a
 //! crash loses them, the entry is simply delivered again (at-least-once).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,8 +41,6 @@ use super::checkpoint::{Checkpointing, copy_wal_tail};
 use crate::clock::Clock;
 use crate::store::{Backend, StoreError};
 
-/// How long a caller waits for the writer before giving up with 503.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Queue depth in front of the writer; a full queue pushes back on ingest.
 const QUEUE_DEPTH: usize = 8192;
 
@@ -67,6 +66,20 @@ struct WriteJob {
     notify: bool,
     /// Whether its caller may only hear back once the commit is on disk.
     wait_for_fsync: bool,
+    /// Set when the caller stopped waiting (it answered 503 at its deadline): a write
+    /// still queued then is dropped, not committed behind the caller's back.
+    abandoned: Arc<AtomicBool>,
+}
+
+/// Marks a write abandoned when its caller's future is dropped before the answer.
+struct AbandonOnDrop(Option<Arc<AtomicBool>>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if let Some(flag) = self.0.take() {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Why a write's commit failed; shared by every write of the batch.
@@ -130,6 +143,9 @@ pub(super) struct Writer {
     jobs: Mutex<Option<mpsc::Sender<WriteJob>>>,
     /// The writer thread, joined on close so the last batch is committed.
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// How long a caller waits for its write (`store.timeout`) before it gives up
+    /// with 503; a write still queued then is dropped.
+    timeout: Duration,
 }
 
 impl Writer {
@@ -141,6 +157,7 @@ impl Writer {
         batch_max: usize,
         checkpointing: Arc<Checkpointing>,
         clock: Clock,
+        timeout: Duration,
     ) -> std::io::Result<Writer> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let thread = std::thread::Builder::new()
@@ -154,6 +171,7 @@ impl Writer {
         Ok(Writer {
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            timeout,
         })
     }
 
@@ -194,12 +212,15 @@ impl Writer {
                 Err(failure) => Err(failure.into()),
             });
         };
+        let abandoned = Arc::new(AtomicBool::new(false));
         let job = WriteJob {
             statements: Box::new(run),
             reply: Box::new(reply),
             notify,
             wait_for_fsync,
+            abandoned: abandoned.clone(),
         };
+        let mut guard = AbandonOnDrop(Some(abandoned));
         let work = async move {
             sender
                 .send(job)
@@ -209,9 +230,12 @@ impl Writer {
                 .await
                 .map_err(|_| StoreError::Unavailable("writer dropped the request"))?
         };
-        tokio::time::timeout(WRITE_TIMEOUT, work)
+        let result = tokio::time::timeout(self.timeout, work)
             .await
-            .map_err(|_| StoreError::Timeout(WRITE_TIMEOUT))?
+            .map_err(|_| StoreError::Timeout(self.timeout))?;
+        // Answered: the write ran (or failed) and is no longer queued.
+        guard.0 = None;
+        result
     }
 
     /// Whether the writer thread still takes writes.
@@ -267,6 +291,12 @@ fn writer_loop(
                 Ok(job) => batch.push(job),
                 Err(_) => break,
             }
+        }
+        // A caller that gave up (and answered 503) does not get its write committed
+        // behind its back; the provider's retry stores it.
+        batch.retain(|job| !job.abandoned.load(Ordering::Relaxed));
+        if batch.is_empty() {
+            continue;
         }
         if *stopped.borrow() {
             // Fail-stop: nothing more is written after a failed fsync.
@@ -374,7 +404,10 @@ fn commit_batch(
             }
             if ok {
                 let result = tx.commit().map_err(|e| {
-                    tracing::error!(error = %e, "sqlite: commit failed; the batch is answered 503");
+                    const MSG: &str = "sqlite: commit failed; the batch is answered 503";
+                    if crate::telemetry::throttle::hit(MSG, "") {
+                        tracing::error!(error = %e, "{MSG}");
+                    }
                     CommitFailure::Commit(Arc::new(e))
                 });
                 return batch
@@ -385,7 +418,10 @@ fn commit_batch(
             // Dropping the transaction rolls it back; the writes are retried one by one.
         }
         Err(e) => {
-            tracing::error!(error = %e, "sqlite: cannot begin a transaction; the batch fails");
+            const MSG: &str = "sqlite: cannot begin a transaction; the batch fails";
+            if crate::telemetry::throttle::hit(MSG, "") {
+                tracing::error!(error = %e, "{MSG}");
+            }
             let failure = CommitFailure::Begin(Arc::new(e));
             return batch
                 .drain(..)

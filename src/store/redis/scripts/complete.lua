@@ -1,7 +1,8 @@
 -- Record what a worker did with a claimed delivery.
 -- KEYS: entry, work:<route>, sched:<route>, attempts, dlq.
--- ARGV: msg id, group, new status, next_at, attempt JSON, last_error, now, entry id,
--- reason, lease token, route, key base (`hg:{src}:`).
+-- ARGV: msg id ('' for a probe taken from the schedule: see probe.lua), group, new
+-- status, next_at, attempt JSON, last_error, now, entry id, reason, lease token,
+-- route, key base (`hg:{src}:`).
 -- Only the holder of the delivery's current lease completes (returns 1). Anything
 -- else returns 0 and changes nothing the current holder relies on (so a retried call
 -- after a lost reply is harmless): a message claimed again by another worker after
@@ -10,17 +11,23 @@
 -- replay gave it a newer message, the entry was purged) is acknowledged and deleted,
 -- so the stream never leaks it; an attempt that ran while the delivery was
 -- discarded is recorded, and the delivery stays discarded. The entry's status
--- follows its deliveries (`hg_settle`).
+-- follows its deliveries (`hg_settle`). A probe's delivery waits in the schedule
+-- while leased, so it leaves it when it ends.
 local route, base, id, token = ARGV[11], ARGV[12], ARGV[8], ARGV[10]
 local p = route .. ':'
+local function drop_message()
+  if ARGV[1] ~= '' then
+    redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+    redis.call('XDEL', KEYS[2], ARGV[1])
+  end
+end
 local f = redis.call('HMGET', KEYS[1], 'status', p .. 'status', p .. 'lease', p .. 'msg')
 local exists, status, lease, msg = f[1], f[2] or 'pending', f[3], f[4]
 if not exists or status ~= 'pending' or lease ~= token then
   if exists and status == 'pending' and msg == ARGV[1] then
     return 0
   end
-  redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
-  redis.call('XDEL', KEYS[2], ARGV[1])
+  drop_message()
   if exists and status == 'discarded' and lease == token then
     redis.call('HDEL', KEYS[1], p .. 'lease')
     if ARGV[5] ~= '' then
@@ -30,8 +37,7 @@ if not exists or status ~= 'pending' or lease ~= token then
   end
   return 0
 end
-redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
-redis.call('XDEL', KEYS[2], ARGV[1])
+drop_message()
 redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg')
 if ARGV[5] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[5])
@@ -44,6 +50,7 @@ if ARGV[3] == 'pending' then
 else
   redis.call('HSET', KEYS[1], p .. 'status', ARGV[3])
   redis.call('HDEL', KEYS[1], p .. 'next')
+  if ARGV[1] == '' then redis.call('ZREM', KEYS[3], id) end
   hg_route_index(base, route, id, 'pending', ARGV[3])
   if ARGV[3] == 'dead' then
     redis.call('XADD', KEYS[5], '*', 'id', id, 'route', route, 'reason', ARGV[9])

@@ -3,7 +3,8 @@
 -- Returns the entry hash, or nil when the message no longer stands for pending work
 -- (the delivery ended, the entry was purged, or a newer message replaced this one).
 -- An absent `R:msg` means no message stands for the delivery: it waits in
--- `sched:R` (a retry, a release, a replay) until the promote script gives it one.
+-- `sched:R` (a retry, a release, a replay, a probe's lease: see probe.lua) until the
+-- promote script gives it one.
 local route = ARGV[3]
 local f = redis.call('HMGET', KEYS[1], 'status', route .. ':status', route .. ':msg')
 if not f[1] then return false end

@@ -1,0 +1,249 @@
+//! The HTTP listener loop: hyper HTTP/1.1 with the protections axum's `serve` lacks.
+//!
+//! A webhook endpoint faces the internet, so each connection gets a header read
+//! timeout (a client dribbling headers is cut off), a cap on header count (hyper
+//! answers 431 above it), and the number of open connections is bounded. A client
+//! that half-closes after its request still gets its answer. On shutdown
+//! the loop stops accepting, lets in-flight requests finish, and gives up after
+//! `grace`.
+//!
+//! Connections that send nothing are the cheapest attack on a bounded listener:
+//! thousands of them fill `max_connections` and a signed webhook waits until the
+//! header read timeout frees a slot. So the bound has two more parts, each in a
+//! module of its own:
+//! - `clients`: no client (an IPv4 address, an IPv6 /64) holds more than
+//!   `max_connections_per_client` connections; one over that is closed at accept,
+//!   before a byte is read.
+//! - `idle`: near `max_connections`, a new connection does not wait; the connection
+//!   that has been idle (no request in progress) the longest is shed to make room,
+//!   and a connection with a request in progress never is. `tracked` is how a
+//!   connection knows: it wraps the service, which hyper calls once a request head
+//!   is parsed.
+//!
+//! Refusals and sheds are counted (`hookgate_connections_refused_total`,
+//! `hookgate_connections_shed_total`) and logged through `telemetry::throttle` (once,
+//! then a count per 10 s), so a flood never turns into a log line per connection.
+
+mod clients;
+mod idle;
+mod tracked;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::telemetry::{label_values, throttle};
+use clients::ClientSlots;
+use idle::IdleConnections;
+use tracked::Tracked;
+
+/// Largest read buffer of one connection.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Shedding starts when at most `max_connections / SHED_MARGIN_DIVISOR` connection
+/// slots are free (the last sixteenth; at the cap itself below 16 connections): each
+/// new connection then sheds one idle connection and finds a free slot at once,
+/// instead of waiting for the shed connection to close.
+pub const SHED_MARGIN_DIVISOR: usize = 16;
+
+/// Refused and shed connections are logged at most once per this interval, with how
+/// many there were since the last line; the metrics count each one.
+pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Connection-level limits.
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    pub header_read_timeout: Duration,
+    pub max_headers: usize,
+    pub max_connections: usize,
+    /// Most connections one client (an IPv4 address, an IPv6 /64) may hold open;
+    /// `None`: no per-client cap.
+    pub max_connections_per_client: Option<usize>,
+    /// How long in-flight requests may take to finish after shutdown starts.
+    pub grace: Duration,
+}
+
+label_values! {
+    /// Why a connection was closed at accept: label `reason` of
+    /// `hookgate_connections_refused_total`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum RefusalReason {
+        /// Its client already held `server.max_connections_per_client` connections.
+        PerClient => "per_client",
+    }
+}
+
+/// One listener's connection metrics (label `listener`; registered at zero with the
+/// other families, in `telemetry::register_families`).
+struct ListenerMetrics {
+    open: metrics::Gauge,
+    idle: metrics::Gauge,
+    refused_per_client: metrics::Counter,
+    shed: metrics::Counter,
+}
+
+impl ListenerMetrics {
+    fn register(listener: &'static str) -> ListenerMetrics {
+        use metrics::{counter, gauge};
+        let open = gauge!("hookgate_connections_open", "listener" => listener);
+        let idle = gauge!("hookgate_connections_idle", "listener" => listener);
+        let shed = counter!("hookgate_connections_shed_total", "listener" => listener);
+        open.increment(0.0);
+        idle.increment(0.0);
+        shed.increment(0);
+        ListenerMetrics {
+            open,
+            idle,
+            refused_per_client: counter!(
+                "hookgate_connections_refused_total",
+                "listener" => listener,
+                "reason" => RefusalReason::PerClient.label()
+            ),
+            shed,
+        }
+    }
+}
+
+/// Serve `router` on `listener` until `shutdown` is cancelled, then drain.
+pub async fn serve(
+    name: &'static str,
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: CancellationToken,
+) {
+    let metrics = ListenerMetrics::register(name);
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let clients = limits.max_connections_per_client.map(ClientSlots::new);
+    let idle = IdleConnections::new(metrics.idle.clone());
+    let shed_margin = limits.max_connections / SHED_MARGIN_DIVISOR;
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_headers(limits.max_headers)
+        // The connection's read buffer: it bounds the header block (431 beyond) and
+        // what one connection buffers of a body before ingest takes it, so that
+        // `max_connections` × this is the most the read side can hold.
+        .max_buf_size(READ_BUFFER_BYTES)
+        // A client may close its sending side once its request is sent and wait for
+        // the answer (a half-close): it still gets one. Without this, hyper reads the
+        // end of input as the client gone and drops the answer of a webhook the
+        // handler goes on to store.
+        .half_close(true)
+        .keep_alive(true);
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    const MSG: &str = "accept failed";
+                    if throttle::hit(MSG, name) {
+                        tracing::warn!(listener = name, error = %e, "{MSG}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // Over its client's cap: closed before a byte is read, and before it could
+        // wait for (or shed anything to get) a connection slot.
+        let client_slot = match &clients {
+            None => None,
+            Some(clients) => match clients.try_take(peer.ip()) {
+                Some(slot) => Some(slot),
+                None => {
+                    drop(stream);
+                    metrics.refused_per_client.increment(1);
+                    const MSG: &str =
+                        "closed a connection over server.max_connections_per_client at accept";
+                    if throttle::hit(MSG, name) {
+                        tracing::warn!(
+                            listener = name,
+                            client = %peer.ip(),
+                            cap = limits.max_connections_per_client,
+                            "{MSG}"
+                        );
+                    }
+                    continue;
+                }
+            },
+        };
+        // A connection slot. Near the cap, the connection idle the longest is shed
+        // (once per accept) rather than let this one wait; at the cap with every
+        // connection busy, this one waits for a connection to end, or to become idle
+        // so that it can be shed.
+        let mut shed = false;
+        let permit = loop {
+            let became_idle = idle.became_idle();
+            tokio::pin!(became_idle);
+            became_idle.as_mut().enable();
+            if !shed && permits.available_permits() <= shed_margin && idle.shed_oldest() {
+                shed = true;
+                metrics.shed.increment(1);
+                const MSG: &str =
+                    "closed the longest idle connection to make room near server.max_connections";
+                if throttle::hit(MSG, name) {
+                    tracing::warn!(
+                        listener = name,
+                        max_connections = limits.max_connections,
+                        "{MSG}"
+                    );
+                }
+            }
+            if let Ok(p) = permits.clone().try_acquire_owned() {
+                break Some(p);
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break None,
+                p = permits.clone().acquire_owned() => break p.ok(),
+                _ = became_idle, if !shed => {}
+            }
+        };
+        let Some(permit) = permit else {
+            break;
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = idle.accepted();
+        let shed_token = connection.shed().clone();
+        let service = Tracked::new(TowerToHyperService::new(router.clone()), connection.clone());
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        let open = metrics.open.clone();
+        open.increment(1.0);
+        tokio::spawn(async move {
+            tokio::select! {
+                ended = conn => if let Err(e) = ended {
+                    tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
+                },
+                () = shed_token.cancelled() => {
+                    tracing::debug!(listener = name, %peer, "shed an idle connection");
+                }
+            }
+            connection.closed();
+            open.decrement(1.0);
+            drop((permit, client_slot));
+        });
+    }
+    drop(listener);
+    tracing::info!(
+        listener = name,
+        "stopped accepting; draining in-flight requests"
+    );
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!(listener = name, "drained"),
+        _ = tokio::time::sleep(limits.grace) => {
+            tracing::warn!(listener = name, grace = ?limits.grace, "drain timed out; closing remaining connections")
+        }
+    }
+}
