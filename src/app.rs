@@ -60,20 +60,31 @@ pub fn build_sources(
                 Verifier::new(spec, &s.secrets).with_context(|| format!("sources[{i}].secret"))?;
             let headers =
                 HeaderPolicy::new(&s.pass_headers(), &verifier.spec.credential_headers);
+            let routes = s
+                .routes
+                .iter()
+                .enumerate()
+                .map(|(r, route)| {
+                    let order = route
+                        .order
+                        .as_ref()
+                        .map(|o| ingest::RouteOrdering::new(o, &verifier.spec, &s.provider))
+                        .transpose()
+                        .with_context(|| format!("sources[{i}].routes[{r}].order.by"))?;
+                    Ok(ingest::RouteFilter {
+                        name: route.name.clone(),
+                        filter: route.filter.clone(),
+                        order,
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
             Ok(Source {
                 name: s.name.clone(),
                 verifier,
                 dedupe_ttl: s.dedupe_ttl,
                 public_url: s.public_url.clone(),
                 headers,
-                routes: s
-                    .routes
-                    .iter()
-                    .map(|r| ingest::RouteFilter {
-                        name: r.name.clone(),
-                        filter: r.filter.clone(),
-                    })
-                    .collect(),
+                routes,
                 body_share: budget.share(cfg.server.max_body_bytes),
                 metrics: ingest::SourceMetrics::new(&s.name),
             })

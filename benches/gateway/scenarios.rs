@@ -206,12 +206,14 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     ));
 }
 
-/// The forward drain, once with one route and once with three routes per source (the
-/// same sink, one shared concurrency of 64), in the same run: what fan-out costs per
-/// delivery.
+/// The forward drain, once with one route, once with three routes per source (the
+/// same sink, one shared concurrency of 64), and once with one route ordered by the
+/// provider's object id (every entry its own key: many distinct keys), in the same
+/// run: what fan-out and ordering cost per delivery.
 pub async fn forward_drain(report: &mut Report, s: Settings) {
-    let one = drain(s, 1).await;
-    let three = drain(s, 3).await;
+    let one = drain(s, 1, false).await;
+    let three = drain(s, 3, false).await;
+    let ordered = drain(s, 1, true).await;
     report.add(format!(
         "forward drain, embedded, 1 route: {} entries in {:.2} s = {:.0} deliveries/s (concurrency 64; peak RSS {:.1} MiB)",
         s.drain_entries,
@@ -229,6 +231,14 @@ pub async fn forward_drain(report: &mut Report, s: Settings) {
         three.rss_mib,
         per_delivery(&three, 3) / per_delivery(&one, 1)
     ));
+    report.add(format!(
+        "forward drain, embedded, 1 ordered route (a key per entry): {} entries in {:.2} s = {:.0} deliveries/s (peak RSS {:.1} MiB); {:.2}× the unordered route's rate",
+        s.drain_entries,
+        ordered.secs,
+        s.drain_entries as f64 / ordered.secs,
+        ordered.rss_mib,
+        one.secs / ordered.secs
+    ));
 }
 
 struct Drained {
@@ -238,15 +248,20 @@ struct Drained {
 
 /// Store `s.drain_entries` while the source is paused, resume, and time until the
 /// sink has every delivery of its `routes` routes.
-async fn drain(s: Settings, routes: usize) -> Drained {
+async fn drain(s: Settings, routes: usize, ordered: bool) -> Drained {
     let sink = start_sink(None, false).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let target = format!("http://127.0.0.1:{}/hook", sink.port);
     let gw = if routes == 1 {
+        let order = if ordered {
+            "[sources.order]\nby = \"provider\"\n"
+        } else {
+            ""
+        };
         forwarding_gateway(
             dir.path(),
             sink.port,
-            "[sources.delivery]\nconcurrency = 64\n",
+            &format!("[sources.delivery]\nconcurrency = 64\n{order}"),
         )
     } else {
         let mut extra = String::from("[sources.delivery]\nconcurrency = 64\n");

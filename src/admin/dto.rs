@@ -40,6 +40,28 @@ pub struct Delivery {
     pub attempts: u32,
     pub next_attempt_at: Option<String>,
     pub last_error: Option<String>,
+    /// On an ordered route: the delivery's ordering key and the route's policy.
+    #[serde(default)]
+    pub order: Option<DeliveryOrder>,
+}
+
+/// An ordered delivery's key, and what its death does to the key's line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeliveryOrder {
+    pub key: String,
+    /// `skip` or `block`.
+    pub on_dead: String,
+}
+
+/// Where a replayed delivery of an ordered route waits in its key's line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LinePlace {
+    pub route: String,
+    pub key: String,
+    /// Deliveries of the key that go before it (one in flight, or earlier arrivals).
+    pub ahead: u64,
+    /// Deliveries of the key, received after it, that now wait for it.
+    pub behind: u64,
 }
 
 /// One delivery attempt of an entry.
@@ -109,6 +131,9 @@ pub struct ReplayResult {
 pub struct TransitionResult {
     pub id: String,
     pub status: Status,
+    /// A replay of ordered deliveries: where each waits in its key's line.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<LinePlace>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -153,6 +178,9 @@ pub struct RouteStats {
     pub dead: u64,
     pub discarded: u64,
     pub oldest_pending_age_seconds: Option<u64>,
+    /// Ordering keys held by a dead head (`on_dead = "block"`).
+    #[serde(default)]
+    pub blocked_keys: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

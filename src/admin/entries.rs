@@ -111,6 +111,10 @@ pub(super) async fn show(
                     _ => None,
                 },
                 last_error: d.last_error.clone(),
+                order: d.order.as_ref().map(|o| dto::DeliveryOrder {
+                    key: o.key.clone(),
+                    on_dead: if o.block { "block" } else { "skip" }.into(),
+                }),
             })
             .collect(),
         attempt_log: attempts
@@ -170,11 +174,13 @@ pub(super) async fn replay(
     match done {
         Transition::Done => {
             tracing::info!(entry_id = %id, route = route.as_deref().unwrap_or(""), "replay queued");
+            let lines = line_places(&admin, &id, route.as_deref()).await?;
             Ok((
                 StatusCode::ACCEPTED,
                 Json(TransitionResult {
                     id,
                     status: Status::Pending,
+                    lines,
                 }),
             )
                 .into_response())
@@ -186,6 +192,40 @@ pub(super) async fn replay(
         }),
         Transition::Conflict(status) => Err(ApiError::NotReplayable { id, route, status }),
     }
+}
+
+/// Where the replayed ordered deliveries of entry `id` (through `route`, or every
+/// one) wait in their keys' lines.
+async fn line_places(
+    admin: &AdminState,
+    id: &str,
+    route: Option<&str>,
+) -> Result<Vec<dto::LinePlace>, ApiError> {
+    let Some(entry) = admin.store.get(id).await? else {
+        return Ok(Vec::new());
+    };
+    let mut places = Vec::new();
+    for d in &entry.deliveries {
+        let (Some(order), Status::Pending) = (&d.order, d.status) else {
+            continue;
+        };
+        if route.is_some_and(|r| r != d.route) {
+            continue;
+        }
+        let line = admin
+            .store
+            .order_line(&entry.source, &d.route, &order.key)
+            .await?;
+        if let Some(at) = line.iter().position(|x| x == id) {
+            places.push(dto::LinePlace {
+                route: d.route.clone(),
+                key: order.key.clone(),
+                ahead: u64::try_from(at).unwrap_or(u64::MAX),
+                behind: u64::try_from(line.len() - at - 1).unwrap_or(u64::MAX),
+            });
+        }
+    }
+    Ok(places)
 }
 
 pub(super) async fn discard(
@@ -229,7 +269,11 @@ pub(super) async fn discard(
                 .await?
                 .map(|e| e.status)
                 .unwrap_or(Status::Discarded);
-            Ok(Json(TransitionResult { id, status }))
+            Ok(Json(TransitionResult {
+                id,
+                status,
+                lines: Vec::new(),
+            }))
         }
         Transition::NotFound => Err(ApiError::NoSuchEntry(id)),
         Transition::NoSuchRoute => Err(ApiError::NoDelivery {

@@ -140,6 +140,7 @@ pub(super) async fn stats(State(admin): State<Arc<AdminState>>) -> Result<Json<S
                 dead: rs.dead,
                 discarded: rs.discarded,
                 oldest_pending_age_seconds: age(rs.oldest_pending_at),
+                blocked_keys: rs.blocked_keys,
             });
         }
         out.push(SourceStats {

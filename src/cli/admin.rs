@@ -347,7 +347,14 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
             println!("\nbody ({}):\n{}", e.body_encoding, e.body);
             println!("\ndeliveries:");
             table(
-                &["route", "status", "attempts", "next attempt", "last error"],
+                &[
+                    "route",
+                    "status",
+                    "attempts",
+                    "next attempt",
+                    "last error",
+                    "ordering key",
+                ],
                 e.deliveries
                     .iter()
                     .map(|d| {
@@ -357,6 +364,10 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
                             d.attempts.to_string(),
                             dash(&d.next_attempt_at),
                             dash(&d.last_error),
+                            d.order
+                                .as_ref()
+                                .map(|o| format!("{} (on dead: {})", o.key, o.on_dead))
+                                .unwrap_or_else(|| "-".into()),
                         ]
                     })
                     .collect(),
@@ -411,6 +422,12 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
                 return print_json(&raw);
             }
             println!("replay queued: {} is {}", r.id, r.status.as_str());
+            for l in &r.lines {
+                println!(
+                    "  route {}, ordering key {}: {} ahead of it, {} waiting behind it",
+                    l.route, l.key, l.ahead, l.behind
+                );
+            }
             Ok(())
         }
         EntriesCmd::Discard { id, note, route } => {
@@ -560,6 +577,7 @@ pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
             s.discarded.to_string(),
             s.filtered.to_string(),
             age(s.oldest_pending_age_seconds),
+            "".into(),
         ]);
         for r in &s.routes {
             rows.push(vec![
@@ -575,6 +593,7 @@ pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
                 r.discarded.to_string(),
                 "".into(),
                 age(r.oldest_pending_age_seconds),
+                r.blocked_keys.to_string(),
             ]);
         }
     }
@@ -592,6 +611,7 @@ pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
             "discarded",
             "filtered",
             "oldest pending",
+            "blocked keys",
         ],
         rows,
     );

@@ -27,7 +27,8 @@ mod validate;
 pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;
 pub use route::{
-    DEFAULT_ROUTE, DeliveryConfig, MAX_ROUTES, RetryConfig, RouteConfig, valid_route_name,
+    DEFAULT_ROUTE, DeliveryConfig, MAX_ROUTES, OrderBy, OrderConfig, RetryConfig, RouteConfig,
+    valid_route_name,
 };
 pub use source::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,

@@ -153,6 +153,9 @@ pub struct RawSource {
     /// `destination` (one route named `default`) or `routes`.
     #[serde(default)]
     pub routes: Option<Vec<RawRoute>>,
+    /// The ordering of the one route `destination` stands for.
+    #[serde(default)]
+    pub order: Option<RawOrder>,
 }
 
 /// One `[[sources.routes]]` entry. Its `retry` and `delivery` keys override the
@@ -175,6 +178,21 @@ pub struct RawRoute {
     pub delivery: Option<RawDelivery>,
     #[serde(default)]
     pub filter: Option<RawFilter>,
+    #[serde(default)]
+    pub order: Option<RawOrder>,
+}
+
+/// `[sources.routes.order]` (or `[sources.order]` for a source's one `destination`):
+/// the route delivers the entries with the same key one at a time, in arrival order.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOrder {
+    /// Where the key is: `json:/pointer`, `header:Name`, or `provider` (the
+    /// provider's object id, `event.object` of its spec).
+    pub by: String,
+    /// `skip` (default) or `block`.
+    #[serde(default)]
+    pub on_dead: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::raw::{RawDelivery, RawRetry, RawRoute};
+use super::raw::{RawDelivery, RawOrder, RawRetry, RawRoute};
 use super::source::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,
@@ -44,6 +44,61 @@ pub struct RouteConfig {
     pub delivery: DeliveryConfig,
     /// Which entries the route takes; the default takes every one.
     pub filter: Filter,
+    /// Ordered delivery per key; `None`: deliveries go in parallel, in any order.
+    pub order: Option<OrderConfig>,
+}
+
+/// An ordered route's key and its policy for a dead head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderConfig {
+    pub by: OrderBy,
+    /// `on_dead = "block"`: a dead delivery holds its key's line until an operator
+    /// replays or discards it; `skip` (`false`, the default) lets the next one go.
+    pub block: bool,
+}
+
+/// Where an entry's ordering key is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OrderBy {
+    /// The provider's object id (`event.object` of its spec).
+    Provider,
+    /// A value source as provider specs write them: `json:/pointer` or `header:Name`.
+    Value(String),
+}
+
+/// Check an `order` table under `key`.
+pub(super) fn order(key: &str, raw: Option<RawOrder>) -> Result<Option<OrderConfig>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let by = match raw.by.as_str() {
+        "provider" => OrderBy::Provider,
+        s if s.strip_prefix("json:").is_some_and(|p| p.starts_with('/'))
+            || s.strip_prefix("header:")
+                .is_some_and(|h| http::HeaderName::from_bytes(h.as_bytes()).is_ok()) =>
+        {
+            OrderBy::Value(s.to_string())
+        }
+        other => {
+            return Err(ConfigError::invalid(
+                format!("{key}.order.by"),
+                format!(
+                    "{other:?}: use json:/pointer (e.g. json:/data/object/id), header:Name, or provider"
+                ),
+            ));
+        }
+    };
+    let block = match raw.on_dead.as_deref() {
+        None | Some("skip") => false,
+        Some("block") => true,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{key}.order.on_dead"),
+                format!("{other:?}: use \"skip\" or \"block\""),
+            ));
+        }
+    };
+    Ok(Some(OrderConfig { by, block }))
 }
 
 #[derive(Debug, Clone)]
@@ -84,6 +139,7 @@ pub(super) fn default_route(
     destination: String,
     destination_secret: Option<Secret>,
     inherited: &Inherited<'_>,
+    raw_order: Option<RawOrder>,
 ) -> Result<RouteConfig, ConfigError> {
     Ok(RouteConfig {
         name: DEFAULT_ROUTE.to_string(),
@@ -92,6 +148,7 @@ pub(super) fn default_route(
         retry: retry(key, inherited.retry.clone())?,
         delivery: delivery(key, inherited.delivery.clone())?,
         filter: Filter::default(),
+        order: order(key, raw_order)?,
     })
 }
 
@@ -149,6 +206,7 @@ pub(super) fn routes(
                 None => inherited.destination_secret.cloned(),
             };
         let filter = compile_filter(&rkey, r.filter.unwrap_or_default())?;
+        let order = order(&rkey, r.order)?;
         out.push(RouteConfig {
             name: r.name,
             destination: destination_url(&format!("{rkey}.destination"), r.destination)?,
@@ -156,6 +214,7 @@ pub(super) fn routes(
             retry: retry(&rkey, r.retry.unwrap_or_default().over(inherited.retry))?,
             delivery: delivery(&rkey, raw_delivery.over(inherited.delivery))?,
             filter,
+            order,
         });
     }
     Ok(out)
@@ -290,6 +349,7 @@ fn delivery(key: &str, raw: RawDelivery) -> Result<DeliveryConfig, ConfigError> 
 #[cfg(test)]
 mod tests {
     use super::super::from_toml_str;
+    use super::{OrderBy, OrderConfig};
 
     fn no_env(_: &str) -> Option<String> {
         None
@@ -355,6 +415,53 @@ filter.match = [{{ pointer = "/data/object/livemode", equals = true }}]
     }
 
     #[test]
+    fn order_takes_a_value_source_or_the_provider_and_a_policy() {
+        let text = format!(
+            r#"{HEAD}
+[[sources.routes]]
+name = "a"
+destination = "http://a/"
+order = {{ by = "json:/data/object/id" }}
+[[sources.routes]]
+name = "b"
+destination = "http://b/"
+order = {{ by = "header:X-Shopify-Product-Id", on_dead = "block" }}
+[[sources.routes]]
+name = "c"
+destination = "http://c/"
+order = {{ by = "provider", on_dead = "skip" }}
+[[sources.routes]]
+name = "d"
+destination = "http://d/"
+"#
+        );
+        let cfg = from_toml_str(&text, &no_env).unwrap();
+        let orders: Vec<Option<OrderConfig>> = cfg.sources[0]
+            .routes
+            .iter()
+            .map(|r| r.order.clone())
+            .collect();
+        assert_eq!(
+            orders,
+            [
+                Some(OrderConfig {
+                    by: OrderBy::Value("json:/data/object/id".into()),
+                    block: false
+                }),
+                Some(OrderConfig {
+                    by: OrderBy::Value("header:X-Shopify-Product-Id".into()),
+                    block: true
+                }),
+                Some(OrderConfig {
+                    by: OrderBy::Provider,
+                    block: false
+                }),
+                None,
+            ]
+        );
+    }
+
+    #[test]
     fn route_mistakes_name_their_key() {
         let cases = [
             (
@@ -403,6 +510,24 @@ filter.match = [{{ pointer = "/data/object/livemode", equals = true }}]
                     "{HEAD}[[sources.routes]]\nname = \"a\"\ndestination = \"http://a/\"\nfilter.colour = \"red\"\n"
                 ),
                 "colour",
+            ),
+            (
+                format!(
+                    "{HEAD}[[sources.routes]]\nname = \"a\"\ndestination = \"http://a/\"\norder.by = \"data.object.id\"\n"
+                ),
+                "sources[0].routes[0].order.by",
+            ),
+            (
+                format!(
+                    "{HEAD}[[sources.routes]]\nname = \"a\"\ndestination = \"http://a/\"\norder = {{ by = \"provider\", on_dead = \"wait\" }}\n"
+                ),
+                "sources[0].routes[0].order.on_dead",
+            ),
+            (
+                format!(
+                    "{HEAD}[sources.order]\nby = \"provider\"\n[[sources.routes]]\nname = \"a\"\ndestination = \"http://a/\"\n"
+                ),
+                "sources[0].order",
             ),
         ];
         for (text, key) in cases {

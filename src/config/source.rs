@@ -155,6 +155,12 @@ pub(super) fn validate_source(
     }
     let raw_retry = raw.retry.unwrap_or_default();
     let raw_delivery = raw.delivery.unwrap_or_default();
+    if raw.order.is_some() && raw.routes.is_some() {
+        return Err(ConfigError::invalid(
+            key("order"),
+            "with [[sources.routes]], set order on each route that needs it",
+        ));
+    }
     let routes = match (raw.destination, raw.routes) {
         (Some(_), Some(_)) => {
             return Err(ConfigError::invalid(
@@ -180,6 +186,7 @@ pub(super) fn validate_source(
                 delivery: &raw_delivery,
                 destination_secret: None,
             },
+            raw.order,
         )?],
         (None, Some(routes)) => route::routes(
             &key_prefix,

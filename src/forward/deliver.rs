@@ -306,6 +306,22 @@ pub(super) async fn deliver(
             error = failure, outcome = outcome_label, latency_ms, "delivery failed; dead"
         ),
     }
+    // A dead head of an ordered line: it holds its key, or the next one goes.
+    if matches!(delivery_outcome, DeliveryOutcome::Dead)
+        && let Some(order) = &claim.delivery.order
+    {
+        let policy = if order.block { "block" } else { "skip" };
+        tracing::warn!(
+            source = %route.source, route = %route.name, entry_id = %entry.id,
+            order_key = order.key.as_str(), on_dead = policy,
+            "{}",
+            if order.block {
+                "its ordering key waits for an operator: replay or discard the entry"
+            } else {
+                "the next delivery of its ordering key goes"
+            }
+        );
+    }
     complete(fwd, &claim, completion).await;
 }
 

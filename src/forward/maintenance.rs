@@ -77,6 +77,8 @@ pub(super) async fn run(
                 .set(stats.dead as f64);
             metrics::gauge!("hookgate_route_pending_deliveries", "source" => s.clone(), "route" => r.clone())
                 .set(stats.pending as f64);
+            metrics::gauge!("hookgate_route_blocked_keys", "source" => s.clone(), "route" => r.clone())
+                .set(stats.blocked_keys as f64);
             let age = stats
                 .oldest_pending_at
                 .map(|t| ((now - t).max(0) as f64) / 1000.0)

@@ -25,12 +25,16 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 
 use crate::clock::Clock;
+use crate::config::{OrderBy, OrderConfig};
 use crate::error::ApiError;
 use crate::header_policy::HeaderPolicy;
 use crate::provider::Verifier;
+use crate::provider::spec::{Spec, ValueTemplate, parse_value_template};
 use crate::provider::verify::{self, HandshakeReply, VerifyError};
 use crate::routing::filter::{Filter, Subject};
-use crate::store::{Accepted, Header, NewEntry, Readiness, Store, StoreError};
+use crate::store::{
+    Accepted, Header, MAX_ORDER_KEY, NewEntry, Readiness, RouteOrder, Store, StoreError,
+};
 use crate::telemetry::{self, RequestOutcome};
 use body::BodyBudget;
 
@@ -54,11 +58,70 @@ pub struct Source {
     pub metrics: SourceMetrics,
 }
 
-/// A route as ingest sees it: its name and which entries it takes.
+/// A route as ingest sees it: its name, which entries it takes, and where an
+/// ordered route finds an entry's ordering key.
 #[derive(Debug, Clone)]
 pub struct RouteFilter {
     pub name: String,
     pub filter: Filter,
+    pub order: Option<RouteOrdering>,
+}
+
+/// Where an ordered route finds an entry's key (alternatives, tried in order), and
+/// its policy for a dead head.
+#[derive(Debug, Clone)]
+pub struct RouteOrdering {
+    pub by: Vec<ValueTemplate>,
+    pub block: bool,
+}
+
+/// Why an `order.by` cannot be used with a source's provider.
+#[derive(Debug, thiserror::Error)]
+pub enum OrderingError {
+    #[error("{0}")]
+    Template(String),
+    #[error(
+        "provider {0:?} names no object id (event.object in its spec); order by json:/pointer or header:Name"
+    )]
+    NoProviderObject(String),
+}
+
+impl RouteOrdering {
+    /// The ordering of a route of a source whose provider is `spec` (`provider` by
+    /// name, for the error).
+    pub fn new(
+        cfg: &OrderConfig,
+        spec: &Spec,
+        provider: &str,
+    ) -> Result<RouteOrdering, OrderingError> {
+        let by = match &cfg.by {
+            OrderBy::Provider if spec.event_object.is_empty() => {
+                return Err(OrderingError::NoProviderObject(provider.to_string()));
+            }
+            OrderBy::Provider => spec.event_object.clone(),
+            OrderBy::Value(text) => {
+                vec![parse_value_template(text).map_err(OrderingError::Template)?]
+            }
+        };
+        Ok(RouteOrdering {
+            by,
+            block: cfg.block,
+        })
+    }
+}
+
+/// An ordering key as stored: as found, or its SHA-256 when longer than
+/// [`MAX_ORDER_KEY`] (a webhook decides how long it is).
+fn order_key(found: String) -> String {
+    if found.len() > MAX_ORDER_KEY {
+        use sha2::Digest as _;
+        format!(
+            "sha256:{}",
+            hex::encode(sha2::Sha256::digest(found.as_bytes()))
+        )
+    } else {
+        found
+    }
 }
 
 /// The routes whose filters take this entry, in configuration order. Runs once per
@@ -392,6 +455,20 @@ fn decide(
             headers: &headers,
         },
     );
+    // Ordered routes: each entry's key (one without a key is delivered unordered).
+    let ordering = source
+        .routes
+        .iter()
+        .filter(|r| routes.contains(&r.name))
+        .filter_map(|r| {
+            let o = r.order.as_ref()?;
+            Some(RouteOrder {
+                route: r.name.clone(),
+                key: order_key(verified.first_value(&o.by)?),
+                block: o.block,
+            })
+        })
+        .collect();
     Ok(Decision::Store(Box::new(NewEntry {
         id: uuid::Uuid::now_v7().to_string(),
         source: source.name.clone(),
@@ -403,6 +480,7 @@ fn decide(
         headers,
         body: body.clone(),
         routes,
+        ordering,
     })))
 }
 

@@ -127,7 +127,28 @@ pub struct NewEntry {
     /// configuration order, without repeats. Empty: the entry is stored as
     /// [`Status::Filtered`] and never delivered.
     pub routes: Vec<String>,
+    /// The ordering key of each ordered route (of `routes`) the entry carries a key
+    /// for; a route not named here delivers the entry without order.
+    pub ordering: Vec<RouteOrder>,
 }
+
+/// An entry's place in an ordered route: the deliveries through `route` with the
+/// same `key` go one at a time, in the order their entries arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteOrder {
+    pub route: String,
+    /// The key's value as found in the entry (at most [`MAX_ORDER_KEY`] bytes).
+    pub key: String,
+    /// What a dead delivery does to its key's line: `true` holds the line until an
+    /// operator replays or discards it (`on_dead = "block"`); `false` lets the next
+    /// one go (`skip`, recorded in the dead one's audit trail).
+    pub block: bool,
+}
+
+/// The longest ordering key stored as it is; a longer value is replaced by its
+/// SHA-256 (hex), which orders the same and bounds what a webhook can make the
+/// store keep.
+pub const MAX_ORDER_KEY: usize = 128;
 
 /// The outcome of [`Store::accept`](super::Store::accept).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +183,16 @@ pub struct Delivery {
     pub budget_start: i64,
     /// Attempts made before the current budget started.
     pub budget_attempts: u32,
+    /// The delivery's ordering key and policy, on an ordered route.
+    pub order: Option<DeliveryOrder>,
+}
+
+/// An ordered delivery's key and what its death does to the key's line (see
+/// [`RouteOrder`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryOrder {
+    pub key: String,
+    pub block: bool,
 }
 
 /// A stored entry.

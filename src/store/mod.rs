@@ -30,11 +30,19 @@ use crate::clock::Clock;
 use crate::config::StoreConfig;
 pub use crate::config::{DEFAULT_ROUTE, valid_route_name};
 
-pub use entry::{Accepted, Attempt, Delivery, Entry, Header, NewEntry, Retention, Status};
+pub use entry::{
+    Accepted, Attempt, Delivery, DeliveryOrder, Entry, Header, MAX_ORDER_KEY, NewEntry, Retention,
+    RouteOrder, Status,
+};
 pub use error::{Backend, Cause, StoreError};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
 pub use readiness::Readiness;
+
+/// Who the `skip` audit event of a dead head of an ordered line names.
+pub const SKIP_ACTOR: &str = "hookgate";
+/// The note of that event.
+pub const SKIP_NOTE: &str = "dead at the head of its ordering key's line; the next delivery of the key went (on_dead = skip)";
 
 /// An operator action on an entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +105,9 @@ pub struct RouteStats {
     /// Arrival time (unix ms) of the oldest entry whose delivery through the route
     /// is pending.
     pub oldest_pending_at: Option<i64>,
+    /// Ordering keys whose line is held by a dead delivery (`on_dead = "block"`)
+    /// until an operator replays or discards it.
+    pub blocked_keys: u64,
 }
 
 /// A claimed delivery: one route's delivery of an entry, leased to one worker until
@@ -247,6 +258,17 @@ pub trait Store: Send + Sync + 'static {
     /// Claim up to `limit` due, pending deliveries through `route` of `source` for
     /// `worker`, leased for `lease` (a crashed worker's deliveries are claimed again
     /// once it expires). A paused source or route yields nothing, whoever paused it.
+    ///
+    /// Ordered deliveries (those with a [`DeliveryOrder`]) form one line per key of
+    /// a route, in the order their entries arrived (entry id order): only the head
+    /// of a line is ever handed out, so no two deliveries of one key are in flight
+    /// at once, in any process sharing the store, a reclaimed lease included. The
+    /// head is the earliest delivery of the key that is pending (due or not: the
+    /// ones behind a retrying head wait, without burning attempts) or dead with
+    /// `block`; when it ends (delivered, discarded, or dead with `skip`) the next
+    /// one becomes the head. A delivery replayed or discarded while another of its
+    /// key is leased waits for that lease to end (complete or expire) before its
+    /// line moves on. A dead head with `skip` gets a `skip` audit event.
     async fn claim(
         &self,
         source: &str,
@@ -381,6 +403,16 @@ pub trait Store: Send + Sync + 'static {
         note: &str,
         now: i64,
     ) -> Result<Transition, StoreError>;
+
+    /// The line of ordering key `key` of `route` of `source`: the ids of the
+    /// deliveries waiting in it (pending, or a dead head that blocks it), head first.
+    /// Empty for a key with nothing waiting.
+    async fn order_line(
+        &self,
+        source: &str,
+        route: &str,
+        key: &str,
+    ) -> Result<Vec<String>, StoreError>;
 
     /// The audit trail of an entry, oldest first.
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError>;

@@ -156,6 +156,8 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
                 .increment(0.0);
             gauge!("hookgate_route_dead_deliveries", "source" => s.clone(), "route" => route())
                 .increment(0.0);
+            gauge!("hookgate_route_blocked_keys", "source" => s.clone(), "route" => route())
+                .increment(0.0);
             gauge!("hookgate_route_oldest_pending_age_seconds", "source" => s.clone(), "route" => route()).increment(0.0);
         }
     }
@@ -273,6 +275,10 @@ fn describe() {
     describe_gauge!(
         "hookgate_circuit_breaker_state",
         "Circuit breaker per destination: 0 closed, 1 half-open, 2 open"
+    );
+    describe_gauge!(
+        "hookgate_route_blocked_keys",
+        "Ordering keys of a route held by a dead head (on_dead = block) until an operator replays or discards it"
     );
     describe_gauge!("hookgate_connections_open", "Open connections, by listener");
     describe_gauge!(

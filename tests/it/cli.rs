@@ -99,6 +99,10 @@ fn config_errors_name_the_key_and_exit_2() {
             "[[sources]]\nname = \"a\"\nprovider = \"hmac\"\nsecret = \"x\"\ndestination = \"http://h/\"\n[sources.provider_options.signature]\nencoding = \"rot13\"\n",
             "signature.encoding",
         ),
+        (
+            "[[sources]]\nname = \"a\"\nprovider = \"slack\"\nsecret = \"x\"\ndestination = \"http://h/\"\n[sources.order]\nby = \"provider\"\n",
+            "sources[0].routes[0].order.by",
+        ),
     ];
     for (i, (text, key)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("c{i}.toml"));

@@ -118,6 +118,7 @@ async fn two_gateways_on_a_three_master_cluster() {
 fn routed(source: &str, key: &str, routes: &[&str]) -> NewEntry {
     NewEntry {
         routes: routes.iter().map(|r| r.to_string()).collect(),
+        ordering: Vec::new(),
         ..crate::conformance::entry(source, key)
     }
 }

@@ -32,6 +32,7 @@ pub(crate) fn entry(source: &str, key: &str) -> NewEntry {
         }],
         body: Bytes::from(format!("{{\"id\":\"{key}\"}}")),
         routes: vec!["default".into()],
+        ordering: Vec::new(),
     }
 }
 

@@ -29,6 +29,7 @@ fn routes(names: &[&str]) -> Vec<String> {
 fn routed(source: &str, key: &str, names: &[&str]) -> NewEntry {
     NewEntry {
         routes: routes(names),
+        ordering: Vec::new(),
         ..entry(source, key)
     }
 }
@@ -37,6 +38,7 @@ fn routed(source: &str, key: &str, names: &[&str]) -> NewEntry {
 fn routed_at(source: &str, key: &str, names: &[&str], ms: i64) -> NewEntry {
     NewEntry {
         routes: routes(names),
+        ordering: Vec::new(),
         ..entry_at(source, key, ms, "x")
     }
 }
@@ -1347,6 +1349,7 @@ async fn route_stats_count_deliveries(store: &dyn Store) {
             dead: 1,
             discarded: 0,
             oldest_pending_at: Some(at(3)),
+            blocked_keys: 0,
         }
     );
     assert_eq!(
@@ -1357,6 +1360,7 @@ async fn route_stats_count_deliveries(store: &dyn Store) {
             dead: 0,
             discarded: 1,
             oldest_pending_at: Some(at(1)),
+            blocked_keys: 0,
         }
     );
     assert_eq!(

@@ -508,6 +508,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
             last_error: last_error.map(str::to_string),
             budget_start,
             budget_attempts: budget_n,
+            order: None,
         }]
     };
     let e = stored_entry(&*store, &fx.pending.id).await;
@@ -619,6 +620,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
             dead: 1,
             discarded: 0,
             oldest_pending_at: Some(fx.pending.received_at),
+            blocked_keys: 0,
         }
     );
     assert_eq!(
@@ -631,7 +633,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
     let first = snapshot(&*store, &fx).await;
     store.close().await;
     drop(store);
-    assert_eq!(schema_version(&data), 2);
+    assert_eq!(schema_version(&data), 3, "migrated to the latest schema");
 
     // A second open migrates nothing more.
     let store = h.open().await;
@@ -703,7 +705,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
         0
     );
     store.close().await;
-    assert_eq!(schema_version(&data), 2);
+    assert_eq!(schema_version(&data), 3, "migrated to the latest schema");
 }
 
 /// The stored entry `id`, which must exist.

@@ -303,6 +303,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
     };
     let event_id = templates("event.id", &raw.event.id)?;
     let event_type = templates("event.type", &raw.event.kind)?;
+    let event_object = templates("event.object", &raw.event.object)?;
     let event_digest = match raw.event.digest.as_deref().map(parse_source).transpose() {
         Err(problem) => return Err(invalid("event.digest", problem)),
         Ok(None) => None,
@@ -377,6 +378,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
         timestamp,
         event_id,
         event_type,
+        event_object,
         event_digest,
         handshake,
         credential_headers,

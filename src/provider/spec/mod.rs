@@ -65,6 +65,9 @@
 //!   A spec that does not sign the whole body may set `event.digest = "json:/pointer"`,
 //!   the part of the body that identifies the event: the dedupe key binds the event
 //!   id to its digest (Mailgun: `json:/event-data`), else to the whole body's.
+//! * `event.object`: the id of the object the event is about, as `event.id` is
+//!   written (Stripe `json:/data/object/id`): the ordering key of a route ordered
+//!   `by = "provider"`.
 //! * A `timestamp.from` that the signature does not cover is refused: a replay
 //!   window on an unsigned value is no window.
 //! * `credential_headers = ["Name", …]`: received headers that carry a credential of
@@ -355,6 +358,9 @@ pub struct Spec {
     pub event_id: Vec<ValueTemplate>,
     /// Alternatives, tried in order.
     pub event_type: Vec<ValueTemplate>,
+    /// The id of the object the event is about (alternatives, tried in order): the
+    /// ordering key of a route ordered `by = "provider"`.
+    pub event_object: Vec<ValueTemplate>,
     /// The JSON pointer of the body part the dedupe digest covers, for a spec that
     /// does not sign the whole body (`event.digest`).
     pub event_digest: Option<String>,

@@ -108,6 +108,10 @@ pub struct RawEvent {
     /// the event, digested into the dedupe key (`json:/pointer`).
     #[serde(default)]
     pub digest: Option<String>,
+    /// The id of the object the event is about (Stripe's `json:/data/object/id`):
+    /// the ordering key of a route ordered `by = "provider"`.
+    #[serde(default)]
+    pub object: Option<OneOrMany>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

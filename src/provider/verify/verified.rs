@@ -54,6 +54,15 @@ impl Verified<'_> {
         }
     }
 
+    /// The first of `templates` the request has a value for: an ordering key (the
+    /// route's `order.by`, or the spec's `event.object`).
+    pub fn first_value(
+        &self,
+        templates: &[crate::provider::spec::ValueTemplate],
+    ) -> Option<String> {
+        templates.iter().find_map(|t| self.ctx.template(t))
+    }
+
     /// The event type, if the request names one.
     pub fn event_type(&self) -> Option<String> {
         let t = self

@@ -37,6 +37,8 @@ pub(super) struct AcceptJob {
     packed: Vec<u8>,
     /// The routes, comma-separated (empty: filtered).
     routes: String,
+    /// The ordered routes the entry has a key for: (route, key, block).
+    ordering: Vec<(String, String, bool)>,
     reply: oneshot::Sender<Result<Accepted, StoreError>>,
 }
 
@@ -86,6 +88,11 @@ impl RedisStore {
         let job = AcceptJob {
             packed: pack_record(&e)?,
             routes: routes_field(&e.routes),
+            ordering: e
+                .ordering
+                .iter()
+                .map(|o| (o.route.clone(), o.key.clone(), o.block))
+                .collect(),
             ttl_ms: u64::try_from(e.dedupe_ttl.as_millis())
                 .unwrap_or(u64::MAX)
                 .max(1),
@@ -160,7 +167,11 @@ impl AcceptContext {
                 .arg(job.ttl_ms)
                 .arg(job.received_at)
                 .arg(&job.packed)
-                .arg(&job.routes);
+                .arg(&job.routes)
+                .arg(job.ordering.len());
+            for (route, key, block) in &job.ordering {
+                inv.arg(route).arg(key).arg(if *block { "1" } else { "0" });
+            }
         }
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len().max(1);
         let mut c = self.conns[i].clone();

@@ -15,7 +15,8 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use crate::store::{
-    Delivery, Entry, ListedEntry, NewEntry, Status, StoreError, decode_headers, headers_json,
+    Delivery, DeliveryOrder, Entry, ListedEntry, NewEntry, Status, StoreError, decode_headers,
+    headers_json,
 };
 
 /// The hash field that holds the packed record.
@@ -173,6 +174,10 @@ fn read_deliveries(
                 last_error: field_str(map, &field("last_error")).filter(|s| !s.is_empty()),
                 budget_start: int_field(id, map, &field("budget_start"))?.unwrap_or(received_at),
                 budget_attempts: count(int_field(id, map, &field("budget_attempts"))?),
+                order: field_str(map, &field("okey")).map(|key| DeliveryOrder {
+                    key,
+                    block: map.get(&field("oblock")).is_some_and(|v| v == b"1"),
+                }),
             })
         })
         .collect()

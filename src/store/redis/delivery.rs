@@ -29,7 +29,9 @@ use std::time::Duration;
 use super::RedisStore;
 use super::codec::entry_from_map;
 use super::conn::timed;
-use crate::store::{Claim, Completion, Status, StoreError, attempt_error};
+use crate::store::{
+    AuditEvent, Claim, Completion, SKIP_ACTOR, SKIP_NOTE, Status, StoreError, attempt_error,
+};
 
 /// The member of `hg:paused` that pauses `route` of `source` (a source alone is
 /// paused by its name; source names hold no `/`).
@@ -185,7 +187,8 @@ impl RedisStore {
             inv.key(self.key(source, &format!("e:{id}")))
                 .arg(&message)
                 .arg(&token)
-                .arg(route);
+                .arg(route)
+                .arg(self.key(source, ""));
             let mut c = self.conn();
             let map: Option<HashMap<String, Vec<u8>>> =
                 self.timed(inv.invoke_async(&mut c)).await?;
@@ -256,6 +259,19 @@ impl RedisStore {
             })?,
             None => String::new(),
         };
+        // Pushed by the script only when a dead head of an ordered line lets the next
+        // one go.
+        let skip_json = serde_json::to_string(&AuditEvent {
+            at: now,
+            action: "skip".into(),
+            actor: SKIP_ACTOR.into(),
+            note: Some(SKIP_NOTE.into()),
+            route: Some(route.to_string()),
+        })
+        .map_err(|source| StoreError::Encode {
+            what: "the skip audit event",
+            source,
+        })?;
         let mut inv = self.scripts.complete.prepare_invoke();
         inv.key(self.key(source, &format!("e:{}", e.id)))
             .key(self.route_key(source, "work", route))
@@ -273,7 +289,8 @@ impl RedisStore {
             .arg(reason)
             .arg(&claim.token)
             .arg(route)
-            .arg(self.key(source, ""));
+            .arg(self.key(source, ""))
+            .arg(skip_json);
         let mut c = self.conn();
         let applied: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         if matches!(completion, Completion::Release { .. }) {

@@ -13,6 +13,9 @@
 //! | `hg:{src}:work:<route>` | stream, group `workers` | one message per delivery through the route to make (the forwarder's queue) |
 //! | `hg:{src}:sched:<route>` | sorted set, score = due time (ms) | deliveries through the route waiting for a retry; a half-open breaker's probe leases one there, scored at its lease end (see `delivery`) |
 //! | `hg:{src}:st:<status>` | sorted set, all scores 0 | entry ids by entry status (filtered included), in lexical (= arrival) order; listing every status merges them |
+//! | `hg:{src}:line:<route>:<key>` | sorted set, all scores 0 | an ordered route's deliveries of one ordering key still waiting, in arrival (id) order (see `scripts/prelude.lua`) |
+//! | `hg:{src}:lhead:<route>:<key>` | string | the entry id of that line's head: the one delivery of the key scheduled, in flight, or dead and blocking |
+//! | `hg:{src}:blocked:<route>` | set | the ordering keys whose head is dead with `on_dead = "block"` |
 //! | `hg:{src}:rst:<route>:<status>` | sorted set, all scores 0 | entry ids by the status of their delivery through the route: route listings, route stats |
 //! | `hg:{src}:a:<id>` | list of JSON | the entry's delivery attempts, each naming its route |
 //! | `hg:{src}:audit:<id>` | list of JSON | operator actions on the entry (replay, discard), each naming the route it named, if any |
@@ -449,7 +452,8 @@ impl Store for RedisStore {
         ] {
             pipe.zcard(self.route_status_key(source, route, status));
         }
-        let (pending, delivered, dead, discarded): (u64, u64, u64, u64) =
+        pipe.scard(self.route_key(source, "blocked", route));
+        let (pending, delivered, dead, discarded, blocked_keys): (u64, u64, u64, u64, u64) =
             self.timed(pipe.query_async(&mut c)).await?;
         let oldest = self
             .oldest_in(self.route_status_key(source, route, Status::Pending))
@@ -460,7 +464,19 @@ impl Store for RedisStore {
             dead,
             discarded,
             oldest_pending_at: self.received_at(source, oldest).await?,
+            blocked_keys,
         })
+    }
+
+    async fn order_line(
+        &self,
+        source: &str,
+        route: &str,
+        key: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut c = self.conn();
+        let line = self.key(source, &format!("line:{route}:{key}"));
+        self.timed(c.zrange(line, 0, -1)).await
     }
 
     async fn claim(

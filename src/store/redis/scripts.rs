@@ -64,9 +64,12 @@ impl Scripts {
         let with_prelude = |body: &str| Script::new(&format!("{flags}{PRELUDE}\n{body}"));
         Scripts {
             // New entries are what a Redis out of memory must refuse.
-            accept_many: Script::new(include_str!("scripts/accept_many.lua")),
-            promote: plain(include_str!("scripts/promote.lua")),
-            lease: plain(include_str!("scripts/lease.lua")),
+            accept_many: Script::new(&format!(
+                "{PRELUDE}\n{}",
+                include_str!("scripts/accept_many.lua")
+            )),
+            promote: with_prelude(include_str!("scripts/promote.lua")),
+            lease: with_prelude(include_str!("scripts/lease.lua")),
             probe: plain(include_str!("scripts/probe.lua")),
             complete: with_prelude(include_str!("scripts/complete.lua")),
             purge: with_prelude(include_str!("scripts/purge.lua")),

@@ -11,12 +11,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::queries::load_entry;
 use crate::store::{
-    Attempt, Claim, Completion, Delivery, Status, StoreError, Transition, attempt_error,
+    Attempt, Claim, Completion, Delivery, DeliveryOrder, SKIP_ACTOR, SKIP_NOTE, Status, StoreError,
+    Transition, attempt_error,
 };
 
 /// What a delivery row holds, in route order: the columns [`row_to_delivery`] reads.
-const DELIVERY_COLUMNS: &str =
-    "route, status, attempts, next_attempt_at, last_error, budget_start, budget_attempts";
+const DELIVERY_COLUMNS: &str = "route, status, attempts, next_attempt_at, last_error, \
+     budget_start, budget_attempts, order_key, order_block";
 
 fn parse_status(id: &str, status: &str) -> Result<Status, StoreError> {
     match Status::parse(status) {
@@ -38,6 +39,15 @@ fn row_to_delivery(id: &str, r: &rusqlite::Row<'_>) -> Result<Delivery, StoreErr
         last_error: r.get(4)?,
         budget_start: r.get(5)?,
         budget_attempts: u32::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
+        order: r
+            .get::<_, Option<String>>(7)?
+            .map(|key| -> Result<DeliveryOrder, rusqlite::Error> {
+                Ok(DeliveryOrder {
+                    key,
+                    block: r.get(8)?,
+                })
+            })
+            .transpose()?,
     })
 }
 
@@ -95,15 +105,62 @@ fn entry_status(conn: &Connection, id: &str) -> Result<Option<Status>, StoreErro
 }
 
 /// The conditions of every claim of a delivery through route `?2` of source `?1` at
-/// `?3`: pending, due, not leased (or its lease ran out), and neither the source nor
-/// the route paused. (A macro, so that the queries below are constants.)
+/// `?3`: pending, due, not leased (or its lease ran out), neither the source nor the
+/// route paused, and, for an ordered delivery, the head of its key's line: no
+/// delivery of its key that arrived before it is pending (a retrying head holds the
+/// line) or dead with `block`, and none of its key is leased (a replay or discard
+/// waits for the attempt in flight). (A macro, so that the queries below are
+/// constants.)
 macro_rules! claimable {
     () => {
         "source = ?1 AND route = ?2 AND status = 'pending' AND next_attempt_at <= ?3
            AND (lease_until IS NULL OR lease_until <= ?3)
            AND NOT EXISTS (SELECT 1 FROM sources WHERE name = ?1 AND paused = 1)
-           AND NOT EXISTS (SELECT 1 FROM paused_routes WHERE source = ?1 AND route = ?2)"
+           AND NOT EXISTS (SELECT 1 FROM paused_routes WHERE source = ?1 AND route = ?2)
+           AND (deliveries.order_key IS NULL OR NOT EXISTS (
+               SELECT 1 FROM deliveries o INDEXED BY deliveries_order
+               WHERE o.source = ?1 AND o.route = ?2 AND o.order_key = deliveries.order_key
+                 AND o.entry_id != deliveries.entry_id
+                 AND ((o.entry_id < deliveries.entry_id
+                       AND (o.status = 'pending' OR (o.status = 'dead' AND o.order_block = 1)))
+                      OR o.lease_until > ?3)))"
     };
+}
+
+/// The line of an ordering key: the deliveries waiting in it, head first.
+const LINE: &str = "SELECT entry_id FROM deliveries INDEXED BY deliveries_order
+     WHERE source = ?1 AND route = ?2 AND order_key = ?3
+       AND (status = 'pending' OR (status = 'dead' AND order_block = 1))
+     ORDER BY entry_id";
+
+/// The ids of the deliveries waiting in the line of `key` through `route` of
+/// `source`, head first (`Store::order_line`).
+pub(super) fn order_line(
+    conn: &Connection,
+    source: &str,
+    route: &str,
+    key: &str,
+) -> Result<Vec<String>, StoreError> {
+    Ok(conn
+        .prepare_cached(LINE)?
+        .query_map(params![source, route, key], |r| r.get(0))?
+        .collect::<Result<_, _>>()?)
+}
+
+/// The ordering keys of `route` of `source` held by a dead head with `block`.
+pub(super) fn blocked_keys(
+    conn: &Connection,
+    source: &str,
+    route: &str,
+) -> Result<u64, StoreError> {
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT count(DISTINCT order_key) FROM deliveries INDEXED BY deliveries_order
+             WHERE source = ?1 AND route = ?2 AND order_key IS NOT NULL
+               AND status = 'dead' AND order_block = 1",
+        )?
+        .query_row(params![source, route], |r| r.get(0))?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// Up to `?4` claimable deliveries, due first (through `deliveries_route`).
@@ -281,6 +338,26 @@ pub(super) fn complete(
             insert_attempt(conn, id, route, a)?;
         }
         refresh_entry(conn, id, now)?;
+    }
+    // A dead head of an ordered line that lets the next one go says so.
+    if applied && matches!(completion, Completion::Dead { .. }) {
+        let skips: bool = conn
+            .prepare_cached(
+                "SELECT order_key IS NOT NULL AND order_block = 0 FROM deliveries
+                 WHERE entry_id = ?1 AND route = ?2",
+            )?
+            .query_row(params![id, route], |r| r.get(0))?;
+        if skips {
+            audit(
+                conn,
+                id,
+                now,
+                "skip",
+                SKIP_ACTOR,
+                Some(SKIP_NOTE),
+                Some(route),
+            )?;
+        }
     }
     Ok(applied)
 }

@@ -271,6 +271,17 @@ impl Store for SqliteStore {
         self.read(queries::paused).await
     }
 
+    async fn order_line(
+        &self,
+        source: &str,
+        route: &str,
+        key: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let (source, route, key) = (source.to_string(), route.to_string(), key.to_string());
+        self.read(move |conn| delivery::order_line(conn, &source, &route, &key))
+            .await
+    }
+
     async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError> {
         let (source, route) = (source.to_string(), route.to_string());
         self.read(move |conn| queries::route_stats(conn, &source, &route))

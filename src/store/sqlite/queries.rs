@@ -73,17 +73,21 @@ pub(super) fn apply_accept(
         // A route named twice is one delivery (routes come without repeats).
         "INSERT OR IGNORE INTO deliveries (entry_id, route, position, source, status,
                                            attempts, next_attempt_at, budget_start,
-                                           budget_attempts, updated_at)
-         VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?5, 0, ?6)",
+                                           budget_attempts, updated_at, order_key,
+                                           order_block)
+         VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?5, 0, ?6, ?7, ?8)",
     )?;
     for (position, route) in e.routes.iter().enumerate() {
+        let order = e.ordering.iter().find(|o| &o.route == route);
         insert.execute(params![
             e.id,
             route,
             i64::try_from(position).unwrap_or(i64::MAX),
             e.source,
             e.received_at,
-            now
+            now,
+            order.map(|o| o.key.as_str()),
+            order.is_some_and(|o| o.block),
         ])?;
     }
     Ok(Accepted::New(e.id.clone()))
@@ -524,6 +528,7 @@ pub(super) fn route_stats(
         )?
         .query_row(params![source, route], |r| r.get(0))
         .optional()?;
+    stats.blocked_keys = super::delivery::blocked_keys(conn, source, route)?;
     Ok(stats)
 }
 

@@ -18,7 +18,8 @@ pub(super) const DB_FILE: &str = "hookgate.db";
 ///
 /// 1. The store before routes: an entry is one delivery.
 /// 2. Routes ([`ROUTES`]).
-const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES];
+/// 3. Ordered delivery ([`ORDERING`]).
+const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES, ORDERING];
 
 /// The version after which every entry is delivered through routes ([`ROUTES`]).
 const ROUTES_VERSION: usize = 2;
@@ -158,6 +159,19 @@ CREATE TABLE paused_routes (
     route  TEXT NOT NULL,
     PRIMARY KEY (source, route)
 ) WITHOUT ROWID;
+"#;
+
+/// Ordered routes: a delivery's ordering key and policy for a dead head (see
+/// `delivery`, the `claimable!` conditions). `deliveries_order` holds only ordered
+/// deliveries, a key's line in arrival (entry id) order: an unordered delivery costs
+/// it nothing. A release that does not know the columns would claim ordered
+/// deliveries out of order, so this is a migration (such a release refuses the
+/// store) rather than a column added at open.
+const ORDERING: &str = r#"
+ALTER TABLE deliveries ADD COLUMN order_key TEXT;
+ALTER TABLE deliveries ADD COLUMN order_block INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX deliveries_order ON deliveries(source, route, order_key, entry_id)
+    WHERE order_key IS NOT NULL;
 "#;
 
 /// Indexes created at open when missing, outside [`MIGRATIONS`]: an index changes no

@@ -2,39 +2,67 @@
 -- KEYS: st:pending, stats, st:filtered, done:delivered, then per entry: dedupe key,
 -- entry key.
 -- ARGV: key base (`hg:{src}:`), then per entry: id, ttl ms, received at, the packed
--- write-once record, its routes (comma-separated; empty: filtered).
+-- write-once record, its routes (comma-separated; empty: filtered), the number n of
+-- its ordered routes, then n times: route, ordering key, block ('1' or '0').
 -- Returns per entry {duplicate (0|1), id}. Entries are taken in order, so a batch
 -- holding the same event twice stores it once. Per route R the entry gets one
--- message on `work:R` (its id in `R:msg`) and a place in `rst:R:pending`. Fields
--- whose value is their default (`R:status` pending, `R:next` and `R:budget_start`
--- the arrival, counters 0) are not written: every webhook costs Redis (and its AOF)
--- only what it must. A filtered entry (no route) ends at once (its `updated_at`
--- absent: the arrival).
+-- message on `work:R` (its id in `R:msg`) and a place in `rst:R:pending`; on an
+-- ordered route it joins its key's line instead (the prelude says how), and only a
+-- line's head is scheduled. Fields whose value is their default (`R:status`
+-- pending, `R:next` and `R:budget_start` the arrival, counters 0) are not written:
+-- every webhook costs Redis (and its AOF) only what it must. A filtered entry (no
+-- route) ends at once (its `updated_at` absent: the arrival).
 local base = ARGV[1]
 local n = (#KEYS - 4) / 2
 local out = {}
 local new, dups = 0, 0
+local a = 2
 for i = 0, n - 1 do
-  local dk, ek, a = KEYS[5 + 2 * i], KEYS[6 + 2 * i], 1 + 5 * i
-  local id, routes = ARGV[a + 1], ARGV[a + 5]
+  local dk, ek = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
+  local id, ttl, record, routes = ARGV[a], ARGV[a + 1], ARGV[a + 3], ARGV[a + 4]
+  local received = ARGV[a + 2]
+  local ordered = {}
+  local n_ordered = tonumber(ARGV[a + 5])
+  for j = 0, n_ordered - 1 do
+    local o = a + 6 + 3 * j
+    ordered[ARGV[o]] = {ARGV[o + 1], ARGV[o + 2]}
+  end
+  a = a + 6 + 3 * n_ordered
   -- SET NX answers nil when the key is there: only a duplicate pays for the GET.
-  if not redis.call('SET', dk, id, 'NX', 'PX', ARGV[a + 2]) then
+  if not redis.call('SET', dk, id, 'NX', 'PX', ttl) then
     dups = dups + 1
     out[#out + 1] = {1, redis.call('GET', dk)}
   elseif routes == '' then
-    redis.call('HSET', ek, 'record', ARGV[a + 4], 'routes', '', 'status', 'filtered')
+    redis.call('HSET', ek, 'record', record, 'routes', '', 'status', 'filtered')
     redis.call('ZADD', KEYS[3], 0, id)
-    redis.call('ZADD', KEYS[4], ARGV[a + 3], id)
+    redis.call('ZADD', KEYS[4], received, id)
     new = new + 1
     out[#out + 1] = {0, id}
   else
-    local fields = {'record', ARGV[a + 4], 'routes', routes, 'status', 'pending'}
+    local fields = {'record', record, 'routes', routes, 'status', 'pending'}
+    local lines = {}
     for r in string.gmatch(routes, '[^,]+') do
-      fields[#fields + 1] = r .. ':msg'
-      fields[#fields + 1] = redis.call('XADD', base .. 'work:' .. r, '*', 'id', id)
+      local o = ordered[r]
+      if o then
+        fields[#fields + 1] = r .. ':okey'
+        fields[#fields + 1] = o[1]
+        if o[2] == '1' then
+          fields[#fields + 1] = r .. ':oblock'
+          fields[#fields + 1] = '1'
+        end
+        lines[#lines + 1] = {r, o[1]}
+      else
+        fields[#fields + 1] = r .. ':msg'
+        fields[#fields + 1] = redis.call('XADD', base .. 'work:' .. r, '*', 'id', id)
+      end
       redis.call('ZADD', base .. 'rst:' .. r .. ':pending', 0, id)
     end
     redis.call('HSET', ek, unpack(fields))
+    -- After the hash exists: the line's next head is read from it.
+    for _, l in ipairs(lines) do
+      redis.call('ZADD', base .. 'line:' .. l[1] .. ':' .. l[2], 0, id)
+      hg_line_next(base, l[1], l[2])
+    end
     redis.call('ZADD', KEYS[1], 0, id)
     new = new + 1
     out[#out + 1] = {0, id}

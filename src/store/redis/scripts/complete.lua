@@ -2,7 +2,7 @@
 -- KEYS: entry, work:<route>, sched:<route>, attempts, dlq.
 -- ARGV: msg id ('' for a probe taken from the schedule: see probe.lua), group, new
 -- status, next_at, attempt JSON, last_error, now, entry id, reason, lease token,
--- route, key base (`hg:{src}:`).
+-- route, key base (`hg:{src}:`), the audit JSON of a skip (see below).
 -- Only the holder of the delivery's current lease completes (returns 1). Anything
 -- else returns 0 and changes nothing the current holder relies on (so a retried call
 -- after a lost reply is harmless): a message claimed again by another worker after
@@ -13,6 +13,11 @@
 -- discarded is recorded, and the delivery stays discarded. The entry's status
 -- follows its deliveries (`hg_settle`). A probe's delivery waits in the schedule
 -- while leased, so it leaves it when it ends.
+-- On an ordered route a delivery that ends leaves its key's line and lets the next
+-- one go (`hg_line_done`), unless it is dead with `R:oblock`: it then holds the
+-- line (its key joins `blocked:R`). A dead one that lets the next go gets the skip
+-- audit event (ARGV[13]). A discarded delivery whose attempt was in flight held
+-- its line until now.
 local route, base, id, token = ARGV[11], ARGV[12], ARGV[8], ARGV[10]
 local p = route .. ':'
 local function drop_message()
@@ -30,6 +35,8 @@ if not exists or status ~= 'pending' or lease ~= token then
   drop_message()
   if exists and status == 'discarded' and lease == token then
     redis.call('HDEL', KEYS[1], p .. 'lease')
+    local okey = redis.call('HGET', KEYS[1], p .. 'okey')
+    if okey then hg_line_done(base, route, okey, id) end
     if ARGV[5] ~= '' then
       redis.call('RPUSH', KEYS[4], ARGV[5])
       redis.call('HINCRBY', KEYS[1], p .. 'attempts', 1)
@@ -54,6 +61,15 @@ else
   hg_route_index(base, route, id, 'pending', ARGV[3])
   if ARGV[3] == 'dead' then
     redis.call('XADD', KEYS[5], '*', 'id', id, 'route', route, 'reason', ARGV[9])
+  end
+  local o = redis.call('HMGET', KEYS[1], p .. 'okey', p .. 'oblock')
+  if o[1] then
+    if ARGV[3] == 'dead' and o[2] == '1' then
+      redis.call('SADD', base .. 'blocked:' .. route, o[1])
+    else
+      hg_line_done(base, route, o[1], id)
+      if ARGV[3] == 'dead' then redis.call('RPUSH', base .. 'audit:' .. id, ARGV[13]) end
+    end
   end
 end
 hg_settle(base, KEYS[1], id, ARGV[7])

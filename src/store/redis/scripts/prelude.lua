@@ -5,7 +5,16 @@
 -- An entry hash holds `routes` (its route names, comma-separated, in order), its
 -- derived `status` and `updated_at`, and per route R the fields `R:status` (absent:
 -- pending), `R:next` (absent: received at), `R:attempts`, `R:lease`, `R:msg`,
--- `R:budget_start`, `R:budget_attempts`, `R:last_error`.
+-- `R:budget_start`, `R:budget_attempts`, `R:last_error`, and on an ordered route
+-- `R:okey` (the ordering key) and `R:oblock` ('1': a dead head blocks its line).
+--
+-- Ordered routes: the deliveries of one key wait in the key's line,
+-- `line:R:<key>` (a sorted set of entry ids, all scored 0, so in id order: arrival
+-- order). Only the line's head, named by `lhead:R:<key>`, is ever scheduled or in
+-- the work stream; the others have no message and are in no schedule. The head
+-- stays the head while it retries, while it is leased (even once discarded), and
+-- while it is dead with `R:oblock` (its key is then in `blocked:R`); when it ends
+-- otherwise, the next one becomes the head and is scheduled (`hg_line_next`).
 
 -- The route names of a `routes` field, in order (none for a filtered entry).
 local function hg_routes(text)
@@ -63,3 +72,33 @@ local function hg_settle(base, ek, id, now)
   return new
 end
 
+
+-- Make the first of the line of `key` through `route` its head, unless it has one:
+-- schedule it (at its next attempt; at once when new), or, when it is dead (a
+-- blocking head replayed behind an earlier one), mark the key blocked.
+local function hg_line_next(base, route, key)
+  local head_key = base .. 'lhead:' .. route .. ':' .. key
+  if redis.call('EXISTS', head_key) == 1 then return end
+  local first = redis.call('ZRANGE', base .. 'line:' .. route .. ':' .. key, 0, 0)[1]
+  if not first then return end
+  redis.call('SET', head_key, first)
+  local f = redis.call('HMGET', base .. 'e:' .. first, route .. ':status', route .. ':next')
+  if (f[1] or 'pending') == 'pending' then
+    redis.call('ZADD', base .. 'sched:' .. route, f[2] or 0, first)
+  else
+    redis.call('SADD', base .. 'blocked:' .. route, key)
+  end
+end
+
+-- Delivery `id` of the line of `key` through `route` ended (delivered, dead with
+-- skip, discarded, purged): it leaves the line, and if it was the head the next one
+-- becomes the head.
+local function hg_line_done(base, route, key, id)
+  redis.call('ZREM', base .. 'line:' .. route .. ':' .. key, id)
+  local head_key = base .. 'lhead:' .. route .. ':' .. key
+  if redis.call('GET', head_key) == id then
+    redis.call('DEL', head_key)
+    redis.call('SREM', base .. 'blocked:' .. route, key)
+    hg_line_next(base, route, key)
+  end
+end

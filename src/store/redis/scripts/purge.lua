@@ -18,6 +18,9 @@ for _, id in ipairs(ids) do
     local routes = hg_routes(f[2])
     for i, s in ipairs(hg_route_statuses(ek, routes)) do
       redis.call('ZREM', base .. 'rst:' .. routes[i] .. ':' .. s, id)
+      -- A dead head that blocked its line: the line goes on without it.
+      local okey = redis.call('HGET', ek, routes[i] .. ':okey')
+      if okey then hg_line_done(base, routes[i], okey, id) end
     end
     if f[1] then
       redis.call('ZREM', base .. 'st:' .. f[1], id)

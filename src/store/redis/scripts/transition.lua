@@ -11,6 +11,11 @@
 -- none and every one was delivered, all of them; discard takes every pending or dead
 -- one. A replay queues each at `at` with a fresh retry budget; a discard keeps the
 -- lease, so that a worker delivering it right now records its attempt (complete).
+-- On an ordered route, a replayed delivery rejoins its key's line in its place
+-- (arrival order): it goes first when the line has no head or its head is a dead
+-- one that blocks it and arrived later, else it waits behind the head. A discarded
+-- one leaves the line at once, unless its attempt is in flight: it holds the line
+-- until that attempt ends (complete) or its lease is taken back (lease, promote).
 local action, id, route, base = ARGV[1], ARGV[2], ARGV[6], ARGV[7]
 local f = redis.call('HMGET', KEYS[1], 'status', 'routes')
 if not f[1] then return {0, ''} end
@@ -55,12 +60,39 @@ for i, t in ipairs(targets) do
     redis.call('HSET', KEYS[1], p .. 'status', 'pending', p .. 'next', ARGV[3],
       p .. 'budget_start', ARGV[4], p .. 'budget_attempts', attempts)
     redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg')
-    redis.call('ZADD', base .. 'sched:' .. r, ARGV[3], id)
+    local okey = redis.call('HGET', KEYS[1], p .. 'okey')
+    if okey then
+      redis.call('ZADD', base .. 'line:' .. r .. ':' .. okey, 0, id)
+      local head_key = base .. 'lhead:' .. r .. ':' .. okey
+      local head = redis.call('GET', head_key)
+      if head == id then
+        redis.call('SREM', base .. 'blocked:' .. r, okey)
+        redis.call('ZADD', base .. 'sched:' .. r, ARGV[3], id)
+      elseif head and redis.call('HGET', base .. 'e:' .. head, r .. ':status') == 'dead' then
+        -- A blocking dead head is not in flight: the line starts again from its
+        -- first (this one when it arrived before the head).
+        redis.call('DEL', head_key)
+        redis.call('SREM', base .. 'blocked:' .. r, okey)
+        hg_line_next(base, r, okey)
+      elseif not head then
+        hg_line_next(base, r, okey)
+      end
+    else
+      redis.call('ZADD', base .. 'sched:' .. r, ARGV[3], id)
+    end
     hg_route_index(base, r, id, s, 'pending')
   else
     redis.call('HSET', KEYS[1], p .. 'status', 'discarded')
     redis.call('HDEL', KEYS[1], p .. 'next')
-    redis.call('ZREM', base .. 'sched:' .. r, id)
+    local o = redis.call('HMGET', KEYS[1], p .. 'okey', p .. 'lease')
+    if o[1] and o[2] then
+      -- In flight: it holds its line until the attempt ends. (A probe's lease keeps
+      -- its place in the schedule: promote lets the line go should its holder die.)
+      redis.call('ZREM', base .. 'line:' .. r .. ':' .. o[1], id)
+    else
+      redis.call('ZREM', base .. 'sched:' .. r, id)
+      if o[1] then hg_line_done(base, r, o[1], id) end
+    end
     hg_route_index(base, r, id, s, 'discarded')
   end
 end
