@@ -15,6 +15,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use crate::admin::{self, AdminState};
 use crate::alerts::{self, Alerts};
 use crate::config::Config;
+use crate::console::{self, ConsoleState};
 use crate::error;
 use crate::forward;
 use crate::header_policy::HeaderPolicy;
@@ -231,14 +232,19 @@ pub async fn run(
         cfg.admin.replay_rate,
         clock.clone(),
     ));
+    let console_state = Arc::new(
+        ConsoleState::new(admin_state.clone(), cfg.admin.token.as_ref()).context("console")?,
+    );
     let admin_task = tokio::spawn(serve(
         "admin",
         listeners.admin,
         telemetry::router(store.clone(), readiness)
             .merge(admin::router(admin_state.clone()))
+            .merge(console::router(console_state))
             // Around everything the admin listener serves, not inside `admin::router`:
-            // a page in a local browser must not read `/metrics` or the probes through
-            // a rebound DNS name either, and each route needs no check of its own.
+            // a page in a local browser must not read `/metrics`, the probes or the
+            // console through a rebound DNS name either, and each route needs no check
+            // of its own.
             .layer(axum::middleware::from_fn_with_state(
                 admin_state,
                 admin::guard,

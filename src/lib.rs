@@ -18,6 +18,8 @@
 //! * [`error`]: the one HTTP error type of both listeners, mapped to answers.
 //! * [`admin`]: the admin API (inspect, replay, discard, pause, stats); its wire
 //!   types are [`admin::dto`].
+//! * [`console`]: the admin API in a browser, on the admin listener under
+//!   `/console/` (login, signed session, form tokens, strict CSP).
 //! * [`alerts`]: batched dead-letter alerts to a Slack-compatible webhook.
 //! * [`telemetry`]: logging, the Prometheus exporter and health endpoints.
 //! * [`clock`]: the one clock everything that needs the time is handed.
@@ -40,6 +42,7 @@ pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod error;
 pub mod forward;
 pub mod header_policy;

@@ -14,6 +14,10 @@
 //! sends on a page's behalf: an `Origin` header, or a `Host` other than a loopback
 //! literal (DNS rebinding). With or without a token, a body must be JSON, which a
 //! page cannot send cross-site without a CORS preflight that nothing here answers.
+//! The console (`/console/…`, served on this listener by `crate::console`) is the
+//! one exception: its own pages send form POSTs with their `Origin`, so under
+//! `/console/` the guard lets through an `Origin` equal to the request's loopback
+//! `Host`, and form bodies, which the console checks itself (form token, origin).
 
 pub mod dto;
 mod entries;
@@ -26,7 +30,7 @@ use axum::Router;
 use axum::body::HttpBody as _;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, Method, Version, header};
+use axum::http::{HeaderMap, HeaderValue, Method, Version, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -39,6 +43,7 @@ use crate::error::{ApiError, Refusal};
 use crate::store::Store;
 
 pub use entries::{BULK_REPLAY_MAX, DEFAULT_LIMIT};
+pub use sources::current_stats;
 
 /// The OpenAPI document of this API (kept in the repository, served as is).
 pub const OPENAPI: &str = include_str!("../../openapi.json");
@@ -73,6 +78,16 @@ impl AdminState {
             replay_horizon: Mutex::new(0),
             clock,
         }
+    }
+
+    /// Whether `presented` is the configured token: SHA-256 digests compared in
+    /// constant time, so neither content nor length leaks. False without a token.
+    /// The bearer check and the console's login both ask this.
+    pub fn token_matches(&self, presented: &str) -> bool {
+        self.token_digest.as_ref().is_some_and(|want| {
+            let got: [u8; 32] = sha2::Sha256::digest(presented.as_bytes()).into();
+            bool::from(got.ct_eq(want))
+        })
     }
 
     fn source(&self, name: &str) -> Option<&AdminSource> {
@@ -137,14 +152,13 @@ async fn require_token(
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    if let Some(want) = &admin.token_digest {
-        let got = req
+    if admin.token_digest.is_some() {
+        let ok = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| -> [u8; 32] { sha2::Sha256::digest(t.trim().as_bytes()).into() });
-        let ok = got.is_some_and(|g| bool::from(g.ct_eq(want)));
+            .is_some_and(|t| admin.token_matches(t.trim()));
         if !ok {
             return Err(ApiError::Unauthorized);
         }
@@ -175,7 +189,11 @@ pub async fn guard(
         }
         return Err(ApiError::Refused(refusal));
     }
-    if req.method() == Method::POST && carries_body(&req) && !is_json(req.headers()) {
+    if req.method() == Method::POST
+        && carries_body(&req)
+        && !is_json(req.headers())
+        && !is_console(req.uri().path())
+    {
         return Err(ApiError::NotJson);
     }
     Ok(next.run(req).await)
@@ -183,9 +201,12 @@ pub async fn guard(
 
 /// Whether `req` may come from a web page in a local browser. Browsers send `Origin`
 /// on every cross-origin request a page can read and on every POST; a page that
-/// reached this listener through a rebound DNS name sends that name as `Host`.
+/// reached this listener through a rebound DNS name sends that name as `Host`. The
+/// console's own pages send their origin, which is the (loopback) `Host`'s.
 fn browser_request(req: &Request) -> Option<Refusal> {
-    if req.headers().contains_key(header::ORIGIN) {
+    if let Some(origin) = req.headers().get(header::ORIGIN)
+        && !(is_console(req.uri().path()) && origin_is_host(origin, req.headers()))
+    {
         return Some(Refusal::CrossSite);
     }
     // HTTP/1.1 absolute-form targets (and HTTP/2) carry the host in the URI too.
@@ -202,6 +223,22 @@ fn browser_request(req: &Request) -> Option<Refusal> {
         return Some(Refusal::HostNotLoopback);
     }
     None
+}
+
+/// The console's paths: `/console` and everything under `/console/`.
+fn is_console(path: &str) -> bool {
+    path == "/console" || path.starts_with("/console/")
+}
+
+/// Whether `origin` is `http://` and the request's one `Host` (whether that is
+/// loopback is checked apart).
+fn origin_is_host(origin: &HeaderValue, headers: &HeaderMap) -> bool {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let (Some(host), None) = (hosts.next(), hosts.next()) else {
+        return false;
+    };
+    let origin_host = origin.to_str().ok().and_then(|o| o.strip_prefix("http://"));
+    matches!((origin_host, host.to_str()), (Some(o), Ok(h)) if o.eq_ignore_ascii_case(h))
 }
 
 /// `127.0.0.0/8`, `[::1]` or `localhost`, each with an optional port.
@@ -290,6 +327,29 @@ mod tests {
             "localhost:80@evil.example",
         ] {
             assert!(!is_loopback_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn the_console_takes_only_its_own_origin() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "127.0.0.1:8081".parse().unwrap());
+        let same: HeaderValue = "http://127.0.0.1:8081".parse().unwrap();
+        assert!(origin_is_host(&same, &h));
+        for other in [
+            "http://127.0.0.1:9999",
+            "https://127.0.0.1:8081",
+            "http://evil.example",
+            "null",
+            "http://127.0.0.1:8081.evil.example",
+        ] {
+            assert!(!origin_is_host(&other.parse().unwrap(), &h), "{other}");
+        }
+        h.append(header::HOST, "127.0.0.1:8081".parse().unwrap());
+        assert!(!origin_is_host(&same, &h), "two Host headers");
+        assert!(is_console("/console") && is_console("/console/login"));
+        for p in ["/", "/consoles", "/console%2F", "/admin/console/x"] {
+            assert!(!is_console(p), "{p}");
         }
     }
 

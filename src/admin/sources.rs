@@ -1,6 +1,6 @@
 //! The source handlers of the admin API: list the configured sources and their
 //! routes, pause and resume the delivery of a source or of one route, and their
-//! counters (`/admin/stats`).
+//! counters (`/admin/stats`, and [`current_stats`], which the console shares).
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use super::dto::{RouteState, RouteStats, SourceState, SourceStats, Stats};
 use super::{AdminSource, AdminState, path_param};
 use crate::error::ApiError;
-use crate::store::PauseTarget;
+use crate::store::{PauseTarget, StoreError};
 
 /// What is paused, as the store says now.
 struct Paused(Vec<PauseTarget>);
@@ -123,7 +123,13 @@ pub(super) async fn resume_route(
 }
 
 pub(super) async fn stats(State(admin): State<Arc<AdminState>>) -> Result<Json<Stats>, ApiError> {
-    let paused = Paused::read(&admin).await?;
+    Ok(Json(current_stats(&admin).await?))
+}
+
+/// The counters of every configured source and route, and what is paused, as the
+/// store says now: what `/admin/stats` answers and the console's overview shows.
+pub async fn current_stats(admin: &AdminState) -> Result<Stats, StoreError> {
+    let paused = Paused(admin.store.paused().await?);
     let now = admin.clock.now_ms();
     let age = |at: Option<i64>| at.map(|t| u64::try_from((now - t) / 1000).unwrap_or(0));
     let mut out = Vec::with_capacity(admin.sources.len());
@@ -158,5 +164,5 @@ pub(super) async fn stats(State(admin): State<Arc<AdminState>>) -> Result<Json<S
             routes,
         });
     }
-    Ok(Json(Stats { sources: out }))
+    Ok(Stats { sources: out })
 }

@@ -272,3 +272,84 @@ async fn with_a_token_the_token_decides_and_bodies_are_still_json() {
     assert_eq!((st, &v["queued"]), (202, &json!(0)), "{v}");
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_only_the_consoles_own_requests_pass_with_an_origin() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(config(&h, "")).await;
+    let base = gw.admin.as_str();
+    let host = base.trim_start_matches("http://").to_string();
+    let own = format!("http://{host}");
+    let form = "csrf=x";
+    let form_head = |path: &str, origin: &str, host: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: {host}\r\norigin: {origin}\r\n\
+             content-type: application/x-www-form-urlencoded\r\ncontent-length: {}",
+            form.len()
+        )
+    };
+
+    // The console's pages and forms, from its own origin: past the guard (the
+    // console itself then refuses a form without its form token, as an HTML page).
+    let (st, v) = raw(
+        base,
+        &format!("GET /console/ HTTP/1.1\r\nhost: {host}\r\norigin: {own}"),
+        "",
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = raw(base, &form_head("/console/logout", &own, &host), form).await;
+    assert_eq!(st, 403, "{v}");
+    assert!(
+        v.as_str().is_some_and(|t| t.contains("<!DOCTYPE html>")),
+        "{v}"
+    );
+
+    // Everything else the guard protects stays protected, from that origin too.
+    let (st, v) = raw(
+        base,
+        &form_head("/admin/sources/stripe/pause", &own, &host),
+        form,
+    )
+    .await;
+    assert_eq!(st, 403, "{v}");
+    assert!(error_of(&v).contains("cross-site request refused"), "{v}");
+    let (st, v) = raw(
+        base,
+        &format!("GET /admin/entries HTTP/1.1\r\nhost: {host}\r\norigin: {own}"),
+        "",
+    )
+    .await;
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = raw(
+        base,
+        &format!(
+            "POST /admin/sources/stripe/pause HTTP/1.1\r\nhost: {host}\r\n\
+             content-type: application/x-www-form-urlencoded\r\ncontent-length: {}",
+            form.len()
+        ),
+        form,
+    )
+    .await;
+    assert_eq!(st, 415, "a form body is still not JSON for the API: {v}");
+    assert!(!paused(base, "stripe").await);
+
+    // The console from another origin, or through a rebound name: refused by the guard.
+    for (origin, h) in [
+        ("http://evil.example".to_string(), host.clone()),
+        ("http://127.0.0.1:1".to_string(), host.clone()),
+        ("null".to_string(), host.clone()),
+        (
+            format!(
+                "http://evil.example:{}",
+                gw.admin.rsplit(':').next().unwrap()
+            ),
+            format!("evil.example:{}", gw.admin.rsplit(':').next().unwrap()),
+        ),
+    ] {
+        let (st, v) = raw(base, &form_head("/console/logout", &origin, &h), form).await;
+        assert_eq!(st, 403, "origin {origin}, host {h}: {v}");
+        assert!(v.get("error").is_some(), "the guard's answer: {v}");
+    }
+    gw.stop().await;
+}

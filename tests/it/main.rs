@@ -13,6 +13,7 @@ mod conformance;
 mod conformance_order;
 mod conformance_routes;
 mod connections;
+mod console;
 mod crash;
 mod embedded;
 mod faults;

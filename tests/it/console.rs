@@ -1,0 +1,666 @@
+//! The console in a real browser (Debian's `chromium` over `chromedriver`, driven
+//! with WebDriver) against a real gateway: logging in and out, a wrong token, pages
+//! behind the login, cross-site form posts refused with a valid session cookie in the
+//! browser, and screenshots of each page under `target/console-screenshots/`. Plain
+//! HTTP checks the rest: form tokens, the security headers, the redirects.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::admin::{Admin, TOKEN, admin_config};
+use crate::upstream::{Reply, Upstream};
+use crate::util::*;
+
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Headless Chromium behind a private chromedriver on an ephemeral port; both end
+/// with it.
+struct Browser {
+    client: Client,
+    driver: Child,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let binary = |name: &str, package: &str| -> PathBuf {
+            let p = PathBuf::from("/usr/bin").join(name);
+            assert!(
+                p.exists(),
+                "{} is missing: install it with `apt-get install -y {package}` (.ci/run does)",
+                p.display()
+            );
+            p
+        };
+        let chromedriver = binary("chromedriver", "chromium-driver");
+        let chromium = binary("chromium", "chromium");
+        let port = free_port();
+        let driver = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let url = format!("http://127.0.0.1:{port}");
+        let probe = http();
+        wait_until("chromedriver to answer", WAIT, async || {
+            probe
+                .get(format!("{url}/status"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await;
+        let caps = json!({
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": [
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-dev-shm-usage",
+                    "--window-size=1280,800",
+                ],
+            }
+        });
+        let Value::Object(caps) = caps else {
+            unreachable!()
+        };
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&url)
+            .await
+            .expect("a WebDriver session in headless Chromium");
+        Browser { client, driver }
+    }
+
+    async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+
+    /// The path of the page the browser shows, once it is `path`.
+    async fn wait_for_path(&self, path: &str) {
+        let c = &self.client;
+        wait_until(&format!("the browser to show {path}"), WAIT, async || {
+            c.current_url().await.is_ok_and(|u| u.path() == path)
+        })
+        .await;
+    }
+
+    /// The text of the first element matching `css`, once there is one.
+    async fn text_of(&self, css: &str) -> String {
+        self.client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
+            .text()
+            .await
+            .expect("element text")
+    }
+
+    /// The `value` of the first element matching `css`.
+    async fn value_of(&self, css: &str) -> String {
+        self.client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
+            .attr("value")
+            .await
+            .expect("attribute")
+            .unwrap_or_default()
+    }
+
+    /// Click the button named `name` (as a screen reader would find it).
+    async fn click_button(&self, name: &str) {
+        self.client
+            .find(Locator::XPath(&format!(
+                "//button[normalize-space()='{name}']"
+            )))
+            .await
+            .unwrap_or_else(|e| panic!("no button {name:?}: {e}"))
+            .click()
+            .await
+            .expect("click");
+    }
+
+    /// Type `text` into the field labelled `label` (a real `<label for>`).
+    async fn fill(&self, label: &str, text: &str) {
+        let id = self
+            .client
+            .find(Locator::XPath(&format!(
+                "//label[normalize-space()='{label}']"
+            )))
+            .await
+            .unwrap_or_else(|e| panic!("no label {label:?}: {e}"))
+            .attr("for")
+            .await
+            .expect("attribute")
+            .unwrap_or_else(|| panic!("label {label:?} names no field"));
+        let field = self
+            .client
+            .find(Locator::Id(&id))
+            .await
+            .expect("the labelled field");
+        field.clear().await.expect("clear");
+        field.send_keys(text).await.expect("type");
+    }
+
+    /// Make the page's viewport `width`×`height` CSS pixels: the window is larger by
+    /// its frame (a headless window has one too), and a narrow window keeps a
+    /// minimum width, so the window is corrected until the viewport is right.
+    async fn viewport(&self, width: u32, height: u32) {
+        let c = &self.client;
+        wait_until(&format!("a {width}x{height} viewport"), WAIT, async || {
+            let Ok(got) = c
+                .execute(
+                    "return [window.innerWidth, window.innerHeight, window.outerWidth, window.outerHeight];",
+                    vec![],
+                )
+                .await
+            else {
+                return false;
+            };
+            let n = |i: usize| got[i].as_i64().unwrap_or(0);
+            if (n(0), n(1)) == (i64::from(width), i64::from(height)) {
+                return true;
+            }
+            let outer = |i: usize, want: u32| (n(i + 2) + i64::from(want) - n(i)).max(1) as u32;
+            let _ = c.set_window_size(outer(0, width), outer(1, height)).await;
+            false
+        })
+        .await;
+    }
+
+    /// Save what the browser shows as `target/console-screenshots/{name}.png`.
+    async fn screenshot(&self, name: &str) {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
+        std::fs::create_dir_all(&dir).expect("screenshot dir");
+        let png = self.client.screenshot().await.expect("screenshot");
+        std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// A page on another origin (another port of 127.0.0.1: same site, other origin)
+/// serving `html`.
+async fn other_site(html: String) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let html = html.clone();
+            async move { axum::response::Html(html) }
+        }),
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+/// Two sources with routes in every state the overview shows: delivered, dead
+/// (a 422 upstream, one attempt), pending on a paused source, duplicates and
+/// unverified requests.
+async fn busy_gateway(h: &StoreHandle) -> (Gateway, Upstream, Upstream) {
+    let ok = Upstream::ok().await;
+    let refusing = Upstream::scripted(|_, _| Reply::Status(422)).await;
+    let sources = format!(
+        "[[sources]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
+         [[sources.routes]]\nname = \"billing\"\ndestination = \"{}/billing\"\n\
+         [[sources.routes]]\nname = \"analytics\"\ndestination = \"{}/analytics\"\n\
+         [sources.routes.retry]\nmax_attempts = 1\n\
+         [[sources]]\nname = \"github\"\nprovider = \"github\"\nsecret = \"{GITHUB_SECRET}\"\n\
+         destination = \"http://127.0.0.1:9/github\"\n",
+        ok.url, refusing.url
+    );
+    let gw = Gateway::start(admin_config(h, "", &sources)).await;
+    let admin = Admin::new(&gw);
+    let (st, v) = admin
+        .call("POST", "/admin/sources/github/pause", None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let client = http();
+    for i in 0..6 {
+        let (st, v) = post_stripe(&client, &gw.ingest, &format!("evt_console_{i}")).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let (st, _) = post_stripe(&client, &gw.ingest, "evt_console_0").await;
+    assert_eq!(st, 200, "a duplicate is acknowledged");
+    let body = event_body("stripe", "evt_forged");
+    let mut headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+    flip_signature(&mut headers, "stripe-signature", 3);
+    let (st, _) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
+    assert_eq!(st, 401);
+    for i in 0..3 {
+        let id = format!("gh_console_{i}");
+        let (st, v) = post_signed(&client, &gw, "github", &event_body("github", &id), &id).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    wait_until_ok("deliveries to settle", WAIT, async || {
+        let s = admin.get("/admin/stats").await;
+        let stripe = &s["sources"][0];
+        let settled = stripe["routes"][0]["delivered"] == 6 && stripe["routes"][1]["dead"] == 6;
+        if settled { Ok(()) } else { Err(s) }
+    })
+    .await;
+    (gw, ok, refusing)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_the_console_logs_in_shows_the_overview_refuses_cross_site_posts_and_logs_out()
+{
+    let h = StoreHandle::new(Backend::Embedded);
+    let (gw, _ok, _refusing) = busy_gateway(&h).await;
+    let b = Browser::start().await;
+    let console = format!("{}/console/", gw.admin);
+
+    // Logged out, the console sends the browser to the login.
+    b.client.goto(&console).await.expect("open the console");
+    b.wait_for_path("/console/login").await;
+    assert_eq!(b.text_of("h1").await, "Log in to the console");
+    let login_form_token = b.value_of("input[name=csrf]").await;
+    b.viewport(1280, 800).await;
+    b.screenshot("login").await;
+
+    // A wrong token is refused, and the form says so.
+    b.fill("Admin token", "not-the-token").await;
+    b.click_button("Log in").await;
+    let alert = b.text_of("[role=alert]").await;
+    assert_eq!(alert, "That is not the admin token.");
+    assert_eq!(
+        b.client.current_url().await.unwrap().path(),
+        "/console/login"
+    );
+    assert!(b.client.get_all_cookies().await.unwrap().is_empty());
+
+    // The token logs in: the overview, and a session cookie that is not the token.
+    b.fill("Admin token", TOKEN).await;
+    b.click_button("Log in").await;
+    b.wait_for_path("/console/").await;
+    assert_eq!(b.text_of("main h1").await, "Overview");
+    let cookies = b.client.get_all_cookies().await.unwrap();
+    assert_eq!(cookies.len(), 1, "{cookies:?}");
+    let c = &cookies[0];
+    assert_eq!(c.name(), "hookgate_console");
+    assert!(!c.value().contains(TOKEN), "{c:?}");
+    assert_eq!(c.http_only(), Some(true), "{c:?}");
+    assert_eq!(c.path(), Some("/console"), "{c:?}");
+    assert_eq!(format!("{:?}", c.same_site()), "Some(Strict)", "{c:?}");
+    assert!(c.expires().is_some(), "the session expires: {c:?}");
+
+    // What the overview shows, per source and route.
+    // WebDriver reads the rendered text: labels in capitals come in capitals.
+    let stripe = b
+        .text_of("section[aria-labelledby=source-0]")
+        .await
+        .to_lowercase();
+    for word in [
+        "stripe",
+        "billing",
+        "analytics",
+        "received",
+        "duplicates",
+        "unverified",
+    ] {
+        assert!(stripe.contains(word), "{word} in {stripe}");
+    }
+    let row = |route: &str| {
+        format!("//section[@aria-labelledby='source-0']//tbody/tr[th[normalize-space()='{route}']]")
+    };
+    let cell = async |route: &str, label: &str| -> String {
+        b.client
+            .find(Locator::XPath(&format!(
+                "{}/td[@data-label='{label}']",
+                row(route)
+            )))
+            .await
+            .unwrap_or_else(|e| panic!("no {label} cell for {route}: {e}"))
+            .text()
+            .await
+            .unwrap()
+    };
+    assert_eq!(cell("billing", "Delivered").await, "6");
+    assert_eq!(cell("analytics", "Dead").await, "6");
+    let facts = b
+        .text_of("section[aria-labelledby=source-0] dl.facts")
+        .await
+        .to_lowercase();
+    for fact in ["received\n6", "duplicates\n1", "unverified\n1"] {
+        assert!(facts.contains(fact), "{fact} in {facts}");
+    }
+    let github = b.text_of("section[aria-labelledby=source-1]").await;
+    assert!(github.contains("Paused"), "{github}");
+    b.screenshot("overview").await;
+    // A phone-width window: the tables stack.
+    b.viewport(390, 844).await;
+    b.screenshot("overview-phone").await;
+    b.viewport(1280, 800).await;
+
+    // Forms on another origin (same site: another port), posting to the console with
+    // the session cookie in the browser, and even with the right form tokens: refused.
+    let logout_token = b.value_of("form.logout input[name=csrf]").await;
+    let (other, other_task) = other_site(format!(
+        r#"<!doctype html><title>Another site</title>
+<form method="post" action="{admin}/console/logout">
+<input type="hidden" name="csrf" value="{logout_token}">
+<button type="submit">Cross-site logout</button></form>
+<form method="post" action="{admin}/console/login">
+<input type="hidden" name="csrf" value="{login_form_token}">
+<input type="hidden" name="token" value="{TOKEN}">
+<button type="submit">Cross-site login</button></form>"#,
+        admin = gw.admin
+    ))
+    .await;
+    for (button, path) in [
+        ("Cross-site logout", "/console/logout"),
+        ("Cross-site login", "/console/login"),
+    ] {
+        b.client.goto(&other).await.unwrap();
+        b.click_button(button).await;
+        b.wait_for_path(path).await;
+        assert_eq!(b.text_of("h1").await, "Forbidden", "{button}");
+        let said = b.text_of("main p:nth-of-type(2)").await;
+        assert!(said.contains("another site"), "{button}: {said}");
+        // Still logged in, with the same session.
+        b.client.goto(&console).await.unwrap();
+        b.wait_for_path("/console/").await;
+        assert_eq!(b.text_of("main h1").await, "Overview");
+        let now = b.client.get_all_cookies().await.unwrap();
+        assert_eq!(now[0].value(), c.value(), "{button} changed the session");
+    }
+    other_task.abort();
+
+    // Log out: back to the login, and the console is closed again.
+    b.click_button("Log out").await;
+    b.wait_for_path("/console/login").await;
+    assert!(b.client.get_all_cookies().await.unwrap().is_empty());
+    b.client.goto(&console).await.unwrap();
+    b.wait_for_path("/console/login").await;
+
+    b.close().await;
+    gw.stop().await;
+}
+
+/// A client that shows redirects instead of following them.
+fn no_redirects() -> reqwest::Client {
+    http_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The form token in `html`'s first `csrf` field.
+fn form_token(html: &str) -> String {
+    let at = html
+        .find(r#"name="csrf" value=""#)
+        .unwrap_or_else(|| panic!("no form token in {html}"));
+    let rest = &html[at + r#"name="csrf" value=""#.len()..];
+    rest[..rest.find('"').unwrap()].to_string()
+}
+
+/// Log in over HTTP; answers the `name=value` of the session cookie.
+async fn log_in(client: &reqwest::Client, admin: &str) -> String {
+    let page = client
+        .get(format!("{admin}/console/login"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let resp = client
+        .post(format!("{admin}/console/login"))
+        .form(&[("csrf", form_token(&page).as_str()), ("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 303);
+    let set = resp.headers()["set-cookie"].to_str().unwrap().to_string();
+    for attr in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/console",
+        "Max-Age=43200",
+    ] {
+        assert!(set.contains(attr), "{attr} in {set}");
+    }
+    set.split(';').next().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_post_needs_the_form_token_of_its_own_session() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(admin_config(&h, "", &sources_toml())).await;
+    let client = no_redirects();
+    let admin = gw.admin.as_str();
+    let session = log_in(&client, admin).await;
+    let other_session = log_in(&client, admin).await;
+    assert_ne!(session, other_session, "every login has its own session");
+    let page = |cookie: String| {
+        let client = client.clone();
+        async move {
+            let resp = client
+                .get(format!("{admin}/console/"))
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.text().await.unwrap()
+        }
+    };
+    let token = form_token(&page(session.clone()).await);
+    let others_token = form_token(&page(other_session.clone()).await);
+    assert_ne!(token, others_token);
+
+    let logout = async |cookie: &str, fields: &[(&str, &str)], origin: Option<&str>| {
+        let mut req = client
+            .post(format!("{admin}/console/logout"))
+            .header("cookie", cookie)
+            .form(fields);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        let resp = req.send().await.unwrap();
+        (resp.status().as_u16(), resp.headers().clone())
+    };
+    for (fields, origin, what) in [
+        (vec![], None, "no form token"),
+        (vec![("csrf", "AAAA")], None, "a wrong form token"),
+        (
+            vec![("csrf", others_token.as_str())],
+            None,
+            "another session's form token",
+        ),
+        (
+            vec![("csrf", token.as_str())],
+            Some("http://evil.example"),
+            "another origin",
+        ),
+    ] {
+        let (st, headers) = logout(&session, &fields, origin).await;
+        assert_eq!(st, 403, "{what}");
+        assert!(!headers.contains_key("set-cookie"), "{what}");
+    }
+    // Logged out, a console action sends to the login and changes nothing.
+    let resp = client
+        .post(format!("{admin}/console/logout"))
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 303);
+    assert_eq!(resp.headers()["location"], "/console/login");
+    // The right token, from the console's own origin: logged out.
+    let own = admin.to_string();
+    let (st, headers) = logout(&session, &[("csrf", token.as_str())], Some(&own)).await;
+    assert_eq!(st, 303);
+    assert_eq!(headers["location"], "/console/login");
+    assert!(
+        headers["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0"),
+        "{headers:?}"
+    );
+    // A wrong token answers the form again with a 401, and no cookie.
+    let login_page = client
+        .get(format!("{admin}/console/login"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let resp = client
+        .post(format!("{admin}/console/login"))
+        .form(&[
+            ("csrf", form_token(&login_page).as_str()),
+            ("token", "wrong"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert!(!resp.headers().contains_key("set-cookie"));
+    assert!(
+        resp.text()
+            .await
+            .unwrap()
+            .contains("That is not the admin token.")
+    );
+    // The login form needs its form token too.
+    let resp = client
+        .post(format!("{admin}/console/login"))
+        .form(&[("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    assert!(!resp.headers().contains_key("set-cookie"));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_console_answer_carries_the_security_headers() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(admin_config(&h, "", &sources_toml())).await;
+    let client = no_redirects();
+    let admin = gw.admin.as_str();
+
+    let resp = client.get(format!("{admin}/")).send().await.unwrap();
+    assert_eq!(resp.status(), 303);
+    assert_eq!(resp.headers()["location"], "/console/");
+
+    let session = log_in(&client, admin).await;
+    for (path, cookie, status, content_type) in [
+        ("/console/", "", 303, None),
+        (
+            "/console/",
+            session.as_str(),
+            200,
+            Some("text/html; charset=utf-8"),
+        ),
+        ("/console/login", "", 200, Some("text/html; charset=utf-8")),
+        (
+            "/console/assets/console.css",
+            "",
+            200,
+            Some("text/css; charset=utf-8"),
+        ),
+        ("/console/assets/icon.svg", "", 200, Some("image/svg+xml")),
+        (
+            "/console/no-such-page",
+            session.as_str(),
+            404,
+            Some("text/html; charset=utf-8"),
+        ),
+    ] {
+        let resp = client
+            .get(format!("{admin}{path}"))
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), status, "{path}");
+        let h = resp.headers();
+        assert_eq!(h["content-security-policy"], CSP, "{path}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(h["referrer-policy"], "same-origin", "{path}");
+        assert_eq!(h["cache-control"], "no-store", "{path}");
+        if let Some(ct) = content_type {
+            assert_eq!(h["content-type"], ct, "{path}");
+        }
+        let body = resp.text().await.unwrap();
+        assert!(!body.contains("<script"), "no inline script on {path}");
+        assert!(!body.contains("style="), "no inline style on {path}");
+    }
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_the_console_needs_no_login_and_its_forms_still_need_their_token() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(config(&h, "")).await;
+    let client = no_redirects();
+    let admin = gw.admin.as_str();
+    let host = admin.trim_start_matches("http://");
+    let resp = client
+        .get(format!("{admin}/console/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let page = resp.text().await.unwrap();
+    assert!(
+        page.contains("Overview") && !page.contains("Log out"),
+        "{page}"
+    );
+    let resp = client
+        .get(format!("{admin}/console/login"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 303, "nothing to log into");
+
+    // The console's forms carry a per-process form token; the guard lets the
+    // console's own origin through, and nothing else.
+    let wrong = "AAAA";
+    let post = async |origin: Option<&str>, host_header: &str, csrf: &str| {
+        let mut req = client
+            .post(format!("{admin}/console/logout"))
+            .header("host", host_header)
+            .form(&[("csrf", csrf)]);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        req.send().await.unwrap().status().as_u16()
+    };
+    let own = format!("http://{host}");
+    assert_eq!(
+        post(Some(&own), host, wrong).await,
+        403,
+        "a wrong form token"
+    );
+    assert_eq!(post(Some("http://evil.example"), host, wrong).await, 403);
+    assert_eq!(post(None, "evil.example", wrong).await, 403);
+    gw.stop().await;
+}
