@@ -4,6 +4,7 @@
 //! browser, and screenshots of each page under `target/console-screenshots/`. Plain
 //! HTTP checks the rest: form tokens, the security headers, the redirects.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -23,6 +24,12 @@ const WAIT: Duration = Duration::from_secs(20);
 struct Browser {
     client: Client,
     driver: Child,
+    /// chromedriver's port and the session's id: ending the session ends Chromium,
+    /// which runs outside chromedriver's process group.
+    port: u16,
+    session: String,
+    /// Chromium's profile, removed at the end.
+    _profile: tempfile::TempDir,
 }
 
 impl Browser {
@@ -39,7 +46,10 @@ impl Browser {
         let chromedriver = binary("chromedriver", "chromium-driver");
         let chromium = binary("chromium", "chromium");
         let port = free_port();
+        // In a process group of its own, so that ending the group ends the browsers
+        // it started too, even when a test fails half-way.
         let driver = Command::new(chromedriver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -55,6 +65,7 @@ impl Browser {
                 .is_ok_and(|r| r.status() == 200)
         })
         .await;
+        let profile = tempfile::tempdir().expect("a profile directory");
         let caps = json!({
             "goog:chromeOptions": {
                 "binary": chromium,
@@ -64,6 +75,7 @@ impl Browser {
                     "--disable-gpu",
                     "--disable-dev-shm-usage",
                     "--window-size=1280,800",
+                    format!("--user-data-dir={}", profile.path().display()),
                 ],
             }
         });
@@ -76,13 +88,24 @@ impl Browser {
             .connect(&url)
             .await
             .expect("a WebDriver session in headless Chromium");
-        Browser { client, driver }
+        let session = client
+            .session_id()
+            .await
+            .expect("the session id")
+            .expect("a session");
+        Browser {
+            client,
+            driver,
+            port,
+            session,
+            _profile: profile,
+        }
     }
 
     async fn close(mut self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        // The session is over; drop ends chromedriver.
+        self.session.clear();
     }
 
     /// The path of the page the browser shows, once it is `path`.
@@ -193,7 +216,27 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        // A test that failed half-way never reached `close`: end the session here
+        // (blocking, as a drop must), which quits Chromium. After `close` it is gone
+        // already and chromedriver says so.
+        use std::io::{Read as _, Write as _};
+        if !self.session.is_empty()
+            && let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port))
+        {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let req = format!(
+                "DELETE /session/{} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\nconnection: close\r\n\r\n",
+                self.session, self.port
+            );
+            if s.write_all(req.as_bytes()).is_ok() {
+                // The answer comes once Chromium has quit.
+                let _ = s.read(&mut [0u8; 64]);
+            }
+        }
+        // SAFETY: a plain kill(2) of the group whose leader is our own child.
+        if let Ok(pid) = i32::try_from(self.driver.id()) {
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
         let _ = self.driver.wait();
     }
 }
@@ -579,7 +622,19 @@ async fn every_console_answer_carries_the_security_headers() {
             200,
             Some("text/html; charset=utf-8"),
         ),
+        (
+            "/console",
+            session.as_str(),
+            200,
+            Some("text/html; charset=utf-8"),
+        ),
         ("/console/login", "", 200, Some("text/html; charset=utf-8")),
+        (
+            "/console/logout",
+            session.as_str(),
+            405,
+            Some("text/html; charset=utf-8"),
+        ),
         (
             "/console/assets/console.css",
             "",
