@@ -1,6 +1,7 @@
 //! The layout's invariants, read off the source tree (ARCHITECTURE.md names them):
 //! backend types stay in their store's folder, the layers only point down, the HTTP
-//! framework and `anyhow` stay where they belong, and every file says why it exists.
+//! framework and `anyhow` stay where they belong, every file says why it exists, and
+//! no console page skips HTML escaping.
 
 use std::path::{Path, PathBuf};
 
@@ -226,4 +227,16 @@ fn every_file_says_why_it_exists() {
         missing.is_empty(),
         "files without a //! module doc: {missing:?}"
     );
+}
+
+#[test]
+fn console_pages_never_skip_html_escaping() {
+    // maud escapes every value spliced into a page; `PreEscaped` is the one way
+    // around it, and webhook payloads are attacker-controlled.
+    assert!(some_file_in("console/", "maud"));
+    let bad = violations(
+        |p| !p.starts_with("console/"),
+        |_, code| code.contains("PreEscaped"),
+    );
+    assert!(bad.is_empty(), "PreEscaped used in {bad:?}");
 }
