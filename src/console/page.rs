@@ -96,7 +96,7 @@ pub fn problem(status: StatusCode, message: &str) -> Markup {
             section.card.narrow {
                 p.eyebrow { (status.as_u16()) }
                 h1 { (title) }
-                p { (message) }
+                p.message { (message) }
                 p { a href="/console/" { "Back to the console" } }
             }
         },

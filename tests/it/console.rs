@@ -328,6 +328,7 @@ async fn in_chromium_the_console_logs_in_shows_the_overview_refuses_cross_site_p
     b.click_button("Log in").await;
     let alert = b.text_of("[role=alert]").await;
     assert_eq!(alert, "That is not the admin token.");
+    b.screenshot("login-refused").await;
     assert_eq!(
         b.client.current_url().await.unwrap().path(),
         "/console/login"
@@ -422,6 +423,7 @@ async fn in_chromium_the_console_logs_in_shows_the_overview_refuses_cross_site_p
         assert_eq!(b.text_of("h1").await, "Forbidden", "{button}");
         let said = b.text_of("main p:nth-of-type(2)").await;
         assert!(said.contains("another site"), "{button}: {said}");
+        b.screenshot("cross-site-refused").await;
         // Still logged in, with the same session.
         b.client.goto(&console).await.unwrap();
         b.wait_for_path("/console/").await;
