@@ -43,7 +43,7 @@ use crate::error::{ApiError, Refusal};
 use crate::store::Store;
 
 pub use entries::{BULK_REPLAY_MAX, DEFAULT_LIMIT};
-pub use sources::current_stats;
+pub use sources::{current_stats, set_paused, source_states};
 
 /// The OpenAPI document of this API (kept in the repository, served as is).
 pub const OPENAPI: &str = include_str!("../../openapi.json");

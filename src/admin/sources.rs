@@ -1,6 +1,7 @@
 //! The source handlers of the admin API: list the configured sources and their
 //! routes, pause and resume the delivery of a source or of one route, and their
-//! counters (`/admin/stats`, and [`current_stats`], which the console shares).
+//! counters (`/admin/stats`, and [`current_stats`], which the console shares). The
+//! console's Sources page shares [`source_states`] and [`set_paused`] too.
 
 use std::sync::Arc;
 
@@ -52,58 +53,65 @@ impl Paused {
 pub(super) async fn list(
     State(admin): State<Arc<AdminState>>,
 ) -> Result<Json<Vec<SourceState>>, ApiError> {
-    let paused = Paused::read(&admin).await?;
-    Ok(Json(
-        admin.sources.iter().map(|s| paused.state(s)).collect(),
-    ))
+    Ok(Json(source_states(&admin).await?))
+}
+
+/// Every configured source and its routes, each with whether it is paused, as the
+/// store says now: what `GET /admin/sources` answers and the console's Sources page
+/// shows.
+pub async fn source_states(admin: &AdminState) -> Result<Vec<SourceState>, StoreError> {
+    let paused = Paused(admin.store.paused().await?);
+    Ok(admin.sources.iter().map(|s| paused.state(s)).collect())
 }
 
 /// Pause or resume a source (`route: None`) or one of its routes; answers the
-/// source's state afterwards.
-async fn set_paused(
+/// source's state afterwards. An unknown source or route changes nothing. The admin
+/// API's pause and resume handlers and the console's buttons both call this.
+pub async fn set_paused(
     admin: &AdminState,
-    name: String,
-    route: Option<String>,
+    name: &str,
+    route: Option<&str>,
     paused: bool,
-) -> Result<Json<SourceState>, ApiError> {
+) -> Result<SourceState, ApiError> {
     let source = admin
-        .source(&name)
-        .ok_or_else(|| ApiError::NoSuchSource(name.clone()))?;
-    if let Some(r) = &route
+        .source(name)
+        .ok_or_else(|| ApiError::NoSuchSource(name.to_string()))?;
+    if let Some(r) = route
         && !source.has_route(r)
     {
         return Err(ApiError::NoSuchRoute {
-            name,
-            route: r.clone(),
+            name: name.to_string(),
+            route: r.to_string(),
         });
     }
-    admin
-        .store
-        .set_paused(&name, route.as_deref(), paused)
-        .await?;
+    admin.store.set_paused(name, route, paused).await?;
     tracing::info!(
         source = %name,
-        route = route.as_deref().unwrap_or(""),
+        route = route.unwrap_or(""),
         paused,
         "delivery {}",
         if paused { "paused" } else { "resumed" }
     );
     let now = Paused::read(admin).await?;
-    Ok(Json(now.state(source)))
+    Ok(now.state(source))
 }
 
 pub(super) async fn pause(
     State(admin): State<Arc<AdminState>>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
-    set_paused(&admin, path_param(name)?, None, true).await
+    Ok(Json(
+        set_paused(&admin, &path_param(name)?, None, true).await?,
+    ))
 }
 
 pub(super) async fn resume(
     State(admin): State<Arc<AdminState>>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
-    set_paused(&admin, path_param(name)?, None, false).await
+    Ok(Json(
+        set_paused(&admin, &path_param(name)?, None, false).await?,
+    ))
 }
 
 pub(super) async fn pause_route(
@@ -111,7 +119,7 @@ pub(super) async fn pause_route(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
     let (name, route) = path_param(p)?;
-    set_paused(&admin, name, Some(route), true).await
+    Ok(Json(set_paused(&admin, &name, Some(&route), true).await?))
 }
 
 pub(super) async fn resume_route(
@@ -119,7 +127,7 @@ pub(super) async fn resume_route(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
     let (name, route) = path_param(p)?;
-    set_paused(&admin, name, Some(route), false).await
+    Ok(Json(set_paused(&admin, &name, Some(&route), false).await?))
 }
 
 pub(super) async fn stats(State(admin): State<Arc<AdminState>>) -> Result<Json<Stats>, ApiError> {

@@ -58,6 +58,8 @@ pub struct FilterError {
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     event_types: Option<GlobSet>,
+    /// The globs of `event_types` as written, for [`Filter::describe`].
+    event_type_globs: Vec<String>,
     body: Vec<(String, Test)>,
     headers: Vec<(String, Test)>,
 }
@@ -142,9 +144,27 @@ impl Filter {
         }
         Ok(Filter {
             event_types,
+            event_type_globs: raw.event_types.clone(),
             body,
             headers,
         })
+    }
+
+    /// What the filter asks, one line per part, for people to read: the event-type
+    /// globs, then each body and each header predicate. None for a filter that takes
+    /// every entry.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.event_type_globs.is_empty() {
+            out.push(format!("event type {}", self.event_type_globs.join(", ")));
+        }
+        for (pointer, test) in &self.body {
+            out.push(format!("body {pointer} {}", test.describe()));
+        }
+        for (name, test) in &self.headers {
+            out.push(format!("header {name} {}", test.describe()));
+        }
+        out
     }
 
     /// Whether the filter takes every entry.
@@ -194,6 +214,17 @@ impl Filter {
 }
 
 impl Test {
+    /// The test as text: `= true`, `in ["a", "b"]`, `exists`, `starts with "x"`.
+    fn describe(&self) -> String {
+        match self {
+            Test::Equals(v) => format!("= {v}"),
+            Test::OneOf(vs) => format!("in {}", serde_json::Value::Array(vs.clone())),
+            Test::Exists(true) => "exists".to_string(),
+            Test::Exists(false) => "is absent".to_string(),
+            Test::Prefix(p) => format!("starts with {}", serde_json::Value::String(p.clone())),
+        }
+    }
+
     /// Whether a value that is present passes (`Exists` is decided by the caller).
     fn holds(&self, value: &serde_json::Value) -> bool {
         match self {
@@ -292,7 +323,36 @@ mod tests {
     fn an_empty_filter_takes_everything() {
         let f = filter("").unwrap();
         assert!(f.takes_everything());
+        assert!(f.describe().is_empty());
         assert!(f.matches(&subject(None, b"not json", &[])));
+    }
+
+    #[test]
+    fn a_filter_describes_each_part_on_a_line() {
+        let f = filter(
+            r#"
+event_types = ["invoice.*", "customer.*"]
+match = [
+  { pointer = "/livemode", equals = true },
+  { pointer = "/data/object/currency", in = ["usd", "eur"] },
+]
+headers = [
+  { name = "X-Env", prefix = "prod" },
+  { name = "X-Test", exists = false },
+]
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            f.describe(),
+            [
+                "event type invoice.*, customer.*",
+                "body /livemode = true",
+                r#"body /data/object/currency in ["usd","eur"]"#,
+                r#"header x-env starts with "prod""#,
+                "header x-test is absent",
+            ]
+        );
     }
 
     #[test]
