@@ -233,7 +233,12 @@ pub async fn run(
         clock.clone(),
     ));
     let console_state = Arc::new(
-        ConsoleState::new(admin_state.clone(), cfg.admin.token.as_ref()).context("console")?,
+        ConsoleState::new(
+            admin_state.clone(),
+            cfg.admin.token.as_ref(),
+            cfg.sources.iter().map(console::SourceView::of).collect(),
+        )
+        .context("console")?,
     );
     let admin_task = tokio::spawn(serve(
         "admin",

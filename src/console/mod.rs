@@ -27,6 +27,7 @@ mod login;
 mod overview;
 mod page;
 mod session;
+mod sources;
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ use crate::admin::AdminState;
 use crate::config::Secret;
 
 pub use error::{ConsoleError, SetupError};
+pub use sources::{RouteView, SourceView};
 
 use session::{Bound, Session, Signer};
 
@@ -57,6 +59,9 @@ pub struct ConsoleState {
     /// The admin API's state: the store, the sources, the token's digest, the clock.
     admin: Arc<AdminState>,
     auth: Auth,
+    /// What the Sources page shows of the configured sources (no secrets), in
+    /// configuration order.
+    sources: Vec<SourceView>,
 }
 
 /// How a browser is recognised.
@@ -77,8 +82,13 @@ enum Visitor {
 }
 
 impl ConsoleState {
-    /// The console of a gateway with `token` as its admin token (or none).
-    pub fn new(admin: Arc<AdminState>, token: Option<&Secret>) -> Result<ConsoleState, SetupError> {
+    /// The console of a gateway with `token` as its admin token (or none), showing
+    /// `sources`.
+    pub fn new(
+        admin: Arc<AdminState>,
+        token: Option<&Secret>,
+        sources: Vec<SourceView>,
+    ) -> Result<ConsoleState, SetupError> {
         let auth = match token {
             Some(t) => Auth::Token(Signer::from_token(t.expose())?),
             None => {
@@ -87,7 +97,11 @@ impl ConsoleState {
                 Auth::Open(Signer::from_key(&key)?)
             }
         };
-        Ok(ConsoleState { admin, auth })
+        Ok(ConsoleState {
+            admin,
+            auth,
+            sources,
+        })
     }
 
     fn signer(&self) -> &Signer {
@@ -165,6 +179,12 @@ pub fn router(state: Arc<ConsoleState>) -> Router {
     let pages = Router::new()
         .route("/", get(overview::show))
         .route("/logout", post(login::logout))
+        .route("/sources", get(sources::show))
+        .route("/sources/{name}/{action}", post(sources::source_action))
+        .route(
+            "/sources/{name}/routes/{route}/{action}",
+            post(sources::route_action),
+        )
         // Only the pages above need a session; the login and the assets do not.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -14,6 +14,7 @@ use super::cross_site::FORM_TOKEN_FIELD;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nav {
     Overview,
+    Sources,
 }
 
 /// What the top bar shows for the visitor: a logout button with its form token when
@@ -43,6 +44,11 @@ pub fn page(title: &str, chrome: &Chrome, content: Markup) -> Markup {
                                 a href="/console/"
                                   aria-current=[(chrome.current == Some(Nav::Overview)).then_some("page")]
                                   { "Overview" }
+                            }
+                            li {
+                                a href="/console/sources"
+                                  aria-current=[(chrome.current == Some(Nav::Sources)).then_some("page")]
+                                  { "Sources" }
                             }
                         }
                     }

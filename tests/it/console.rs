@@ -631,6 +631,13 @@ async fn every_console_answer_carries_the_security_headers() {
             Some("text/html; charset=utf-8"),
         ),
         ("/console/login", "", 200, Some("text/html; charset=utf-8")),
+        ("/console/sources", "", 303, None),
+        (
+            "/console/sources",
+            session.as_str(),
+            200,
+            Some("text/html; charset=utf-8"),
+        ),
         (
             "/console/logout",
             session.as_str(),
@@ -719,5 +726,340 @@ async fn without_a_token_the_console_needs_no_login_and_its_forms_still_need_the
     );
     assert_eq!(post(Some("http://evil.example"), host, wrong).await, 403);
     assert_eq!(post(None, "evil.example", wrong).await, 403);
+    gw.stop().await;
+}
+
+impl Browser {
+    /// Log in through the login form, landing on the overview.
+    async fn log_in(&self, gw: &Gateway) {
+        self.client
+            .goto(&format!("{}/console/", gw.admin))
+            .await
+            .expect("open the console");
+        self.wait_for_path("/console/login").await;
+        self.fill("Admin token", TOKEN).await;
+        self.click_button("Log in").await;
+        self.wait_for_path("/console/").await;
+    }
+
+    /// Wait until the page has a button named `name` (after a form's redirect back
+    /// to the same page, say).
+    async fn wait_for_button(&self, name: &str) {
+        self.client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::XPath(&format!(
+                "//button[normalize-space()='{name}']"
+            )))
+            .await
+            .unwrap_or_else(|e| panic!("no button {name:?} on the page: {e}"));
+    }
+}
+
+/// Whether the admin API says `source` (or its `route`) is paused.
+async fn paused_per_api(admin: &Admin, source: &str, route: Option<&str>) -> bool {
+    let all = admin.get("/admin/sources").await;
+    let s = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == source)
+        .unwrap_or_else(|| panic!("no source {source} in {all}"));
+    match route {
+        None => s["paused"] == true,
+        Some(r) => s["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["route"] == r && x["paused"] == true),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_pause_on_the_sources_page_holds_deliveries_and_resume_drains_them() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let billing = Upstream::ok().await;
+    let analytics = Upstream::ok().await;
+    let sources = format!(
+        "[[sources]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
+         destination_secret = \"whsec_console_destination\"\n\
+         [[sources.routes]]\nname = \"billing\"\ndestination = \"{}/billing\"\nrate_limit = \"50/s\"\n\
+         [sources.routes.retry]\nmax_attempts = 5\nmax_age = \"1h\"\n\
+         [[sources.routes]]\nname = \"analytics\"\ndestination = \"{}/analytics?key=k\"\n\
+         order = {{ by = \"json:/id\", on_dead = \"block\" }}\n\
+         filter.event_types = [\"payment_intent.*\", \"invoice.*\"]\n\
+         [[sources]]\nname = \"github\"\nprovider = \"github\"\nsecret = \"{GITHUB_SECRET}\"\n\
+         destination = \"{}/github\"\n",
+        billing.url, analytics.url, billing.url
+    );
+    let cfg = admin_config(&h, "", &sources);
+    let quiet = quiet_window(&cfg);
+    let gw = Gateway::start(cfg).await;
+    let admin = Admin::new(&gw);
+    let client = http();
+    let b = Browser::start().await;
+    b.log_in(&gw).await;
+
+    // The navigation leads to the Sources page.
+    b.client
+        .find(Locator::LinkText("Sources"))
+        .await
+        .expect("a Sources link")
+        .click()
+        .await
+        .unwrap();
+    b.wait_for_path("/console/sources").await;
+    assert_eq!(b.text_of("main h1").await, "Sources");
+    let card = b.text_of("#source-stripe").await;
+    for shown in [
+        "billing",
+        "analytics",
+        "payment_intent.*, invoice.*",
+        "json:/id",
+        "Up to 5 attempts within 1 h",
+        "50 per second",
+    ] {
+        assert!(card.contains(shown), "{shown} in {card}");
+    }
+
+    // Pause the source: what arrives is stored, and nothing is delivered.
+    b.click_button("Pause source stripe").await;
+    b.wait_for_button("Resume source stripe").await;
+    assert_eq!(
+        b.text_of("#source-stripe .source-head .badge").await,
+        "Paused"
+    );
+    assert!(paused_per_api(&admin, "stripe", None).await);
+    for i in 0..3 {
+        let (st, v) = post_stripe(&client, &gw.ingest, &format!("evt_held_{i}")).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    quiet_for(
+        "nothing delivered while the source is paused",
+        quiet,
+        async || billing.count() == 0 && analytics.count() == 0,
+    )
+    .await;
+
+    // Resume: everything that waited is delivered through both routes.
+    b.click_button("Resume source stripe").await;
+    b.wait_for_button("Pause source stripe").await;
+    assert!(!paused_per_api(&admin, "stripe", None).await);
+    wait_until("the held webhooks to be delivered", WAIT, async || {
+        billing.count() == 3 && analytics.count() == 3
+    })
+    .await;
+
+    // Pause one route: the other keeps delivering.
+    b.click_button("Pause route analytics of stripe").await;
+    b.wait_for_button("Resume route analytics of stripe").await;
+    assert!(paused_per_api(&admin, "stripe", Some("analytics")).await);
+    for i in 0..2 {
+        let (st, v) = post_stripe(&client, &gw.ingest, &format!("evt_route_{i}")).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    wait_until("billing to take the new webhooks", WAIT, async || {
+        billing.count() == 5
+    })
+    .await;
+    quiet_for("nothing delivered to the paused route", quiet, async || {
+        analytics.count() == 3
+    })
+    .await;
+
+    b.client
+        .goto(&format!("{}/console/sources", gw.admin))
+        .await
+        .unwrap();
+    b.viewport(1280, 800).await;
+    b.screenshot("sources").await;
+    b.viewport(390, 844).await;
+    let widths = b
+        .client
+        .execute(
+            "const e = document.documentElement; return [e.scrollWidth, e.clientWidth];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(widths[0], widths[1], "no sideways scrolling on a phone");
+    b.screenshot("sources-phone").await;
+    b.viewport(1280, 800).await;
+
+    b.click_button("Resume route analytics of stripe").await;
+    b.wait_for_button("Pause route analytics of stripe").await;
+    wait_until("the paused route to drain", WAIT, async || {
+        analytics.count() == 5
+    })
+    .await;
+    let mut ids = analytics.webhook_ids(None);
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "each webhook once: {ids:?}");
+
+    b.close().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sources_page_shows_no_secret_and_its_buttons_need_the_form_token() {
+    const DESTINATION_SECRET: &str = "whsec_destination_never_shown";
+    const URL_PASSWORD: &str = "url-password-never-shown";
+    const QUERY_TOKEN: &str = "query-token-never-shown";
+    let h = StoreHandle::new(Backend::Embedded);
+    let sources = format!(
+        "[[sources]]\nname = \"vault\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
+         destination_secret = \"{DESTINATION_SECRET}\"\n\
+         [[sources.routes]]\nname = \"main\"\n\
+         destination = \"http://user:{URL_PASSWORD}@127.0.0.1:9/hook?token={QUERY_TOKEN}\"\n\
+         [[sources.routes]]\nname = \"audit\"\ndestination = \"http://127.0.0.1:9/audit\"\n"
+    );
+    let gw = Gateway::start(admin_config(&h, "", &sources)).await;
+    let admin = Admin::new(&gw);
+    let client = no_redirects();
+    let base = gw.admin.as_str();
+    let session = log_in(&client, base).await;
+
+    let resp = client
+        .get(format!("{base}/console/sources"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-security-policy"], CSP);
+    let page = resp.text().await.unwrap();
+    for shown in [
+        "vault",
+        "main",
+        "audit",
+        "http://[redacted]@127.0.0.1:9/hook?[redacted]",
+        "Signed (destination secret)",
+    ] {
+        assert!(page.contains(shown), "{shown} in {page}");
+    }
+    for secret in [
+        DESTINATION_SECRET,
+        URL_PASSWORD,
+        QUERY_TOKEN,
+        STRIPE_SECRET,
+        TOKEN,
+    ] {
+        assert!(!page.contains(secret), "{secret} in the Sources page");
+    }
+    let token = form_token(&page);
+
+    let post = async |path: &str, cookie: &str, fields: &[(&str, &str)], origin: Option<&str>| {
+        let mut req = client
+            .post(format!("{base}{path}"))
+            .header("cookie", cookie)
+            .form(fields);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        let resp = req.send().await.unwrap();
+        let location = resp
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_string());
+        (resp.status().as_u16(), location)
+    };
+    let nothing_paused = async || {
+        !paused_per_api(&admin, "vault", None).await
+            && !paused_per_api(&admin, "vault", Some("main")).await
+    };
+
+    // Refused, and nothing changes: no form token, a wrong one, another origin.
+    for path in [
+        "/console/sources/vault/pause",
+        "/console/sources/vault/routes/main/pause",
+    ] {
+        for (fields, origin, what) in [
+            (vec![], None, "no form token"),
+            (vec![("csrf", "AAAA")], None, "a wrong form token"),
+            (
+                vec![("csrf", token.as_str())],
+                Some("http://evil.example"),
+                "another origin",
+            ),
+        ] {
+            let (st, _) = post(path, &session, &fields, origin).await;
+            assert_eq!(st, 403, "{path}: {what}");
+            assert!(nothing_paused().await, "{path}: {what} changed something");
+        }
+        // Logged out: to the login, and nothing changes.
+        let (st, location) = post(path, "", &[("csrf", token.as_str())], None).await;
+        assert_eq!(st, 303, "{path} logged out");
+        assert_eq!(location.as_deref(), Some("/console/login"));
+        assert!(nothing_paused().await);
+    }
+
+    // Unknown sources, routes and actions: the console's 404.
+    for path in [
+        "/console/sources/nope/pause",
+        "/console/sources/vault/routes/nope/pause",
+        "/console/sources/vault/explode",
+        "/console/sources/vault/routes/main/explode",
+    ] {
+        let resp = client
+            .post(format!("{base}{path}"))
+            .header("cookie", &session)
+            .form(&[("csrf", token.as_str())])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+        assert_eq!(resp.headers()["content-type"], "text/html; charset=utf-8");
+        assert!(nothing_paused().await, "{path}");
+    }
+    let resp = client
+        .get(format!("{base}/console/sources/vault/pause"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
+
+    // With the form token: done, and back to the page.
+    let own = Some(base);
+    let fields = [("csrf", token.as_str())];
+    let (st, location) = post("/console/sources/vault/pause", &session, &fields, own).await;
+    assert_eq!(st, 303);
+    assert_eq!(location.as_deref(), Some("/console/sources#source-vault"));
+    assert!(paused_per_api(&admin, "vault", None).await);
+    let (st, _) = post(
+        "/console/sources/vault/routes/main/pause",
+        &session,
+        &fields,
+        own,
+    )
+    .await;
+    assert_eq!(st, 303);
+    assert!(paused_per_api(&admin, "vault", Some("main")).await);
+    assert!(!paused_per_api(&admin, "vault", Some("audit")).await);
+    let page = client
+        .get(format!("{base}/console/sources"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for button in [
+        "Resume source<span class=\"visually-hidden\"> vault</span>",
+        "Resume route<span class=\"visually-hidden\"> main of vault</span>",
+        "Pause route<span class=\"visually-hidden\"> audit of vault</span>",
+    ] {
+        assert!(page.contains(button), "{button} in {page}");
+    }
+    for path in [
+        "/console/sources/vault/resume",
+        "/console/sources/vault/routes/main/resume",
+    ] {
+        let (st, _) = post(path, &session, &fields, own).await;
+        assert_eq!(st, 303, "{path}");
+    }
+    assert!(nothing_paused().await);
     gw.stop().await;
 }

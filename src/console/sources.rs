@@ -1,0 +1,501 @@
+//! The Sources page (`GET /console/sources`): every configured source with its
+//! provider and, per route, where it delivers, what its filter takes, its rate limit,
+//! retry policy, timeouts, concurrency and ordering, and whether it is paused; and a
+//! **Pause** / **Resume** button per source and per route.
+//!
+//! The page shows what [`SourceView`] holds, which `app` builds from the
+//! configuration without any secret: no signing secret, no destination secret (only
+//! whether there is one), destinations with their credentials redacted
+//! ([`redact_url`]). The buttons post forms checked as every console POST is, then
+//! call the admin API's own [`admin::set_paused`], and answer a redirect back to the
+//! page (post/redirect/get).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Uri};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+
+use super::cross_site::FORM_TOKEN_FIELD;
+use super::form::Form;
+use super::page::{self, Nav};
+use super::{ConsoleError, ConsoleState, Visitor};
+use crate::admin::{self, dto::SourceState};
+use crate::config::{OrderBy, RateLimit, SourceConfig, redact_url};
+use crate::error::ApiError;
+
+/// Where the page is.
+const PATH: &str = "/console/sources";
+
+/// What the console shows of a configured source: never a secret.
+#[derive(Debug, Clone)]
+pub struct SourceView {
+    pub name: String,
+    pub provider: String,
+    /// How long an event id is remembered to recognise a duplicate.
+    pub dedupe_ttl: Duration,
+    pub routes: Vec<RouteView>,
+}
+
+/// What the console shows of one route of a source.
+#[derive(Debug, Clone)]
+pub struct RouteView {
+    pub name: String,
+    /// The destination URL with its userinfo and query redacted.
+    pub destination: String,
+    /// Whether deliveries are signed (with a `destination_secret`, never shown).
+    pub signed: bool,
+    /// The filter, one line per part; empty: every entry.
+    pub filter: Vec<String>,
+    pub rate_limit: Option<RateLimit>,
+    pub max_attempts: u32,
+    pub max_age: Duration,
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    pub concurrency: usize,
+    /// Ordered delivery: the key, and whether a dead delivery blocks its key.
+    pub order: Option<(String, bool)>,
+}
+
+impl SourceView {
+    /// The view of `cfg`: everything the page shows, and no secret.
+    pub fn of(cfg: &SourceConfig) -> SourceView {
+        SourceView {
+            name: cfg.name.clone(),
+            provider: cfg.provider.clone(),
+            dedupe_ttl: cfg.dedupe_ttl,
+            routes: cfg
+                .routes
+                .iter()
+                .map(|r| RouteView {
+                    name: r.name.clone(),
+                    destination: redact_url(&r.destination),
+                    signed: r.destination_secret.is_some(),
+                    filter: r.filter.describe(),
+                    rate_limit: r.delivery.rate_limit,
+                    max_attempts: r.retry.max_attempts,
+                    max_age: r.retry.max_age,
+                    backoff_base: r.retry.base,
+                    backoff_cap: r.retry.cap,
+                    timeout: r.delivery.timeout,
+                    connect_timeout: r.delivery.connect_timeout,
+                    concurrency: r.delivery.concurrency,
+                    order: r.order.as_ref().map(|o| {
+                        let by = match &o.by {
+                            OrderBy::Provider => "the provider's object id".to_string(),
+                            OrderBy::Value(v) => v.clone(),
+                        };
+                        (by, o.block)
+                    }),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `GET /console/sources`.
+pub async fn show(
+    State(console): State<Arc<ConsoleState>>,
+    Extension(visitor): Extension<Visitor>,
+) -> Result<Response, ConsoleError> {
+    let states = admin::source_states(&console.admin).await?;
+    let token = console.form_token(&visitor);
+    let chrome = console.chrome(&visitor, Nav::Sources);
+    Ok(page::html(page::page(
+        "Sources",
+        &chrome,
+        render(&console.sources, &states, &token),
+    )))
+}
+
+/// `POST /console/sources/{name}/pause` and `…/resume`.
+pub async fn source_action(
+    State(console): State<Arc<ConsoleState>>,
+    Extension(visitor): Extension<Visitor>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Result<Response, ConsoleError> {
+    let Ok(Path((name, action))) = path else {
+        return Err(ConsoleError::NotFound);
+    };
+    act(
+        &console,
+        &visitor,
+        (&headers, &uri, &body),
+        &name,
+        None,
+        &action,
+    )
+    .await
+}
+
+/// `POST /console/sources/{name}/routes/{route}/pause` and `…/resume`.
+pub async fn route_action(
+    State(console): State<Arc<ConsoleState>>,
+    Extension(visitor): Extension<Visitor>,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Result<Response, ConsoleError> {
+    let Ok(Path((name, route, action))) = path else {
+        return Err(ConsoleError::NotFound);
+    };
+    let request = (&headers, &uri, &body);
+    act(&console, &visitor, request, &name, Some(&route), &action).await
+}
+
+/// Check the form, pause or resume as the admin API does, and go back to the page.
+async fn act(
+    console: &ConsoleState,
+    visitor: &Visitor,
+    (headers, uri, body): (&HeaderMap, &Uri, &Bytes),
+    name: &str,
+    route: Option<&str>,
+    action: &str,
+) -> Result<Response, ConsoleError> {
+    let paused = match action {
+        "pause" => true,
+        "resume" => false,
+        _ => return Err(ConsoleError::NotFound),
+    };
+    let form = Form::parse(headers, body)?;
+    console.check_post(visitor, headers, uri, &form)?;
+    admin::set_paused(&console.admin, name, route, paused)
+        .await
+        .map_err(|e| match e {
+            ApiError::StoreUnavailable(cause) => ConsoleError::Store(cause),
+            // The only other answers: no such source, no such route (nothing changed).
+            _ => ConsoleError::NotFound,
+        })?;
+    // The name is a configured source's: URL-safe by configuration.
+    Ok(Redirect::to(&format!("{PATH}#{}", anchor(name))).into_response())
+}
+
+/// The `id` of a source's card.
+fn anchor(source: &str) -> String {
+    format!("source-{source}")
+}
+
+/// The page's content: `views` in configuration order, with what `states` says is
+/// paused, and forms carrying `token`.
+fn render(views: &[SourceView], states: &[SourceState], token: &str) -> Markup {
+    html! {
+        div.page-head {
+            h1 { "Sources" }
+            p.muted {
+                "As configured. A paused source or route still receives and stores "
+                "webhooks; resuming delivers what waited."
+            }
+        }
+        @if views.is_empty() {
+            section.card {
+                h2 { "No sources" }
+                p { "No sources are configured: add a " code { "[[sources]]" } " entry to the configuration." }
+            }
+        }
+        @for (i, v) in views.iter().enumerate() {
+            (source(i, v, states.iter().find(|s| s.source == v.name), token))
+        }
+    }
+}
+
+fn source(i: usize, v: &SourceView, state: Option<&SourceState>, token: &str) -> Markup {
+    let heading = format!("source-{i}-name");
+    let paused = state.is_some_and(|s| s.paused);
+    let route_paused =
+        |r: &str| state.is_some_and(|s| s.routes.iter().any(|rs| rs.route == r && rs.paused));
+    html! {
+        section.card.source.config id=(anchor(&v.name)) aria-labelledby=(heading) {
+            div.source-head {
+                h2 id=(heading) { (v.name) }
+                (badge(paused, false))
+                dl.facts {
+                    div { dt { "Provider" } dd { (v.provider) } }
+                    div { dt { "Dedupe window" } dd { (duration(v.dedupe_ttl)) } }
+                    div { dt { "Routes" } dd { (v.routes.len()) } }
+                }
+                (toggle(&format!("{PATH}/{}", v.name), paused, "source", &v.name, token))
+            }
+            ul.route-list aria-label={ "Routes of " (v.name) } {
+                @for r in &v.routes {
+                    (route(v, r, paused, route_paused(&r.name), token))
+                }
+            }
+        }
+    }
+}
+
+fn route(s: &SourceView, r: &RouteView, source_paused: bool, paused: bool, token: &str) -> Markup {
+    let action = format!("{PATH}/{}/routes/{}", s.name, r.name);
+    let who = format!("{} of {}", r.name, s.name);
+    html! {
+        li.route {
+            div.route-head {
+                h3 { span.visually-hidden { "Route " } (r.name) }
+                (badge(paused, source_paused && !paused))
+                (toggle(&action, paused, "route", &who, token))
+            }
+            dl.settings {
+                div.wide {
+                    dt { "Destination" }
+                    dd.mono { (r.destination) }
+                }
+                div.wide {
+                    dt { "Filter" }
+                    dd {
+                        @if r.filter.is_empty() {
+                            "Every entry"
+                        } @else {
+                            ul.filter {
+                                @for line in &r.filter { li { code { (line) } } }
+                            }
+                        }
+                    }
+                }
+                div {
+                    dt { "Retries" }
+                    dd {
+                        "Up to " (r.max_attempts) " "
+                        (if r.max_attempts == 1 { "attempt" } else { "attempts" })
+                        " within " (duration(r.max_age))
+                    }
+                }
+                div {
+                    dt { "Backoff" }
+                    dd { (duration(r.backoff_base)) ", doubling up to " (duration(r.backoff_cap)) }
+                }
+                div {
+                    dt { "Timeout" }
+                    dd { (duration(r.timeout)) span.muted { " (connect " (duration(r.connect_timeout)) ")" } }
+                }
+                div {
+                    dt { "Concurrency" }
+                    dd { (r.concurrency) " at once" }
+                }
+                div {
+                    dt { "Rate limit" }
+                    dd {
+                        @match &r.rate_limit {
+                            Some(l) => (rate(l)),
+                            None => span.muted { "None" },
+                        }
+                    }
+                }
+                div.wide {
+                    dt { "Ordering" }
+                    dd {
+                        @match &r.order {
+                            Some((by, block)) => {
+                                "By " code { (by) }
+                                span.muted {
+                                    @if *block { "; a dead delivery holds its key" }
+                                    @else { "; a dead delivery is skipped" }
+                                }
+                            }
+                            None => span.muted { "None (in parallel)" },
+                        }
+                    }
+                }
+                div {
+                    dt { "Signing" }
+                    dd {
+                        @if r.signed { "Signed (destination secret)" }
+                        @else { span.muted { "Not signed" } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The state badge: paused itself, held by its paused source, or active.
+fn badge(paused: bool, held_by_source: bool) -> Markup {
+    html! {
+        @if paused {
+            span.badge.paused { "Paused" }
+        } @else if held_by_source {
+            span.badge.paused title="Its source is paused" { "Paused with its source" }
+        } @else {
+            span.badge.active { "Active" }
+        }
+    }
+}
+
+/// The Pause or Resume form of a source or route (`what`, named `who`) at `action`.
+fn toggle(action: &str, paused: bool, what: &str, who: &str, token: &str) -> Markup {
+    let (verb, path) = if paused {
+        ("Resume", "resume")
+    } else {
+        ("Pause", "pause")
+    };
+    html! {
+        form.toggle method="post" action={ (action) "/" (path) } {
+            input type="hidden" name=(FORM_TOKEN_FIELD) value=(token);
+            button class={ "toggle " (path) } type="submit" {
+                (verb) " " (what)
+                span.visually-hidden { " " (who) }
+            }
+        }
+    }
+}
+
+/// A duration as the overview writes ages: `10 s`, `12 h`, `1 min 30 s`, `7 d`,
+/// `250 ms`.
+fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let parts = [
+        (ms / 86_400_000, "d"),
+        (ms / 3_600_000 % 24, "h"),
+        (ms / 60_000 % 60, "min"),
+        (ms / 1000 % 60, "s"),
+        (ms % 1000, "ms"),
+    ];
+    let shown: Vec<String> = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n} {unit}"))
+        .collect();
+    if shown.is_empty() {
+        "0 s".to_string()
+    } else {
+        shown.join(" ")
+    }
+}
+
+/// A rate limit in the unit it reads best in, with its burst.
+fn rate(l: &RateLimit) -> String {
+    let (n, unit) = if l.per_second >= 1.0 {
+        (l.per_second, "second")
+    } else if l.per_second * 60.0 >= 1.0 {
+        (l.per_second * 60.0, "minute")
+    } else {
+        (l.per_second * 3600.0, "hour")
+    };
+    let n = if (n - n.round()).abs() < 1e-6 {
+        format!("{}", n.round())
+    } else {
+        format!("{n:.2}")
+    };
+    format!("{n} per {unit} (bursts of {})", l.burst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::dto::RouteState;
+    use crate::config::from_toml_str;
+
+    const CONFIG: &str = r#"
+[[sources]]
+name = "vault"
+provider = "stripe"
+secret = "whsec_signing_secret_1"
+destination_secret = "dest_secret_2"
+dedupe_ttl = "1d"
+[[sources.routes]]
+name = "main"
+destination = "http://user:url_password_3@billing.internal:3000/hook?token=query_token_4"
+rate_limit = "600/m"
+retry = { max_attempts = 3, max_age = "1h", base = "2s", cap = "1m" }
+delivery = { timeout = "5s", concurrency = 4 }
+order = { by = "json:/data/object/id", on_dead = "block" }
+[[sources.routes]]
+name = "audit"
+destination = "https://audit.internal/in"
+filter.event_types = ["<script>alert(1)</script>"]
+"#;
+
+    fn views() -> Vec<SourceView> {
+        let cfg = from_toml_str(CONFIG, &|_| None).expect("config");
+        cfg.sources.iter().map(SourceView::of).collect()
+    }
+
+    #[test]
+    fn the_view_of_a_source_holds_no_secret() {
+        let v = views();
+        let shown = format!("{v:?}");
+        for secret in [
+            "whsec_signing_secret_1",
+            "dest_secret_2",
+            "url_password_3",
+            "query_token_4",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        let main = &v[0].routes[0];
+        assert_eq!(
+            main.destination,
+            "http://[redacted]@billing.internal:3000/hook?[redacted]"
+        );
+        assert!(main.signed, "the source's destination secret is inherited");
+        assert_eq!(main.order, Some(("json:/data/object/id".to_string(), true)));
+    }
+
+    #[test]
+    fn the_page_shows_the_settings_escaped_and_the_state_of_each_route() {
+        let v = views();
+        let states = [SourceState {
+            source: "vault".into(),
+            paused: false,
+            routes: vec![
+                RouteState {
+                    route: "main".into(),
+                    paused: true,
+                },
+                RouteState {
+                    route: "audit".into(),
+                    paused: false,
+                },
+            ],
+        }];
+        let html = render(&v, &states, "tok").into_string();
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        for shown in [
+            "Up to 3 attempts within 1 h",
+            "2 s, doubling up to 1 min",
+            "10 per second (bursts of 1)",
+            "4 at once",
+            "json:/data/object/id",
+            r#"action="/console/sources/vault/pause""#,
+            r#"action="/console/sources/vault/routes/main/resume""#,
+            r#"action="/console/sources/vault/routes/audit/pause""#,
+            r#"name="csrf" value="tok""#,
+        ] {
+            assert!(html.contains(shown), "{shown} in {html}");
+        }
+        for secret in ["whsec_signing_secret_1", "dest_secret_2", "url_password_3"] {
+            assert!(!html.contains(secret), "{secret} in {html}");
+        }
+    }
+
+    #[test]
+    fn durations_read_as_on_the_overview() {
+        let d = |ms: u64| duration(Duration::from_millis(ms));
+        assert_eq!(d(0), "0 s");
+        assert_eq!(d(250), "250 ms");
+        assert_eq!(d(10_000), "10 s");
+        assert_eq!(d(90_000), "1 min 30 s");
+        assert_eq!(d(12 * 3_600_000), "12 h");
+        assert_eq!(d(7 * 86_400_000), "7 d");
+    }
+
+    #[test]
+    fn rates_read_in_their_best_unit() {
+        let r = |t: &str| rate(&RateLimit::parse(t).unwrap());
+        assert_eq!(r("20/s"), "20 per second (bursts of 2)");
+        assert_eq!(r("2.5/s"), "2.50 per second (bursts of 1)");
+        assert_eq!(r("30/m"), "30 per minute (bursts of 1)");
+        assert_eq!(r("10/h"), "10 per hour (bursts of 1)");
+    }
+}
