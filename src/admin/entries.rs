@@ -113,7 +113,7 @@ pub(super) async fn show(
                 last_error: d.last_error.clone(),
                 order: d.order.as_ref().map(|o| dto::DeliveryOrder {
                     key: o.key.clone(),
-                    on_dead: if o.block { "block" } else { "skip" }.into(),
+                    on_dead: o.on_dead().into(),
                 }),
             })
             .collect(),

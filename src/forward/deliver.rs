@@ -310,10 +310,9 @@ pub(super) async fn deliver(
     if matches!(delivery_outcome, DeliveryOutcome::Dead)
         && let Some(order) = &claim.delivery.order
     {
-        let policy = if order.block { "block" } else { "skip" };
         tracing::warn!(
             source = %route.source, route = %route.name, entry_id = %entry.id,
-            order_key = order.key.as_str(), on_dead = policy,
+            order_key = order.key.as_str(), on_dead = order.on_dead(),
             "{}",
             if order.block {
                 "its ordering key waits for an operator: replay or discard the entry"

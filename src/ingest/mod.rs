@@ -459,9 +459,11 @@ fn decide(
     let ordering = source
         .routes
         .iter()
-        .filter(|r| routes.contains(&r.name))
         .filter_map(|r| {
             let o = r.order.as_ref()?;
+            if !routes.contains(&r.name) {
+                return None;
+            }
             Some(RouteOrder {
                 route: r.name.clone(),
                 key: order_key(verified.first_value(&o.by)?),

@@ -195,6 +195,13 @@ pub struct DeliveryOrder {
     pub block: bool,
 }
 
+impl DeliveryOrder {
+    /// The policy as configuration writes it: `block` or `skip`.
+    pub fn on_dead(&self) -> &'static str {
+        if self.block { "block" } else { "skip" }
+    }
+}
+
 /// A stored entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {

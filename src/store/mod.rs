@@ -39,7 +39,9 @@ pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
 pub use readiness::Readiness;
 
-/// Who the `skip` audit event of a dead head of an ordered line names.
+/// The audit action recorded when a dead head of an ordered line lets the next go.
+pub const SKIP_ACTION: &str = "skip";
+/// Who that audit event names.
 pub const SKIP_ACTOR: &str = "hookgate";
 /// The note of that event.
 pub const SKIP_NOTE: &str = "dead at the head of its ordering key's line; the next delivery of the key went (on_dead = skip)";

@@ -10,6 +10,7 @@
 //! and counted (`hookgate_store_ready`, `hookgate_store_readiness_changes_total`).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::StoreError;
@@ -20,6 +21,10 @@ pub const FAILURE_HOLD: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct Readiness {
     state: Mutex<State>,
+    /// Set while a refused write stands (`State::refused_at` is set) or the store is
+    /// not ready: every ingest write that succeeds reads it, and only takes the lock
+    /// when it is set.
+    troubled: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -45,6 +50,7 @@ impl Readiness {
                 refused_at: None,
                 ready: true,
             }),
+            troubled: AtomicBool::new(false),
         }
     }
 
@@ -62,15 +68,18 @@ impl Readiness {
         let mut s = self.state();
         s.refused_at = Some(Instant::now());
         set(&mut s, false, Some(e));
+        self.troubled.store(true, Ordering::Relaxed);
     }
 
     /// An ingest write succeeded: the store takes writes.
     pub fn write_succeeded(&self) {
-        let mut s = self.state();
-        if s.refused_at.is_some() || !s.ready {
-            s.refused_at = None;
-            set(&mut s, true, None);
+        if !self.troubled.load(Ordering::Relaxed) {
+            return;
         }
+        let mut s = self.state();
+        s.refused_at = None;
+        set(&mut s, true, None);
+        self.troubled.store(false, Ordering::Relaxed);
     }
 
     /// `/readyz`'s verdict, given the store's probe.
@@ -82,6 +91,7 @@ impl Readiness {
             s.refused_at = None;
         }
         set(&mut s, ready, probe.err());
+        self.troubled.store(!ready, Ordering::Relaxed);
         ready
     }
 }

@@ -108,23 +108,33 @@ async fn every_answer_comes_within_the_store_timeout_while_redis_is_stopped() {
     gw.kill();
 }
 
+/// A private Redis with `maxmemory` 2 MB (and `noeviction`, as hookgate requires).
+fn small_redis() -> RedisServer {
+    RedisServer::start_with_args(
+        true,
+        &["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"],
+    )
+}
+
+/// A gateway on `redis` for `sources`, polling every 50 ms, with more `[forwarder]`
+/// keys in `forwarder`.
+async fn gateway_on(redis: &RedisServer, sources: &str, forwarder: &str) -> Gateway {
+    let text = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n\
+         [forwarder]\npoll_interval = \"50ms\"\n{forwarder}{sources}",
+        redis.url(),
+    );
+    Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await
+}
+
 /// Redis at its `maxmemory` (2 MB): once new webhooks are refused, every webhook
 /// acknowledged before is still delivered within 10 s, with no operator action
 /// (leases, completions and retries run while Redis is out of memory).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_out_of_memory_still_delivers_what_it_acknowledged() {
-    let redis = RedisServer::start_with_args(
-        true,
-        &["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"],
-    );
+    let redis = small_redis();
     let up = Upstream::ok().await;
-    let text = format!(
-        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n\
-         [forwarder]\npoll_interval = \"50ms\"\n{}",
-        redis.url(),
-        source("stripe", &up.url, "")
-    );
-    let gw = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let gw = gateway_on(&redis, &source("stripe", &up.url, ""), "").await;
     let c = http();
     // Hold deliveries, so that what is acknowledged is pending when memory runs out.
     let admin = |action: &str| {
@@ -170,18 +180,14 @@ async fn redis_out_of_memory_still_delivers_what_it_acknowledged() {
 /// with no operator action; the purge is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_short_of_memory_purges_delivered_entries_early() {
-    let redis = RedisServer::start_with_args(
-        true,
-        &["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"],
-    );
+    let redis = small_redis();
     let up = Upstream::ok().await;
-    let text = format!(
-        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n\
-         [forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"200ms\"\n{}",
-        redis.url(),
-        source("early", &up.url, "")
-    );
-    let gw = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let gw = gateway_on(
+        &redis,
+        &source("early", &up.url, ""),
+        "maintenance_interval = \"200ms\"\n",
+    )
+    .await;
     let c = http();
     // 1,500 webhooks of 2 KiB: more than Redis holds, were delivered entries kept.
     let padding = "x".repeat(2048);

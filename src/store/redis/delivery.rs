@@ -30,7 +30,8 @@ use super::RedisStore;
 use super::codec::entry_from_map;
 use super::conn::timed;
 use crate::store::{
-    AuditEvent, Claim, Completion, SKIP_ACTOR, SKIP_NOTE, Status, StoreError, attempt_error,
+    AuditEvent, Claim, Completion, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status, StoreError,
+    attempt_error,
 };
 
 /// The member of `hg:paused` that pauses `route` of `source` (a source alone is
@@ -263,7 +264,7 @@ impl RedisStore {
         // one go.
         let skip_json = serde_json::to_string(&AuditEvent {
             at: now,
-            action: "skip".into(),
+            action: SKIP_ACTION.into(),
             actor: SKIP_ACTOR.into(),
             note: Some(SKIP_NOTE.into()),
             route: Some(route.to_string()),

@@ -11,8 +11,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::queries::load_entry;
 use crate::store::{
-    Attempt, Claim, Completion, Delivery, DeliveryOrder, SKIP_ACTOR, SKIP_NOTE, Status, StoreError,
-    Transition, attempt_error,
+    Attempt, Claim, Completion, Delivery, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE,
+    Status, StoreError, Transition, attempt_error,
 };
 
 /// What a delivery row holds, in route order: the columns [`row_to_delivery`] reads.
@@ -352,7 +352,7 @@ pub(super) fn complete(
                 conn,
                 id,
                 now,
-                "skip",
+                SKIP_ACTION,
                 SKIP_ACTOR,
                 Some(SKIP_NOTE),
                 Some(route),
