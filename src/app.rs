@@ -232,11 +232,14 @@ pub async fn run(
         cfg.admin.replay_rate,
         clock.clone(),
     ));
+    let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts)
+        .context("delivery client")?;
     let console_state = Arc::new(
         ConsoleState::new(
             admin_state.clone(),
             cfg.admin.token.as_ref(),
             cfg.sources.iter().map(console::SourceView::of).collect(),
+            breaker_states(&routes),
         )
         .context("console")?,
     );
@@ -258,8 +261,6 @@ pub async fn run(
         limits,
         shutdown.clone(),
     ));
-    let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts)
-        .context("delivery client")?;
     let alerts = Arc::new(Alerts::default());
     let on_dead: Option<forward::OnDead> = cfg.alerts.webhook_url.as_ref().map(|_| {
         let alerts = alerts.clone();
@@ -326,4 +327,22 @@ pub async fn run(
         return Err(StoreStopped.into());
     }
     Ok(())
+}
+
+/// What the console's overview asks of this process's circuit breakers: the state
+/// of a route's breaker, from the forwarder's routes.
+fn breaker_states(routes: &[forward::Route]) -> console::BreakerStates {
+    use forward::breaker::BreakerState;
+    let breakers: HashMap<(String, String), Arc<forward::breaker::Breaker>> = routes
+        .iter()
+        .map(|r| ((r.source.clone(), r.name.clone()), r.breaker.clone()))
+        .collect();
+    Arc::new(move |source: &str, route: &str| {
+        let b = breakers.get(&(source.to_string(), route.to_string()))?;
+        Some(match b.state() {
+            BreakerState::Closed => console::BreakerView::Closed,
+            BreakerState::HalfOpen => console::BreakerView::HalfOpen,
+            BreakerState::Open => console::BreakerView::Open,
+        })
+    })
 }

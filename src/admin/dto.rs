@@ -205,3 +205,55 @@ pub struct SourceStats {
 pub struct Stats {
     pub sources: Vec<SourceStats>,
 }
+
+/// A route's dead deliveries, as the dead-letter groups were read from them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterRoute {
+    pub source: String,
+    pub route: String,
+    /// The route's dead deliveries.
+    pub dead: u64,
+    /// How many of them (the newest) were grouped.
+    pub scanned: u64,
+}
+
+/// The dead deliveries of one route that died of one failure.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterGroup {
+    pub source: String,
+    pub route: String,
+    /// `HTTP 422`, `timeout`, `connect: …` or `io: …`: the last attempt's outcome.
+    pub failure: String,
+    pub count: u64,
+    /// When the first and the last of them went dead (RFC 3339).
+    pub first_seen: String,
+    pub last_seen: String,
+    /// The one that went dead last.
+    pub sample: DeadLetterSample,
+}
+
+/// An entry of a dead-letter group.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterSample {
+    pub id: String,
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterGroups {
+    /// Every route with dead deliveries.
+    pub routes: Vec<DeadLetterRoute>,
+    /// Their groups: routes in configuration order, each one's largest group first.
+    pub groups: Vec<DeadLetterGroup>,
+}
+
+/// The body of `POST /admin/dead-letters/replay`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterReplay {
+    pub source: String,
+    pub route: String,
+    pub failure: String,
+}

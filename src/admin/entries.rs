@@ -50,6 +50,7 @@ pub(super) async fn list(
         route: q.get("route").filter(|s| !s.is_empty()).cloned(),
         status: q.get("status").map(|s| parse_status(s)).transpose()?,
         event_type: q.get("event_type").filter(|s| !s.is_empty()).cloned(),
+        event_id: q.get("event_id").filter(|s| !s.is_empty()).cloned(),
         since: q.get("since").map(|v| parse_time("since", v)).transpose()?,
         until: q.get("until").map(|v| parse_time("until", v)).transpose()?,
         limit,
@@ -67,13 +68,20 @@ pub(super) async fn show(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<EntryDetail>, ApiError> {
     let id = path_param(id)?;
+    Ok(Json(entry_detail(&admin, &id).await?))
+}
+
+/// Everything about entry `id`, as `GET /admin/entries/{id}` answers it: its
+/// headers with credentials and signatures redacted, its body, its deliveries, every
+/// attempt and the audit trail.
+pub async fn entry_detail(admin: &AdminState, id: &str) -> Result<EntryDetail, ApiError> {
     let entry = admin
         .store
-        .get(&id)
+        .get(id)
         .await?
-        .ok_or_else(|| ApiError::NoSuchEntry(id.clone()))?;
-    let attempts = admin.store.attempts(&id).await?;
-    let audit = admin.store.audit(&id).await?;
+        .ok_or_else(|| ApiError::NoSuchEntry(id.to_string()))?;
+    let attempts = admin.store.attempts(id).await?;
+    let audit = admin.store.audit(id).await?;
     let sig_header = admin
         .source(&entry.source)
         .map(|s| s.signature_header.clone())
@@ -94,7 +102,7 @@ pub(super) async fn show(
         Ok(text) => ("utf8".to_string(), text.to_string()),
         Err(_) => ("base64".to_string(), B64.encode(&entry.body)),
     };
-    Ok(Json(EntryDetail {
+    Ok(EntryDetail {
         summary: summary(&entry.listed()),
         headers,
         body_encoding,
@@ -138,11 +146,11 @@ pub(super) async fn show(
                 route: a.route,
             })
             .collect(),
-    }))
+    })
 }
 
 /// Who did it: the `X-Hookgate-Actor` header (the CLI sends the user name), else "admin".
-fn actor(headers: &HeaderMap) -> String {
+pub(super) fn actor(headers: &HeaderMap) -> String {
     headers
         .get("x-hookgate-actor")
         .and_then(|v| v.to_str().ok())
@@ -166,31 +174,38 @@ pub(super) async fn replay(
         })?
     };
     let route = req.route.filter(|r| !r.is_empty());
+    let done = replay_entry(&admin, &id, route.as_deref(), &actor(&headers)).await?;
+    Ok((StatusCode::ACCEPTED, Json(done)).into_response())
+}
+
+/// Replay entry `id` now, through `route` or every delivery that qualifies (see
+/// `Store::replay`), as `actor`; the answer says where its ordered deliveries wait.
+pub async fn replay_entry(
+    admin: &AdminState,
+    id: &str,
+    route: Option<&str>,
+    actor: &str,
+) -> Result<TransitionResult, ApiError> {
     let now = admin.clock.now_ms();
-    let done = admin
-        .store
-        .replay(&id, route.as_deref(), now, &actor(&headers), now)
-        .await?;
-    match done {
+    match admin.store.replay(id, route, now, actor, now).await? {
         Transition::Done => {
-            tracing::info!(entry_id = %id, route = route.as_deref().unwrap_or(""), "replay queued");
-            let lines = line_places(&admin, &id, route.as_deref()).await?;
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(TransitionResult {
-                    id,
-                    status: Status::Pending,
-                    lines,
-                }),
-            )
-                .into_response())
+            tracing::info!(entry_id = %id, route = route.unwrap_or(""), "replay queued");
+            Ok(TransitionResult {
+                id: id.to_string(),
+                status: Status::Pending,
+                lines: line_places(admin, id, route).await?,
+            })
         }
-        Transition::NotFound => Err(ApiError::NoSuchEntry(id)),
+        Transition::NotFound => Err(ApiError::NoSuchEntry(id.to_string())),
         Transition::NoSuchRoute => Err(ApiError::NoDelivery {
-            id,
-            route: route.unwrap_or_default(),
+            id: id.to_string(),
+            route: route.unwrap_or_default().to_string(),
         }),
-        Transition::Conflict(status) => Err(ApiError::NotReplayable { id, route, status }),
+        Transition::Conflict(status) => Err(ApiError::NotReplayable {
+            id: id.to_string(),
+            route: route.map(str::to_string),
+            status,
+        }),
     }
 }
 
@@ -238,49 +253,63 @@ pub(super) async fn discard(
     let req: dto::DiscardRequest = json_object(&body).ok_or_else(|| {
         ApiError::BadRequest("a JSON body {\"note\": \"why\"} is required".into())
     })?;
-    let note = req.note.trim();
+    let route = req.route.filter(|r| !r.is_empty());
+    let done = discard_entry(&admin, &id, route.as_deref(), &actor(&headers), &req.note).await?;
+    Ok(Json(done))
+}
+
+/// Longest note a discard keeps.
+pub const MAX_NOTE_BYTES: usize = 2000;
+
+/// Discard entry `id`'s delivery through `route`, or every pending or dead one, as
+/// `actor`, with `note` (required: why it will never be delivered).
+pub async fn discard_entry(
+    admin: &AdminState,
+    id: &str,
+    route: Option<&str>,
+    actor: &str,
+    note: &str,
+) -> Result<TransitionResult, ApiError> {
+    let note = note.trim();
     if note.is_empty() {
         return Err(ApiError::BadRequest("note must not be empty".into()));
     }
-    if note.len() > 2000 {
-        return Err(ApiError::BadRequest(
-            "note is longer than 2000 bytes".into(),
-        ));
+    if note.len() > MAX_NOTE_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "note is longer than {MAX_NOTE_BYTES} bytes"
+        )));
     }
-    let route = req.route.filter(|r| !r.is_empty());
     let done = admin
         .store
-        .discard(
-            &id,
-            route.as_deref(),
-            &actor(&headers),
-            note,
-            admin.clock.now_ms(),
-        )
+        .discard(id, route, actor, note, admin.clock.now_ms())
         .await?;
     match done {
         Transition::Done => {
-            tracing::info!(entry_id = %id, route = route.as_deref().unwrap_or(""), "entry discarded");
+            tracing::info!(entry_id = %id, route = route.unwrap_or(""), "entry discarded");
             // The entry's status after the discard (other routes may still be pending
             // or delivered).
             let status = admin
                 .store
-                .get(&id)
+                .get(id)
                 .await?
                 .map(|e| e.status)
                 .unwrap_or(Status::Discarded);
-            Ok(Json(TransitionResult {
-                id,
+            Ok(TransitionResult {
+                id: id.to_string(),
                 status,
                 lines: Vec::new(),
-            }))
+            })
         }
-        Transition::NotFound => Err(ApiError::NoSuchEntry(id)),
+        Transition::NotFound => Err(ApiError::NoSuchEntry(id.to_string())),
         Transition::NoSuchRoute => Err(ApiError::NoDelivery {
-            id,
-            route: route.unwrap_or_default(),
+            id: id.to_string(),
+            route: route.unwrap_or_default().to_string(),
         }),
-        Transition::Conflict(status) => Err(ApiError::NotDiscardable { id, route, status }),
+        Transition::Conflict(status) => Err(ApiError::NotDiscardable {
+            id: id.to_string(),
+            route: route.map(str::to_string),
+            status,
+        }),
     }
 }
 
@@ -329,6 +358,7 @@ pub(super) async fn bulk_replay(
         route: route.clone(),
         status: Some(status),
         event_type: f.event_type.clone().filter(|s| !s.is_empty()),
+        event_id: None,
         since: f
             .since
             .as_deref()
@@ -354,9 +384,23 @@ pub(super) async fn bulk_replay(
         }
     }
     ids.truncate(BULK_REPLAY_MAX);
-    // Oldest first, spread at the replay rate after whatever this process already queued.
+    let done = replay_paced(&admin, ids, route.as_deref(), &actor(&headers)).await?;
+    Ok((StatusCode::ACCEPTED, Json(done)))
+}
+
+/// Replay the entries `ids` (newest first, as listings give them) through `route` or
+/// every delivery that qualifies, as `actor`: oldest first, spread at
+/// `admin.replay_rate` per second after whatever this process already queued, so a
+/// large dead-letter queue never stampedes the destination. Ids that no longer
+/// qualify (replayed or purged since) are skipped.
+pub async fn replay_paced(
+    admin: &AdminState,
+    mut ids: Vec<String>,
+    route: Option<&str>,
+    who: &str,
+) -> Result<ReplayResult, ApiError> {
+    ids.truncate(BULK_REPLAY_MAX);
     ids.reverse();
-    let who = actor(&headers);
     let now = admin.clock.now_ms();
     let step = 1000.0 / f64::from(admin.replay_rate);
     let start = {
@@ -372,28 +416,20 @@ pub(super) async fn bulk_replay(
     let mut last_due = None;
     for (i, id) in ids.iter().enumerate() {
         let at = start + (i as f64 * step) as i64;
-        if admin
-            .store
-            .replay(id, route.as_deref(), at, &who, now)
-            .await?
-            == Transition::Done
-        {
+        if admin.store.replay(id, route, at, who, now).await? == Transition::Done {
             queued += 1;
             last_due = Some(at);
         }
     }
     tracing::info!(queued, rate = admin.replay_rate, "bulk replay queued");
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(ReplayResult {
-            queued,
-            last_due_at: last_due.map(rfc3339),
-        }),
-    ))
+    Ok(ReplayResult {
+        queued,
+        last_due_at: last_due.map(rfc3339),
+    })
 }
 
 /// Unix milliseconds as RFC 3339 (UTC, with milliseconds).
-fn rfc3339(ms: i64) -> String {
+pub fn rfc3339(ms: i64) -> String {
     let t =
         std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_millis(t).to_string()
@@ -401,7 +437,7 @@ fn rfc3339(ms: i64) -> String {
 
 /// A time parameter: RFC 3339 (any offset), or unix seconds. Times before 1970
 /// count as 1970.
-fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
+pub fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
     let bad = || {
         ApiError::BadRequest(format!(
             "{name}: {v:?} is not a time; use RFC 3339 (2026-11-21T10:00:00Z) or unix seconds"
@@ -490,14 +526,14 @@ fn is_sensitive(name: &str, signature_header: &str) -> bool {
 }
 
 /// Parse a JSON object body into `T` (serde would also take an array for a struct).
-fn json_object<T: serde::de::DeserializeOwned>(body: &[u8]) -> Option<T> {
+pub(super) fn json_object<T: serde::de::DeserializeOwned>(body: &[u8]) -> Option<T> {
     match serde_json::from_slice::<serde_json::Value>(body).ok()? {
         v @ serde_json::Value::Object(_) => serde_json::from_value(v).ok(),
         _ => None,
     }
 }
 
-fn query_map(raw: Option<String>) -> HashMap<String, String> {
+pub(super) fn query_map(raw: Option<String>) -> HashMap<String, String> {
     form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
         .into_owned()
         .collect()

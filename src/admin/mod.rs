@@ -1,6 +1,7 @@
 //! The admin API on its own listener: the router, the bearer-token check, the guard
 //! around the whole listener, and the state the handlers share. The handlers live in
-//! `entries` (inspect, replay, discard) and `sources` (pause and resume sources and
+//! `entries` (inspect, replay, discard), `dead_letters` (dead deliveries grouped by
+//! failure, and a group's paced replay) and `sources` (pause and resume sources and
 //! routes, stats);
 //! their wire types in [`dto`], which is all the CLI uses of this module.
 //!
@@ -19,6 +20,7 @@
 //! `/console/` the guard lets through an `Origin` equal to the request's loopback
 //! `Host`, and form bodies, which the console checks itself (form token, origin).
 
+mod dead_letters;
 pub mod dto;
 mod entries;
 mod sources;
@@ -42,7 +44,11 @@ use crate::config::Secret;
 use crate::error::{ApiError, Refusal};
 use crate::store::Store;
 
-pub use entries::{BULK_REPLAY_MAX, DEFAULT_LIMIT};
+pub use dead_letters::{GROUPED_MAX, dead_letter_groups, failure_of, replay_group};
+pub use entries::{
+    BULK_REPLAY_MAX, DEFAULT_LIMIT, MAX_NOTE_BYTES, discard_entry, entry_detail, parse_time,
+    replay_entry, replay_paced, rfc3339,
+};
 pub use sources::{current_stats, set_paused, source_states};
 
 /// The OpenAPI document of this API (kept in the repository, served as is).
@@ -126,6 +132,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/admin/entries/{id}/replay", post(entries::replay))
         .route("/admin/entries/{id}/discard", post(entries::discard))
         .route("/admin/replay", post(entries::bulk_replay))
+        .route("/admin/dead-letters", get(dead_letters::list))
+        .route("/admin/dead-letters/replay", post(dead_letters::replay))
         .route("/admin/sources", get(sources::list))
         .route("/admin/sources/{name}/pause", post(sources::pause))
         .route("/admin/sources/{name}/resume", post(sources::resume))

@@ -12,6 +12,14 @@ const CSS: &str = include_str!("assets/console.css");
 pub const ICON_PATH: &str = "/console/assets/icon.svg";
 const ICON: &str = include_str!("assets/icon.svg");
 
+/// The pages' one script: Copy buttons and live mode. Every page works without it.
+pub const SCRIPT_PATH: &str = "/console/assets/console.js";
+const SCRIPT: &str = include_str!("assets/console.js");
+
+pub async fn script() -> Response {
+    asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
 pub async fn css() -> Response {
     asset("text/css; charset=utf-8", CSS)
 }

@@ -19,9 +19,14 @@
 //! only the console's own same-origin requests to `/console/…`.
 
 mod assets;
+mod chart;
 mod cross_site;
+mod dead_letters;
+mod entries;
+mod entry;
 mod error;
 mod form;
+mod format;
 mod headers;
 mod login;
 mod overview;
@@ -62,7 +67,22 @@ pub struct ConsoleState {
     /// What the Sources page shows of the configured sources (no secrets), in
     /// configuration order.
     sources: Vec<SourceView>,
+    /// This process's circuit breaker of a (source, route): the overview shows it.
+    breakers: BreakerStates,
 }
+
+/// A route's circuit breaker, as the overview shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerView {
+    Closed,
+    HalfOpen,
+    Open,
+}
+
+/// The state of the breaker of `route` of `source` in this process, asked as the
+/// overview renders (`app` answers it from the forwarder's routes; the console does
+/// not reach into the forwarder).
+pub type BreakerStates = Arc<dyn Fn(&str, &str) -> Option<BreakerView> + Send + Sync>;
 
 /// How a browser is recognised.
 enum Auth {
@@ -88,6 +108,7 @@ impl ConsoleState {
         admin: Arc<AdminState>,
         token: Option<&Secret>,
         sources: Vec<SourceView>,
+        breakers: BreakerStates,
     ) -> Result<ConsoleState, SetupError> {
         let auth = match token {
             Some(t) => Auth::Token(Signer::from_token(t.expose())?),
@@ -101,6 +122,7 @@ impl ConsoleState {
             admin,
             auth,
             sources,
+            breakers,
         })
     }
 
@@ -179,6 +201,12 @@ pub fn router(state: Arc<ConsoleState>) -> Router {
     let pages = Router::new()
         .route("/", get(overview::show))
         .route("/logout", post(login::logout))
+        .route("/entries", get(entries::show))
+        .route("/entries/live", get(entries::live))
+        .route("/entries/{id}", get(entry::show))
+        .route("/entries/{id}/{action}", post(entry::action))
+        .route("/dead-letters", get(dead_letters::show))
+        .route("/dead-letters/replay", post(dead_letters::replay))
         .route("/sources", get(sources::show))
         .route("/sources/{name}/{action}", post(sources::source_action))
         .route(
@@ -195,6 +223,7 @@ pub fn router(state: Arc<ConsoleState>) -> Router {
         .route("/login", get(login::form).post(login::submit))
         .route("/assets/console.css", get(assets::css))
         .route("/assets/icon.svg", get(assets::icon))
+        .route("/assets/console.js", get(assets::script))
         .method_not_allowed_fallback(|| async { ConsoleError::MethodNotAllowed })
         .fallback(|| async { ConsoleError::NotFound })
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))

@@ -3,17 +3,19 @@
 //! arrived, what waits and since when, what was delivered, what died, what is paused
 //! and which ordering keys are blocked.
 
-use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
-
 use axum::Extension;
 use axum::extract::State;
 use axum::response::Response;
 use maud::{Markup, html};
+use std::collections::HashMap;
+use std::sync::Arc;
 
+use super::chart;
+use super::format::{age, count, time as as_of};
 use super::page::{self, Nav};
-use super::{ConsoleError, ConsoleState, Visitor};
+use super::{BreakerView, ConsoleError, ConsoleState, Visitor};
 use crate::admin::dto::{RouteStats, SourceStats, Stats};
+use crate::store::MinuteActivity;
 
 pub async fn show(
     State(console): State<Arc<ConsoleState>>,
@@ -21,16 +23,41 @@ pub async fn show(
 ) -> Result<Response, ConsoleError> {
     let stats = crate::admin::current_stats(&console.admin).await?;
     let now_ms = console.admin.clock.now_ms();
+    let breakers: Breakers = stats
+        .sources
+        .iter()
+        .flat_map(|s| {
+            s.routes
+                .iter()
+                .map(move |r| (s.source.clone(), r.route.clone()))
+        })
+        .filter_map(|(s, r)| (console.breakers)(&s, &r).map(|b| ((s, r), b)))
+        .collect();
+    let mut activity = HashMap::new();
+    for s in &stats.sources {
+        let minutes = console
+            .admin
+            .store
+            .activity(&s.source, now_ms - chart::WINDOW_MS, now_ms + 60_000)
+            .await?;
+        activity.insert(s.source.clone(), minutes);
+    }
     let chrome = console.chrome(&visitor, Nav::Overview);
     Ok(page::html(page::page(
         "Overview",
         &chrome,
-        render(&stats, now_ms),
+        render(&stats, &breakers, &activity, now_ms),
     )))
 }
 
-/// The page's content for `stats`, read at `now_ms`.
-fn render(stats: &Stats, now_ms: i64) -> Markup {
+/// Each source's activity per minute, for its charts.
+type Activity = HashMap<String, Vec<MinuteActivity>>;
+
+/// This process's circuit breaker state of each (source, route).
+type Breakers = HashMap<(String, String), BreakerView>;
+
+/// The page's content for `stats` and `breakers`, read at `now_ms`.
+fn render(stats: &Stats, breakers: &Breakers, activity: &Activity, now_ms: i64) -> Markup {
     let sum = |f: fn(&SourceStats) -> u64| stats.sources.iter().map(f).sum::<u64>();
     // Deliveries, not entries: an entry with one route dead and one delivered is
     // `dead` as a whole, and the tiles should add up to the routes' rows.
@@ -87,12 +114,18 @@ fn render(stats: &Stats, now_ms: i64) -> Markup {
             }
         }
         @for (i, s) in stats.sources.iter().enumerate() {
-            (source(i, s))
+            (source(i, s, breakers, activity.get(&s.source).map_or(&[][..], Vec::as_slice), now_ms))
         }
     }
 }
 
-fn source(i: usize, s: &SourceStats) -> Markup {
+fn source(
+    i: usize,
+    s: &SourceStats,
+    breakers: &Breakers,
+    minutes: &[MinuteActivity],
+    now_ms: i64,
+) -> Markup {
     let heading = format!("source-{i}");
     html! {
         section.card.source aria-labelledby=(heading) {
@@ -113,6 +146,7 @@ fn source(i: usize, s: &SourceStats) -> Markup {
                         tr {
                             th scope="col" { "Route" }
                             th scope="col" { "State" }
+                            th scope="col" { "Breaker" }
                             th.num scope="col" { "Pending" }
                             th.num scope="col" { "Oldest pending" }
                             th.num scope="col" { "Delivered" }
@@ -126,6 +160,9 @@ fn source(i: usize, s: &SourceStats) -> Markup {
                             tr {
                                 th scope="row" { (r.route) }
                                 td data-label="State" { (state(r.paused || s.paused, "route")) }
+                                td data-label="Breaker" {
+                                    (breaker(breakers.get(&(s.source.clone(), r.route.clone())).copied()))
+                                }
                                 (num("Pending", r.pending, Tone::Warn))
                                 td.num.warn[r.oldest_pending_age_seconds.is_some()] data-label="Oldest pending" {
                                     (age(r.oldest_pending_age_seconds))
@@ -141,6 +178,7 @@ fn source(i: usize, s: &SourceStats) -> Markup {
                         tr {
                             th scope="row" { "Entries" span.muted { " (all routes)" } }
                             td data-label="State" {}
+                            td data-label="Breaker" {}
                             (num("Pending", s.pending, Tone::Warn))
                             td.num.warn[s.oldest_pending_age_seconds.is_some()] data-label="Oldest pending" {
                                 (age(s.oldest_pending_age_seconds))
@@ -153,6 +191,7 @@ fn source(i: usize, s: &SourceStats) -> Markup {
                     }
                 }
             }
+            (chart::charts(i, minutes, now_ms))
         }
     }
 }
@@ -198,6 +237,18 @@ fn num(label: &str, n: u64, tone: Tone) -> Markup {
     }
 }
 
+/// A route's circuit breaker, as this process sees it.
+fn breaker(state: Option<BreakerView>) -> Markup {
+    html! {
+        @match state {
+            Some(BreakerView::Closed) => span.badge.active title="Deliveries go out" { "Closed" },
+            Some(BreakerView::HalfOpen) => span.badge.paused title="One probe tests the destination" { "Half-open" },
+            Some(BreakerView::Open) => span.badge.status-dead title="The destination failed repeatedly: deliveries wait for the cooldown" { "Open" },
+            None => span.muted { "—" },
+        }
+    }
+}
+
 /// The state badge of a source or route.
 fn state(paused: bool, what: &str) -> Markup {
     html! {
@@ -209,56 +260,9 @@ fn state(paused: bool, what: &str) -> Markup {
     }
 }
 
-/// `1234567` as `1,234,567`.
-fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// An age in seconds, to the two largest units (`—` for none).
-fn age(secs: Option<u64>) -> String {
-    let Some(s) = secs else {
-        return "—".to_string();
-    };
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min {} s", s / 60, s % 60),
-        3600..86400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d {} h", s / 86400, s % 86400 / 3600),
-    }
-}
-
-/// `now_ms` as a `<time>` in UTC.
-fn as_of(now_ms: i64) -> Markup {
-    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(now_ms).unwrap_or(0));
-    let stamp = humantime::format_rfc3339_seconds(at).to_string();
-    let shown = stamp.replace('T', " ").replace('Z', " UTC");
-    html! { time datetime=(stamp) { (shown) } }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_and_ages_read_well() {
-        assert_eq!(count(0), "0");
-        assert_eq!(count(999), "999");
-        assert_eq!(count(1000), "1,000");
-        assert_eq!(count(1_234_567), "1,234,567");
-        assert_eq!(age(None), "—");
-        assert_eq!(age(Some(42)), "42 s");
-        assert_eq!(age(Some(3 * 60 + 5)), "3 min 5 s");
-        assert_eq!(age(Some(2 * 3600 + 61)), "2 h 1 min");
-        assert_eq!(age(Some(3 * 86400 + 7200)), "3 d 2 h");
-    }
 
     #[test]
     fn names_are_escaped() {
@@ -288,7 +292,13 @@ mod tests {
                 }],
             }],
         };
-        let html = render(&stats, 1_800_000_000_000).into_string();
+        let html = render(
+            &stats,
+            &Breakers::new(),
+            &Activity::new(),
+            1_800_000_000_000,
+        )
+        .into_string();
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     }

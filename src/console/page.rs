@@ -14,8 +14,18 @@ use super::cross_site::FORM_TOKEN_FIELD;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nav {
     Overview,
+    Entries,
+    DeadLetters,
     Sources,
 }
+
+/// The navigation's links, in order.
+const NAV: [(Nav, &str, &str); 4] = [
+    (Nav::Overview, "/console/", "Overview"),
+    (Nav::Entries, "/console/entries", "Entries"),
+    (Nav::DeadLetters, "/console/dead-letters", "Dead letters"),
+    (Nav::Sources, "/console/sources", "Sources"),
+];
 
 /// What the top bar shows for the visitor: a logout button with its form token when
 /// they are logged in (no button on a console without a token).
@@ -40,15 +50,12 @@ pub fn page(title: &str, chrome: &Chrome, content: Markup) -> Markup {
                     }
                     nav aria-label="Console" {
                         ul {
-                            li {
-                                a href="/console/"
-                                  aria-current=[(chrome.current == Some(Nav::Overview)).then_some("page")]
-                                  { "Overview" }
-                            }
-                            li {
-                                a href="/console/sources"
-                                  aria-current=[(chrome.current == Some(Nav::Sources)).then_some("page")]
-                                  { "Sources" }
+                            @for (nav, href, label) in NAV {
+                                li {
+                                    a href=(href)
+                                      aria-current=[(chrome.current == Some(nav)).then_some("page")]
+                                      { (label) }
+                                }
                             }
                         }
                     }
@@ -89,6 +96,7 @@ fn head(title: &str) -> Markup {
             title { (title) " · hookgate console" }
             link rel="icon" href=(assets::ICON_PATH) type="image/svg+xml";
             link rel="stylesheet" href=(assets::CSS_PATH);
+            script src=(assets::SCRIPT_PATH) defer {}
         }
     }
 }

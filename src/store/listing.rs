@@ -20,6 +20,8 @@ pub struct ListQuery {
     pub route: Option<String>,
     pub status: Option<Status>,
     pub event_type: Option<String>,
+    /// Only the entry (or entries) with this event id, exactly.
+    pub event_id: Option<String>,
     /// Received at or after (unix ms).
     pub since: Option<i64>,
     /// Received before (unix ms).
@@ -42,6 +44,22 @@ pub struct ListedEntry {
     pub attempts: u32,
     /// Unix milliseconds of the next delivery attempt, while pending.
     pub next_attempt_at: Option<i64>,
+    pub last_error: Option<String>,
+}
+
+/// A dead delivery, as the dead-letter view shows it: no header, no body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The entry's id.
+    pub id: String,
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    pub received_at: i64,
+    /// When the delivery went dead (unix ms).
+    pub dead_at: i64,
+    /// The delivery's attempts.
+    pub attempts: u32,
+    /// The delivery's last error (the dead letter's reason).
     pub last_error: Option<String>,
 }
 
@@ -104,5 +122,24 @@ impl IdPage {
             false => None,
         };
         IdPage { ids, next_cursor }
+    }
+}
+
+impl ListQuery {
+    /// Whether `e` passes the filters that only the entry itself can answer (event
+    /// type and event id); the indexes answer the others.
+    pub(crate) fn matches_inside(&self, e: &ListedEntry) -> bool {
+        self.event_type
+            .as_ref()
+            .is_none_or(|t| e.event_type.as_ref() == Some(t))
+            && self
+                .event_id
+                .as_ref()
+                .is_none_or(|t| e.event_id.as_ref() == Some(t))
+    }
+
+    /// Whether a filter needs the entries read (see [`ListQuery::matches_inside`]).
+    pub(crate) fn filters_inside(&self) -> bool {
+        self.event_type.is_some() || self.event_id.is_some()
     }
 }

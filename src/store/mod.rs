@@ -11,6 +11,7 @@
 //! `Arc<dyn Store>`. Both backends pass the same conformance suite
 //! (`tests/it/conformance.rs`).
 
+mod activity;
 mod entry;
 mod error;
 mod headers;
@@ -30,13 +31,14 @@ use crate::clock::Clock;
 use crate::config::StoreConfig;
 pub use crate::config::{DEFAULT_ROUTE, valid_route_name};
 
+pub use activity::{ACTIVITY_RETENTION, MinuteActivity};
 pub use entry::{
     Accepted, Attempt, Delivery, DeliveryOrder, Entry, Header, MAX_ORDER_KEY, NewEntry, Retention,
     RouteOrder, Status,
 };
 pub use error::{Backend, Cause, StoreError};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
-pub use listing::{IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
+pub use listing::{DeadLetter, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
 pub use readiness::Readiness;
 
 /// The audit action recorded when a dead head of an ordered line lets the next go.
@@ -418,6 +420,28 @@ pub trait Store: Send + Sync + 'static {
 
     /// The audit trail of an entry, oldest first.
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError>;
+
+    /// The dead deliveries through `route` of `source`, newest entry first, at most
+    /// `limit`; no header or body is read.
+    async fn dead_letters(
+        &self,
+        source: &str,
+        route: &str,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, StoreError>;
+
+    /// The activity of `source` per minute, for the minutes starting in `[since,
+    /// until)` (unix ms), oldest first; minutes with nothing are left out. A new
+    /// entry counts as received in the minute of its `received_at` (a duplicate does
+    /// not); an applied completion counts in the minute of its `now`: delivered, or
+    /// failed (a retry, or a dead letter with an attempt). Each count is written
+    /// atomically with what it counts, and kept for [`ACTIVITY_RETENTION`].
+    async fn activity(
+        &self,
+        source: &str,
+        since: i64,
+        until: i64,
+    ) -> Result<Vec<MinuteActivity>, StoreError>;
 
     /// Add `n` to the count of requests that failed verification.
     async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError>;

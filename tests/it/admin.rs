@@ -492,6 +492,8 @@ async fn the_server_and_its_openapi_document_agree() {
         ("POST", "/admin/entries/{id}/replay"),
         ("POST", "/admin/entries/{id}/discard"),
         ("POST", "/admin/replay"),
+        ("GET", "/admin/dead-letters"),
+        ("POST", "/admin/dead-letters/replay"),
         ("GET", "/admin/sources"),
         ("POST", "/admin/sources/{name}/pause"),
         ("POST", "/admin/sources/{name}/resume"),
@@ -582,6 +584,28 @@ async fn the_server_and_its_openapi_document_agree() {
             "POST",
             "/admin/replay".into(),
             Some(json!({"source": "oa", "route": "default"})),
+        ),
+        ("GET", "/admin/dead-letters".into(), None),
+        (
+            "GET",
+            "/admin/dead-letters?source=oa&route=default".into(),
+            None,
+        ),
+        ("GET", "/admin/dead-letters?source=nope".into(), None),
+        (
+            "POST",
+            "/admin/dead-letters/replay".into(),
+            Some(json!({"source": "oa", "route": "default", "failure": "HTTP 404"})),
+        ),
+        (
+            "POST",
+            "/admin/dead-letters/replay".into(),
+            Some(json!({"source": "oa", "route": "nope", "failure": "HTTP 404"})),
+        ),
+        (
+            "POST",
+            "/admin/dead-letters/replay".into(),
+            Some(json!({"source": "oa"})),
         ),
         ("GET", "/admin/stats".into(), None),
     ];

@@ -4,260 +4,14 @@
 //! browser, and screenshots of each page under `target/console-screenshots/`. Plain
 //! HTTP checks the rest: form tokens, the security headers, the redirects.
 
-use std::os::unix::process::CommandExt as _;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::{Value, json};
+use fantoccini::Locator;
 
 use crate::admin::{Admin, TOKEN, admin_config};
+use crate::browser::{Browser, WAIT, other_site};
 use crate::upstream::{Reply, Upstream};
 use crate::util::*;
 
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
-const WAIT: Duration = Duration::from_secs(20);
-
-/// Headless Chromium behind a private chromedriver on an ephemeral port; both end
-/// with it.
-struct Browser {
-    client: Client,
-    driver: Child,
-    /// chromedriver's port and the session's id: ending the session ends Chromium,
-    /// which runs outside chromedriver's process group.
-    port: u16,
-    session: String,
-    /// Chromium's profile, removed at the end.
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    async fn start() -> Browser {
-        let binary = |name: &str, package: &str| -> PathBuf {
-            let p = PathBuf::from("/usr/bin").join(name);
-            assert!(
-                p.exists(),
-                "{} is missing: install it with `apt-get install -y {package}` (.ci/run does)",
-                p.display()
-            );
-            p
-        };
-        let chromedriver = binary("chromedriver", "chromium-driver");
-        let chromium = binary("chromium", "chromium");
-        let port = free_port();
-        // In a process group of its own, so that ending the group ends the browsers
-        // it started too, even when a test fails half-way.
-        let driver = Command::new(chromedriver)
-            .process_group(0)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
-        let url = format!("http://127.0.0.1:{port}");
-        let probe = http();
-        wait_until("chromedriver to answer", WAIT, async || {
-            probe
-                .get(format!("{url}/status"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await;
-        let profile = tempfile::tempdir().expect("a profile directory");
-        let caps = json!({
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": [
-                    "--headless=new",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--window-size=1280,800",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }
-        });
-        let Value::Object(caps) = caps else {
-            unreachable!()
-        };
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        let client = ClientBuilder::new(connector)
-            .capabilities(caps)
-            .connect(&url)
-            .await
-            .expect("a WebDriver session in headless Chromium");
-        let session = client
-            .session_id()
-            .await
-            .expect("the session id")
-            .expect("a session");
-        Browser {
-            client,
-            driver,
-            port,
-            session,
-            _profile: profile,
-        }
-    }
-
-    async fn close(mut self) {
-        let _ = self.client.clone().close().await;
-        // The session is over; drop ends chromedriver.
-        self.session.clear();
-    }
-
-    /// The path of the page the browser shows, once it is `path`.
-    async fn wait_for_path(&self, path: &str) {
-        let c = &self.client;
-        wait_until(&format!("the browser to show {path}"), WAIT, async || {
-            c.current_url().await.is_ok_and(|u| u.path() == path)
-        })
-        .await;
-    }
-
-    /// The text of the first element matching `css`, once there is one.
-    async fn text_of(&self, css: &str) -> String {
-        self.client
-            .wait()
-            .at_most(WAIT)
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
-            .text()
-            .await
-            .expect("element text")
-    }
-
-    /// The `value` of the first element matching `css`.
-    async fn value_of(&self, css: &str) -> String {
-        self.client
-            .wait()
-            .at_most(WAIT)
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
-            .attr("value")
-            .await
-            .expect("attribute")
-            .unwrap_or_default()
-    }
-
-    /// Click the button named `name` (as a screen reader would find it).
-    async fn click_button(&self, name: &str) {
-        self.client
-            .find(Locator::XPath(&format!(
-                "//button[normalize-space()='{name}']"
-            )))
-            .await
-            .unwrap_or_else(|e| panic!("no button {name:?}: {e}"))
-            .click()
-            .await
-            .expect("click");
-    }
-
-    /// Type `text` into the field labelled `label` (a real `<label for>`).
-    async fn fill(&self, label: &str, text: &str) {
-        let id = self
-            .client
-            .find(Locator::XPath(&format!(
-                "//label[normalize-space()='{label}']"
-            )))
-            .await
-            .unwrap_or_else(|e| panic!("no label {label:?}: {e}"))
-            .attr("for")
-            .await
-            .expect("attribute")
-            .unwrap_or_else(|| panic!("label {label:?} names no field"));
-        let field = self
-            .client
-            .find(Locator::Id(&id))
-            .await
-            .expect("the labelled field");
-        field.clear().await.expect("clear");
-        field.send_keys(text).await.expect("type");
-    }
-
-    /// Make the page's viewport `width`×`height` CSS pixels: the window is larger by
-    /// its frame (a headless window has one too), and a narrow window keeps a
-    /// minimum width, so the window is corrected until the viewport is right.
-    async fn viewport(&self, width: u32, height: u32) {
-        let c = &self.client;
-        wait_until(&format!("a {width}x{height} viewport"), WAIT, async || {
-            let Ok(got) = c
-                .execute(
-                    "return [window.innerWidth, window.innerHeight, window.outerWidth, window.outerHeight];",
-                    vec![],
-                )
-                .await
-            else {
-                return false;
-            };
-            let n = |i: usize| got[i].as_i64().unwrap_or(0);
-            if (n(0), n(1)) == (i64::from(width), i64::from(height)) {
-                return true;
-            }
-            let outer = |i: usize, want: u32| (n(i + 2) + i64::from(want) - n(i)).max(1) as u32;
-            let _ = c.set_window_size(outer(0, width), outer(1, height)).await;
-            false
-        })
-        .await;
-    }
-
-    /// Save what the browser shows as `target/console-screenshots/{name}.png`.
-    async fn screenshot(&self, name: &str) {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
-        std::fs::create_dir_all(&dir).expect("screenshot dir");
-        let png = self.client.screenshot().await.expect("screenshot");
-        std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        // A test that failed half-way never reached `close`: end the session here
-        // (blocking, as a drop must), which quits Chromium. After `close` it is gone
-        // already and chromedriver says so.
-        use std::io::{Read as _, Write as _};
-        if !self.session.is_empty()
-            && let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port))
-        {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-            let req = format!(
-                "DELETE /session/{} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\nconnection: close\r\n\r\n",
-                self.session, self.port
-            );
-            if s.write_all(req.as_bytes()).is_ok() {
-                // The answer comes once Chromium has quit.
-                let _ = s.read(&mut [0u8; 64]);
-            }
-        }
-        // SAFETY: a plain kill(2) of the group whose leader is our own child.
-        if let Ok(pid) = i32::try_from(self.driver.id()) {
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-        }
-        let _ = self.driver.wait();
-    }
-}
-
-/// A page on another origin (another port of 127.0.0.1: same site, other origin)
-/// serving `html`.
-async fn other_site(html: String) -> (String, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = axum::Router::new().route(
-        "/",
-        axum::routing::get(move || {
-            let html = html.clone();
-            async move { axum::response::Html(html) }
-        }),
-    );
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, task)
-}
 
 /// Two sources with routes in every state the overview shows: delivered, dead
 /// (a 422 upstream, one attempt), pending on a paused source, duplicates and
@@ -652,6 +406,38 @@ async fn every_console_answer_carries_the_security_headers() {
         ),
         ("/console/assets/icon.svg", "", 200, Some("image/svg+xml")),
         (
+            "/console/assets/console.js",
+            "",
+            200,
+            Some("text/javascript; charset=utf-8"),
+        ),
+        ("/console/entries", "", 303, None),
+        (
+            "/console/entries?status=dead&live=1",
+            session.as_str(),
+            200,
+            Some("text/html; charset=utf-8"),
+        ),
+        (
+            "/console/entries?status=bogus",
+            session.as_str(),
+            400,
+            Some("text/html; charset=utf-8"),
+        ),
+        (
+            "/console/entries/no-such-entry",
+            session.as_str(),
+            404,
+            Some("text/html; charset=utf-8"),
+        ),
+        ("/console/dead-letters", "", 303, None),
+        (
+            "/console/dead-letters",
+            session.as_str(),
+            200,
+            Some("text/html; charset=utf-8"),
+        ),
+        (
             "/console/no-such-page",
             session.as_str(),
             404,
@@ -674,7 +460,13 @@ async fn every_console_answer_carries_the_security_headers() {
             assert_eq!(h["content-type"], ct, "{path}");
         }
         let body = resp.text().await.unwrap();
-        assert!(!body.contains("<script"), "no inline script on {path}");
+        // The one script is the console's own file, and nothing is inline.
+        let own = r#"<script src="/console/assets/console.js" defer></script>"#;
+        assert_eq!(
+            body.matches("<script").count(),
+            body.matches(own).count(),
+            "no inline script on {path}"
+        );
         assert!(!body.contains("style="), "no inline style on {path}");
     }
     gw.stop().await;
@@ -727,33 +519,6 @@ async fn without_a_token_the_console_needs_no_login_and_its_forms_still_need_the
     assert_eq!(post(Some("http://evil.example"), host, wrong).await, 403);
     assert_eq!(post(None, "evil.example", wrong).await, 403);
     gw.stop().await;
-}
-
-impl Browser {
-    /// Log in through the login form, landing on the overview.
-    async fn log_in(&self, gw: &Gateway) {
-        self.client
-            .goto(&format!("{}/console/", gw.admin))
-            .await
-            .expect("open the console");
-        self.wait_for_path("/console/login").await;
-        self.fill("Admin token", TOKEN).await;
-        self.click_button("Log in").await;
-        self.wait_for_path("/console/").await;
-    }
-
-    /// Wait until the page has a button named `name` (after a form's redirect back
-    /// to the same page, say).
-    async fn wait_for_button(&self, name: &str) {
-        self.client
-            .wait()
-            .at_most(WAIT)
-            .for_element(Locator::XPath(&format!(
-                "//button[normalize-space()='{name}']"
-            )))
-            .await
-            .unwrap_or_else(|e| panic!("no button {name:?} on the page: {e}"));
-    }
 }
 
 /// Whether the admin API says `source` (or its `route`) is paused.
@@ -1061,5 +826,79 @@ async fn the_sources_page_shows_no_secret_and_its_buttons_need_the_form_token() 
         assert_eq!(st, 303, "{path}");
     }
     assert!(nothing_paused().await);
+    gw.stop().await;
+}
+
+/// An ordered route whose head went dead with `on_dead = "block"`: the overview
+/// counts the blocked key, the entry's page shows its ordering key and that it holds
+/// the line, and the Sources page says how the route orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_ordering_keys_and_the_keys_a_dead_head_blocks() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let refusing = Upstream::scripted(|_, _| Reply::Status(422)).await;
+    let sources = format!(
+        "[[sources]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
+         [[sources.routes]]\nname = \"ledger\"\ndestination = \"{}/ledger\"\n\
+         order = {{ by = \"json:/object\", on_dead = \"block\" }}\n\
+         [sources.routes.retry]\nmax_attempts = 1\n",
+        refusing.url
+    );
+    let gw = Gateway::start(admin_config(&h, "", &sources)).await;
+    let admin = Admin::new(&gw);
+    let client = http();
+    for i in 0..3 {
+        let (st, v) = post_stripe(&client, &gw.ingest, &format!("evt_line_{i}")).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    wait_until_ok("the head to block its key", WAIT, async || {
+        let s = admin.get("/admin/stats").await;
+        let r = &s["sources"][0]["routes"][0];
+        if r["blocked_keys"] == 1 && r["dead"] == 1 && r["pending"] == 2 {
+            Ok(())
+        } else {
+            Err(s)
+        }
+    })
+    .await;
+    let web = no_redirects();
+    let session = log_in(&web, &gw.admin).await;
+    let page = async |path: &str| -> String {
+        let resp = web
+            .get(format!("{}{path}", gw.admin))
+            .header("cookie", session.as_str())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        resp.text().await.unwrap()
+    };
+    let overview = page("/console/").await;
+    assert!(
+        overview.contains(r#"<td class="num bad" data-label="Blocked keys">1</td>"#),
+        "{overview}"
+    );
+    let dead = admin.get("/admin/entries?status=dead").await;
+    let head = dead["entries"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(dead["entries"][0]["event_id"], "evt_line_0");
+    let entry = page(&format!("/console/entries/{head}")).await;
+    assert!(
+        entry.contains("<code>event</code>"),
+        "the ordering key: {entry}"
+    );
+    assert!(entry.contains("Blocks its key"), "{entry}");
+    let behind = admin.get("/admin/entries?event_id=evt_line_1").await;
+    let behind = behind["entries"][0]["id"].as_str().unwrap().to_string();
+    let waiting = page(&format!("/console/entries/{behind}")).await;
+    assert!(waiting.contains("<code>event</code>"), "{waiting}");
+    assert!(
+        !waiting.contains("Blocks its key"),
+        "only the head blocks: {waiting}"
+    );
+    let sources = page("/console/sources").await;
+    assert!(sources.contains("json:/object"), "{sources}");
+    assert!(
+        sources.contains("a dead delivery holds its key"),
+        "{sources}"
+    );
     gw.stop().await;
 }

@@ -140,7 +140,8 @@ async fn command_calls(c: &mut redis::aio::MultiplexedConnection) -> HashMap<Str
 
 /// What accepting one entry costs Redis: `SET NX` (dedupe), `HSET` (the entry),
 /// `ZADD st:pending`, and per route an `XADD` to its work stream and a `ZADD` to its
-/// pending index; `HINCRBY received` is per batch. The entry hash holds the record,
+/// pending index; `HINCRBY received` and the activity counter's `HINCRBY` (one per
+/// minute of arrival) are per batch. The entry hash holds the record,
 /// the routes, the status and one stream message per route, nothing more: every
 /// other field means its default. A filtered entry writes no message.
 #[tokio::test]
@@ -170,7 +171,7 @@ async fn accept_writes_one_message_and_one_index_entry_per_route() {
                 ran("zadd"),
                 ran("hincrby")
             ),
-            (1, 1, k, 1 + k, 1),
+            (1, 1, k, 1 + k, 2),
             "{routes:?}"
         );
         let mut fields: Vec<String> = c.hkeys(format!("hg:{{s}}:e:{id}")).await.unwrap();

@@ -29,6 +29,7 @@ use std::time::Duration;
 use super::RedisStore;
 use super::codec::entry_from_map;
 use super::conn::timed;
+use crate::store::activity::Counted;
 use crate::store::{
     AuditEvent, Claim, Completion, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status, StoreError,
     attempt_error,
@@ -291,7 +292,12 @@ impl RedisStore {
             .arg(&claim.token)
             .arg(route)
             .arg(self.key(source, ""))
-            .arg(skip_json);
+            .arg(skip_json)
+            .arg(match Counted::of(&completion) {
+                Some(Counted::Delivered) => "d",
+                Some(Counted::Failed) => "f",
+                None => "",
+            });
         let mut c = self.conn();
         let applied: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         if matches!(completion, Completion::Release { .. }) {

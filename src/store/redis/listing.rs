@@ -17,6 +17,13 @@ use crate::store::{
 
 /// Most entries one listing script call reads (each may copy a body inside Redis).
 const LISTED_BATCH: usize = 100;
+/// Most entries a listing round looks through when a filter is inside the entries
+/// (event type, event id): the script sends back only the matches, so a search that
+/// finds little reads up to this many per round, and a page about
+/// `SEARCH_ROUND × ROUNDS` before it answers with a cursor to go on from.
+const SEARCH_ROUND: usize = 500;
+/// Rounds of one listing page.
+const ROUNDS: usize = 20;
 
 impl RedisStore {
     /// Entries, newest first, filtered (see `Store::list`).
@@ -31,10 +38,16 @@ impl RedisStore {
         let mut below = q.scan_below();
         let mut entries: Vec<ListedEntry> = Vec::new();
         let mut exhausted = false;
-        // Filters that the indexes do not cover (event type) may need several rounds;
-        // a bounded number of them, then the cursor says where to go on.
-        for _ in 0..20 {
+        // Filters that the indexes do not cover (event type, event id) may need
+        // several rounds; a bounded number of them, then the cursor says where to go
+        // on. Such a search reads more per round while it finds little: four times
+        // more each round, up to `SEARCH_ROUND`.
+        let search = q.filters_inside();
+        let mut round = limit + 1;
+        for _ in 0..ROUNDS {
             let need = limit + 1 - entries.len();
+            let need = if search { need.max(round) } else { need };
+            round = (round * 4).min(SEARCH_ROUND);
             let mut ids: Vec<(String, String)> = Vec::new();
             for s in &sources {
                 for id in self
@@ -52,11 +65,8 @@ impl RedisStore {
             }
             ids.truncate(need);
             // An id whose hash is gone (purged between the two reads) is skipped.
-            for e in self.listed_many(&ids).await?.into_iter().flatten() {
-                if q.event_type
-                    .as_ref()
-                    .is_none_or(|t| e.event_type.as_ref() == Some(t))
-                {
+            for e in self.listed_many(&ids, q).await?.into_iter().flatten() {
+                if q.matches_inside(&e) {
                     entries.push(e);
                 }
             }
@@ -83,8 +93,8 @@ impl RedisStore {
 
     /// The ids `list_page` would return (see `Store::list_ids`).
     pub(super) async fn list_id_page(&self, q: &ListQuery) -> Result<IdPage, StoreError> {
-        if q.event_type.is_some() {
-            // The event type is inside the entries: the listing reads it.
+        if q.filters_inside() {
+            // The event type and id are inside the entries: the listing reads them.
             let page = self.list_page(q).await?;
             return Ok(IdPage {
                 ids: page.entries.into_iter().map(|e| e.id).collect(),
@@ -111,18 +121,23 @@ impl RedisStore {
         Ok(IdPage::from_overfetched(ids, limit))
     }
 
-    /// The listed form of entries of one source (`None` where the entry is gone).
+    /// The listed form of entries of one source (`None` where the entry is gone, or
+    /// does not match the event type and id of `q`, when it names them).
     pub(super) async fn listed(
         &self,
         source: &str,
         ids: &[String],
+        q: Option<&ListQuery>,
     ) -> Result<Vec<Option<ListedEntry>>, StoreError> {
         let mut out = Vec::with_capacity(ids.len());
+        let event_type = q.and_then(|q| q.event_type.as_deref()).unwrap_or_default();
+        let event_id = q.and_then(|q| q.event_id.as_deref()).unwrap_or_default();
         for chunk in ids.chunks(LISTED_BATCH) {
             let mut inv = self.scripts.listed.prepare_invoke();
             for id in chunk {
                 inv.key(self.key(source, &format!("e:{id}")));
             }
+            inv.arg(event_type).arg(event_id);
             let mut c = self.conn();
             let rows: Vec<Option<Vec<String>>> = self.timed(inv.invoke_async(&mut c)).await?;
             if rows.len() != chunk.len() {
@@ -149,6 +164,7 @@ impl RedisStore {
     async fn listed_many(
         &self,
         ids: &[(String, String)],
+        q: &ListQuery,
     ) -> Result<Vec<Option<ListedEntry>>, StoreError> {
         let mut by_source: HashMap<&str, Vec<(usize, String)>> = HashMap::new();
         for (i, (id, source)) in ids.iter().enumerate() {
@@ -160,7 +176,8 @@ impl RedisStore {
         let mut out: Vec<Option<ListedEntry>> = vec![None; ids.len()];
         for (source, items) in by_source {
             let just_ids: Vec<String> = items.iter().map(|(_, id)| id.clone()).collect();
-            for ((i, _), listed) in items.iter().zip(self.listed(source, &just_ids).await?) {
+            let listed = self.listed(source, &just_ids, Some(q)).await?;
+            for ((i, _), listed) in items.iter().zip(listed) {
                 out[*i] = listed;
             }
         }

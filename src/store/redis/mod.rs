@@ -8,7 +8,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `hg:{src}:e:<id>` | hash | the entry: `record`, the fields written once (source, event id and type, dedupe key, received at, headers as one JSON line, then the raw body: see `codec`); `routes`, its route names in order, comma-separated (empty: filtered); `status`, derived from its deliveries, and `updated_at`, when it reached it; per route R its delivery: `R:status`, `R:next`, `R:attempts`, `R:lease`, `R:msg` (its work-stream message), `R:budget_start`, `R:budget_attempts`, `R:last_error`. Absent means the default: pending, due at the arrival, counters 0, `budget_start` the arrival. |
+//! | `hg:{src}:e:<id>` | hash | the entry: `record`, the fields written once (source, event id and type, dedupe key, received at, headers as one JSON line, then the raw body: see `codec`); `routes`, its route names in order, comma-separated (empty: filtered); `status`, derived from its deliveries, and `updated_at`, when it reached it; per route R its delivery: `R:status`, `R:next`, `R:attempts`, `R:lease`, `R:msg` (its work-stream message), `R:budget_start`, `R:budget_attempts`, `R:last_error`, and once dead `R:dead_at`. Absent means the default: pending, due at the arrival, counters 0, `budget_start` the arrival. |
 //! | `hg:{src}:d:<dedupe key>` | string, `PX` = dedupe TTL | the id of the first entry with that key |
 //! | `hg:{src}:work:<route>` | stream, group `workers` | one message per delivery through the route to make (the forwarder's queue) |
 //! | `hg:{src}:sched:<route>` | sorted set, score = due time (ms) | deliveries through the route waiting for a retry; a half-open breaker's probe leases one there, scored at its lease end (see `delivery`) |
@@ -22,6 +22,7 @@
 //! | `hg:{src}:stats` | hash | counters: received, duplicates, unverified |
 //! | `hg:{src}:dlq` | stream | one message per delivery that went dead (id, route, reason) |
 //! | `hg:{src}:done:delivered`, `…:done:dead` | sorted set, score = when the entry reached its status | retention index: delivered and filtered entries, dead and discarded ones; an entry pending again leaves it |
+//! | `hg:{src}:act:<day>` | hash, expires 8 days after its day | per-minute activity of the source (`store::activity`) on one UTC day (days since 1970): fields `r<minute>`, `d<minute>`, `f<minute>` (minutes since 1970) count received, delivered and failed |
 //! | `hg:{src}:schema` | string | `2`: the source is in this layout (see `migrate`) |
 //! | `hg:{src}:pace:<route>` | string, `PX` while it matters | the route's next send time in µs (GCRA; `scripts/pace.lua`; a destination's `Retry-After` pushes it: `scripts/hold.lua`) |
 //! | `hg:sources` | set | every source name seen (for lookups by id) |
@@ -63,6 +64,7 @@ mod listing;
 mod migrate;
 mod preconditions;
 mod scripts;
+mod views;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,9 +80,9 @@ use self::conn::{Conn, timed};
 use self::delivery::paused_member;
 use self::scripts::Scripts;
 use super::{
-    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Controls, Entry, HousekeepingPass,
-    IdPage, ListQuery, NewEntry, Page, PauseTarget, Purged, RouteStats, SourceStats, Status, Store,
-    StoreError, Transition,
+    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Controls, DeadLetter, Entry,
+    HousekeepingPass, IdPage, ListQuery, MinuteActivity, NewEntry, Page, PauseTarget, Purged,
+    RouteStats, SourceStats, Status, Store, StoreError, Transition,
 };
 use crate::config::RedisConfig;
 
@@ -261,7 +263,7 @@ impl RedisStore {
             return Ok(None);
         };
         Ok(self
-            .listed(source, std::slice::from_ref(&id))
+            .listed(source, std::slice::from_ref(&id), None)
             .await?
             .into_iter()
             .flatten()
@@ -631,6 +633,24 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         };
         self.json_list(&source, &format!("audit:{id}")).await
+    }
+
+    async fn dead_letters(
+        &self,
+        source: &str,
+        route: &str,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.read_dead_letters(source, route, limit).await
+    }
+
+    async fn activity(
+        &self,
+        source: &str,
+        since: i64,
+        until: i64,
+    ) -> Result<Vec<MinuteActivity>, StoreError> {
+        self.read_activity(source, since, until).await
     }
 
     async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError> {

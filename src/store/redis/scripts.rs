@@ -41,6 +41,8 @@ pub(super) struct Scripts {
     pub transition: Script,
     /// What a listing shows of entries, without their bodies.
     pub listed: Script,
+    /// What the dead-letter view shows of a route's dead deliveries.
+    pub dead_letters: Script,
     /// Take the next send slot of a paced route.
     pub pace: Script,
     /// Hold the send slots of a paced route until a time.
@@ -79,6 +81,7 @@ impl Scripts {
                 "{PRELUDE}\n{}",
                 include_str!("scripts/listed.lua")
             )),
+            dead_letters: Script::new(include_str!("scripts/dead_letters.lua")),
             pace: plain(include_str!("scripts/pace.lua")),
             hold: plain(include_str!("scripts/hold.lua")),
             migrate_queues: Script::new(include_str!("scripts/migrate_queues.lua")),

@@ -9,7 +9,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::queries::load_entry;
+use super::queries::{bump_activity, load_entry};
+use crate::store::activity::{Counted, minute_of};
 use crate::store::{
     Attempt, Claim, Completion, Delivery, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE,
     Status, StoreError, Transition, attempt_error,
@@ -285,6 +286,7 @@ fn insert_attempt(conn: &Connection, id: &str, route: &str, a: &Attempt) -> Resu
 /// applied: the delivery through `route` is pending and leased to `token`.
 pub(super) fn complete(
     conn: &Connection,
+    source: &str,
     id: &str,
     route: &str,
     token: &str,
@@ -338,6 +340,13 @@ pub(super) fn complete(
             insert_attempt(conn, id, route, a)?;
         }
         refresh_entry(conn, id, now)?;
+    }
+    if applied && let Some(counted) = Counted::of(completion) {
+        let column = match counted {
+            Counted::Delivered => "delivered",
+            Counted::Failed => "failed",
+        };
+        bump_activity(conn, source, minute_of(now), column)?;
     }
     // A dead head of an ordered line that lets the next one go says so.
     if applied && matches!(completion, Completion::Dead { .. }) {

@@ -32,9 +32,10 @@ use self::space::DiskSpace;
 use self::writer::{Syncing, Writer};
 use super::pace::{self, ceil_ms};
 use super::{
-    Accepted, Attempt, AuditEvent, Backend, Claim, Completion, Control, Controls, Entry,
-    HousekeepingPass, IdPage, ListQuery, MAX_PAGE, NewEntry, Page, PauseTarget, Purged, RouteStats,
-    SourceStats, Status, Store, StoreError, Transition, encode_headers,
+    Accepted, Attempt, AuditEvent, Backend, Claim, Completion, Control, Controls, DeadLetter,
+    Entry, HousekeepingPass, IdPage, ListQuery, MAX_PAGE, MinuteActivity, NewEntry, Page,
+    PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError, Transition,
+    encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::EmbeddedConfig;
@@ -329,12 +330,13 @@ impl Store for SqliteStore {
         completion: Completion,
         now: i64,
     ) -> Result<bool, StoreError> {
+        let source = claim.entry.source.clone();
         let id = claim.entry.id.clone();
         let route = claim.delivery.route.clone();
         let token = claim.token.clone();
         let notify = matches!(completion, Completion::Release { .. });
         self.write_answered_at_commit(notify, move |conn, _| {
-            delivery::complete(conn, &id, &route, &token, &completion, now)
+            delivery::complete(conn, &source, &id, &route, &token, &completion, now)
         })
         .await
     }
@@ -440,6 +442,28 @@ impl Store for SqliteStore {
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
         let id = id.to_string();
         self.read(move |conn| queries::audit(conn, &id)).await
+    }
+
+    async fn dead_letters(
+        &self,
+        source: &str,
+        route: &str,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let (source, route) = (source.to_string(), route.to_string());
+        self.read(move |conn| queries::dead_letters(conn, &source, &route, limit))
+            .await
+    }
+
+    async fn activity(
+        &self,
+        source: &str,
+        since: i64,
+        until: i64,
+    ) -> Result<Vec<MinuteActivity>, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| queries::activity(conn, &source, since, until))
+            .await
     }
 
     async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError> {

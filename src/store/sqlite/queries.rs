@@ -10,9 +10,11 @@ use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::delivery::load_deliveries;
+use crate::store::activity::minute_of;
 use crate::store::{
-    Accepted, Attempt, AuditEvent, Entry, IdPage, ListQuery, ListedEntry, NewEntry, Page,
-    PauseTarget, Purged, RouteStats, SourceStats, Status, StoreError, decode_headers, id_floor,
+    ACTIVITY_RETENTION, Accepted, Attempt, AuditEvent, DeadLetter, Entry, IdPage, ListQuery,
+    ListedEntry, MinuteActivity, NewEntry, Page, PauseTarget, Purged, RouteStats, SourceStats,
+    Status, StoreError, decode_headers, id_floor,
 };
 
 /// Dedupe and store a new entry with a pending delivery per route, due at once; an
@@ -34,6 +36,7 @@ pub(super) fn apply_accept(
         return Ok(Accepted::Duplicate(id));
     }
     bump_stat(conn, &e.source, "received")?;
+    bump_activity(conn, &e.source, minute_of(e.received_at), "received")?;
     let ttl_ms = i64::try_from(e.dedupe_ttl.as_millis()).unwrap_or(i64::MAX / 2);
     conn.prepare_cached(
         "INSERT INTO dedupe (source, dkey, entry_id, expires_at) VALUES (?1, ?2, ?3, ?4)
@@ -190,6 +193,9 @@ fn list_sql(q: &ListQuery, columns: &str, limit: usize) -> (String, Vec<rusqlite
     if let Some(t) = &q.event_type {
         sql.push_str(&format!(" AND e.event_type = {}", arg(t.clone().into())));
     }
+    if let Some(t) = &q.event_id {
+        sql.push_str(&format!(" AND e.event_id = {}", arg(t.clone().into())));
+    }
     if let Some(since) = q.since {
         sql.push_str(&format!(" AND {id} >= {}", arg(id_floor(since).into())));
     }
@@ -198,6 +204,83 @@ fn list_sql(q: &ListQuery, columns: &str, limit: usize) -> (String, Vec<rusqlite
     }
     sql.push_str(&format!(" ORDER BY {id} DESC LIMIT {}", limit + 1));
     (sql, args)
+}
+
+/// Add one to `column` (`received`, `delivered` or `failed`) of `source`'s
+/// activity in `minute`.
+pub(super) fn bump_activity(
+    conn: &Connection,
+    source: &str,
+    minute: i64,
+    column: &'static str,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(&format!(
+        "INSERT INTO activity (source, minute, {column}) VALUES (?1, ?2, 1)
+         ON CONFLICT(source, minute) DO UPDATE SET {column} = {column} + 1"
+    ))?
+    .execute(params![source, minute])?;
+    Ok(())
+}
+
+/// `source`'s activity in the minutes starting in `[since, until)` (`Store::activity`).
+pub(super) fn activity(
+    conn: &Connection,
+    source: &str,
+    since: i64,
+    until: i64,
+) -> Result<Vec<MinuteActivity>, StoreError> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT minute, received, delivered, failed FROM activity
+             WHERE source = ?1 AND minute >= ?2 AND minute < ?3 ORDER BY minute",
+        )?
+        .query_map(params![source, since, until], |r| {
+            let n = |i| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
+            Ok(MinuteActivity {
+                minute: r.get(0)?,
+                received: n(1)?,
+                delivered: n(2)?,
+                failed: n(3)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// The dead deliveries of `route` of `source`, newest entry first
+/// (`Store::dead_letters`): the route index in entry id order, and each entry's row
+/// by its key, never its headers or body.
+pub(super) fn dead_letters(
+    conn: &Connection,
+    source: &str,
+    route: &str,
+    limit: usize,
+) -> Result<Vec<DeadLetter>, StoreError> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT d.entry_id, e.event_id, e.event_type, e.received_at, d.updated_at,
+                    d.attempts, d.last_error
+             FROM deliveries d JOIN entries e ON e.id = d.entry_id
+             WHERE d.source = ?1 AND d.route = ?2 AND d.status = 'dead'
+               AND d.next_attempt_at IS NULL
+             ORDER BY d.entry_id DESC LIMIT ?3",
+        )?
+        .query_map(
+            params![source, route, i64::try_from(limit).unwrap_or(i64::MAX)],
+            |r| {
+                Ok(DeadLetter {
+                    id: r.get(0)?,
+                    event_id: r.get(1)?,
+                    event_type: r.get(2)?,
+                    received_at: r.get(3)?,
+                    dead_at: r.get(4)?,
+                    attempts: r.get(5)?,
+                    last_error: r.get(6)?,
+                })
+            },
+        )?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
 }
 
 /// Add one to a per-source counter.
@@ -395,6 +478,10 @@ pub(super) fn purge(
         conn.prepare_cached("DELETE FROM entries WHERE id = ?1")?
             .execute(params![id])?;
     }
+    let keep_from =
+        minute_of(now) - i64::try_from(ACTIVITY_RETENTION.as_millis()).unwrap_or(i64::MAX / 2);
+    conn.prepare_cached("DELETE FROM activity WHERE minute < ?1")?
+        .execute(params![keep_from])?;
     let keys = conn
         .prepare_cached(
             "DELETE FROM dedupe WHERE (source, dkey) IN

@@ -190,6 +190,22 @@ const INDEXES: &[(&str, &str)] = &[(
          WHERE status = 'pending' AND attempts > 0",
 )];
 
+/// Tables created at open when missing, outside [`MIGRATIONS`] for the reason the
+/// [`INDEXES`] are: a release that does not know one reads and writes the store as
+/// before (it only leaves the table's counts behind).
+///
+/// `activity` holds the per-minute counters of each source (`store::activity`), one
+/// row per source and minute that had any, kept for `ACTIVITY_RETENTION` (the purge
+/// removes older rows).
+const TABLES: &[&str] = &["CREATE TABLE IF NOT EXISTS activity (
+        source    TEXT NOT NULL,
+        minute    INTEGER NOT NULL,
+        received  INTEGER NOT NULL DEFAULT 0,
+        delivered INTEGER NOT NULL DEFAULT 0,
+        failed    INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (source, minute)
+    ) WITHOUT ROWID"];
+
 /// Prepared statements kept per connection: more than the store has (the listing
 /// queries vary with their filters, a few dozen shapes).
 const STATEMENT_CACHE: usize = 64;
@@ -237,7 +253,7 @@ pub(super) struct NewerSchema {
 }
 
 /// Apply the migrations the database has not seen yet, each in its own transaction,
-/// then create the [`INDEXES`] it lacks. The move to routes of a store written
+/// then create the [`TABLES`] and [`INDEXES`] it lacks. The move to routes of a store written
 /// before them is logged once, when it runs, with how many entries it moved; a new
 /// store is created silently. A store with a schema newer than [`MIGRATIONS`] is
 /// refused.
@@ -278,6 +294,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
                  route, as it was (one-way: an older hookgate cannot read the store now)"
             );
         }
+    }
+    for sql in TABLES {
+        conn.execute_batch(sql)?;
     }
     for (name, sql) in INDEXES {
         let exists: bool = conn.query_row(

@@ -11,11 +11,18 @@
 -- line's head is scheduled. Fields whose value is their default (`R:status`
 -- pending, `R:next` and `R:budget_start` the arrival, counters 0) are not written:
 -- every webhook costs Redis (and its AOF) only what it must. A filtered entry (no
--- route) ends at once (its `updated_at` absent: the arrival).
+-- route) ends at once (its `updated_at` absent: the arrival). New entries count in
+-- the activity of their minute of arrival (`hg_count`).
 local base = ARGV[1]
 local n = (#KEYS - 4) / 2
 local out = {}
 local new, dups = 0, 0
+-- New entries per minute of arrival, counted once per minute at the end.
+local minutes = {}
+local function received_in(at)
+  local m = math.floor((tonumber(at) or 0) / 60000)
+  minutes[m] = (minutes[m] or 0) + 1
+end
 local a = 2
 for i = 0, n - 1 do
   local dk, ek = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
@@ -36,6 +43,7 @@ for i = 0, n - 1 do
     redis.call('HSET', ek, 'record', record, 'routes', '', 'status', 'filtered')
     redis.call('ZADD', KEYS[3], 0, id)
     redis.call('ZADD', KEYS[4], received, id)
+    received_in(received)
     new = new + 1
     out[#out + 1] = {0, id}
   else
@@ -64,10 +72,12 @@ for i = 0, n - 1 do
       hg_line_next(base, l[1], l[2])
     end
     redis.call('ZADD', KEYS[1], 0, id)
+    received_in(received)
     new = new + 1
     out[#out + 1] = {0, id}
   end
 end
 if new > 0 then redis.call('HINCRBY', KEYS[2], 'received', new) end
+for m, c in pairs(minutes) do hg_count(base, 'r', m * 60000, c) end
 if dups > 0 then redis.call('HINCRBY', KEYS[2], 'duplicates', dups) end
 return out

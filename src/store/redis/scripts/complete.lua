@@ -2,7 +2,8 @@
 -- KEYS: entry, work:<route>, sched:<route>, attempts, dlq.
 -- ARGV: msg id ('' for a probe taken from the schedule: see probe.lua), group, new
 -- status, next_at, attempt JSON, last_error, now, entry id, reason, lease token,
--- route, key base (`hg:{src}:`), the audit JSON of a skip (see below).
+-- route, key base (`hg:{src}:`), the audit JSON of a skip (see below), the activity
+-- counter the completion moves ('d' delivered, 'f' failed, '': none).
 -- Only the holder of the delivery's current lease completes (returns 1). Anything
 -- else returns 0 and changes nothing the current holder relies on (so a retried call
 -- after a lost reply is harmless): a message claimed again by another worker after
@@ -61,6 +62,7 @@ else
   hg_route_index(base, route, id, 'pending', ARGV[3])
   if ARGV[3] == 'dead' then
     redis.call('XADD', KEYS[5], '*', 'id', id, 'route', route, 'reason', ARGV[9])
+    redis.call('HSET', KEYS[1], p .. 'dead_at', ARGV[7])
   end
   local o = redis.call('HMGET', KEYS[1], p .. 'okey', p .. 'oblock')
   if o[1] then
@@ -73,4 +75,5 @@ else
   end
 end
 hg_settle(base, KEYS[1], id, ARGV[7])
+if ARGV[14] ~= '' then hg_count(base, ARGV[14], ARGV[7], 1) end
 return 1

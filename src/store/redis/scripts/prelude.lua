@@ -102,3 +102,21 @@ local function hg_line_done(base, route, key, id)
     hg_line_next(base, route, key)
   end
 end
+
+-- Per-minute activity (`store::activity`): add `n` to counter `kind` ('r' received,
+-- 'd' delivered, 'f' failed) of the minute holding `at` (unix ms). One hash per UTC
+-- day, `act:<day>` (days since 1970), fields `<kind><minute>` (minutes since 1970);
+-- it expires `HG_ACTIVITY_MS` (`ACTIVITY_RETENTION`) after its day ends, set when a
+-- field is created (once per minute and kind, not per count).
+local HG_DAY_MS = 86400000
+local HG_ACTIVITY_MS = 691200000
+local function hg_count(base, kind, at, n)
+  local ms = tonumber(at)
+  if not ms then return end
+  local day = math.floor(ms / HG_DAY_MS)
+  local k = base .. 'act:' .. string.format('%d', day)
+  local field = kind .. string.format('%d', math.floor(ms / 60000))
+  if redis.call('HINCRBY', k, field, n) == n then
+    redis.call('PEXPIREAT', k, string.format('%d', (day + 1) * HG_DAY_MS + HG_ACTIVITY_MS))
+  end
+end

@@ -1,0 +1,564 @@
+//! An entry's page (`GET /console/entries/{id}`): what arrived (metadata, headers
+//! with credentials redacted as the API redacts them, the body: JSON indented, other
+//! text as text, binary as hex), what happened to it (each route's delivery, every
+//! attempt as a timeline, the audit trail), and the actions: **Replay** (one route
+//! or all) and **Discard** (a note is required).
+//!
+//! It shows what `GET /admin/entries/{id}` answers ([`admin::entry_detail`]) and acts
+//! through the API's own [`admin::replay_entry`] and [`admin::discard_entry`]. An
+//! action that is refused (nothing to replay, no note) shows the page again with the
+//! reason; one that succeeds redirects back to it (post/redirect/get).
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Redirect, Response};
+use base64::Engine as _;
+use maud::{Markup, html};
+
+use super::cross_site::FORM_TOKEN_FIELD;
+use super::entries::PATH as ENTRIES;
+use super::form::Form;
+use super::page::{self, Nav};
+use super::{ConsoleError, ConsoleState, Visitor, format};
+use crate::admin::{self, dto::EntryDetail};
+use crate::error::ApiError;
+use crate::store::Status;
+
+/// The most of a body the page shows; the rest is one API call away.
+const SHOWN_BODY_BYTES: usize = 256 * 1024;
+/// Who the audit trail names for an action taken in the console.
+const ACTOR: &str = "console";
+
+/// What the page says above the entry after an action.
+enum Notice {
+    Done(String),
+    Refused(String),
+}
+
+/// `GET /console/entries/{id}`.
+pub async fn show(
+    State(console): State<Arc<ConsoleState>>,
+    Extension(visitor): Extension<Visitor>,
+    id: Result<Path<String>, PathRejection>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ConsoleError> {
+    let Ok(Path(id)) = id else {
+        return Err(ConsoleError::NotFound);
+    };
+    let notice = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "done")
+        .and_then(|(_, v)| match v.as_ref() {
+            "replayed" => Some(Notice::Done(
+                "Replay queued: the deliveries are pending again.".into(),
+            )),
+            "discarded" => Some(Notice::Done(
+                "Discarded: those deliveries will never be sent.".into(),
+            )),
+            _ => None,
+        });
+    render_page(&console, &visitor, &id, notice, StatusCode::OK).await
+}
+
+async fn render_page(
+    console: &ConsoleState,
+    visitor: &Visitor,
+    id: &str,
+    notice: Option<Notice>,
+    status: StatusCode,
+) -> Result<Response, ConsoleError> {
+    let detail = match admin::entry_detail(&console.admin, id).await {
+        Ok(d) => d,
+        Err(ApiError::StoreUnavailable(cause)) => return Err(ConsoleError::Store(cause)),
+        Err(_) => return Err(ConsoleError::NotFound),
+    };
+    let token = console.form_token(visitor);
+    let chrome = console.chrome(visitor, Nav::Entries);
+    let markup = page::page("Entry", &chrome, render(&detail, notice.as_ref(), &token));
+    Ok((status, page::html(markup)).into_response())
+}
+
+/// `POST /console/entries/{id}/replay` and `…/discard`.
+pub async fn action(
+    State(console): State<Arc<ConsoleState>>,
+    Extension(visitor): Extension<Visitor>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Result<Response, ConsoleError> {
+    let Ok(Path((id, action))) = path else {
+        return Err(ConsoleError::NotFound);
+    };
+    let form = Form::parse(&headers, &body)?;
+    console.check_post(&visitor, &headers, &uri, &form)?;
+    let route = form.get("route").filter(|r| !r.is_empty());
+    let (done, result) = match action.as_str() {
+        "replay" => (
+            "replayed",
+            admin::replay_entry(&console.admin, &id, route, ACTOR)
+                .await
+                .map(|_| ()),
+        ),
+        "discard" => (
+            "discarded",
+            admin::discard_entry(
+                &console.admin,
+                &id,
+                route,
+                ACTOR,
+                form.get("note").unwrap_or_default(),
+            )
+            .await
+            .map(|_| ()),
+        ),
+        _ => return Err(ConsoleError::NotFound),
+    };
+    match result {
+        Ok(()) => Ok(Redirect::to(&format!("{ENTRIES}/{id}?done={done}")).into_response()),
+        Err(ApiError::NoSuchEntry(_)) => Err(ConsoleError::NotFound),
+        Err(ApiError::StoreUnavailable(cause)) => Err(ConsoleError::Store(cause)),
+        Err(ApiError::BadRequest(why)) => {
+            let why = match form.get("note").unwrap_or_default().trim().is_empty() {
+                true => {
+                    "A note is required to discard: say why these deliveries will never be sent."
+                        .to_string()
+                }
+                false => why,
+            };
+            let refused = Some(Notice::Refused(why));
+            render_page(&console, &visitor, &id, refused, StatusCode::BAD_REQUEST).await
+        }
+        // Nothing to replay or discard (already done, or the wrong route): say so.
+        Err(other) => {
+            let refused = Some(Notice::Refused(other.to_string()));
+            render_page(&console, &visitor, &id, refused, StatusCode::CONFLICT).await
+        }
+    }
+}
+
+fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
+    let s = &d.summary;
+    let action = format!("{ENTRIES}/{}", s.id);
+    let replayable = d.deliveries.iter().any(|x| {
+        matches!(
+            x.status,
+            Status::Dead | Status::Discarded | Status::Delivered
+        )
+    });
+    let discardable = d
+        .deliveries
+        .iter()
+        .any(|x| matches!(x.status, Status::Pending | Status::Dead));
+    html! {
+        div.page-head {
+            div {
+                p.eyebrow { a href=(ENTRIES) { "Entries" } " / " (s.source) }
+                h1 { "Entry " (format::status(s.status)) }
+            }
+        }
+        @match notice {
+            Some(Notice::Done(text)) => p.notice role="status" { (text) },
+            Some(Notice::Refused(text)) => p.alert role="alert" { (text) },
+            None => {},
+        }
+        div.detail-grid {
+            section.card aria-labelledby="meta-heading" {
+                h2 #meta-heading { "What arrived" }
+                dl.meta {
+                    div {
+                        dt { "Entry ID" }
+                        dd { code #entry-id { (s.id) } (copy("entry-id", "Copy entry ID")) }
+                    }
+                    div {
+                        dt { "Event ID" }
+                        dd {
+                            @match &s.event_id {
+                                Some(e) => { code #event-id { (e) } (copy("event-id", "Copy event ID")) },
+                                None => span.muted { "None" },
+                            }
+                        }
+                    }
+                    div { dt { "Source" } dd { (s.source) } }
+                    div {
+                        dt { "Event type" }
+                        dd { @match &s.event_type { Some(t) => code { (t) }, None => span.muted { "None" } } }
+                    }
+                    div { dt { "Received" } dd { (format::rfc3339(&s.received_at)) } }
+                    div { dt { "Attempts" } dd { (s.attempts) } }
+                }
+            }
+            section.card.actions-card aria-labelledby="actions-heading" {
+                h2 #actions-heading { "Actions" }
+                form.action-form method="post" action={ (action) "/replay" } {
+                    input type="hidden" name=(FORM_TOKEN_FIELD) value=(token);
+                    label for="replay-route" { "Replay" }
+                    div.row {
+                        (route_select("replay-route", d, "Every dead or discarded delivery"))
+                        button.primary type="submit" disabled[!replayable] { "Replay" }
+                    }
+                }
+                form.action-form method="post" action={ (action) "/discard" } {
+                    input type="hidden" name=(FORM_TOKEN_FIELD) value=(token);
+                    label for="discard-route" { "Discard" }
+                    (route_select("discard-route", d, "Every pending or dead delivery"))
+                    label for="discard-note" { "Note " span.muted { "(required: why it will never be delivered)" } }
+                    textarea #discard-note name="note" rows="2" maxlength=(admin::MAX_NOTE_BYTES) {}
+                    button.danger type="submit" disabled[!discardable] { "Discard" }
+                }
+            }
+        }
+        section.card.flush aria-labelledby="deliveries-heading" {
+            div.table-head { h2 #deliveries-heading { "Deliveries" } }
+            @if d.deliveries.is_empty() {
+                p.pad.muted { "No route's filter selected this entry: it is stored and never delivered." }
+            } @else {
+                div.table-wrap {
+                    table.deliveries {
+                        thead {
+                            tr {
+                                th scope="col" { "Route" }
+                                th scope="col" { "Status" }
+                                th.num scope="col" { "Attempts" }
+                                th scope="col" { "Next attempt" }
+                                th scope="col" { "Last error" }
+                                th scope="col" { "Ordering key" }
+                            }
+                        }
+                        tbody {
+                            @for x in &d.deliveries {
+                                tr {
+                                    th scope="row" { (x.route) }
+                                    td data-label="Status" { (format::status(x.status)) }
+                                    td.num data-label="Attempts" { (x.attempts) }
+                                    td data-label="Next attempt" {
+                                        @match &x.next_attempt_at { Some(t) => (format::rfc3339(t)), None => span.muted { "—" } }
+                                    }
+                                    td.clip data-label="Last error" {
+                                        @match &x.last_error { Some(e) => (e), None => span.muted { "—" } }
+                                    }
+                                    td data-label="Ordering key" {
+                                        @match &x.order {
+                                            Some(o) => {
+                                                code { (o.key) }
+                                                @if o.on_dead == "block" && x.status == Status::Dead {
+                                                    " " span.badge.status-dead title="A dead delivery holds its key's line until it is replayed or discarded" { "Blocks its key" }
+                                                }
+                                            },
+                                            None => span.muted { "—" },
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section.card aria-labelledby="attempts-heading" {
+            h2 #attempts-heading { "Attempts" }
+            @if d.attempt_log.is_empty() {
+                p.muted { "No attempt yet." }
+            } @else {
+                ol.timeline {
+                    @for a in &d.attempt_log {
+                        @let ok = a.error.is_none() && a.status_code.is_some_and(|c| (200..300).contains(&c));
+                        li class={ "event " (if ok { "ok" } else { "failed" }) } {
+                            span.when { (format::rfc3339(&a.at)) }
+                            span.what {
+                                strong { (a.route) " #" (a.n) }
+                                " "
+                                @match (a.status_code, &a.error) {
+                                    (_, Some(e)) => span.result { (e) },
+                                    (Some(c), None) => span.result { "HTTP " (c) },
+                                    (None, None) => span.result { "no answer" },
+                                }
+                            }
+                            span.latency { (a.latency_ms) " ms" }
+                        }
+                    }
+                }
+            }
+        }
+        section.card aria-labelledby="audit-heading" {
+            h2 #audit-heading { "Audit trail" }
+            @if d.audit.is_empty() {
+                p.muted { "No operator action yet." }
+            } @else {
+                ol.timeline.audit {
+                    @for a in &d.audit {
+                        li.event {
+                            span.when { (format::rfc3339(&a.at)) }
+                            span.what {
+                                strong { (a.action) }
+                                @if let Some(r) = &a.route { " · route " code { (r) } }
+                                " by " (a.actor)
+                                @if let Some(n) = &a.note { q.note { (n) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section.card aria-labelledby="headers-heading" {
+            h2 #headers-heading { "Headers" }
+            div.table-wrap {
+                table.headers {
+                    tbody {
+                        @for h in &d.headers {
+                            tr { th scope="row" { (h.name) } td.wrap { (h.value) } }
+                        }
+                    }
+                }
+            }
+        }
+        (body_section(d))
+    }
+}
+
+/// The body: indented when it is JSON, as text when it is other text, as hex when it
+/// is binary; at most [`SHOWN_BODY_BYTES`] of it. The Copy button copies it whole,
+/// as received (base64 for a binary body).
+fn body_section(d: &EntryDetail) -> Markup {
+    let (kind, shown, cut, len) = match d.body_encoding.as_str() {
+        "utf8" => match json_indented(&d.body) {
+            Some(pretty) => (
+                "JSON",
+                truncate(&pretty, SHOWN_BODY_BYTES),
+                pretty.len() > SHOWN_BODY_BYTES,
+                d.body.len(),
+            ),
+            None => (
+                "Text",
+                truncate(&d.body, SHOWN_BODY_BYTES),
+                d.body.len() > SHOWN_BODY_BYTES,
+                d.body.len(),
+            ),
+        },
+        _ => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(&d.body)
+                .unwrap_or_default();
+            // Hex takes four characters per byte on the page.
+            let shown = &bytes[..bytes.len().min(SHOWN_BODY_BYTES / 4)];
+            (
+                "Binary, as hex",
+                hex_dump(shown),
+                shown.len() < bytes.len(),
+                bytes.len(),
+            )
+        }
+    };
+    html! {
+        section.card aria-labelledby="body-heading" {
+            div.section-head {
+                h2 #body-heading { "Body" span.muted { " · " (kind) ", " (format::count(len as u64)) " bytes" } }
+                (copy("body-raw", "Copy body"))
+            }
+            @if cut {
+                p.muted { "The body is long: its beginning is shown. " code { "GET /admin/entries/" (d.summary.id) } " answers it whole." }
+            }
+            pre.body tabindex="0" aria-label="Body" { code { (shown) } }
+            textarea #body-raw.visually-hidden readonly tabindex="-1" aria-hidden="true" { (d.body) }
+        }
+    }
+}
+
+/// A Copy button for the text of element `target`; hidden until the page's script
+/// finds a clipboard to copy to.
+fn copy(target: &str, label: &str) -> Markup {
+    html! {
+        button.copy type="button" data-copy=(target) hidden { (label) }
+    }
+}
+
+fn route_select(id: &str, d: &EntryDetail, all: &str) -> Markup {
+    html! {
+        select id=(id) name="route" {
+            option value="" { (all) }
+            @for x in &d.deliveries {
+                option value=(x.route) { "Route " (x.route) " (" (x.status.as_str()) ")" }
+            }
+        }
+    }
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// `text` indented two spaces per level when it is JSON, keeping every token as it
+/// was written (key order, number forms, escapes); `None` when it is not JSON.
+fn json_indented(text: &str) -> Option<String> {
+    serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
+    let mut out = String::with_capacity(text.len() + text.len() / 4);
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.extend(std::iter::repeat_n("  ", depth));
+    };
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                // An empty object or array stays on one line.
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+                if matches!(chars.peek(), Some('}' | ']')) {
+                    if let Some(close) = chars.next() {
+                        out.push(close);
+                    }
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+/// `bytes` as lines of 16: offset, hex, and the printable ASCII.
+fn hex_dump(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 4 + bytes.len() / 16 * 12);
+    for (i, chunk) in bytes.chunks(16).enumerate() {
+        let _ = write!(out, "{:08x}  ", i * 16);
+        for j in 0..16 {
+            match chunk.get(j) {
+                Some(b) => {
+                    let _ = write!(out, "{b:02x} ");
+                }
+                None => out.push_str("   "),
+            }
+            if j == 7 {
+                out.push(' ');
+            }
+        }
+        out.push(' ');
+        out.extend(chunk.iter().map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                char::from(b)
+            } else {
+                '.'
+            }
+        }));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_indented_token_for_token() {
+        let text = r#"{"b":1.50,"a":[1, {"x":"a,b{c}\"d"}],"e":{},"f":[ ]}"#;
+        let pretty = json_indented(text).unwrap();
+        assert_eq!(
+            pretty,
+            "{\n  \"b\": 1.50,\n  \"a\": [\n    1,\n    {\n      \"x\": \"a,b{c}\\\"d\"\n    }\n  ],\n  \"e\": {},\n  \"f\": []\n}"
+        );
+        assert_eq!(json_indented("not json"), None);
+        assert_eq!(json_indented("{\"a\":1"), None);
+    }
+
+    #[test]
+    fn binary_reads_as_hex() {
+        let dump = hex_dump(b"\x00\x01hello, world!\xff\xfe\x7f");
+        assert!(
+            dump.starts_with("00000000  00 01 68 65 6c 6c 6f 2c  20 77 6f 72 6c 64 21 ff"),
+            "{dump}"
+        );
+        assert!(dump.contains("..hello, world!."), "{dump}");
+        assert!(dump.contains("\n00000010  fe 7f"), "{dump}");
+    }
+
+    fn detail(encoding: &str, body: &str) -> EntryDetail {
+        use crate::admin::dto::{EntrySummary, Header};
+        EntryDetail {
+            summary: EntrySummary {
+                id: "01a2".into(),
+                source: "s".into(),
+                event_id: Some("<b>evt</b>".into()),
+                event_type: None,
+                received_at: "2026-11-24T10:00:00.000Z".into(),
+                status: Status::Dead,
+                attempts: 1,
+                next_attempt_at: None,
+                last_error: None,
+            },
+            headers: vec![Header {
+                name: "x-note".into(),
+                value: "</textarea><script>x()</script>".into(),
+            }],
+            body_encoding: encoding.into(),
+            body: body.into(),
+            deliveries: Vec::new(),
+            attempt_log: Vec::new(),
+            audit: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_binary_body_shows_as_hex_and_text_is_escaped() {
+        let html = render(&detail("base64", "AAFoaf8="), None, "t").into_string();
+        assert!(html.contains("Binary, as hex, 5 bytes"), "{html}");
+        assert!(html.contains("00000000  00 01 68 69 ff"), "{html}");
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(!html.contains("<b>evt"), "{html}");
+        assert!(html.contains("&lt;/textarea&gt;&lt;script&gt;"), "{html}");
+        let html = render(&detail("utf8", "{\"a\":[1]}"), None, "t").into_string();
+        assert!(html.contains("JSON, 9 bytes"), "{html}");
+    }
+
+    #[test]
+    fn long_text_is_cut_on_a_character() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("héllo", 3), "hé");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
+}
