@@ -19,8 +19,10 @@
 //!
 //! Modules: [`load`] (requests and the two loops), [`procs`] (baseline, gateway and
 //! Redis processes), [`sink`] (the forward scenarios' destination), [`measure`] (CPU,
-//! disk, medians) and [`scenarios`] (one function per scenario).
+//! disk, medians), [`scenarios`] (one function per scenario) and [`console`] (the
+//! console's pages with a large store behind them).
 
+mod console;
 mod load;
 mod measure;
 mod procs;
@@ -41,6 +43,7 @@ const SCENARIOS: &[&str] = &[
     "forward-drain",
     "forward-e2e",
     "recovery",
+    "console",
 ];
 
 const SECRET: &str = "whsec_bench_secret";
@@ -134,6 +137,10 @@ fn main() {
                 "forward-drain" => forward_drain(&mut report, settings).await,
                 "forward-e2e" => forward_e2e(&mut report, settings).await,
                 "recovery" => recovery(&mut report, settings).await,
+                "console" => {
+                    console::console(&mut report, Store::Embedded, settings).await;
+                    console::console(&mut report, Store::Redis, settings).await;
+                }
                 _ => unreachable!(),
             }
         }

@@ -1,6 +1,7 @@
 //! The sink of the forward scenarios: a hyper server in the bench process that
 //! answers 200, counts deliveries, can record when each arrived, and can be down
-//! (it then drops every connection).
+//! (it then drops every connection). A path under `/refuse` is answered 422 (a
+//! refusal that is not retried and opens no circuit breaker) and not counted.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,7 +61,13 @@ pub async fn start_sink(port: Option<u16>, record: bool) -> Sink {
                             .and_then(|v| v.to_str().ok())
                             .unwrap_or("")
                             .to_string();
+                        let refuse = req.uri().path().starts_with("/refuse");
                         let _ = req.into_body().collect().await;
+                        if refuse {
+                            let mut no = hyper::Response::new(Full::new(Bytes::new()));
+                            *no.status_mut() = hyper::StatusCode::UNPROCESSABLE_ENTITY;
+                            return Ok::<_, std::convert::Infallible>(no);
+                        }
                         r.fetch_add(1, Ordering::Relaxed);
                         if record {
                             a.lock().expect("lock").push((Instant::now(), id));
