@@ -81,7 +81,11 @@ impl Scripts {
                 "{PRELUDE}\n{}",
                 include_str!("scripts/listed.lua")
             )),
-            dead_letters: Script::new(include_str!("scripts/dead_letters.lua")),
+            // Reads only, as `listed`.
+            dead_letters: Script::new(&format!(
+                "{PRELUDE}\n{}",
+                include_str!("scripts/dead_letters.lua")
+            )),
             pace: plain(include_str!("scripts/pace.lua")),
             hold: plain(include_str!("scripts/hold.lua")),
             migrate_queues: Script::new(include_str!("scripts/migrate_queues.lua")),

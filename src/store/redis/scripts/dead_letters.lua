@@ -5,7 +5,7 @@
 -- attempts, last_error}, all text ('' when absent). `dead_at` is `R:dead_at`, which
 -- the complete script sets; a delivery that went dead before it existed answers the
 -- entry's `updated_at`. The event id and type are read from the record's metadata
--- line as `listed.lua` reads them.
+-- line (`hg_record_meta`).
 local function text(v)
   if type(v) == 'string' then return v end
   if type(v) == 'number' then return string.format('%.0f', v) end
@@ -19,16 +19,7 @@ for i, k in ipairs(KEYS) do
   if not f[1] then
     out[i] = false
   else
-    local eid, etype, at
-    local record = redis.call('HGET', k, 'record')
-    local nl = record and string.find(record, '\n', 1, true)
-    if nl then
-      local ok, meta = pcall(cjson.decode, string.sub(record, 1, nl - 1))
-      if ok and type(meta) == 'table' then
-        eid, etype, at = meta.event_id, meta.event_type, meta.received_at
-      end
-    end
-    record = nil
+    local eid, etype, at = hg_record_meta(k)
     out[i] = {text(eid), text(etype), text(at), text(f[2] or f[3] or at), text(f[4]),
       text(f[5])}
   end

@@ -8,10 +8,9 @@
 -- `Entry::summary` does (attempts of every route, the earliest next attempt of a
 -- pending one, the last error of the first one not delivered that has one).
 -- The event id and type of an entry sit in the metadata line of its packed record,
--- in front of the body; a hash field cannot be read in part, so the script takes
--- the record and returns only what it needs from that line: the body costs Redis a
--- copy inside the script, never the network or the gateway's memory. (Keeping the
--- summary in a field of its own would cost every accept, the hot path, instead.)
+-- in front of the body (`hg_record_meta`): the body costs Redis a copy inside the
+-- script, never the network or the gateway's memory. (Keeping the summary in a
+-- field of its own would cost every accept, the hot path, instead.)
 local function text(v)
   if type(v) == 'string' then return v end
   if type(v) == 'number' then return string.format('%.0f', v) end
@@ -43,16 +42,7 @@ for i, k in ipairs(KEYS) do
   local f = redis.call('HMGET', k, 'status', 'routes')
   out[i] = false
   if f[1] then
-    local eid, etype, at
-    local record = redis.call('HGET', k, 'record')
-    local nl = record and string.find(record, '\n', 1, true)
-    if nl then
-      local ok, meta = pcall(cjson.decode, string.sub(record, 1, nl - 1))
-      if ok and type(meta) == 'table' then
-        eid, etype, at = meta.event_id, meta.event_type, meta.received_at
-      end
-    end
-    record = nil
+    local eid, etype, at = hg_record_meta(k)
     if (want_type == '' or text(etype) == want_type) and (want_id == '' or text(eid) == want_id) then
       out[i] = row(k, f, eid, etype, at)
     end

@@ -120,3 +120,19 @@ local function hg_count(base, kind, at, n)
     redis.call('PEXPIREAT', k, string.format('%d', (day + 1) * HG_DAY_MS + HG_ACTIVITY_MS))
   end
 end
+
+-- The event id, event type and arrival time of the entry at `k`, from the metadata
+-- line in front of the body in its packed record (nil each when absent). A hash
+-- field cannot be read in part: the body costs a copy inside the script, never the
+-- network.
+local function hg_record_meta(k)
+  local record = redis.call('HGET', k, 'record')
+  local nl = record and string.find(record, '\n', 1, true)
+  if nl then
+    local ok, meta = pcall(cjson.decode, string.sub(record, 1, nl - 1))
+    if ok and type(meta) == 'table' then
+      return meta.event_id, meta.event_type, meta.received_at
+    end
+  end
+  return nil, nil, nil
+end
