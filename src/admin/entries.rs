@@ -187,13 +187,14 @@ pub async fn replay_entry(
     actor: &str,
 ) -> Result<TransitionResult, ApiError> {
     let now = admin.clock.now_ms();
+    let lines = lines_before_replay(admin, id, route).await?;
     match admin.store.replay(id, route, now, actor, now).await? {
         Transition::Done => {
             tracing::info!(entry_id = %id, route = route.unwrap_or(""), "replay queued");
             Ok(TransitionResult {
                 id: id.to_string(),
                 status: Status::Pending,
-                lines: line_places(admin, id, route).await?,
+                lines: line_places(id, lines),
             })
         }
         Transition::NotFound => Err(ApiError::NoSuchEntry(id.to_string())),
@@ -209,38 +210,63 @@ pub async fn replay_entry(
     }
 }
 
-/// Where the replayed ordered deliveries of entry `id` (through `route`, or every
-/// one) wait in their keys' lines.
-async fn line_places(
+/// The lines a replay of entry `id` (through `route`, or every delivery that
+/// qualifies) puts its ordered deliveries back into: per such delivery, its route,
+/// its key and the key's line as it is before the replay. Read before, not after:
+/// once replayed, a delivery at the head of its line may be sent and gone before
+/// the answer is written.
+async fn lines_before_replay(
     admin: &AdminState,
     id: &str,
     route: Option<&str>,
-) -> Result<Vec<dto::LinePlace>, ApiError> {
+) -> Result<Vec<(String, String, Vec<String>)>, ApiError> {
     let Some(entry) = admin.store.get(id).await? else {
         return Ok(Vec::new());
     };
-    let mut places = Vec::new();
+    // The deliveries `Store::replay` queues: the named route's (unless pending);
+    // otherwise every dead or discarded one, or, when none is and all were
+    // delivered, all of them.
+    let ended = |s: Status| matches!(s, Status::Dead | Status::Discarded);
+    let resend = !entry.deliveries.iter().any(|d| ended(d.status))
+        && entry
+            .deliveries
+            .iter()
+            .all(|d| d.status == Status::Delivered);
+    let mut lines = Vec::new();
     for d in &entry.deliveries {
-        let (Some(order), Status::Pending) = (&d.order, d.status) else {
-            continue;
+        let queued = match route {
+            Some(r) => r == d.route && d.status != Status::Pending,
+            None => ended(d.status) || resend,
         };
-        if route.is_some_and(|r| r != d.route) {
-            continue;
-        }
-        let line = admin
-            .store
-            .order_line(&entry.source, &d.route, &order.key)
-            .await?;
-        if let Some(at) = line.iter().position(|x| x == id) {
-            places.push(dto::LinePlace {
-                route: d.route.clone(),
-                key: order.key.clone(),
-                ahead: u64::try_from(at).unwrap_or(u64::MAX),
-                behind: u64::try_from(line.len() - at - 1).unwrap_or(u64::MAX),
-            });
+        if let (true, Some(order)) = (queued, &d.order) {
+            let line = admin
+                .store
+                .order_line(&entry.source, &d.route, &order.key)
+                .await?;
+            lines.push((d.route.clone(), order.key.clone(), line));
         }
     }
-    Ok(places)
+    Ok(lines)
+}
+
+/// Where entry `id` waits in each of `lines` (as read before its replay): after the
+/// deliveries of its key that arrived before it (or are in flight), before those
+/// that arrived after it.
+fn line_places(id: &str, lines: Vec<(String, String, Vec<String>)>) -> Vec<dto::LinePlace> {
+    lines
+        .into_iter()
+        .map(|(route, key, line)| {
+            let count = |f: &dyn Fn(&str) -> bool| {
+                u64::try_from(line.iter().filter(|x| f(x.as_str())).count()).unwrap_or(u64::MAX)
+            };
+            dto::LinePlace {
+                route,
+                key,
+                ahead: count(&|x| x < id),
+                behind: count(&|x| x > id),
+            }
+        })
+        .collect()
 }
 
 pub(super) async fn discard(
@@ -542,6 +568,24 @@ pub(super) fn query_map(raw: Option<String>) -> HashMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replayed_delivery_waits_after_earlier_arrivals_and_before_later_ones() {
+        let line = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let places = line_places(
+            "b",
+            vec![
+                ("r".into(), "k".into(), line(&["a", "b", "c", "d"])),
+                ("s".into(), "k2".into(), line(&["c"])),
+            ],
+        );
+        assert_eq!(
+            (places[0].ahead, places[0].behind),
+            (1, 2),
+            "its own place is not counted"
+        );
+        assert_eq!((places[1].ahead, places[1].behind), (0, 1));
+    }
 
     #[test]
     fn sensitive_headers_are_recognised() {
