@@ -284,8 +284,15 @@ pub(super) async fn discard(
     Ok(Json(done))
 }
 
-/// Longest note a discard keeps.
-pub const MAX_NOTE_BYTES: usize = 2000;
+/// Longest note a discard keeps, in characters.
+pub const MAX_NOTE_CHARS: usize = 2000;
+
+/// Whitespace around a note, and a note of nothing else: Unicode's, and the byte
+/// order mark, so that what the OpenAPI document's pattern (`[^\s\u0085]`, in
+/// ECMAScript's regex dialect) calls blank is exactly what is refused here.
+fn blank(c: char) -> bool {
+    c.is_whitespace() || c == '\u{feff}'
+}
 
 /// Discard entry `id`'s delivery through `route`, or every pending or dead one, as
 /// `actor`, with `note` (required: why it will never be delivered).
@@ -296,13 +303,13 @@ pub async fn discard_entry(
     actor: &str,
     note: &str,
 ) -> Result<TransitionResult, ApiError> {
-    let note = note.trim();
+    let note = note.trim_matches(blank);
     if note.is_empty() {
         return Err(ApiError::BadRequest("note must not be empty".into()));
     }
-    if note.len() > MAX_NOTE_BYTES {
+    if note.chars().count() > MAX_NOTE_CHARS {
         return Err(ApiError::BadRequest(format!(
-            "note is longer than {MAX_NOTE_BYTES} bytes"
+            "note is longer than {MAX_NOTE_CHARS} characters"
         )));
     }
     let done = admin
@@ -585,6 +592,18 @@ mod tests {
             "its own place is not counted"
         );
         assert_eq!((places[1].ahead, places[1].behind), (0, 1));
+    }
+
+    #[test]
+    fn blank_is_what_the_documented_pattern_calls_blank() {
+        for c in [
+            ' ', '\t', '\n', '\u{85}', '\u{a0}', '\u{2028}', '\u{3000}', '\u{feff}',
+        ] {
+            assert!(blank(c), "{c:?}");
+        }
+        for c in ['a', '.', '\u{200b}', '\u{e9}'] {
+            assert!(!blank(c), "{c:?}");
+        }
     }
 
     #[test]

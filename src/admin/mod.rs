@@ -46,7 +46,7 @@ use crate::store::Store;
 
 pub use dead_letters::{GROUPED_MAX, dead_letter_groups, failure_of, replay_group};
 pub use entries::{
-    BULK_REPLAY_MAX, DEFAULT_LIMIT, MAX_NOTE_BYTES, discard_entry, entry_detail, parse_time,
+    BULK_REPLAY_MAX, DEFAULT_LIMIT, MAX_NOTE_CHARS, discard_entry, entry_detail, parse_time,
     replay_entry, replay_paced, rfc3339,
 };
 pub use sources::{current_stats, set_paused, source_states};

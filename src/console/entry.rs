@@ -207,7 +207,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                     label for="discard-route" { "Discard" }
                     (route_select("discard-route", d, "Every pending or dead delivery"))
                     label for="discard-note" { "Note " span.muted { "(required: why it will never be delivered)" } }
-                    textarea #discard-note name="note" rows="2" maxlength=(admin::MAX_NOTE_BYTES) {}
+                    textarea #discard-note name="note" rows="2" maxlength=(admin::MAX_NOTE_CHARS) {}
                     button.danger type="submit" disabled[!discardable] { "Discard" }
                 }
             }
