@@ -74,7 +74,7 @@ pub struct LoadResult {
     pub requests: u64,
     pub errors: u64,
     elapsed: Duration,
-    hist: Histogram<u64>,
+    pub hist: Histogram<u64>,
 }
 
 impl LoadResult {
@@ -171,6 +171,9 @@ pub async fn closed_loop(
     }
 }
 
+/// An open loop's answer slower than this is printed with `HOOKGATE_BENCH_SLOW`.
+const SLOW: Duration = Duration::from_millis(40);
+
 /// Open loop: requests are due at a fixed rate; latency counts from the due time.
 pub async fn open_loop(
     addr: SocketAddr,
@@ -210,6 +213,9 @@ pub async fn open_loop(
             }
         }
     });
+    // `HOOKGATE_BENCH_SLOW=1`: print when each slow answer was due, which tells a
+    // stall (answers due in the same few hundred milliseconds) from a slow tail.
+    let trace_slow = std::env::var_os("HOOKGATE_BENCH_SLOW").is_some();
     let mut tasks = Vec::new();
     for _ in 0..connections {
         let rx = rx.clone();
@@ -236,6 +242,13 @@ pub async fn open_loop(
                         }
                         let _ = resp.into_body().collect().await;
                         let _ = hist.record(due.elapsed().as_micros().max(1) as u64);
+                        if trace_slow && due.elapsed() > SLOW {
+                            eprintln!(
+                                "slow: due at +{:.3} s, answered after {:.1} ms",
+                                due.duration_since(start).as_secs_f64(),
+                                due.elapsed().as_secs_f64() * 1000.0
+                            );
+                        }
                     }
                     Err(_) => {
                         errors.fetch_add(1, Ordering::Relaxed);

@@ -32,7 +32,7 @@ mod sink;
 use std::time::Duration;
 
 use procs::Store;
-use scenarios::{forward_drain, forward_e2e, ingest, latency, recovery};
+use scenarios::{forward_drain, forward_e2e, ingest, latency, profile, recovery};
 
 const SCENARIOS: &[&str] = &[
     "ingest-embedded",
@@ -44,6 +44,8 @@ const SCENARIOS: &[&str] = &[
     "forward-e2e",
     "recovery",
     "console",
+    "profile-embedded",
+    "profile-redis",
 ];
 
 const SECRET: &str = "whsec_bench_secret";
@@ -87,6 +89,11 @@ fn main() {
         procs::baseline_server(port.parse().expect("port"));
         return;
     }
+    if let Ok(port) = std::env::var("HOOKGATE_BENCH_SINK") {
+        sink::sink_server(port.parse().expect("port"));
+        return;
+    }
+    hookgate::tls::install_provider();
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
@@ -137,6 +144,8 @@ fn main() {
                 "forward-drain" => forward_drain(&mut report, settings).await,
                 "forward-e2e" => forward_e2e(&mut report, settings).await,
                 "recovery" => recovery(&mut report, settings).await,
+                "profile-embedded" => profile(&mut report, Store::Embedded, settings).await,
+                "profile-redis" => profile(&mut report, Store::Redis, settings).await,
                 "console" => {
                     console::console(&mut report, Store::Embedded, settings).await;
                     console::console(&mut report, Store::Redis, settings).await;

@@ -2,6 +2,7 @@
 //! per process and the machine's busy share (from `/proc`), the disk's own
 //! `fdatasync` latency while a scenario runs, and the median of the rounds.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -160,4 +161,88 @@ impl FsyncProbe {
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// CPU time per thread of one process over a window, summed by thread name (tokio's
+/// workers and its blocking pool share one name), with the time those threads were
+/// ready to run but waited for a core (the scheduler's run delay): which thread a
+/// process's CPU went to, and whether its threads were starved of CPU. From
+/// `/proc/PID/task/*/schedstat`; empty elsewhere.
+pub struct ThreadMeter {
+    pid: u32,
+    start: HashMap<u32, (String, u64, u64)>,
+}
+
+impl ThreadMeter {
+    pub fn start(pid: u32) -> ThreadMeter {
+        ThreadMeter {
+            pid,
+            start: thread_times(pid),
+        }
+    }
+
+    /// "name: 1.23 s on CPU, 0.10 s waiting for one; …", the busiest first.
+    pub fn stop(self) -> String {
+        let mut by_name: HashMap<String, (u64, u64, usize)> = HashMap::new();
+        for (tid, (name, run, wait)) in thread_times(self.pid) {
+            let (run0, wait0) = self.start.get(&tid).map_or((0, 0), |t| (t.1, t.2));
+            let e = by_name.entry(name).or_default();
+            e.0 += run.saturating_sub(run0);
+            e.1 += wait.saturating_sub(wait0);
+            e.2 += 1;
+        }
+        let mut v: Vec<_> = by_name
+            .into_iter()
+            .filter(|(_, (run, _, _))| *run > 1_000_000)
+            .collect();
+        v.sort_by_key(|(_, (run, _, _))| std::cmp::Reverse(*run));
+        v.iter()
+            .map(|(name, (run, wait, n))| {
+                let threads = if *n > 1 {
+                    format!(" ×{n}")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{name}{threads} {:.2} s on CPU, {:.2} s waiting for one",
+                    *run as f64 / 1e9,
+                    *wait as f64 / 1e9
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// (name, ns on CPU, ns runnable but waiting for a CPU) of every thread of `pid`, by
+/// thread id.
+fn thread_times(pid: u32) -> HashMap<u32, (String, u64, u64)> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in dir.flatten() {
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let name = std::fs::read_to_string(task.path().join("comm"))
+            .map(|n| n.trim().to_string())
+            .unwrap_or_default();
+        let Ok(sched) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        let f: Vec<u64> = sched
+            .split_whitespace()
+            .take(2)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        if let [run, wait] = f[..] {
+            out.insert(tid, (name, run, wait));
+        }
+    }
+    out
 }

@@ -89,9 +89,15 @@ impl Drop for Proc {
 }
 
 pub fn start_baseline() -> Proc {
+    start_helper("HOOKGATE_BENCH_BASELINE")
+}
+
+/// This binary re-executed with `role` set to a free port: the baseline
+/// (`HOOKGATE_BENCH_BASELINE`) or the sink process (`HOOKGATE_BENCH_SINK`).
+pub fn start_helper(role: &str) -> Proc {
     let port = free_port();
     let child = Command::new(std::env::current_exe().expect("exe"))
-        .env("HOOKGATE_BENCH_BASELINE", port.to_string())
+        .env(role, port.to_string())
         .stdout(Stdio::null())
         .spawn()
         .expect("baseline");

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::load::{LoadResult, Prepared, addr, closed_loop, open_loop, prepare};
-use crate::measure::{CpuMeter, CpuUse, FsyncProbe, median};
+use crate::measure::{CpuMeter, CpuUse, FsyncProbe, ThreadMeter, median};
 use crate::procs::{Store, start_baseline, start_gateway, start_redis, store_toml};
-use crate::sink::start_sink;
+use crate::sink::{SinkProc, start_sink};
 use crate::{Report, Settings};
 
 /// Ingest every prepared webhook through the gateway on `port`, each accepted: the
@@ -61,131 +61,332 @@ pub async fn baseline_rate(s: Settings, requests: &Arc<Vec<Prepared>>) -> (LoadR
     measured
 }
 
+/// Whether the gateway delivers while it ingests. `Off`: the source is paused, so the
+/// gateway only ingests (what the figures before the production-shape scenarios
+/// measured, give or take the failing attempts they made). `On`: the production
+/// shape, every accepted entry delivered during the run to a sink in a process of its
+/// own, with the forwarder's default settings.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Forwarding {
+    Off,
+    On,
+}
+
+/// A gateway for the ingest and latency scenarios, with its sink when it forwards.
+struct Subject {
+    gw: crate::procs::Proc,
+    sink: Option<SinkProc>,
+    redis: Option<crate::procs::Redis>,
+    dir: tempfile::TempDir,
+}
+
+impl Subject {
+    async fn start(store: Store, forwarding: Forwarding) -> Subject {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let redis = (store == Store::Redis).then(start_redis);
+        let sink = (forwarding == Forwarding::On).then(SinkProc::start);
+        let destination = sink
+            .as_ref()
+            .map_or("http://127.0.0.1:9/".to_string(), SinkProc::url);
+        let gw = start_gateway(
+            dir.path(),
+            &store_toml(store, dir.path(), redis.as_ref()),
+            &destination,
+            // Extra top-level settings, for diagnosis (e.g. how often the maintenance
+            // pass runs: `HOOKGATE_BENCH_GLOBAL='[forwarder]\nmaintenance_interval = "2s"'`).
+            &std::env::var("HOOKGATE_BENCH_GLOBAL")
+                .unwrap_or_default()
+                .replace("\\n", "\n"),
+            "",
+        );
+        if forwarding == Forwarding::Off {
+            admin_post(gw.admin, "/admin/sources/bench/pause").await;
+        }
+        Subject {
+            gw,
+            sink,
+            redis,
+            dir,
+        }
+    }
+
+    /// The processes whose CPU a round reports: the gateway, the load generator
+    /// (this process), then Redis and the sink where there are.
+    fn pids(&self) -> Vec<u32> {
+        let mut pids = vec![self.gw.child.id(), 0];
+        pids.extend(self.redis.as_ref().map(|r| r.child.id()));
+        pids.extend(self.sink.as_ref().map(|s| s.proc.child.id()));
+        pids
+    }
+}
+
+async fn admin_post(admin: u16, path: &str) {
+    hookgate::tls::install_provider();
+    let r = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{admin}{path}"))
+        .send()
+        .await
+        .expect("admin");
+    assert!(r.status().is_success(), "{path}: {}", r.status());
+}
+
+/// One variant's figures over the rounds.
+#[derive(Default)]
+struct Figures {
+    rates: Vec<f64>,
+    p99s: Vec<f64>,
+    server_us: Vec<f64>,
+    sink_us: Vec<f64>,
+    rss: f64,
+    /// Share of the accepted entries the sink had when the load stopped.
+    delivered_in_window: Vec<f64>,
+    /// How long after the load stopped the last delivery arrived.
+    settled_after: Vec<f64>,
+}
+
 pub async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: bool) {
-    let n = if s.rounds == 1 && s.duration < Duration::from_secs(2) {
-        20_000
-    } else {
-        // Enough distinct webhooks for the whole duration at ~30,000 req/s.
-        30_000 * s.duration.as_secs() as usize
-    };
+    let n = webhooks_for(s);
     let mut base_rates = Vec::new();
-    let mut gw_rates = Vec::new();
-    let mut p99s = Vec::new();
-    let mut rss = 0f64;
-    let (mut base_us, mut gw_us) = (Vec::new(), Vec::new());
+    let mut base_us = Vec::new();
+    let mut off = Figures::default();
+    let mut on = Figures::default();
     for round in 0..s.rounds {
         let requests = Arc::new(prepare(n, &format!("r{round}"), duplicates.then_some(2)));
         let (b, b_cpu) = baseline_rate(s, &requests).await;
         base_rates.push(b.rate());
         base_us.push(b_cpu.per_request(0, b.requests));
-        let dir = tempfile::tempdir().expect("tempdir");
-        let redis = (store == Store::Redis).then(start_redis);
-        let gw = ingest_gateway(dir.path(), store, redis.as_ref());
-        // Deliveries are off the ingest path: the sink is unreachable (port 9), so the
-        // forwarder only schedules retries in the background.
-        let mut pids = vec![gw.child.id(), 0];
-        if let Some(r) = &redis {
-            pids.push(r.child.id());
-        }
-        let (g, cpu) = metered_round(gw.port, &pids, &requests, s, false).await;
-        rss = rss.max(gw.peak_rss_mib());
         println!(
-            "  round {round}: baseline {:.0} req/s, gateway {:.0} req/s (p50 {:.2} ms, p99 {:.2} ms, {} errors)",
+            "  round {round}: baseline {:.0} req/s (server {:.0} µs + generator {:.0} µs per request, machine {:.0}% busy)",
             b.rate(),
-            g.rate(),
-            g.pct(0.5),
-            g.pct(0.99),
-            g.errors
-        );
-        let redis_us = if redis.is_some() {
-            format!(", redis {:.0} µs", cpu.per_request(2, g.requests))
-        } else {
-            String::new()
-        };
-        println!(
-            "    CPU per request: baseline server {:.0} µs + generator {:.0} µs (machine {:.0}% busy); \
-             gateway {:.0} µs{redis_us} + generator {:.0} µs (machine {:.0}% busy)",
             b_cpu.per_request(0, b.requests),
             b_cpu.per_request(1, b.requests),
             100.0 * b_cpu.busy,
-            cpu.per_request(0, g.requests),
-            cpu.per_request(1, g.requests),
-            100.0 * cpu.busy,
         );
-        gw_us.push(
-            cpu.per_request(0, g.requests)
-                + redis
-                    .as_ref()
-                    .map_or(0.0, |_| cpu.per_request(2, g.requests)),
-        );
-        gw_rates.push(g.rate());
-        p99s.push(g.pct(0.99));
+        for forwarding in [Forwarding::Off, Forwarding::On] {
+            let subject = Subject::start(store, forwarding).await;
+            let pids = subject.pids();
+            let threads = ThreadMeter::start(subject.gw.child.id());
+            let (g, cpu) = metered_round(subject.gw.port, &pids, &requests, s, false).await;
+            let threads = threads.stop();
+            let figures = match forwarding {
+                Forwarding::Off => &mut off,
+                Forwarding::On => &mut on,
+            };
+            figures.rss = figures.rss.max(subject.gw.peak_rss_mib());
+            let mut line = format!(
+                "    forwarding {forwarding:?}: {:.0} req/s (p50 {:.2} ms, p99 {:.2} ms, {} errors); CPU per request: gateway {:.0} µs",
+                g.rate(),
+                g.pct(0.5),
+                g.pct(0.99),
+                g.errors,
+                cpu.per_request(0, g.requests),
+            );
+            let mut server = cpu.per_request(0, g.requests);
+            let mut i = 2;
+            if subject.redis.is_some() {
+                server += cpu.per_request(i, g.requests);
+                line.push_str(&format!(", redis {:.0} µs", cpu.per_request(i, g.requests)));
+                i += 1;
+            }
+            if let Some(sink) = &subject.sink {
+                let sink_us = cpu.per_request(i, g.requests);
+                figures.sink_us.push(sink_us);
+                line.push_str(&format!(", sink {sink_us:.0} µs"));
+                // Every answered webhook is a distinct entry, but with redeliveries
+                // in the mix, where about every second one is a duplicate.
+                let accepted = g.requests - g.errors;
+                let expected = if duplicates {
+                    accepted.div_ceil(2)
+                } else {
+                    accepted
+                };
+                let in_window = sink.count().await;
+                let (total, took) = sink.settle(expected, Duration::from_secs(10)).await;
+                figures
+                    .delivered_in_window
+                    .push(in_window as f64 / expected.max(1) as f64);
+                figures.settled_after.push(took.as_secs_f64());
+                line.push_str(&format!(
+                    "; delivered {in_window} of {expected} by the end of the load, {total} {:.1} s later",
+                    took.as_secs_f64()
+                ));
+            }
+            line.push_str(&format!(
+                " + generator {:.0} µs (machine {:.0}% busy)",
+                cpu.per_request(1, g.requests),
+                100.0 * cpu.busy
+            ));
+            println!("{line}");
+            println!("      gateway threads: {threads}");
+            figures.rates.push(g.rate());
+            figures.p99s.push(g.pct(0.99));
+            figures.server_us.push(server);
+        }
     }
-    let (b, g) = (median(base_rates), median(gw_rates));
+    let b = median(base_rates);
     let name = if duplicates {
         "duplicates (50% redeliveries), embedded".to_string()
     } else {
         format!("ingest, {store:?} store")
     };
+    let (g_off, g_on) = (median(off.rates.clone()), median(on.rates.clone()));
     report.add(format!(
-        "{name}: {g:.0} req/s = {:.0}% of baseline {b:.0} req/s (c={}, p99 {:.2} ms, peak RSS {rss:.1} MiB; \
-         server CPU per request {:.0} µs against the baseline's {:.0} µs)",
-        100.0 * g / b,
+        "{name}, c={}: forwarding off {g_off:.0} req/s = {:.0}% of baseline, p99 {:.2} ms, server CPU {:.0} µs per request; \
+         forwarding on {g_on:.0} req/s = {:.0}% of baseline, p99 {:.2} ms, server CPU {:.0} µs (sink {:.0} µs), \
+         {:.0}% delivered by the end of the load and the rest {:.1} s later; on/off {:.0}%; baseline {b:.0} req/s ({:.0} µs); peak RSS {:.1} / {:.1} MiB",
         s.connections,
-        median(p99s),
-        median(gw_us),
+        100.0 * g_off / b,
+        median(off.p99s),
+        median(off.server_us),
+        100.0 * g_on / b,
+        median(on.p99s),
+        median(on.server_us),
+        median(on.sink_us),
+        100.0 * median(on.delivered_in_window),
+        median(on.settled_after),
+        100.0 * g_on / g_off,
         median(base_us),
+        off.rss,
+        on.rss,
     ));
 }
 
-pub async fn latency(report: &mut Report, store: Store, s: Settings) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let redis = (store == Store::Redis).then(start_redis);
-    let gw = ingest_gateway(dir.path(), store, redis.as_ref());
-    let n = if s.rounds == 1 && s.duration < Duration::from_secs(2) {
+/// Percentiles (ms) of a latency histogram in µs: "p50 …, p99 …, p99.9 …".
+fn percentiles(h: &Histogram<u64>) -> String {
+    format!(
+        "p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
+        h.value_at_quantile(0.5) as f64 / 1000.0,
+        h.value_at_quantile(0.99) as f64 / 1000.0,
+        h.value_at_quantile(0.999) as f64 / 1000.0
+    )
+}
+
+/// Enough distinct webhooks for `s.duration` at ~30,000 req/s (fewer in the smoke
+/// size).
+fn webhooks_for(s: Settings) -> usize {
+    if s.rounds == 1 && s.duration < Duration::from_secs(2) {
         20_000
     } else {
-        // Enough distinct webhooks for the whole duration at ~30,000 req/s.
         30_000 * s.duration.as_secs() as usize
+    }
+}
+
+/// The acknowledgement latency and the end-to-end latency, forwarding off and on:
+///
+/// 1. few connections (4, a closed loop as `wrk -c4` runs it): p50 and p99, forwarding
+///    off and on, and on again right after a burst of 64 connections (the gateway then
+///    delivers a backlog while it ingests);
+/// 2. an open loop at half of the forwarding-on maximum: the acknowledgement
+///    percentiles, off and on, and on: received → delivered (from each request's due
+///    time to its arrival at the sink);
+///
+/// each with the bare-hyper baseline at the same load, and the disk's own 4 KiB
+/// `fdatasync` meanwhile.
+pub async fn latency(report: &mut Report, store: Store, s: Settings) {
+    let few = 4;
+    let off = Subject::start(store, Forwarding::Off).await;
+    let on = Subject::start(store, Forwarding::On).await;
+    let disk = FsyncProbe::start(off.dir.path());
+    let c4 = |port: u16, tag: &str| {
+        let requests = Arc::new(prepare(webhooks_for(s), tag, None));
+        closed_loop(
+            addr(port),
+            "/ingest/bench",
+            requests,
+            few,
+            s.duration,
+            false,
+        )
     };
-    let probe = Arc::new(prepare(n, "max", None));
+    let off_few = c4(off.gw.port, "off4").await;
+    let on_few = c4(on.gw.port, "on4").await;
+    let disk_few = disk.finish();
+    // The burst: the forwarding-on maximum, which also sets the open loop's rate.
     let max = closed_loop(
-        addr(gw.port),
+        addr(on.gw.port),
         "/ingest/bench",
-        probe,
+        Arc::new(prepare(webhooks_for(s), "max", None)),
         s.connections,
         s.duration,
         false,
     )
     .await;
+    let after_burst = c4(on.gw.port, "after").await;
+    let sink = on.sink.as_ref().expect("sink");
+    let expected = on_few.requests + max.requests + after_burst.requests
+        - on_few.errors
+        - max.errors
+        - after_burst.errors;
+    let (_, backlog) = sink.settle(expected, Duration::from_secs(10)).await;
     let rate = max.rate() * 0.5;
-    let requests = Arc::new(prepare(
-        ((rate * s.duration.as_secs_f64()) as usize + 10).max(10),
-        "lat",
-        None,
-    ));
-    let requests_again = requests.clone();
-    let disk = FsyncProbe::start(dir.path());
-    let r = open_loop(
-        addr(gw.port),
+    let open_requests = |tag: &str| {
+        Arc::new(prepare(
+            ((rate * s.duration.as_secs_f64()) as usize + 10).max(10),
+            tag,
+            None,
+        ))
+    };
+    let disk = FsyncProbe::start(off.dir.path());
+    let off_open = open_loop(
+        addr(off.gw.port),
         "/ingest/bench",
-        requests,
+        open_requests("lat"),
         s.connections,
         rate,
         s.duration,
         None,
     )
     .await;
-    let disk = disk.finish();
-    let rss = gw.peak_rss_mib();
-    drop(gw);
-    // The same open loop against the bare-hyper baseline: what the generator and HTTP
+    let sent_at = Arc::new(Mutex::new(HashMap::new()));
+    let clock_pair = (Instant::now(), crate::sink::unix_micros());
+    let on_open = open_loop(
+        addr(on.gw.port),
+        "/ingest/bench",
+        open_requests("e2e"),
+        s.connections,
+        rate,
+        s.duration,
+        Some(sent_at.clone()),
+    )
+    .await;
+    let disk_open = disk.finish();
+    let (delivered, _) = sink
+        .settle(
+            expected + on_open.requests - on_open.errors,
+            Duration::from_secs(10),
+        )
+        .await;
+    let arrivals = sink.arrivals().await;
+    let mut e2e = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
+    let mut missing = 0u64;
+    for (i, due) in sent_at.lock().expect("lock").iter() {
+        let due_unix = clock_pair.1 + due.duration_since(clock_pair.0).as_micros() as u64;
+        match arrivals.get(&format!("evt_e2e_{i}")) {
+            Some(at) => {
+                let _ = e2e.record(at.saturating_sub(due_unix).max(1));
+            }
+            None => missing += 1,
+        }
+    }
+    let rss = (off.gw.peak_rss_mib(), on.gw.peak_rss_mib());
+    drop(off);
+    drop(on);
+    // The same loads against the bare-hyper baseline: what the generator and HTTP
     // alone add on this machine.
     let b = start_baseline();
-    let base = open_loop(
+    let base_few = closed_loop(
         addr(b.port),
         "/ingest/bench",
-        requests_again,
+        Arc::new(prepare(webhooks_for(s), "b4", None)),
+        few,
+        s.duration,
+        true,
+    )
+    .await;
+    let base_open = open_loop(
+        addr(b.port),
+        "/ingest/bench",
+        open_requests("blat"),
         s.connections,
         rate,
         s.duration,
@@ -194,15 +395,40 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     .await;
     drop(b);
     report.add(format!(
-        "ack latency, {store:?} store, open loop at 50% of max ({rate:.0} of {:.0} req/s): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms ({} errors, peak RSS {rss:.1} MiB); baseline at the same rate: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms; the disk's own 4 KiB fdatasync meanwhile: {disk}",
+        "ack latency, {store:?} store, {few} connections: forwarding off p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s); \
+         forwarding on p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s) = {:.1}× the off p99; \
+         on, right after a burst of {} connections: p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s; backlog delivered {:.1} s after it); \
+         baseline p50 {:.2} ms, p99 {:.2} ms; the disk's own 4 KiB fdatasync meanwhile: {disk_few}",
+        off_few.pct(0.5),
+        off_few.pct(0.99),
+        off_few.rate(),
+        on_few.pct(0.5),
+        on_few.pct(0.99),
+        on_few.rate(),
+        on_few.pct(0.99) / off_few.pct(0.99),
+        s.connections,
+        after_burst.pct(0.5),
+        after_burst.pct(0.99),
+        after_burst.rate(),
+        backlog.as_secs_f64(),
+        base_few.pct(0.5),
+        base_few.pct(0.99),
+    ));
+    report.add(format!(
+        "ack latency, {store:?} store, open loop at 50% of the forwarding-on max ({rate:.0} of {:.0} req/s): \
+         forwarding off {} ({} errors); forwarding on {} ({} errors); \
+         received → delivered (forwarding on): {} ({missing} of {} not delivered; {delivered} deliveries in all); \
+         baseline {}; the disk's own 4 KiB fdatasync meanwhile: {disk_open}; peak RSS {:.1} / {:.1} MiB",
         max.rate(),
-        r.pct(0.5),
-        r.pct(0.99),
-        r.pct(0.999),
-        r.errors,
-        base.pct(0.5),
-        base.pct(0.99),
-        base.pct(0.999),
+        percentiles(&off_open.hist),
+        off_open.errors,
+        percentiles(&on_open.hist),
+        on_open.errors,
+        percentiles(&e2e),
+        sent_at.lock().expect("lock").len(),
+        percentiles(&base_open.hist),
+        rss.0,
+        rss.1,
     ));
 }
 
@@ -419,18 +645,195 @@ fn forwarding_gateway(
     )
 }
 
-/// A gateway for the ingest scenarios. Its destination is unreachable (port 9), so
-/// deliveries fail fast and back off: the figures are ingest's own.
-fn ingest_gateway(
-    dir: &std::path::Path,
-    store: Store,
-    redis: Option<&crate::procs::Redis>,
-) -> crate::procs::Proc {
-    start_gateway(
-        dir,
-        &store_toml(store, dir, redis),
-        "http://127.0.0.1:9/",
-        "[forwarder]\npoll_interval = \"1s\"\n",
-        "",
+/// The profile of the delivering gateway: an open loop at half of the forwarding-on
+/// maximum (measured first, then its backlog delivered; `HOOKGATE_BENCH_RATE` sets
+/// another rate) for the duration, against a gateway with forwarding off and then one
+/// with forwarding on, and over each window:
+///
+/// - the gateway's CPU per thread, and how long its threads were ready to run but
+///   waited for a core;
+/// - how long each kind of write waited in the embedded store's writer queue
+///   (`hookgate_store_write_wait_seconds`, from `/metrics`): the time an accept
+///   spends queued behind claims and completions;
+/// - with `HOOKGATE_BENCH_PERF=FILE`, a `perf record` of the forwarding-on gateway
+///   into FILE (`perf report -i FILE --no-children`).
+pub async fn profile(report: &mut Report, store: Store, s: Settings) {
+    let on = Subject::start(store, Forwarding::On).await;
+    let sink = on.sink.as_ref().expect("sink");
+    let max = closed_loop(
+        addr(on.gw.port),
+        "/ingest/bench",
+        Arc::new(prepare(webhooks_for(s), "max", None)),
+        s.connections,
+        s.duration,
+        false,
     )
+    .await;
+    let _ = sink
+        .settle(max.requests - max.errors, Duration::from_secs(10))
+        .await;
+    let rate = std::env::var("HOOKGATE_BENCH_RATE")
+        .ok()
+        .and_then(|r| r.parse::<f64>().ok())
+        .unwrap_or(max.rate() * 0.5);
+    let off = Subject::start(store, Forwarding::Off).await;
+    let off_line = profile_window(&off, store, rate, s, "poff").await;
+    drop(off);
+    let on_line = profile_window(&on, store, rate, s, "pon").await;
+    report.add(format!(
+        "profile, {store:?} store, open loop at {rate:.0} req/s (the forwarding-on max: {:.0}): forwarding off: {off_line}",
+        max.rate()
+    ));
+    report.add(format!(
+        "profile, {store:?} store, open loop at {rate:.0} req/s: forwarding on: {on_line}"
+    ));
+}
+
+/// One profiled window of `profile` against `subject`: what it says of it.
+async fn profile_window(
+    subject: &Subject,
+    store: Store,
+    rate: f64,
+    s: Settings,
+    tag: &str,
+) -> String {
+    let requests = Arc::new(prepare(
+        ((rate * s.duration.as_secs_f64()) as usize + 10).max(10),
+        tag,
+        None,
+    ));
+    let metrics_before = scrape(subject.gw.admin).await;
+    let perf = std::env::var("HOOKGATE_BENCH_PERF")
+        .ok()
+        .filter(|_| subject.sink.is_some())
+        .map(|out| {
+            std::process::Command::new("perf")
+                .args([
+                    "record",
+                    "-F",
+                    "499",
+                    "-g",
+                    "--call-graph",
+                    "dwarf,32768",
+                    "-o",
+                    &out,
+                    "-p",
+                ])
+                .arg(subject.gw.child.id().to_string())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("perf")
+        });
+    let pids = subject.pids();
+    let threads = ThreadMeter::start(subject.gw.child.id());
+    let cpu = CpuMeter::start(&pids);
+    let before = match &subject.sink {
+        Some(sink) => sink.count().await,
+        None => 0,
+    };
+    let r = open_loop(
+        addr(subject.gw.port),
+        "/ingest/bench",
+        requests,
+        s.connections,
+        rate,
+        s.duration,
+        None,
+    )
+    .await;
+    let delivered = match &subject.sink {
+        Some(sink) => format!(
+            "{:.0} delivered a second in the window, ",
+            (sink.count().await - before) as f64 / s.duration.as_secs_f64()
+        ),
+        None => String::new(),
+    };
+    let cpu = cpu.stop();
+    let threads = threads.stop();
+    if let Some(mut p) = perf {
+        // SAFETY: kill has no memory preconditions; SIGINT makes perf write its file.
+        unsafe { libc::kill(p.id() as i32, libc::SIGINT) };
+        let _ = p.wait();
+    }
+    let metrics_after = scrape(subject.gw.admin).await;
+    let waits: Vec<String> = ["accept", "claim", "complete"]
+        .iter()
+        .map(|kind| {
+            let series = format!("hookgate_store_write_wait_seconds_bucket{{kind=\"{kind}\"");
+            bucket_summary(kind, &metrics_before, &metrics_after, &series)
+        })
+        .collect();
+    let ack = bucket_summary(
+        "acks as the gateway timed them",
+        &metrics_before,
+        &metrics_after,
+        "hookgate_ingest_ack_seconds_bucket{source=\"bench\"",
+    );
+    let sink_us = match subject.sink {
+        Some(_) => format!(
+            ", sink {:.0} µs",
+            cpu.per_request(pids.len() - 1, r.requests)
+        ),
+        None => String::new(),
+    };
+    let redis_us = match subject.redis {
+        Some(_) => format!(", redis {:.0} µs", cpu.per_request(2, r.requests)),
+        None => String::new(),
+    };
+    format!(
+        "ack {} ({} errors); {delivered}CPU per webhook: gateway {:.0} µs{redis_us}{sink_us}, generator {:.0} µs (machine {:.0}% busy); \
+         gateway threads: {threads}; writer queue wait: {}; {ack}",
+        percentiles(&r.hist),
+        r.errors,
+        cpu.per_request(0, r.requests),
+        cpu.per_request(1, r.requests),
+        100.0 * cpu.busy,
+        if store == Store::Embedded {
+            waits.join("; ")
+        } else {
+            "none (Redis)".to_string()
+        },
+    )
+}
+
+/// The gateway's `/metrics` text.
+async fn scrape(admin: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
+/// A histogram's observations between two scrapes: their count and the share at or
+/// under a few bucket bounds ("accept: 80000, ≤1ms 97.10%, …").
+fn bucket_summary(what: &str, before: &str, after: &str, series: &str) -> String {
+    let buckets = |text: &str| -> Vec<(String, f64)> {
+        text.lines()
+            .filter(|l| l.starts_with(series))
+            .filter_map(|l| {
+                let le = l.split("le=\"").nth(1)?.split('"').next()?.to_string();
+                let v = l.rsplit(' ').next()?.parse::<f64>().ok()?;
+                Some((le, v))
+            })
+            .collect()
+    };
+    let (b, a) = (buckets(before), buckets(after));
+    let count =
+        |le: &str, v: &[(String, f64)]| v.iter().find(|(l, _)| l == le).map_or(0.0, |(_, n)| *n);
+    let total = count("+Inf", &a) - count("+Inf", &b);
+    let shares: Vec<String> = ["0.001", "0.005", "0.025", "0.1"]
+        .iter()
+        .map(|le| {
+            let n = count(le, &a) - count(le, &b);
+            format!(
+                "≤{}ms {:.2}%",
+                le.parse::<f64>().unwrap_or(0.0) * 1000.0,
+                100.0 * n / total.max(1.0)
+            )
+        })
+        .collect();
+    format!("{what}: {total:.0}, {}", shares.join(", "))
 }

@@ -176,3 +176,20 @@ mod tests {
         assert_eq!(DeliveryResult::of(&Outcome::Timeout).label(), "timeout");
     }
 }
+
+label_values! {
+    /// What a write of the embedded store is for: label `kind` of
+    /// `hookgate_store_write_wait_seconds`, how long a write waited in the writer's
+    /// queue before its batch began.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum WriteKind {
+        /// A new webhook: its 2xx waits for this write.
+        Accept => "accept",
+        /// A claim of due deliveries (their leases).
+        Claim => "claim",
+        /// A delivery's completion.
+        Complete => "complete",
+        /// Everything else (operator actions, retention, housekeeping).
+        Other => "other",
+    }
+}

@@ -168,6 +168,9 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
         counter!("hookgate_alerts_sent_total", "result" => result.label()).increment(0);
     }
     counter!("hookgate_log_lines_dropped_total").increment(0);
+    for kind in WriteKind::ALL {
+        let _ = histogram!("hookgate_store_write_wait_seconds", "kind" => kind.label());
+    }
     for ready in ["true", "false"] {
         counter!("hookgate_store_readiness_changes_total", "ready" => ready).increment(0);
     }
@@ -190,7 +193,15 @@ const BUCKETS: &[f64] = &[
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// How often the histograms' recent observations are folded into their buckets.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Install the Prometheus recorder (once per process) and describe the metrics.
+///
+/// The recorder keeps every histogram observation in a queue until an upkeep folds
+/// the queue into the buckets; only a scrape ran one, so a gateway nobody scraped
+/// grew by every ack, delivery and store write it measured, for as long as it ran.
+/// A thread of its own (`hg-metrics`) now runs the upkeep every five seconds.
 pub fn install_metrics() -> Option<&'static PrometheusHandle> {
     PROMETHEUS
         .get_or_init(|| {
@@ -201,6 +212,18 @@ pub fn install_metrics() -> Option<&'static PrometheusHandle> {
                 .map_err(|e| tracing::warn!(error = %e, "cannot install the metrics recorder"))
                 .ok()?;
             describe();
+            let upkeep = handle.clone();
+            if let Err(e) = std::thread::Builder::new()
+                .name("hg-metrics".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(UPKEEP_EVERY);
+                        upkeep.run_upkeep();
+                    }
+                })
+            {
+                tracing::warn!(error = %e, "cannot start the metrics upkeep thread; histograms are folded at each scrape only");
+            }
             Some(handle)
         })
         .as_ref()
@@ -300,6 +323,11 @@ fn describe() {
     describe_counter!(
         "hookgate_store_readiness_changes_total",
         "Changes of readiness (ready=true: the store takes writes again; false: it refuses them)"
+    );
+    describe_histogram!(
+        "hookgate_store_write_wait_seconds",
+        Unit::Seconds,
+        "Embedded store: how long a write waited in the writer's queue before its batch began, by kind (accept, claim, complete, other)"
     );
     describe_counter!(
         "hookgate_store_early_purged_total",

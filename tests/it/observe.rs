@@ -156,6 +156,12 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
             "hookgate_store_ready" => {
                 assert!(s.samples.contains_key(family), "{family}");
             }
+            "hookgate_store_write_wait_seconds" => {
+                for k in ["accept", "claim", "complete", "other"] {
+                    let name = format!("{family}_count");
+                    assert!(s.value(&name, "kind", k).is_some(), "{family} {k}");
+                }
+            }
             "hookgate_store_readiness_changes_total" => {
                 for r in ["true", "false"] {
                     assert!(s.value(family, "ready", r).is_some(), "{family} {r}");

@@ -19,7 +19,7 @@ pub(super) fn start(
     shared: Arc<Checkpointing>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
-        .name("hookgate-sqlite-checkpoint".into())
+        .name("hg-sqlite-ckpt".into())
         .spawn(move || checkpointer(conn, writeback, shared))?;
     Ok(())
 }

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use self::checkpoint::{Checkpointing, Writeback};
 use self::schema::DB_FILE;
 use self::space::DiskSpace;
-use self::writer::{Syncing, Writer};
+use self::writer::{Syncing, WriteKind, Writer};
 use super::pace::{self, ceil_ms};
 use super::{
     Accepted, Attempt, AuditEvent, Backend, Claim, Completion, Control, Controls, DeadLetter,
@@ -171,10 +171,11 @@ impl SqliteStore {
     /// once the commit is on disk (fsynced).
     async fn write_durable<T: Send + 'static>(
         &self,
+        kind: WriteKind,
         notify: bool,
         statements: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.writer.submit(notify, true, statements).await
+        self.writer.submit(kind, notify, true, statements).await
     }
 
     /// The same, answered at the commit, before its fsync: for writes a crash may lose
@@ -182,10 +183,11 @@ impl SqliteStore {
     /// completion is lost is delivered again).
     async fn write_answered_at_commit<T: Send + 'static>(
         &self,
+        kind: WriteKind,
         notify: bool,
         statements: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.writer.submit(notify, false, statements).await
+        self.writer.submit(kind, notify, false, statements).await
     }
 
     async fn read<T: Send + 'static>(
@@ -220,7 +222,7 @@ impl Store for SqliteStore {
         self.space.ensure()?;
         // Encode on the caller's thread: the writer thread is the bottleneck.
         let headers = encode_headers(&entry.headers);
-        self.write_durable(true, move |conn, now| {
+        self.write_durable(WriteKind::Accept, true, move |conn, now| {
             queries::apply_accept(conn, &entry, &headers, now)
         })
         .await
@@ -256,7 +258,7 @@ impl Store for SqliteStore {
         paused: bool,
     ) -> Result<(), StoreError> {
         let (name, route_name) = (source.to_string(), route.map(str::to_string));
-        self.write_durable(false, move |conn, _| {
+        self.write_durable(WriteKind::Other, false, move |conn, _| {
             queries::set_paused(conn, &name, route_name.as_deref(), paused)
         })
         .await?;
@@ -301,7 +303,7 @@ impl Store for SqliteStore {
         let (source, route) = (source.to_string(), route.to_string());
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
-        self.write_answered_at_commit(false, move |conn, _| {
+        self.write_answered_at_commit(WriteKind::Claim, false, move |conn, _| {
             delivery::claim(conn, &source, &route, now, until, limit)
         })
         .await
@@ -317,7 +319,7 @@ impl Store for SqliteStore {
     ) -> Result<Option<Claim>, StoreError> {
         let (source, route) = (source.to_string(), route.to_string());
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
-        self.write_answered_at_commit(false, move |conn, _| {
+        self.write_answered_at_commit(WriteKind::Claim, false, move |conn, _| {
             delivery::claim_probe(conn, &source, &route, now, until)
         })
         .await
@@ -335,7 +337,7 @@ impl Store for SqliteStore {
         let route = claim.delivery.route.clone();
         let token = claim.token.clone();
         let notify = matches!(completion, Completion::Release { .. });
-        self.write_answered_at_commit(notify, move |conn, _| {
+        self.write_answered_at_commit(WriteKind::Complete, notify, move |conn, _| {
             delivery::complete(conn, &source, &id, &route, &token, &completion, now)
         })
         .await
@@ -360,7 +362,7 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> Result<Purged, StoreError> {
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
-        self.write_answered_at_commit(false, move |conn, _| {
+        self.write_answered_at_commit(WriteKind::Other, false, move |conn, _| {
             queries::purge(conn, now, delivered_before, dead_before, limit)
         })
         .await
@@ -386,7 +388,9 @@ impl Store for SqliteStore {
             return Ok(());
         }
         let released = self
-            .write_durable(true, |conn, _| delivery::release_leases(conn))
+            .write_durable(WriteKind::Other, true, |conn, _| {
+                delivery::release_leases(conn)
+            })
             .await?;
         if released > 0 {
             tracing::warn!(
@@ -407,7 +411,7 @@ impl Store for SqliteStore {
     ) -> Result<Transition, StoreError> {
         let (id, route) = (id.to_string(), route.map(str::to_string));
         let actor = actor.to_string();
-        self.write_durable(true, move |conn, _| {
+        self.write_durable(WriteKind::Other, true, move |conn, _| {
             delivery::replay(conn, &id, route.as_deref(), at, &actor, now)
         })
         .await
@@ -425,7 +429,7 @@ impl Store for SqliteStore {
         let actor = actor.to_string();
         let note = note.to_string();
         let (t, discarded) = self
-            .write_durable(false, move |conn, _| {
+            .write_durable(WriteKind::Other, false, move |conn, _| {
                 delivery::discard(conn, &entry_id, route.as_deref(), &actor, &note, now)
             })
             .await?;
@@ -469,7 +473,7 @@ impl Store for SqliteStore {
     async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError> {
         let source = source.to_string();
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        self.write_durable(false, move |conn, _| {
+        self.write_durable(WriteKind::Other, false, move |conn, _| {
             queries::record_unverified(conn, &source, n)
         })
         .await

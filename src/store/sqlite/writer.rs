@@ -32,7 +32,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -40,6 +40,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::checkpoint::{Checkpointing, copy_wal_tail};
 use crate::clock::Clock;
 use crate::store::{Backend, StoreError};
+pub(super) use crate::telemetry::WriteKind;
 
 /// Queue depth in front of the writer; a full queue pushes back on ingest.
 const QUEUE_DEPTH: usize = 8192;
@@ -60,6 +61,9 @@ type Reply = Box<dyn FnOnce(Result<(), CommitFailure>) + Send>;
 
 /// One write on its way to the writer thread.
 struct WriteJob {
+    kind: WriteKind,
+    /// When it was submitted: how long it queued is measured when its batch begins.
+    queued: Instant,
     statements: Statements,
     reply: Reply,
     /// Whether committing it creates work for the forwarder.
@@ -161,7 +165,7 @@ impl Writer {
     ) -> std::io::Result<Writer> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let thread = std::thread::Builder::new()
-            .name("hookgate-sqlite-writer".into())
+            .name("hg-sqlite-write".into())
             .spawn(move || {
                 writer_loop(conn, sync, rx, batch_max, &checkpointing, &clock);
                 checkpointing
@@ -180,6 +184,7 @@ impl Writer {
     /// `wait_for_fsync`.
     pub(super) async fn submit<T: Send + 'static>(
         &self,
+        kind: WriteKind,
         notify: bool,
         wait_for_fsync: bool,
         mut statements: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
@@ -214,6 +219,8 @@ impl Writer {
         };
         let abandoned = Arc::new(AtomicBool::new(false));
         let job = WriteJob {
+            kind,
+            queued: Instant::now(),
             statements: Box::new(run),
             reply: Box::new(reply),
             notify,
@@ -281,9 +288,15 @@ fn writer_loop(
     let (sync_tx, sync_rx) = std::sync::mpsc::channel::<Committed>();
     let stopped = sync.stopped.subscribe();
     let syncer = std::thread::Builder::new()
-        .name("hookgate-sqlite-sync".into())
+        .name("hg-sqlite-sync".into())
         .spawn(move || syncer(sync, sync_rx));
     let mut batch = Vec::with_capacity(batch_max);
+    let waits: Vec<metrics::Histogram> = WriteKind::ALL
+        .iter()
+        .map(
+            |kind| metrics::histogram!("hookgate_store_write_wait_seconds", "kind" => kind.label()),
+        )
+        .collect();
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < batch_max {
@@ -291,6 +304,10 @@ fn writer_loop(
                 Ok(job) => batch.push(job),
                 Err(_) => break,
             }
+        }
+        let began = Instant::now();
+        for job in &batch {
+            waits[job.kind as usize].record(began.duration_since(job.queued).as_secs_f64());
         }
         // A caller that gave up (and answered 503) does not get its write committed
         // behind its back; the provider's retry stores it.
