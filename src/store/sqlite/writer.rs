@@ -30,7 +30,7 @@
 //! are answered at their commit, and the fsync follows with the next batch's. If a
 //! crash loses them, the entry is simply delivered again (at-least-once).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -287,9 +287,16 @@ fn writer_loop(
 ) {
     let (sync_tx, sync_rx) = std::sync::mpsc::channel::<Committed>();
     let stopped = sync.stopped.subscribe();
+    // Committed batches the syncer has not answered yet, and this thread, which the
+    // syncer wakes when it has answered them (see `gather`).
+    let unsynced = Arc::new(AtomicUsize::new(0));
+    let flushed = Flushed {
+        unsynced: unsynced.clone(),
+        writer: std::thread::current(),
+    };
     let syncer = std::thread::Builder::new()
         .name("hg-sqlite-sync".into())
-        .spawn(move || syncer(sync, sync_rx));
+        .spawn(move || syncer(sync, sync_rx, flushed));
     let mut batch = Vec::with_capacity(batch_max);
     let waits: Vec<metrics::Histogram> = WriteKind::ALL
         .iter()
@@ -305,6 +312,7 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
+        gather(&mut rx, &mut batch, batch_max, &unsynced);
         let began = Instant::now();
         for job in &batch {
             waits[job.kind as usize].record(began.duration_since(job.queued).as_secs_f64());
@@ -338,7 +346,9 @@ fn writer_loop(
             }
         }
         let committed = Committed { answers, notify };
+        unsynced.fetch_add(1, Ordering::SeqCst);
         if let Err(std::sync::mpsc::SendError(lost)) = sync_tx.send(committed) {
+            unsynced.fetch_sub(1, Ordering::SeqCst);
             for (reply, _) in lost.answers {
                 reply(Err(CommitFailure::SyncerGone));
             }
@@ -352,10 +362,55 @@ fn writer_loop(
     tracing::debug!("sqlite writer stopped");
 }
 
+/// A batch this small is held back while an fsync is in flight (see [`gather`]).
+const GATHER_BELOW: usize = 64;
+/// The longest a batch is held back for an fsync in flight.
+const GATHER_AT_MOST: Duration = Duration::from_millis(2);
+/// How often a held-back batch looks for more writes.
+const GATHER_POLL: Duration = Duration::from_micros(100);
+
+/// While the syncer is flushing earlier batches, keep taking writes into a small
+/// batch instead of committing it at once (until the syncer is done, the batch holds
+/// `GATHER_BELOW` writes, or `GATHER_AT_MOST` has passed).
+///
+/// A batch committed while an fsync is in flight cannot be answered before the next
+/// fsync anyway, so committing it early gains its callers nothing; but every commit
+/// writes each B-tree page it touched to the WAL again (the right edge of the
+/// entries table and of each index: some 50 KiB whether the batch holds one webhook
+/// or sixty), and the checkpointer copies them all again. At moderate rates the
+/// writer committed a few writes at a time, and those pages, not the webhooks, were
+/// most of its work, the syncer's and the checkpointer's (BENCHMARKS.md, the
+/// delivering gateway). Held back, a batch is committed as the disk frees up, once
+/// per fsync, with what arrived meanwhile.
+fn gather(
+    rx: &mut mpsc::Receiver<WriteJob>,
+    batch: &mut Vec<WriteJob>,
+    batch_max: usize,
+    unsynced: &AtomicUsize,
+) {
+    let until = Instant::now() + GATHER_AT_MOST;
+    while batch.len() < GATHER_BELOW.min(batch_max)
+        && unsynced.load(Ordering::SeqCst) > 0
+        && Instant::now() < until
+    {
+        match rx.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(mpsc::error::TryRecvError::Empty) => std::thread::park_timeout(GATHER_POLL),
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+        }
+    }
+}
+
+/// How the syncer tells the writer that it has answered what was committed.
+struct Flushed {
+    unsynced: Arc<AtomicUsize>,
+    writer: std::thread::Thread,
+}
+
 /// fsync the WAL for every committed batch (coalescing what queued up meanwhile),
 /// then answer: a 2xx only ever follows a successful fsync. After a failed fsync,
 /// every answer is a failure and the store is stopped (see the module docs).
-fn syncer(sync: Syncing, rx: std::sync::mpsc::Receiver<Committed>) {
+fn syncer(sync: Syncing, rx: std::sync::mpsc::Receiver<Committed>, flushed: Flushed) {
     let mut fsyncs = 0u64;
     while let Ok(first) = rx.recv() {
         let mut pending = vec![first];
@@ -386,6 +441,7 @@ fn syncer(sync: Syncing, rx: std::sync::mpsc::Receiver<Committed>) {
             Ok(())
         };
         let notify = synced.is_ok() && pending.iter().any(|c| c.notify);
+        let batches = pending.len();
         for c in pending {
             for (reply, result) in c.answers {
                 reply(match (&synced, result) {
@@ -398,6 +454,8 @@ fn syncer(sync: Syncing, rx: std::sync::mpsc::Receiver<Committed>) {
         if notify {
             sync.work.send_modify(|n| *n = n.wrapping_add(1));
         }
+        flushed.unsynced.fetch_sub(batches, Ordering::SeqCst);
+        flushed.writer.unpark();
     }
 }
 
