@@ -124,6 +124,28 @@ pub struct Redis {
     _dir: tempfile::TempDir,
 }
 
+impl Redis {
+    /// `INFO commandstats`: (command, calls, µs of Redis CPU) per command or script.
+    pub fn command_stats(&self) -> Vec<(String, u64, u64)> {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "INFO", "commandstats"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        out.lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let field = |k: &str| -> Option<u64> {
+                    rest.split(',')
+                        .find_map(|kv| kv.strip_prefix(k))
+                        .and_then(|v| v.parse().ok())
+                };
+                Some((name.to_string(), field("calls=")?, field("usec=")?))
+            })
+            .collect()
+    }
+}
+
 impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();

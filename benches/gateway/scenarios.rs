@@ -97,7 +97,10 @@ impl Subject {
             &std::env::var("HOOKGATE_BENCH_GLOBAL")
                 .unwrap_or_default()
                 .replace("\\n", "\n"),
-            "",
+            // And the source's (`HOOKGATE_BENCH_SOURCE='[sources.delivery]\nconcurrency = 64'`).
+            &std::env::var("HOOKGATE_BENCH_SOURCE")
+                .unwrap_or_default()
+                .replace("\\n", "\n"),
         );
         if forwarding == Forwarding::Off {
             admin_post(gw.admin, "/admin/sources/bench/pause").await;
@@ -726,6 +729,7 @@ async fn profile_window(
                 .expect("perf")
         });
     let pids = subject.pids();
+    let redis_before = subject.redis.as_ref().map(|r| r.command_stats());
     let threads = ThreadMeter::start(subject.gw.child.id());
     let cpu = CpuMeter::start(&pids);
     let before = match &subject.sink {
@@ -757,6 +761,36 @@ async fn profile_window(
         let _ = p.wait();
     }
     let metrics_after = scrape(subject.gw.admin).await;
+    let redis_cpu = match (&subject.redis, redis_before) {
+        (Some(redis), Some(before)) => {
+            let mut delta: Vec<(String, u64, u64)> = redis
+                .command_stats()
+                .into_iter()
+                .map(|(name, calls, usec)| {
+                    let (c0, u0) = before
+                        .iter()
+                        .find(|(n, _, _)| *n == name)
+                        .map_or((0, 0), |(_, c, u)| (*c, *u));
+                    (name, calls.saturating_sub(c0), usec.saturating_sub(u0))
+                })
+                .filter(|(_, calls, _)| *calls > 0)
+                .collect();
+            delta.sort_by_key(|(_, _, usec)| std::cmp::Reverse(*usec));
+            let top: Vec<String> = delta
+                .iter()
+                .take(8)
+                .map(|(name, calls, usec)| {
+                    format!(
+                        "{name} {calls} calls, {:.2} s ({:.1} µs each)",
+                        *usec as f64 / 1e6,
+                        *usec as f64 / (*calls).max(1) as f64
+                    )
+                })
+                .collect();
+            format!("; Redis CPU by command: {}", top.join(", "))
+        }
+        _ => String::new(),
+    };
     let waits: Vec<String> = ["accept", "claim", "complete"]
         .iter()
         .map(|kind| {
@@ -783,7 +817,7 @@ async fn profile_window(
     };
     format!(
         "ack {} ({} errors); {delivered}CPU per webhook: gateway {:.0} µs{redis_us}{sink_us}, generator {:.0} µs (machine {:.0}% busy); \
-         gateway threads: {threads}; writer queue wait: {}; {ack}",
+         gateway threads: {threads}; writer queue wait: {}; {ack}{redis_cpu}",
         percentiles(&r.hist),
         r.errors,
         cpu.per_request(0, r.requests),

@@ -20,9 +20,10 @@ use crate::telemetry::{DeliveryOutcome, DeliveryResult};
 
 /// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
 pub(super) fn breaker_gauge(route: &Route) {
-    let v = route.breaker.state().gauge();
-    metrics::gauge!("hookgate_circuit_breaker_state", "destination" => origin(&route.destination))
-        .set(v);
+    route
+        .meters
+        .breaker_state
+        .set(route.breaker.state().gauge());
 }
 
 /// Send one attempt and turn the result into an [`Outcome`].
@@ -176,11 +177,8 @@ pub(super) async fn deliver(
         return;
     };
     let done_at = fwd.clock.now_ms();
-    let result = DeliveryResult::of(&outcome).label();
-    metrics::counter!("hookgate_delivery_attempts_total", "source" => route.source.clone(), "route" => route.name.clone(), "result" => result)
-        .increment(1);
-    metrics::histogram!("hookgate_delivery_seconds", "source" => route.source.clone(), "route" => route.name.clone())
-        .record(elapsed.as_secs_f64());
+    route.meters.attempt(DeliveryResult::of(&outcome));
+    route.meters.delivery_seconds.record(elapsed.as_secs_f64());
     if let Some(pace) = &route.pace {
         let answer = match &outcome {
             Outcome::Status { code, retry_after } => Answer::of_status(*code, *retry_after),
@@ -253,11 +251,9 @@ pub(super) async fn deliver(
     );
     let delivery_outcome = DeliveryOutcome::of(&decision);
     let outcome_label = delivery_outcome.label();
-    metrics::counter!("hookgate_deliveries_total", "source" => route.source.clone(), "route" => route.name.clone(), "outcome" => outcome_label)
-        .increment(1);
+    route.meters.outcome(delivery_outcome);
     if matches!(decision, Decision::RetryAt(_)) {
-        metrics::counter!("hookgate_retries_scheduled_total", "source" => route.source.clone(), "route" => route.name.clone())
-            .increment(1);
+        route.meters.retries_scheduled.increment(1);
     }
     let completion = match decision {
         Decision::MarkDelivered => Completion::Delivered { attempt },
@@ -272,8 +268,7 @@ pub(super) async fn deliver(
                 reason = %reason,
                 "delivery moved to the dead-letter queue"
             );
-            metrics::counter!("hookgate_dead_lettered_total", "source" => route.source.clone(), "route" => route.name.clone())
-                .increment(1);
+            route.meters.dead_lettered.increment(1);
             if let Some(notify) = &fwd.on_dead {
                 notify(&route.source, &route.name, &reason);
             }

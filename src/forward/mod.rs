@@ -19,6 +19,7 @@
 pub mod breaker;
 mod deliver;
 mod maintenance;
+mod meters;
 pub mod request;
 pub mod retry;
 mod route;

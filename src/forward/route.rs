@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::breaker::Breaker;
+use super::meters::RouteMeters;
 use super::request;
 use super::retry::RetryPolicy;
 use crate::config::ForwarderConfig;
@@ -40,6 +41,8 @@ pub struct Route {
     /// The route's rate limit and how it adapts, when it has one. The send slots
     /// themselves are the store's, so that every process keeps one pace.
     pub pace: Option<std::sync::Mutex<Pace>>,
+    /// Its metric handles.
+    pub(super) meters: RouteMeters,
 }
 
 /// Build the HTTP client of a route: no redirects (a 3xx is a final answer), the
@@ -117,6 +120,7 @@ pub fn routes(
                 .map(|f| f.credential_headers.as_slice())
                 .unwrap_or(&[]);
             Ok(Route {
+                meters: RouteMeters::new(&s.name, &r.name, origin(&r.destination)),
                 source: s.name.clone(),
                 name: r.name.clone(),
                 destination: r.destination.clone(),

@@ -371,7 +371,7 @@ const GATHER_POLL: Duration = Duration::from_micros(100);
 
 /// While the syncer is flushing earlier batches, keep taking writes into a small
 /// batch instead of committing it at once (until the syncer is done, the batch holds
-/// `GATHER_BELOW` writes, or `GATHER_AT_MOST` has passed).
+/// `GATHER_BELOW` writes or a claim, or `GATHER_AT_MOST` has passed).
 ///
 /// A batch committed while an fsync is in flight cannot be answered before the next
 /// fsync anyway, so committing it early gains its callers nothing; but every commit
@@ -388,6 +388,11 @@ fn gather(
     batch_max: usize,
     unsynced: &AtomicUsize,
 ) {
+    // A claim's deliveries cannot start before its answer, and its answer does not
+    // wait for an fsync: it goes at once.
+    if batch.iter().any(|job| job.kind == WriteKind::Claim) {
+        return;
+    }
     let until = Instant::now() + GATHER_AT_MOST;
     while batch.len() < GATHER_BELOW.min(batch_max)
         && unsynced.load(Ordering::SeqCst) > 0

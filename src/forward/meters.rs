@@ -1,0 +1,61 @@
+//! The metric handles of one route, looked up once when the route is built.
+//!
+//! A `metrics::counter!` with labels builds its label strings and looks the series up
+//! in the recorder's registry at every call; on the delivery path that was a handful
+//! of allocations and hash lookups per delivery (and a parse of the destination URL
+//! for the breaker gauge's label, at every delivery and every claim loop). A route
+//! holds its handles instead; recording through one is an atomic add.
+
+use metrics::{Counter, Gauge, Histogram};
+
+use crate::telemetry::{DeliveryOutcome, DeliveryResult};
+
+pub struct RouteMeters {
+    /// `hookgate_delivery_attempts_total`, by `DeliveryResult` (its `ALL` order).
+    attempts: Vec<Counter>,
+    /// `hookgate_deliveries_total`, by `DeliveryOutcome` (its `ALL` order).
+    outcomes: Vec<Counter>,
+    pub delivery_seconds: Histogram,
+    pub retries_scheduled: Counter,
+    pub dead_lettered: Counter,
+    /// `hookgate_circuit_breaker_state` of the route's destination origin.
+    pub breaker_state: Gauge,
+}
+
+impl RouteMeters {
+    /// The handles of route `route` of `source`, delivering to `origin`. Take them
+    /// after the recorder is installed (handles taken before it record nothing).
+    pub fn new(source: &str, route: &str, origin: String) -> RouteMeters {
+        let (s, r) = (source.to_string(), route.to_string());
+        RouteMeters {
+            attempts: DeliveryResult::ALL
+                .iter()
+                .map(|result| {
+                    metrics::counter!("hookgate_delivery_attempts_total", "source" => s.clone(), "route" => r.clone(), "result" => result.label())
+                })
+                .collect(),
+            outcomes: DeliveryOutcome::ALL
+                .iter()
+                .map(|outcome| {
+                    metrics::counter!("hookgate_deliveries_total", "source" => s.clone(), "route" => r.clone(), "outcome" => outcome.label())
+                })
+                .collect(),
+            delivery_seconds: metrics::histogram!("hookgate_delivery_seconds", "source" => s.clone(), "route" => r.clone()),
+            retries_scheduled: metrics::counter!("hookgate_retries_scheduled_total", "source" => s.clone(), "route" => r.clone()),
+            dead_lettered: metrics::counter!("hookgate_dead_lettered_total", "source" => s, "route" => r),
+            breaker_state: metrics::gauge!("hookgate_circuit_breaker_state", "destination" => origin),
+        }
+    }
+
+    pub fn attempt(&self, result: DeliveryResult) {
+        if let Some(c) = self.attempts.get(result as usize) {
+            c.increment(1);
+        }
+    }
+
+    pub fn outcome(&self, outcome: DeliveryOutcome) {
+        if let Some(c) = self.outcomes.get(outcome as usize) {
+            c.increment(1);
+        }
+    }
+}
