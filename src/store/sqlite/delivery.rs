@@ -565,4 +565,23 @@ mod tests {
             assert!(!p.iter().any(|l| l.contains("TEMP B-TREE")), "{p:?}");
         }
     }
+
+    /// A retention pass reads the entries past their cutoff through `entries_done`
+    /// (status and `updated_at`), never every delivered entry's row: on the writer
+    /// thread, that walk stalled ingest at each maintenance pass.
+    #[test]
+    fn retention_reads_only_the_entries_past_their_cutoff() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = schema::open_connection(&dir.path().join(schema::DB_FILE)).unwrap();
+        schema::migrate(&mut conn).unwrap();
+        let purge = plan(&conn, super::super::queries::PURGE_CANDIDATES);
+        let searches: Vec<&String> = purge.iter().filter(|l| l.contains("entries")).collect();
+        assert_eq!(searches.len(), 2, "{purge:?}");
+        for s in searches {
+            assert!(
+                s.contains("USING INDEX entries_done (status=? AND updated_at<?)"),
+                "{purge:?}"
+            );
+        }
+    }
 }

@@ -447,6 +447,17 @@ pub(super) fn attempts(conn: &Connection, id: &str) -> Result<Vec<Attempt>, Stor
     Ok(rows)
 }
 
+/// The entries one retention pass deletes (see [`purge`]): `?1` the delivered cutoff,
+/// `?2` the dead one, `?3` the most of each.
+pub(super) const PURGE_CANDIDATES: &str =
+    "SELECT id FROM (SELECT id FROM entries INDEXED BY entries_done
+         WHERE status != 'pending' AND status IN ('delivered', 'filtered')
+           AND updated_at < ?1 LIMIT ?3)
+     UNION ALL
+     SELECT id FROM (SELECT id FROM entries INDEXED BY entries_done
+         WHERE status != 'pending' AND status IN ('dead', 'discarded')
+           AND updated_at < ?2 LIMIT ?3)";
+
 /// One retention pass (`Store::purge`), by each entry's derived status and since
 /// when it has it (`updated_at`): delivered and filtered entries with the delivered
 /// cutoff, dead and discarded ones with the dead cutoff; a pending entry (one with a
@@ -467,15 +478,7 @@ pub(super) fn purge(
     limit: i64,
 ) -> Result<Purged, StoreError> {
     let ids: Vec<String> = conn
-        .prepare_cached(
-            "SELECT id FROM (SELECT id FROM entries INDEXED BY entries_done
-                 WHERE status != 'pending' AND status IN ('delivered', 'filtered')
-                   AND updated_at < ?1 LIMIT ?3)
-             UNION ALL
-             SELECT id FROM (SELECT id FROM entries INDEXED BY entries_done
-                 WHERE status != 'pending' AND status IN ('dead', 'discarded')
-                   AND updated_at < ?2 LIMIT ?3)",
-        )?
+        .prepare_cached(PURGE_CANDIDATES)?
         .query_map(params![delivered_before, dead_before, limit], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     for id in &ids {
