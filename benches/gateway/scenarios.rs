@@ -305,15 +305,7 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     let on_few = c4(on.gw.port, "on4").await;
     let disk_few = disk.finish();
     // The burst: the forwarding-on maximum, which also sets the open loop's rate.
-    let max = closed_loop(
-        addr(on.gw.port),
-        "/ingest/bench",
-        Arc::new(prepare(webhooks_for(s), "max", None)),
-        s.connections,
-        s.duration,
-        false,
-    )
-    .await;
+    let max = forwarding_on_max(&on, s).await;
     let after_burst = c4(on.gw.port, "after").await;
     let sink = on.sink.as_ref().expect("sink");
     let expected = on_few.requests + max.requests + after_burst.requests
@@ -663,15 +655,7 @@ fn forwarding_gateway(
 pub async fn profile(report: &mut Report, store: Store, s: Settings) {
     let on = Subject::start(store, Forwarding::On).await;
     let sink = on.sink.as_ref().expect("sink");
-    let max = closed_loop(
-        addr(on.gw.port),
-        "/ingest/bench",
-        Arc::new(prepare(webhooks_for(s), "max", None)),
-        s.connections,
-        s.duration,
-        false,
-    )
-    .await;
+    let max = forwarding_on_max(&on, s).await;
     let _ = sink
         .settle(max.requests - max.errors, Duration::from_secs(10))
         .await;
@@ -829,6 +813,20 @@ async fn profile_window(
             "none (Redis)".to_string()
         },
     )
+}
+
+/// The forwarding-on maximum: `s.connections` connections in a closed loop against
+/// `on` (a gateway that forwards) for the duration.
+async fn forwarding_on_max(on: &Subject, s: Settings) -> LoadResult {
+    closed_loop(
+        addr(on.gw.port),
+        "/ingest/bench",
+        Arc::new(prepare(webhooks_for(s), "max", None)),
+        s.connections,
+        s.duration,
+        false,
+    )
+    .await
 }
 
 /// The gateway's `/metrics` text.
