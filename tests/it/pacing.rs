@@ -11,6 +11,16 @@ use crate::util::*;
 
 const LIMITED: &str = "[sources.delivery]\nrate_limit = \"20/s\"\n";
 
+/// The most arrivals one second may hold at 20/s with a burst of 2. The send slots
+/// themselves never exceed 22 in a second (`store::pace`'s unit test holds that
+/// exactly); an arrival comes a claim and an HTTP exchange after its slot, and on a
+/// loaded machine that time varies by more than the 50 ms between two slots, so a
+/// second of arrivals may hold one or two sends more (seen: 23 on a busy machine).
+/// Each test also checks the span of the whole
+/// backlog, which jitter cannot shorten by more than one such delay: a pace kept
+/// per gateway, not shared, would send twice as fast.
+pub(crate) const BUSIEST_SECOND_AT_20: usize = 24;
+
 /// The most requests `received` holds in any one-second window.
 pub(crate) fn busiest_second(received: &[Received]) -> usize {
     let times: Vec<Instant> = received.iter().map(|r| r.at).collect();
@@ -38,7 +48,7 @@ fn offsets(received: &[Received]) -> Vec<u128> {
 }
 
 /// The time from the first request to the last.
-fn span(received: &[Received]) -> Duration {
+pub(crate) fn span(received: &[Received]) -> Duration {
     let first = received.iter().map(|r| r.at).min();
     let last = received.iter().map(|r| r.at).max();
     match (first, last) {
@@ -63,7 +73,8 @@ async fn backlog(h: &StoreHandle, gateways: &[&Gateway], n: usize) {
 }
 
 /// Wait for the 60 entries of the backlog at `up`: 20/s with a burst of 2 means
-/// never more than 22 in a second, and 60 take about 3 s.
+/// never more than 22 sends in a second (see `BUSIEST_SECOND_AT_20` for arrivals),
+/// and 60 take about 3 s.
 async fn received_at_the_limit(up: &Upstream) {
     up.wait_for(Duration::from_secs(20), "60 paced deliveries", |r| {
         r.len() >= 60
@@ -71,7 +82,11 @@ async fn received_at_the_limit(up: &Upstream) {
     .await;
     let received = up.received();
     let busiest = busiest_second(&received);
-    assert!(busiest <= 22, "{busiest}: {:?}", offsets(&received));
+    assert!(
+        busiest <= BUSIEST_SECOND_AT_20,
+        "{busiest}: {:?}",
+        offsets(&received)
+    );
     assert!(
         span(&received) >= Duration::from_millis(2_500),
         "{:?}",
