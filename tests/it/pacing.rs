@@ -19,10 +19,22 @@ const LIMITED: &str = "[sources.delivery]\nrate_limit = \"20/s\"\n";
 /// Each test also checks the span of the whole
 /// backlog, which jitter cannot shorten by more than one such delay: a pace kept
 /// per gateway, not shared, would send twice as fast.
-pub(crate) const BUSIEST_SECOND_AT_20: usize = 24;
+const BUSIEST_SECOND_AT_20: usize = 24;
+
+/// `received` came at 20/s with a burst of 2: no second holds more than
+/// [`BUSIEST_SECOND_AT_20`], and the whole backlog took at least `at_least`.
+pub(crate) fn assert_paced_at_20(received: &[Received], at_least: Duration) {
+    let busiest = busiest_second(received);
+    assert!(
+        busiest <= BUSIEST_SECOND_AT_20,
+        "{busiest} in one second at 20/s (burst 2): {:?}",
+        offsets(received)
+    );
+    assert!(span(received) >= at_least, "{:?}", span(received));
+}
 
 /// The most requests `received` holds in any one-second window.
-pub(crate) fn busiest_second(received: &[Received]) -> usize {
+fn busiest_second(received: &[Received]) -> usize {
     let times: Vec<Instant> = received.iter().map(|r| r.at).collect();
     times
         .iter()
@@ -48,7 +60,7 @@ fn offsets(received: &[Received]) -> Vec<u128> {
 }
 
 /// The time from the first request to the last.
-pub(crate) fn span(received: &[Received]) -> Duration {
+fn span(received: &[Received]) -> Duration {
     let first = received.iter().map(|r| r.at).min();
     let last = received.iter().map(|r| r.at).max();
     match (first, last) {
@@ -80,18 +92,7 @@ async fn received_at_the_limit(up: &Upstream) {
         r.len() >= 60
     })
     .await;
-    let received = up.received();
-    let busiest = busiest_second(&received);
-    assert!(
-        busiest <= BUSIEST_SECOND_AT_20,
-        "{busiest}: {:?}",
-        offsets(&received)
-    );
-    assert!(
-        span(&received) >= Duration::from_millis(2_500),
-        "{:?}",
-        span(&received)
-    );
+    assert_paced_at_20(&up.received(), Duration::from_millis(2_500));
 }
 
 async fn backlog_at_the_limit(backend: Backend) {
