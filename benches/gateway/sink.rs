@@ -58,12 +58,7 @@ pub async fn start_sink(port: Option<u16>, record: bool) -> Sink {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     let (r, a) = (r.clone(), a.clone());
                     async move {
-                        let id = req
-                            .headers()
-                            .get("hookgate-event-id")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("")
-                            .to_string();
+                        let id = event_id(&req);
                         let refuse = req.uri().path().starts_with("/refuse");
                         let _ = req.into_body().collect().await;
                         if refuse {
@@ -139,12 +134,7 @@ pub fn sink_server(port: u16) {
                                 Full::new(Bytes::from(text)),
                             ));
                         }
-                        let id = req
-                            .headers()
-                            .get("hookgate-event-id")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("")
-                            .to_string();
+                        let id = event_id(&req);
                         let _ = req.into_body().collect().await;
                         a.lock().expect("lock").push((unix_micros(), id));
                         r.fetch_add(1, Ordering::SeqCst);
@@ -157,6 +147,15 @@ pub fn sink_server(port: u16) {
             });
         }
     });
+}
+
+/// The `hookgate-event-id` a delivery carries (empty when none).
+fn event_id(req: &Request<hyper::body::Incoming>) -> String {
+    req.headers()
+        .get("hookgate-event-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
 }
 
 /// Microseconds since the Unix epoch, now.
