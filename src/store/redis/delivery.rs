@@ -3,11 +3,12 @@
 //!
 //! Each route of a source has its work stream (`work:<route>`) with one consumer
 //! group (`workers`); every gateway process is a consumer. A claim first checks that
-//! neither the source nor the route is paused, moves the route's due retries from
-//! `sched:<route>` to its stream (the promote script, atomic), then takes messages
-//! whose lease expired from other consumers (`XAUTOCLAIM` with the lease as minimum
-//! idle time: a crashed worker's deliveries are claimed again), then new messages
-//! (`XREADGROUP >`), and takes the lease of each delivery (the lease script). A
+//! neither the source nor the route is paused, then runs the claim script, which in
+//! one call (one round trip, one fsync) moves the route's due retries from
+//! `sched:<route>` to its stream, takes messages whose lease expired from other
+//! consumers (`XAUTOCLAIM` with the lease as minimum idle time: a crashed worker's
+//! deliveries are claimed again), then new messages (`XREADGROUP >`), and takes the
+//! lease of each delivery. A
 //! half-open breaker's probe first looks for a due retry in `sched:<route>` and
 //! leases it there, scored at its lease end, without a stream message (the probe
 //! script); only when there is none does it claim from the stream. The complete
@@ -16,10 +17,11 @@
 //! delivery delivered or dead (appending to the DLQ stream), and derives the entry's
 //! status again, in one call.
 //!
-//! A route's group is created when a claim meets `NOGROUP`: the route's first claim,
-//! or the first after Redis lost its data (it restarted empty; the loss itself is
-//! detected through `hg:epoch`, see `RedisStore::check_epoch`, and logged at ERROR;
-//! housekeeping also recreates the groups of the routes this process claims from).
+//! A route's group is created when a claim finds none (in the claim script): the
+//! route's first claim, or the first after Redis lost its data (it restarted empty;
+//! the loss itself is detected through `hg:epoch`, see `RedisStore::check_epoch`,
+//! and logged at ERROR; housekeeping also recreates the groups of the routes this
+//! process claims from).
 //! The group starts at the beginning of the stream, so the messages written before
 //! it existed are read too.
 
@@ -28,7 +30,6 @@ use std::time::Duration;
 
 use super::RedisStore;
 use super::codec::entry_from_map;
-use super::conn::timed;
 use crate::store::activity::Counted;
 use crate::store::{
     AuditEvent, Claim, Completion, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status, StoreError,
@@ -55,6 +56,10 @@ const PROMOTE_MAX: i64 = 1000;
 /// at most (the deliveries in flight when the breaker opened or a pause began).
 const PROBE_SCAN: i64 = 1000;
 
+/// What the claim script answers per claimed delivery: its stream message, the
+/// entry id, the lease token and the entry's hash.
+type Leased = (String, String, String, HashMap<String, Vec<u8>>);
+
 impl RedisStore {
     /// Claim up to `limit` deliveries through `route` of `source` for `worker` (see
     /// the module docs).
@@ -68,17 +73,13 @@ impl RedisStore {
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
         self.remember_claimed_route(source, route);
-        // A paused source or route yields nothing, whichever process paused it. The
-        // due retries move to the work stream meanwhile (one round trip for both).
-        let (paused, promoted) = tokio::join!(
-            self.is_paused(source, route),
-            self.promote(source, route, now)
-        );
-        if paused? {
+        // A paused source or route yields nothing, whichever process paused it. (A
+        // read: the pause set has no source's hash tag, so the claim script cannot
+        // look at it on a cluster.)
+        if self.is_paused(source, route).await? {
             return Ok(Vec::new());
         }
-        promoted?;
-        self.read_and_lease(source, route, worker, limit, lease)
+        self.claim_from_stream(source, route, worker, now, limit, lease)
             .await
     }
 
@@ -151,7 +152,8 @@ impl RedisStore {
     }
 
     /// Claim up to `limit` deliveries through `route` of `source` from its work
-    /// stream, after moving the due retries there (see the module docs).
+    /// stream, after moving the due retries there, in one call of the claim script
+    /// (see the module docs).
     async fn claim_from_stream(
         &self,
         source: &str,
@@ -161,90 +163,32 @@ impl RedisStore {
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
-        self.promote(source, route, now).await?;
-        self.read_and_lease(source, route, worker, limit, lease)
-            .await
-    }
-
-    /// Move the due retries of `route` of `source` from its schedule to its work
-    /// stream.
-    async fn promote(&self, source: &str, route: &str, now: i64) -> Result<(), StoreError> {
-        let mut c = self.conn();
-        let mut inv = self.scripts.promote.prepare_invoke();
+        let token = uuid::Uuid::now_v7().simple().to_string();
+        let mut inv = self.scripts.claim.prepare_invoke();
         inv.key(self.route_key(source, "sched", route))
             .key(self.route_key(source, "work", route))
             .arg(now)
             .arg(PROMOTE_MAX)
             .arg(self.key(source, ""))
-            .arg(route);
-        let _: i64 = self.timed(inv.invoke_async(&mut c)).await?;
-        Ok(())
-    }
-
-    /// Read up to `limit` messages of the work stream of `route` of `source` and
-    /// lease their deliveries.
-    async fn read_and_lease(
-        &self,
-        source: &str,
-        route: &str,
-        worker: &str,
-        limit: usize,
-        lease: Duration,
-    ) -> Result<Vec<Claim>, StoreError> {
-        let limit = limit.max(1);
-        let messages = match tokio::time::timeout(
-            self.timeout,
-            self.read_messages(source, route, worker, limit, lease),
-        )
-        .await
-        {
-            Err(_) => return Err(StoreError::Timeout(self.timeout)),
-            Ok(Ok(m)) => m,
-            Ok(Err(e)) if e.code() == Some("NOGROUP") => {
-                // The route's first claim, or Redis lost the group.
-                tracing::debug!(source, route, "creating the route's consumer group");
-                self.ensure_group(source, route).await?;
-                self.timed(self.read_messages(source, route, worker, limit, lease))
-                    .await?
-            }
-            Ok(Err(e)) => return Err(e.into()),
-        };
-        // Every message's lease at once: the invocations share the multiplexed
-        // connections, so they go out pipelined and cost about one round trip, where
-        // one after another they cost one each (with `appendfsync always`, an fsync
-        // each), which held a route to a few thousand deliveries a second.
-        let leases = messages.into_iter().map(|(message, id)| {
-            let token = uuid::Uuid::now_v7().simple().to_string();
-            let mut inv = self.scripts.lease.prepare_invoke();
-            inv.key(self.key(source, &format!("e:{id}")))
-                .arg(&message)
-                .arg(&token)
-                .arg(route)
-                .arg(self.key(source, ""));
-            let mut c = self.conn();
-            async move {
-                let map: Option<HashMap<String, Vec<u8>>> =
-                    self.timed(inv.invoke_async(&mut c)).await?;
-                Ok::<_, StoreError>((message, id, token, map))
-            }
-        });
-        let leased = futures_util::future::try_join_all(leases).await?;
+            .arg(route)
+            .arg(GROUP)
+            .arg(worker)
+            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            .arg(limit.max(1))
+            .arg(&token);
+        let mut c = self.conn();
+        let leased: Vec<Leased> = self.timed(inv.invoke_async(&mut c)).await?;
         let mut claims = Vec::with_capacity(leased.len());
         for (message, id, token, map) in leased {
-            let entry = match map {
-                Some(map) if !map.is_empty() => Some(entry_from_map(&id, map)?),
-                _ => None,
-            };
-            let claimed = entry.and_then(|e| e.delivery(route).cloned().map(|d| (e, d)));
-            match claimed {
-                Some((entry, delivery)) => claims.push(Claim {
+            let entry = entry_from_map(&id, map)?;
+            // The script leased a pending delivery of the route, so the entry has it.
+            if let Some(delivery) = entry.delivery(route).cloned() {
+                claims.push(Claim {
                     delivery,
                     entry,
                     token,
                     stream_message: Some(message),
-                }),
-                // Ended, purged or superseded meanwhile: the message is stale.
-                None => self.discard_message(source, route, &message).await?,
+                });
             }
         }
         Ok(claims)
@@ -364,69 +308,5 @@ impl RedisStore {
             Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
             Err(e) => Err(e.into()),
         }
-    }
-
-    /// Read claimable messages (expired leases first, then new ones) as
-    /// (message id, entry id).
-    async fn read_messages(
-        &self,
-        source: &str,
-        route: &str,
-        worker: &str,
-        limit: usize,
-        lease: Duration,
-    ) -> Result<Vec<(String, String)>, redis::RedisError> {
-        let mut c = self.conn();
-        let work = self.route_key(source, "work", route);
-        let mut out: Vec<(String, String)> = Vec::new();
-        let reclaimed: redis::streams::StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
-            .arg(&work)
-            .arg(GROUP)
-            .arg(worker)
-            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
-            .arg("0-0")
-            .arg("COUNT")
-            .arg(limit)
-            .query_async(&mut c)
-            .await?;
-        for m in reclaimed.claimed {
-            let id: Option<String> = m.get("id");
-            out.push((m.id, id.unwrap_or_default()));
-        }
-        if out.len() < limit {
-            let reply: Option<redis::streams::StreamReadReply> = redis::cmd("XREADGROUP")
-                .arg("GROUP")
-                .arg(GROUP)
-                .arg(worker)
-                .arg("COUNT")
-                .arg(limit - out.len())
-                .arg("STREAMS")
-                .arg(&work)
-                .arg(">")
-                .query_async(&mut c)
-                .await?;
-            for k in reply.map(|r| r.keys).unwrap_or_default() {
-                for m in k.ids {
-                    let id: Option<String> = m.get("id");
-                    out.push((m.id, id.unwrap_or_default()));
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Drop a stream message that no longer stands for pending work.
-    async fn discard_message(
-        &self,
-        source: &str,
-        route: &str,
-        message: &str,
-    ) -> Result<(), StoreError> {
-        let mut c = self.conn();
-        let work = self.route_key(source, "work", route);
-        let mut pipe = redis::pipe();
-        pipe.cmd("XACK").arg(&work).arg(GROUP).arg(message).ignore();
-        pipe.cmd("XDEL").arg(&work).arg(message).ignore();
-        timed(self.timeout, pipe.query_async::<()>(&mut c)).await
     }
 }

@@ -27,10 +27,9 @@ const PRELUDE: &str = include_str!("scripts/prelude.lua");
 pub(super) struct Scripts {
     /// Dedupe and persist a batch of entries of one source (see `batch`).
     pub accept_many: Script,
-    /// Move due retries of one route from its schedule to its work stream.
-    pub promote: Script,
-    /// Take the lease of a claimed delivery; answers the entry.
-    pub lease: Script,
+    /// Claim a route's deliveries: move its due retries to its work stream, read
+    /// the stream (expired leases, then new messages), lease what was read.
+    pub claim: Script,
     /// Lease the due retry a half-open breaker's probe sends, from the schedule.
     pub probe: Script,
     /// Record what a worker did with a claimed delivery.
@@ -70,8 +69,7 @@ impl Scripts {
                 "{PRELUDE}\n{}",
                 include_str!("scripts/accept_many.lua")
             )),
-            promote: with_prelude(include_str!("scripts/promote.lua")),
-            lease: with_prelude(include_str!("scripts/lease.lua")),
+            claim: with_prelude(include_str!("scripts/claim.lua")),
             probe: plain(include_str!("scripts/probe.lua")),
             complete: with_prelude(include_str!("scripts/complete.lua")),
             purge: with_prelude(include_str!("scripts/purge.lua")),

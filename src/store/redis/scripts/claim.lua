@@ -1,0 +1,93 @@
+-- Claim up to `limit` deliveries of one route for one consumer, in one call (one
+-- round trip, and with `appendfsync always` one fsync): move the route's due retries
+-- from its schedule to its work stream, take the messages whose lease ran out from
+-- other consumers (`XAUTOCLAIM` with the lease as minimum idle time: a crashed
+-- worker's deliveries are claimed again), then new messages (`XREADGROUP >`), and
+-- take the lease of each message's delivery.
+-- KEYS: sched:<route>, work:<route>. ARGV: now, most retries moved, key base
+-- (`hg:{src}:`), route, group, consumer, lease (ms), limit, lease token prefix. The
+-- entry keys are derived from the base and share the source's hash tag.
+-- Returns one {message id, entry id, lease token, entry hash} per claimed delivery.
+--
+-- Moving a retry: a delivery that is no longer pending (or an entry purged
+-- meanwhile) just leaves the schedule; one discarded while a probe held it lets its
+-- ordering line go.
+-- Leasing: a message that no longer stands for pending work (the delivery ended,
+-- the entry was purged, or a newer message replaced this one) is acknowledged and
+-- deleted. An absent `R:msg` means no message stands for the delivery: it waits in
+-- `sched:R` (a retry, a release, a replay, a probe's lease: see probe.lua) until a
+-- claim gives it one. A message of a delivery discarded while leased whose holder
+-- died (its lease ran out, and a claim took the message back) lets the delivery's
+-- ordering line go.
+-- A missing group (the route's first claim, or the first after Redis lost its data)
+-- is created, with its stream, starting at the beginning of the stream: messages
+-- written before it existed are read too.
+local sched, work = KEYS[1], KEYS[2]
+local now, base, route, group, consumer = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local limit = tonumber(ARGV[8])
+local p = route .. ':'
+
+local due = redis.call('ZRANGEBYSCORE', sched, '-inf', now, 'LIMIT', 0, ARGV[2])
+for _, id in ipairs(due) do
+  redis.call('ZREM', sched, id)
+  local ek = base .. 'e:' .. id
+  local f = redis.call('HMGET', ek, 'status', p .. 'status', p .. 'okey')
+  if f[1] and (f[2] or 'pending') == 'pending' then
+    local mid = redis.call('XADD', work, '*', 'id', id)
+    redis.call('HSET', ek, p .. 'msg', mid)
+  elseif f[3] then
+    hg_line_done(base, route, f[3], id)
+  end
+end
+
+-- The messages read, as {message id, entry id}.
+local messages = {}
+local function take(list)
+  for _, m in ipairs(list) do
+    -- (Redis 6.2 answers a message deleted from the stream as nil.)
+    if type(m) == 'table' and type(m[2]) == 'table' then
+      local id = ''
+      for i = 1, #m[2], 2 do
+        if m[2][i] == 'id' then id = m[2][i + 1] end
+      end
+      messages[#messages + 1] = {m[1], id}
+    end
+  end
+end
+local reclaimed = redis.pcall('XAUTOCLAIM', work, group, consumer, ARGV[7], '0-0',
+  'COUNT', limit)
+if reclaimed.err then
+  -- The only error XAUTOCLAIM can meet on this key: no group (and maybe no stream).
+  redis.call('XGROUP', 'CREATE', work, group, '0', 'MKSTREAM')
+else
+  take(reclaimed[2])
+end
+if #messages < limit then
+  local read = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT',
+    limit - #messages, 'STREAMS', work, '>')
+  if read then take(read[1][2]) end
+end
+
+local out = {}
+for n, m in ipairs(messages) do
+  local mid, id = m[1], m[2]
+  local ek = base .. 'e:' .. id
+  local f = redis.call('HMGET', ek, 'status', p .. 'status', p .. 'msg', p .. 'okey')
+  local leased = false
+  if f[1] then
+    if (f[2] or 'pending') ~= 'pending' then
+      if f[4] and f[3] == mid then hg_line_done(base, route, f[4], id) end
+    elseif f[3] == mid then
+      leased = true
+    end
+  end
+  if leased then
+    local token = ARGV[9] .. ':' .. n
+    redis.call('HSET', ek, p .. 'lease', token)
+    out[#out + 1] = {mid, id, token, redis.call('HGETALL', ek)}
+  else
+    redis.call('XACK', work, group, mid)
+    redis.call('XDEL', work, mid)
+  end
+end
+return out
