@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::ahead::{NotSent, Place};
 use super::breaker::Gate;
 use super::retry::{self, Decision, Outcome};
 use super::route::{Route, origin};
@@ -102,37 +103,71 @@ fn without_userinfo(text: &str) -> String {
     out
 }
 
-/// Deliver one claimed entry. `permit` is the destination slot: it is given back as
-/// soon as the HTTP exchange ends, so recording the outcome never holds it.
+/// Where a claimed delivery waits for its destination slot (see `ahead`).
+pub(super) struct Queued {
+    /// Its place among the route's claims.
+    pub place: Place,
+    /// Cancelled at shutdown: a delivery still waiting gives its lease back.
+    pub shutdown: CancellationToken,
+}
+
+/// Deliver one claimed entry: wait for a destination slot (see `ahead`), send,
+/// record. The slot is given back as soon as the HTTP exchange ends, so recording
+/// the outcome never holds it.
 pub(super) async fn deliver(
     fwd: &Forwarder,
     route: &Route,
     claim: Claim,
     probe: bool,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    queued: Queued,
 ) {
     let entry = &claim.entry;
     let claim_delivery = &claim.delivery;
     let attempt_no = claim_delivery.attempts + 1;
+    // Watched from the claim on: a discard while it waits or while it is sent stops it.
+    let discarded = CancellationToken::new();
+    if let Ok(mut m) = fwd.in_flight.lock() {
+        m.insert((entry.id.clone(), route.name.clone()), discarded.clone());
+    }
+    let give_back = async |at: i64| {
+        if probe {
+            route.breaker.release_probe(at);
+        }
+        forget_in_flight(fwd, &entry.id, &route.name);
+        complete(fwd, &claim, Completion::Release { at }).await;
+    };
+    let sending = queued.place.sending(&queued.shutdown, &discarded).await;
+    let now = fwd.clock.now_ms();
+    let sending = match sending {
+        Ok(s) => s,
+        Err(why) => {
+            // Shutdown or a discard while it waited (a discarded delivery stays
+            // discarded), or it waited as long as its lease allows: the lease goes
+            // back, and the delivery is claimed again.
+            if why == NotSent::TooLong {
+                tracing::debug!(
+                    source = %route.source, route = %route.name, entry_id = %entry.id,
+                    "no destination slot within the lease; the delivery is claimed again"
+                );
+            }
+            give_back(now).await;
+            return;
+        }
+    };
     // The breaker may have opened since the claim: give the entry back untouched.
     // (A probe is the one attempt the half-open breaker lets through.)
-    let now = fwd.clock.now_ms();
     if !probe && let Gate::Deny(until) = route.breaker.gate(now) {
+        drop(sending);
+        forget_in_flight(fwd, &entry.id, &route.name);
         complete(fwd, &claim, Completion::Release { at: until }).await;
         return;
     }
     // Paused since the claim (here or, seen at the last poll, elsewhere): give the
     // entry back untouched; it is sent after the resume.
     if fwd.is_paused(route) {
-        if probe {
-            route.breaker.release_probe(now);
-        }
-        complete(fwd, &claim, Completion::Release { at: now }).await;
+        drop(sending);
+        give_back(now).await;
         return;
-    }
-    let discarded = CancellationToken::new();
-    if let Ok(mut m) = fwd.in_flight.lock() {
-        m.insert((entry.id.clone(), route.name.clone()), discarded.clone());
     }
     let started = Instant::now();
     let outcome = tokio::select! {
@@ -148,7 +183,7 @@ pub(super) async fn deliver(
         }
     };
     forget_in_flight(fwd, &entry.id, &route.name);
-    drop(permit);
+    drop(sending);
     let elapsed = started.elapsed();
     let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let Some(outcome) = outcome else {

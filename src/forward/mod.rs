@@ -16,6 +16,7 @@
 //! deliveries get `shutdown_grace` to finish, and whatever is left gives its lease
 //! back. Time comes from an injected [`Clock`].
 
+mod ahead;
 pub mod breaker;
 mod deliver;
 mod maintenance;
@@ -315,7 +316,13 @@ async fn route_loop(
     deliveries: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    let permits = route.permits.clone();
+    let ahead = ahead::Ahead::new(
+        route.concurrency,
+        route.permits.clone(),
+        fwd.cfg.lease,
+        route.timeout,
+        route.pace.is_some(),
+    );
     let mut signal = fwd.store.work_signal();
     let lease = fwd.cfg.lease;
     let poll = fwd.cfg.poll_interval;
@@ -356,13 +363,11 @@ async fn route_loop(
                 continue;
             }
         }
-        // Slow start after a recovery: no more in flight than the breaker allows.
-        let in_flight = route
-            .concurrency
-            .saturating_sub(permits.available_permits());
+        // Slow start after a recovery: no more claimed than the breaker allows.
+        let held = ahead.held();
         let allowed = route.breaker.ramp(now, route.concurrency);
-        // (Only while ramping: at full concurrency, waiting for a slot below is enough.)
-        if !probe && allowed < route.concurrency && in_flight >= allowed {
+        // (Only while ramping: at full concurrency, waiting for room below is enough.)
+        if !probe && allowed < route.concurrency && held >= allowed {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
@@ -370,25 +375,14 @@ async fn route_loop(
             continue;
         }
         if !probe && allowed < route.concurrency {
-            limit = limit.min(allowed.saturating_sub(in_flight).max(1));
+            limit = limit.min(allowed.saturating_sub(held).max(1));
         }
-        // Wait for a free slot before claiming, so nothing is claimed while the
-        // destination is saturated; then take every other slot free right now. Only
-        // as many entries are claimed as can start at once: a claimed entry never
-        // waits for a slot, so its lease (longer than the delivery timeout) cannot run
-        // out before its attempt ends, however many sources share the destination.
-        let first = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        // Wait for room to claim (see `ahead`): nothing is claimed beyond what the
+        // route's slots will send next, and a claimed delivery never waits for a slot
+        // longer than its lease allows.
+        let Some(mut slots) = ahead.room(limit, &shutdown).await else {
+            return;
         };
-        let limit = limit.min(route.concurrency.max(1));
-        let mut slots = vec![first];
-        while slots.len() < limit {
-            match permits.clone().try_acquire_owned() {
-                Ok(p) => slots.push(p),
-                Err(_) => break,
-            }
-        }
         // From here on, a granted probe that sends nothing must be handed back.
         let unused_probe = |route: &Route| {
             if probe {
@@ -465,13 +459,16 @@ async fn route_loop(
             idle(&mut signal, poll, &shutdown).await;
             continue;
         }
-        // One slot per claim (the store returns at most as many as asked); the
-        // slots left over go back at once.
-        for (claim, permit) in claims.into_iter().zip(slots.drain(..)) {
+        // One place per claim (the store returns at most as many as asked); the
+        // room left over goes back at once. Each delivery waits for its destination
+        // slot in claim order.
+        for (claim, place) in claims.into_iter().zip(slots.drain(..)) {
             let fwd = fwd.clone();
             let route = route.clone();
+            let shutdown = shutdown.clone();
             deliveries.spawn(async move {
-                deliver::deliver(&fwd, &route, claim, probe, permit).await;
+                let queued = deliver::Queued { place, shutdown };
+                deliver::deliver(&fwd, &route, claim, probe, queued).await;
             });
         }
     }
