@@ -6,7 +6,7 @@
 -- Looks through the due members of the schedule, due first, for a pending delivery
 -- that was attempted before (`R:attempts` > 0: a retry, or a replay of one that
 -- failed); a release or a replay of a delivery never attempted is passed over, and
--- so is a member whose delivery ended or has a stream message (the promote script
+-- so is a member whose delivery ended or has a stream message (the claim script
 -- drops or moves those). The one found keeps its place in the schedule, scored at
 -- its lease end: no claim or probe takes it before then, and if its holder dies it
 -- is due again then, as an expired stream lease is. It has no stream message (the

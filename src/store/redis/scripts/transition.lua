@@ -15,7 +15,7 @@
 -- (arrival order): it goes first when the line has no head or its head is a dead
 -- one that blocks it and arrived later, else it waits behind the head. A discarded
 -- one leaves the line at once, unless its attempt is in flight: it holds the line
--- until that attempt ends (complete) or its lease is taken back (lease, promote).
+-- until that attempt ends (complete) or its lease is taken back (claim).
 local action, id, route, base = ARGV[1], ARGV[2], ARGV[6], ARGV[7]
 local f = redis.call('HMGET', KEYS[1], 'status', 'routes')
 if not f[1] then return {0, ''} end
@@ -87,7 +87,7 @@ for i, t in ipairs(targets) do
     local o = redis.call('HMGET', KEYS[1], p .. 'okey', p .. 'lease')
     if o[1] and o[2] then
       -- In flight: it holds its line until the attempt ends. (A probe's lease keeps
-      -- its place in the schedule: promote lets the line go should its holder die.)
+      -- its place in the schedule: a claim lets the line go should its holder die.)
       redis.call('ZREM', base .. 'line:' .. r .. ':' .. o[1], id)
     else
       redis.call('ZREM', base .. 'sched:' .. r, id)
