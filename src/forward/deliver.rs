@@ -145,6 +145,7 @@ pub(super) async fn deliver(
             // discarded), or it waited as long as its lease allows: the lease goes
             // back, and the delivery is claimed again.
             if why == NotSent::TooLong {
+                route.meters.slot_waits_expired.increment(1);
                 tracing::debug!(
                     source = %route.source, route = %route.name, entry_id = %entry.id,
                     "no destination slot within the lease; the delivery is claimed again"

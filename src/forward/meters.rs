@@ -18,6 +18,9 @@ pub struct RouteMeters {
     pub delivery_seconds: Histogram,
     pub retries_scheduled: Counter,
     pub dead_lettered: Counter,
+    /// `hookgate_slot_waits_expired_total`: claimed deliveries given back unsent
+    /// because no destination slot came within their lease.
+    pub slot_waits_expired: Counter,
     /// `hookgate_circuit_breaker_state` of the route's destination origin.
     pub breaker_state: Gauge,
 }
@@ -42,7 +45,8 @@ impl RouteMeters {
                 .collect(),
             delivery_seconds: metrics::histogram!("hookgate_delivery_seconds", "source" => s.clone(), "route" => r.clone()),
             retries_scheduled: metrics::counter!("hookgate_retries_scheduled_total", "source" => s.clone(), "route" => r.clone()),
-            dead_lettered: metrics::counter!("hookgate_dead_lettered_total", "source" => s, "route" => r),
+            dead_lettered: metrics::counter!("hookgate_dead_lettered_total", "source" => s.clone(), "route" => r.clone()),
+            slot_waits_expired: metrics::counter!("hookgate_slot_waits_expired_total", "source" => s, "route" => r),
             breaker_state: metrics::gauge!("hookgate_circuit_breaker_state", "destination" => origin),
         }
     }

@@ -150,6 +150,8 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
                 .increment(0);
             counter!("hookgate_dead_lettered_total", "source" => s.clone(), "route" => route())
                 .increment(0);
+            counter!("hookgate_slot_waits_expired_total", "source" => s.clone(), "route" => route())
+                .increment(0);
             let _ =
                 histogram!("hookgate_delivery_seconds", "source" => s.clone(), "route" => route());
             gauge!("hookgate_route_pending_deliveries", "source" => s.clone(), "route" => route())
@@ -259,6 +261,10 @@ fn describe() {
     describe_counter!(
         "hookgate_dead_lettered_total",
         "Deliveries moved to the dead-letter queue, by source and route"
+    );
+    describe_counter!(
+        "hookgate_slot_waits_expired_total",
+        "Claimed deliveries given back unsent because no destination slot came within their lease, by source and route"
     );
     describe_counter!(
         "hookgate_entries_filtered_total",

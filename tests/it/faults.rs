@@ -102,13 +102,16 @@ async fn a_stale_completion_never_strands_an_entry_on_redis() {
 }
 
 /// Six sources share one destination origin that answers after 900 ms, with a 1 s
-/// timeout and a concurrency of 2: every webhook arrives exactly once, each with one
-/// attempt; no entry waits for a slot under a lease that could run out.
-async fn shared_origin(backend: Backend) {
+/// timeout and a concurrency of 2, under a lease of `lease`: every webhook arrives
+/// exactly once, each with one attempt; no entry waits for a slot under a lease that
+/// could run out. With a lease of 1.5 s the routes claim only for slots in hand; with
+/// 4 s they claim ahead, and a delivery that waits 1.5 s for a slot (most of them:
+/// twelve routes' claims share two slots) gives its lease back unsent.
+async fn shared_origin(backend: Backend, lease: &str, claims_ahead: bool) {
     let h = StoreHandle::new(backend);
     let up = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_millis(900))).await;
     let mut text = format!(
-        "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"1500ms\"\n",
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"{lease}\"\n",
         h.toml()
     );
     for i in 0..6 {
@@ -162,11 +165,27 @@ async fn shared_origin(backend: Backend) {
         assert_eq!(store.get(id).await.unwrap().unwrap().attempts, 1, "{id}");
     }
     assert_eq!(up.count(), 60);
+    // Whether deliveries were given back for want of a slot: only when claiming
+    // ahead (without, a route claims only for slots in hand).
+    let metrics = get_text(&c, &format!("{}/metrics", gw.admin)).await;
+    let expired: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("hookgate_slot_waits_expired_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    match claims_ahead {
+        true => assert!(expired > 0.0, "no delivery waited too long:\n{metrics}"),
+        false => assert_eq!(expired, 0.0),
+    }
     gw.stop().await;
 }
 both_stores!(
     sources_sharing_an_origin_never_overrun_their_lease,
-    super::shared_origin
+    |backend| super::shared_origin(backend, "1500ms", false)
+);
+both_stores!(
+    sources_sharing_an_origin_never_overrun_their_lease_when_claiming_ahead,
+    |backend| super::shared_origin(backend, "4s", true)
 );
 
 /// Pause through `pause_via`, then at once 20 webhooks through `ingest_via`: none is
