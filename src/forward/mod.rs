@@ -380,7 +380,7 @@ async fn route_loop(
         // Wait for room to claim (see `ahead`): nothing is claimed beyond what the
         // route's slots will send next, and a claimed delivery never waits for a slot
         // longer than its lease allows.
-        let Some(mut slots) = ahead.room(limit, &shutdown).await else {
+        let Some(mut places) = ahead.room(limit, &shutdown).await else {
             return;
         };
         // From here on, a granted probe that sends nothing must be handed back.
@@ -393,11 +393,11 @@ async fn route_loop(
         // before claiming (a claimed entry must not wait), and wait for the next
         // one when there is none.
         if let Some(pace) = &route.pace {
-            match send_slots(&fwd, &route, pace, slots.len()).await {
-                Ok(n) => slots.truncate(n),
+            match send_slots(&fwd, &route, pace, places.len()).await {
+                Ok(n) => places.truncate(n),
                 Err(wait) => {
                     unused_probe(&route);
-                    drop(slots);
+                    drop(places);
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(wait.min(poll)) => {}
@@ -423,7 +423,7 @@ async fn route_loop(
                         &route.name,
                         &fwd.worker,
                         now,
-                        slots.len(),
+                        places.len(),
                         lease,
                     )
                     .await
@@ -442,7 +442,7 @@ async fn route_loop(
                 if crate::telemetry::throttle::hit(MSG, &kind) {
                     tracing::warn!(source = %route.source, route = %route.name, error = %e, consecutive = store_errors, "{MSG}");
                 }
-                drop(slots);
+                drop(places);
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(poll) => {}
@@ -450,19 +450,19 @@ async fn route_loop(
                 continue;
             }
         };
-        if claims.len() < slots.len() {
+        if claims.len() < places.len() {
             next_claim = Some(tokio::time::Instant::now() + CLAIM_COALESCE);
         }
         if claims.is_empty() {
             unused_probe(&route);
-            drop(slots);
+            drop(places);
             idle(&mut signal, poll, &shutdown).await;
             continue;
         }
         // One place per claim (the store returns at most as many as asked); the
         // room left over goes back at once. Each delivery waits for its destination
         // slot in claim order.
-        for (claim, place) in claims.into_iter().zip(slots.drain(..)) {
+        for (claim, place) in claims.into_iter().zip(places.drain(..)) {
             let fwd = fwd.clone();
             let route = route.clone();
             let shutdown = shutdown.clone();

@@ -109,6 +109,15 @@ async fn a_stale_completion_never_strands_an_entry_on_redis() {
 /// twelve routes' claims share two slots) gives its lease back unsent.
 async fn shared_origin(backend: Backend, lease: &str, claims_ahead: bool) {
     let h = StoreHandle::new(backend);
+    // Source names of this run alone: the tests share one metrics recorder.
+    let tag = format!(
+        "{}{}",
+        if claims_ahead { "ahead" } else { "inhand" },
+        match backend {
+            Backend::Embedded => "e",
+            Backend::Redis => "r",
+        }
+    );
     let up = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_millis(900))).await;
     let mut text = format!(
         "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"{lease}\"\n",
@@ -116,8 +125,8 @@ async fn shared_origin(backend: Backend, lease: &str, claims_ahead: bool) {
     );
     for i in 0..6 {
         text.push_str(&source(
-            &format!("s{i}"),
-            &format!("{}/s{i}", up.url),
+            &format!("{tag}{i}"),
+            &format!("{}/{tag}{i}", up.url),
             "[sources.delivery]\ntimeout = \"1s\"\nconcurrency = 2\n",
         ));
     }
@@ -128,7 +137,7 @@ async fn shared_origin(backend: Backend, lease: &str, claims_ahead: bool) {
     for i in 0..6 {
         for n in 0..10 {
             let body = event_body("stripe", &format!("evt_{i}_{n}"));
-            let (st, json) = post_stripe_signed(&c, &gw.ingest, &format!("s{i}"), &body).await;
+            let (st, json) = post_stripe_signed(&c, &gw.ingest, &format!("{tag}{i}"), &body).await;
             assert_eq!(st, 200, "{json}");
             ids.push(json["id"].as_str().unwrap().to_string());
         }
@@ -168,9 +177,10 @@ async fn shared_origin(backend: Backend, lease: &str, claims_ahead: bool) {
     // Whether deliveries were given back for want of a slot: only when claiming
     // ahead (without, a route claims only for slots in hand).
     let metrics = get_text(&c, &format!("{}/metrics", gw.admin)).await;
+    let series = format!("hookgate_slot_waits_expired_total{{source=\"{tag}");
     let expired: f64 = metrics
         .lines()
-        .filter(|l| l.starts_with("hookgate_slot_waits_expired_total{"))
+        .filter(|l| l.starts_with(&series))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     match claims_ahead {
