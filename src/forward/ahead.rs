@@ -224,7 +224,7 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(60);
     const TIMEOUT: Duration = Duration::from_secs(10);
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_claim_waits_for_half_the_room_while_deliveries_wait() {
         let slots = Arc::new(Semaphore::new(4));
         let ahead = Ahead::new(4, slots.clone(), LEASE, TIMEOUT, false);
@@ -242,7 +242,8 @@ mod tests {
         assert_eq!(slots.available_permits(), 0);
         // One ends: with four waiting, one delivery's room is not enough to claim.
         drop(sending.remove(0));
-        let wait = tokio::time::timeout(Duration::from_millis(50), ahead.room(64, &shutdown));
+        // (Paused time: the timeout fires once nothing else can run.)
+        let wait = tokio::time::timeout(Duration::from_secs(1), ahead.room(64, &shutdown));
         assert!(wait.await.is_err(), "claimed room for one while four wait");
         assert_eq!(ahead.held(), 7, "a claim that gave up keeps no room");
         // A second ends: two deliveries' room is half the concurrency.
