@@ -159,8 +159,7 @@ pub(super) async fn deliver(
     // (A probe is the one attempt the half-open breaker lets through.)
     if !probe && let Gate::Deny(until) = route.breaker.gate(now) {
         drop(sending);
-        forget_in_flight(fwd, &entry.id, &route.name);
-        complete(fwd, &claim, Completion::Release { at: until }).await;
+        give_back(until).await;
         return;
     }
     // Paused since the claim (here or, seen at the last poll, elsewhere): give the
