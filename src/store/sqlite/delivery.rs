@@ -68,8 +68,9 @@ pub(super) fn load_deliveries(conn: &Connection, id: &str) -> Result<Vec<Deliver
 /// Keep the entry's row in step with its deliveries: its status (derived with
 /// [`Status::of_entry`]) and, when that status changes, `updated_at` (since when the
 /// entry has its status: retention counts from there). The row is written only when
-/// the status changes, so that a retry or one route's completion among several never
-/// rewrites a row that holds the body. The rest of the summary (attempts, next
+/// the status changes (a retry, or one route's completion among several, leaves it
+/// as it is); an entry stored before payloads holds its body in that row, which the
+/// write then copies (`schema::PAYLOADS`). The rest of the summary (attempts, next
 /// attempt, last error) is derived from the deliveries when read.
 fn refresh_entry(conn: &Connection, id: &str, now: i64) -> Result<(), StoreError> {
     let statuses: Vec<String> = conn

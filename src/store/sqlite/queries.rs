@@ -53,11 +53,15 @@ pub(super) fn apply_accept(
         true => (Status::Filtered, None),
         false => (Status::Pending, Some(e.received_at)),
     };
+    // The headers and body apart from the entry's row (see `schema::PAYLOADS`).
+    conn.prepare_cached("INSERT INTO payloads (headers, body) VALUES (?1, ?2)")?
+        .execute(params![headers, e.body.as_ref()])?;
+    let payload = conn.last_insert_rowid();
     conn.prepare_cached(
         "INSERT INTO entries (id, source, event_id, event_type, dedupe_key, received_at,
                               status, attempts, next_attempt_at, budget_start, updated_at,
-                              headers, body)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?6, ?9, ?10, ?11)",
+                              headers, body, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?6, ?9, '', x'', ?10)",
     )?
     .execute(params![
         e.id,
@@ -69,8 +73,7 @@ pub(super) fn apply_accept(
         status.as_str(),
         next,
         now,
-        headers,
-        e.body.as_ref(),
+        payload,
     ])?;
     let mut insert = conn.prepare_cached(
         // A route named twice is one delivery (routes come without repeats).
@@ -96,11 +99,13 @@ pub(super) fn apply_accept(
     Ok(Accepted::New(e.id.clone()))
 }
 
-const ENTRY_COLUMNS: &str =
-    "id, source, event_id, event_type, dedupe_key, received_at, status, headers, body";
+/// What an entry is read with: its headers and body from its payload, or from its
+/// own row if it was stored before payloads (`schema::PAYLOADS`).
+const ENTRY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.dedupe_key, \
+     e.received_at, e.status, coalesce(p.headers, e.headers), coalesce(p.body, e.body)";
 
-/// What a listing reads: no headers, no body (SQLite then never touches the
-/// overflow pages that hold a large body).
+/// What a listing reads: no headers, no body (neither the payloads nor, for an entry
+/// stored before them, the overflow pages of its row).
 /// The entry's attempts, next attempt and last error are derived from its deliveries
 /// as [`Entry::summary`] derives them (the row keeps only the status).
 const LISTED_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.received_at, e.status, \
@@ -322,7 +327,8 @@ fn row_to_entry(r: &rusqlite::Row<'_>) -> Result<Entry, StoreError> {
 /// One entry by id (`Store::get`).
 pub(super) fn load_entry(conn: &Connection, id: &str) -> Result<Option<Entry>, StoreError> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?1"
+        "SELECT {ENTRY_COLUMNS} FROM entries e LEFT JOIN payloads p ON p.n = e.payload
+         WHERE e.id = ?1"
     ))?;
     let mut rows = stmt.query(params![id])?;
     let Some(row) = rows.next()? else {
@@ -488,6 +494,10 @@ pub(super) fn purge(
             .execute(params![id])?;
         conn.prepare_cached("DELETE FROM deliveries WHERE entry_id = ?1")?
             .execute(params![id])?;
+        conn.prepare_cached(
+            "DELETE FROM payloads WHERE n = (SELECT payload FROM entries WHERE id = ?1)",
+        )?
+        .execute(params![id])?;
         conn.prepare_cached("DELETE FROM entries WHERE id = ?1")?
             .execute(params![id])?;
     }
@@ -636,4 +646,83 @@ pub(super) fn route_stats(
 pub(super) fn probe(conn: &Connection) -> Result<(), StoreError> {
     conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::Header;
+    use crate::store::sqlite::{delivery, schema};
+
+    fn new_entry(id: &str) -> NewEntry {
+        NewEntry {
+            id: id.to_string(),
+            source: "s".into(),
+            event_id: Some(id.to_string()),
+            event_type: None,
+            dedupe_key: format!("id:{id}"),
+            dedupe_ttl: Duration::from_secs(60),
+            received_at: 1_000,
+            headers: vec![Header {
+                name: "x-sig".into(),
+                value: b"v1=abc".to_vec(),
+            }],
+            body: Bytes::from(vec![7u8; 7 * 1024]),
+            routes: vec!["default".into()],
+            ordering: Vec::new(),
+        }
+    }
+
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    /// A new entry's headers and body are its payload's, not its row's: a completion
+    /// that rewrites the row writes no body again. The entry reads whole, and a
+    /// purge deletes its payload with it.
+    #[test]
+    fn an_entry_keeps_its_body_in_its_payload_and_the_purge_deletes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = schema::open_connection(&dir.path().join(schema::DB_FILE)).unwrap();
+        schema::migrate(&mut conn).unwrap();
+        let e = new_entry("0001");
+        apply_accept(&conn, &e, &crate::store::encode_headers(&e.headers), 1_000).unwrap();
+        assert_eq!(
+            count(&conn, "SELECT length(body) + length(headers) FROM entries"),
+            0,
+            "the row holds neither"
+        );
+        let read = load_entry(&conn, "0001").unwrap().unwrap();
+        assert_eq!(
+            (read.body, read.headers),
+            (e.body.clone(), e.headers.clone())
+        );
+
+        let claim = delivery::claim(&conn, "s", "default", 2_000, 60_000, 1)
+            .unwrap()
+            .pop()
+            .unwrap();
+        assert_eq!(claim.entry.body, e.body);
+        let done = crate::store::Completion::Delivered {
+            attempt: Attempt {
+                route: "default".into(),
+                n: 1,
+                at: 2_000,
+                status_code: Some(200),
+                error: None,
+                latency_ms: 1,
+            },
+        };
+        assert!(
+            delivery::complete(&conn, "s", "0001", "default", &claim.token, &done, 2_000).unwrap()
+        );
+        assert_eq!(load_entry(&conn, "0001").unwrap().unwrap().body, e.body);
+
+        let purged = purge(&conn, 10_000, 5_000, 5_000, 100).unwrap();
+        assert_eq!(purged.entries, 1);
+        assert_eq!(count(&conn, "SELECT count(*) FROM payloads"), 0);
+        assert_eq!(count(&conn, "SELECT count(*) FROM entries"), 0);
+    }
 }

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::store::{Backend, DEFAULT_ROUTE, StoreError};
@@ -19,7 +20,8 @@ pub(super) const DB_FILE: &str = "hookgate.db";
 /// 1. The store before routes: an entry is one delivery.
 /// 2. Routes ([`ROUTES`]).
 /// 3. Ordered delivery ([`ORDERING`]).
-const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES, ORDERING];
+/// 4. Payloads in a table of their own ([`PAYLOADS`]).
+const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES, ORDERING, PAYLOADS];
 
 /// The version after which every entry is delivered through routes ([`ROUTES`]).
 const ROUTES_VERSION: usize = 2;
@@ -174,6 +176,30 @@ CREATE INDEX deliveries_order ON deliveries(source, route, order_key, entry_id)
     WHERE order_key IS NOT NULL;
 "#;
 
+/// Payloads: a new entry's headers and body are a row of `payloads`, which its
+/// `payload` column names; its own `headers` and `body` stay empty. The entry's row
+/// is rewritten at every change of its status (`delivery::refresh_entry`), and
+/// SQLite rewrites a changed row whole, a large body's overflow pages included: with
+/// the body inline, a delivery wrote the body to the WAL a second time (about 9 KiB
+/// for a 7 KiB body, against 1 KiB with the body apart). A payload is written once,
+/// at the accept, and deleted with its entry.
+///
+/// Entries stored before keep their headers and body inline (their `payload` is
+/// NULL, and reads take either): the migration rewrites no row, so it is instant on
+/// a store of any size. A release that does not know `payloads` would read empty
+/// bodies, so this is a migration (such a release refuses the store).
+///
+/// `payloads` has an `INTEGER PRIMARY KEY`, which `VACUUM` keeps: a new payload is
+/// appended at the right edge of its B-tree, and the entry names it by number.
+const PAYLOADS: &str = r#"
+ALTER TABLE entries ADD COLUMN payload INTEGER;
+CREATE TABLE payloads (
+    n       INTEGER PRIMARY KEY,
+    headers TEXT NOT NULL,
+    body    BLOB NOT NULL
+);
+"#;
+
 /// Indexes created at open when missing, outside [`MIGRATIONS`]: an index changes no
 /// format (a release that does not know it reads and writes the store as before,
 /// and SQLite keeps it up to date), so it gets no schema version, which would make
@@ -237,6 +263,15 @@ pub(super) fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error
     conn.pragma_update(None, "journal_size_limit", 128 * 1024 * 1024)?;
     // Checkpoints run on their own thread (see `checkpoint`), not inside commits.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    // The planner's stability guarantee: a statement's plan never depends on the
+    // values bound to it. Without it, SQLite reads a bound value while it weighs a
+    // partial index (or the outer join to `payloads`), marks the statement as
+    // depending on that value, and compiles it again whenever its bindings are
+    // cleared, which the statement cache does after every use: a third of the
+    // writer's time went to compiling the same statements while it delivered
+    // (BENCHMARKS.md, the delivering gateway). No query here needs a bound value to
+    // choose its index: partial indexes are matched by literals.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     Ok(conn)
 }
 
@@ -361,6 +396,33 @@ mod tests {
             assert!(has(&conn, name), "{name} created again");
         }
         assert_eq!(version(&conn), current);
+    }
+
+    /// A statement the cache keeps runs with new values without being compiled
+    /// again. The cache clears a statement's bindings after each use; without the
+    /// planner's stability guarantee, a statement whose plan SQLite tied to a bound
+    /// value (the outer join to `payloads`, a delivery's routes in order) is then
+    /// compiled again at its next use: a third of the writer's time went there while
+    /// it delivered.
+    #[test]
+    fn cached_statements_are_not_compiled_again_for_new_values() {
+        use rusqlite::StatementStatus;
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
+        migrate(&mut conn).unwrap();
+        for sql in [
+            "SELECT e.id, coalesce(p.body, e.body) FROM entries e
+             LEFT JOIN payloads p ON p.n = e.payload WHERE e.id = ?1",
+            "SELECT route, status FROM deliveries WHERE entry_id = ?1 ORDER BY position",
+        ] {
+            for id in ["a", "b", "c", "d"] {
+                let mut stmt = conn.prepare_cached(sql).unwrap();
+                let mut rows = stmt.query([id]).unwrap();
+                while rows.next().unwrap().is_some() {}
+            }
+            let stmt = conn.prepare_cached(sql).unwrap();
+            assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
+        }
     }
 
     /// A store a newer release migrated is refused, and left as it is.
