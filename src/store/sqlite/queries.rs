@@ -675,7 +675,7 @@ mod tests {
         }
     }
 
-    fn count(conn: &Connection, sql: &str) -> i64 {
+    fn scalar(conn: &Connection, sql: &str) -> i64 {
         conn.query_row(sql, [], |r| r.get(0)).unwrap()
     }
 
@@ -690,7 +690,7 @@ mod tests {
         let e = new_entry("0001");
         apply_accept(&conn, &e, &crate::store::encode_headers(&e.headers), 1_000).unwrap();
         assert_eq!(
-            count(&conn, "SELECT length(body) + length(headers) FROM entries"),
+            scalar(&conn, "SELECT length(body) + length(headers) FROM entries"),
             0,
             "the row holds neither"
         );
@@ -722,7 +722,7 @@ mod tests {
 
         let purged = purge(&conn, 10_000, 5_000, 5_000, 100).unwrap();
         assert_eq!(purged.entries, 1);
-        assert_eq!(count(&conn, "SELECT count(*) FROM payloads"), 0);
-        assert_eq!(count(&conn, "SELECT count(*) FROM entries"), 0);
+        assert_eq!(scalar(&conn, "SELECT count(*) FROM payloads"), 0);
+        assert_eq!(scalar(&conn, "SELECT count(*) FROM entries"), 0);
     }
 }

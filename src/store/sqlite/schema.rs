@@ -264,9 +264,9 @@ pub(super) fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error
     // Checkpoints run on their own thread (see `checkpoint`), not inside commits.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     // The planner's stability guarantee: a statement's plan never depends on the
-    // values bound to it. Without it, SQLite reads a bound value while it weighs a
-    // partial index (or the outer join to `payloads`), marks the statement as
-    // depending on that value, and compiles it again whenever its bindings are
+    // values bound to it. Without it, SQLite ties some plans to a bound value (an
+    // entry's outer join to its payload, a delivery's routes in order were seen
+    // doing so) and compiles such a statement again whenever its bindings are
     // cleared, which the statement cache does after every use: a third of the
     // writer's time went to compiling the same statements while it delivered
     // (BENCHMARKS.md, the delivering gateway). No query here needs a bound value to
