@@ -186,6 +186,9 @@ pub async fn run(
         .collect();
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
     let readiness = Arc::new(crate::store::Readiness::new());
+    let pressure = Arc::new(crate::pressure::IngestPressure::new(
+        cfg.forwarder.ingest_first,
+    ));
     let state = Arc::new(IngestState {
         unverified: unverified.clone(),
         sources: sources
@@ -202,6 +205,7 @@ pub async fn run(
         clock: clock.clone(),
         store_timeout: cfg.store.timeout(),
         readiness: readiness.clone(),
+        pressure: pressure.clone(),
     });
     let limits = HttpLimits {
         header_read_timeout: cfg.server.header_read_timeout,
@@ -269,13 +273,14 @@ pub async fn run(
     });
     let throttle_task = tokio::spawn(telemetry::throttle::run(shutdown.clone()));
     let alerts_task = tokio::spawn(alerts::run(alerts, cfg.alerts.clone(), shutdown.clone()));
+    let pressure_task = tokio::spawn(crate::pressure::run(pressure.clone(), shutdown.clone()));
     let forward_task = tokio::spawn(forward::run(
         store.clone(),
         routes,
         cfg.forwarder.clone(),
         cfg.retention.clone(),
         clock,
-        on_dead,
+        forward::Neighbours { pressure, on_dead },
         shutdown.clone(),
     ));
     let flush_task = tokio::spawn(ingest::flush_unverified(
@@ -320,6 +325,7 @@ pub async fn run(
     let _ = forward_task.await;
     let _ = alerts_task.await;
     let _ = throttle_task.await;
+    let _ = pressure_task.await;
     let store_stopped = store_stopped.await.unwrap_or(false);
     store.close().await;
     tracing::info!("hookgate stopped");

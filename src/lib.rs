@@ -14,6 +14,8 @@
 //!   route filters).
 //! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::retry`]
 //!   is the pure policy, [`forward::breaker`] the per-destination circuit breaker.
+//! * [`pressure`]: ingest first: how saturated ingest is, which holds the
+//!   forwarder to a small share during a burst.
 //! * [`serve`]: the hyper accept loop with connection limits and graceful drain.
 //! * [`error`]: the one HTTP error type of both listeners, mapped to answers.
 //! * [`admin`]: the admin API (inspect, replay, discard, pause, stats); its wire
@@ -47,6 +49,7 @@ pub mod error;
 pub mod forward;
 pub mod header_policy;
 pub mod ingest;
+pub mod pressure;
 pub mod provider;
 pub mod routing;
 pub mod serve;

@@ -169,8 +169,10 @@ pub async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: 
             let subject = Subject::start(store, forwarding).await;
             let pids = subject.pids();
             let threads = ThreadMeter::start(subject.gw.child.id());
+            let saturated = saturated_secs(subject.gw.admin).await;
             let (g, cpu) = metered_round(subject.gw.port, &pids, &requests, s, false).await;
             let threads = threads.stop();
+            let saturated = saturated_secs(subject.gw.admin).await - saturated;
             let figures = match forwarding {
                 Forwarding::Off => &mut off,
                 Forwarding::On => &mut on,
@@ -221,6 +223,10 @@ pub async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: 
             ));
             println!("{line}");
             println!("      gateway threads: {threads}");
+            println!(
+                "      ingest saturated (deliveries held to their share) {saturated:.1} s of {:.1} s",
+                s.duration.as_secs_f64()
+            );
             figures.rates.push(g.rate());
             figures.p99s.push(g.pct(0.99));
             figures.server_us.push(server);
@@ -313,7 +319,11 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
         - max.errors
         - after_burst.errors;
     let (_, backlog) = sink.settle(expected, Duration::from_secs(10)).await;
-    let rate = max.rate() * 0.5;
+    // (`HOOKGATE_BENCH_RATE` sets another rate: an A/B of two builds at one rate.)
+    let rate = std::env::var("HOOKGATE_BENCH_RATE")
+        .ok()
+        .and_then(|r| r.parse::<f64>().ok())
+        .unwrap_or(max.rate() * 0.5);
     let open_requests = |tag: &str| {
         Arc::new(prepare(
             ((rate * s.duration.as_secs_f64()) as usize + 10).max(10),
@@ -334,6 +344,7 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     .await;
     let sent_at = Arc::new(Mutex::new(HashMap::new()));
     let clock_pair = (Instant::now(), crate::sink::unix_micros());
+    let saturated = saturated_secs(on.gw.admin).await;
     let on_open = open_loop(
         addr(on.gw.port),
         "/ingest/bench",
@@ -345,6 +356,7 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     )
     .await;
     let disk_open = disk.finish();
+    let saturated = saturated_secs(on.gw.admin).await - saturated;
     let (delivered, _) = sink
         .settle(
             expected + on_open.requests - on_open.errors,
@@ -410,9 +422,9 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
         base_few.pct(0.99),
     ));
     report.add(format!(
-        "ack latency, {store:?} store, open loop at 50% of the forwarding-on max ({rate:.0} of {:.0} req/s): \
+        "ack latency, {store:?} store, open loop at {rate:.0} req/s (half of the forwarding-on max, {:.0} req/s, unless set): \
          forwarding off {} ({} errors); forwarding on {} ({} errors); \
-         received → delivered (forwarding on): {} ({missing} of {} not delivered; {delivered} deliveries in all); \
+         received → delivered (forwarding on): {} ({missing} of {} not delivered; {delivered} deliveries in all; ingest saturated {saturated:.1} s); \
          baseline {}; the disk's own 4 KiB fdatasync meanwhile: {disk_open}; peak RSS {:.1} / {:.1} MiB",
         max.rate(),
         percentiles(&off_open.hist),
@@ -827,6 +839,18 @@ async fn forwarding_on_max(on: &Subject, s: Settings) -> LoadResult {
         false,
     )
     .await
+}
+
+/// How long the gateway on `admin` has found ingest saturated (ingest first holds
+/// its deliveries to a share meanwhile), in seconds.
+async fn saturated_secs(admin: u16) -> f64 {
+    let windows = scrape(admin)
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix("hookgate_ingest_saturated_windows_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    windows * hookgate::pressure::WINDOW.as_secs_f64()
 }
 
 /// The gateway's `/metrics` text.

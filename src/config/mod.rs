@@ -80,6 +80,7 @@ shutdown_grace = "10s"
 breaker_failures = 5
 breaker_cooldown = "30s"
 maintenance_interval = "10s"
+ingest_first = 40
 
 [retention]
 delivered = "7d"
@@ -306,6 +307,10 @@ pub struct ForwarderConfig {
     pub breaker_cooldown: Duration,
     /// How often retention, gauges and store housekeeping run.
     pub maintenance_interval: Duration,
+    /// Ingest first: while at least this many verified webhooks wait for their write
+    /// for a whole window, deliveries are held to a share (`crate::pressure`); 0:
+    /// never.
+    pub ingest_first: usize,
 }
 
 #[derive(Debug, Clone)]

@@ -92,6 +92,7 @@ pub struct RawForwarder {
     pub breaker_failures: u32,
     pub breaker_cooldown: String,
     pub maintenance_interval: String,
+    pub ingest_first: usize,
 }
 
 #[derive(Debug, Deserialize)]

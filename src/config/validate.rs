@@ -179,6 +179,7 @@ pub(super) fn validate(
             "forwarder.maintenance_interval",
             &raw.forwarder.maintenance_interval,
         )?,
+        ingest_first: raw.forwarder.ingest_first,
     };
     if forwarder.poll_interval.is_zero() || forwarder.maintenance_interval.is_zero() {
         return Err(ConfigError::invalid(

@@ -44,7 +44,7 @@ async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcom
     );
     let req = route
         .client
-        .post(&route.destination)
+        .post(route.url.clone())
         .timeout(route.timeout)
         .headers(headers)
         .body(entry.body.clone());

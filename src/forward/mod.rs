@@ -34,6 +34,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::config::{ForwarderConfig, RetentionConfig};
+use crate::pressure::IngestPressure;
 use crate::routing::rate::Pace;
 use crate::store::{Control, HousekeepingPass, PauseTarget, Store};
 use breaker::Gate;
@@ -55,9 +56,18 @@ const CLAIM_BATCH: usize = 64;
 /// much added delivery latency. A route with a backlog claims without waiting.
 const CLAIM_COALESCE: Duration = Duration::from_millis(2);
 
+/// How soon a route held back by ingest first looks for its share again.
+const SHARE_POLL: Duration = Duration::from_millis(10);
+
+/// The most a claim takes while ingest is saturated (and so what its share must
+/// reach first): a few deliveries a claim, and the share spread over the routes.
+const SATURATED_CLAIM: usize = 8;
+
 /// What the forwarder's loops and delivery tasks of one process share.
 struct Forwarder {
     store: Arc<dyn Store>,
+    /// Ingest first: while ingest is saturated, claims are held to a share.
+    pressure: Arc<IngestPressure>,
     cfg: ForwarderConfig,
     retention: RetentionConfig,
     clock: Clock,
@@ -88,6 +98,14 @@ impl Forwarder {
     }
 }
 
+/// What the forwarder shares with the rest of the gateway.
+pub struct Neighbours {
+    /// How saturated ingest is: the forwarder steps back meanwhile.
+    pub pressure: Arc<IngestPressure>,
+    /// Told about every delivery that goes dead.
+    pub on_dead: Option<OnDead>,
+}
+
 /// Run the forwarder until `shutdown` is cancelled, then drain.
 pub async fn run(
     store: Arc<dyn Store>,
@@ -95,9 +113,10 @@ pub async fn run(
     cfg: ForwarderConfig,
     retention: RetentionConfig,
     clock: Clock,
-    on_dead: Option<OnDead>,
+    with: Neighbours,
     shutdown: CancellationToken,
 ) {
+    let Neighbours { pressure, on_dead } = with;
     let worker = format!(
         "{}-{}-{}",
         std::env::var("HOSTNAME").unwrap_or_else(|_| "hookgate".into()),
@@ -106,6 +125,7 @@ pub async fn run(
     );
     let fwd = Arc::new(Forwarder {
         store,
+        pressure,
         cfg,
         retention,
         clock,
@@ -389,13 +409,35 @@ async fn route_loop(
                 route.breaker.release_probe(fwd.clock.now_ms());
             }
         };
+        // Ingest first (`crate::pressure`): while ingest is saturated, claim only
+        // once the webhooks stored meanwhile have earned a share of a few
+        // deliveries (each claim is a write), and look again shortly until then. A
+        // share not claimed is given back.
+        if fwd.pressure.saturated() {
+            places.truncate(SATURATED_CLAIM);
+        }
+        let mut shared = fwd.pressure.share(places.len());
+        if shared == 0 {
+            unused_probe(&route);
+            drop(places);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(SHARE_POLL) => {}
+            }
+            continue;
+        }
         // A paced route sends only as many as it has send slots for: take them
         // before claiming (a claimed entry must not wait), and wait for the next
         // one when there is none.
         if let Some(pace) = &route.pace {
             match send_slots(&fwd, &route, pace, places.len()).await {
-                Ok(n) => places.truncate(n),
+                Ok(n) => {
+                    places.truncate(n);
+                    fwd.pressure.give_back(shared.saturating_sub(n));
+                    shared = places.len();
+                }
                 Err(wait) => {
+                    fwd.pressure.give_back(shared);
                     unused_probe(&route);
                     drop(places);
                     tokio::select! {
@@ -429,6 +471,8 @@ async fn route_loop(
                     .await
             }
         };
+        fwd.pressure
+            .give_back(shared.saturating_sub(claimed.as_ref().map_or(0, Vec::len)));
         let claims = match claimed {
             Ok(c) => {
                 store_errors = 0;

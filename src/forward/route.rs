@@ -23,6 +23,8 @@ pub struct Route {
     /// The route's name (`default` for a source configured with `destination`).
     pub name: String,
     pub destination: String,
+    /// `destination` parsed once, not at every attempt.
+    pub url: reqwest::Url,
     pub signing_key: Option<Vec<u8>>,
     pub policy: RetryPolicy,
     pub timeout: Duration,
@@ -43,6 +45,21 @@ pub struct Route {
     pub pace: Option<std::sync::Mutex<Pace>>,
     /// Its metric handles.
     pub(super) meters: RouteMeters,
+}
+
+/// Why the routes could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error("cannot build the delivery client")]
+    Client(#[source] reqwest::Error),
+    /// (The message names no URL: it may hold a password.)
+    #[error("route {source_name}/{route}: the destination is not a URL")]
+    Destination {
+        source_name: String,
+        route: String,
+        #[source]
+        cause: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// Build the HTTP client of a route: no redirects (a 3xx is a final answer), the
@@ -88,7 +105,7 @@ pub fn routes(
     sources: &[crate::config::SourceConfig],
     cfg: &ForwarderConfig,
     facts: &HashMap<String, ProviderFacts>,
-) -> Result<Vec<Route>, reqwest::Error> {
+) -> Result<Vec<Route>, RouteError> {
     let all = || {
         sources
             .iter()
@@ -124,6 +141,11 @@ pub fn routes(
                 source: s.name.clone(),
                 name: r.name.clone(),
                 destination: r.destination.clone(),
+                url: reqwest::Url::parse(&r.destination).map_err(|e| RouteError::Destination {
+                    source_name: s.name.clone(),
+                    route: r.name.clone(),
+                    cause: Box::new(e),
+                })?,
                 signing_key: r
                     .destination_secret
                     .as_ref()
@@ -138,7 +160,7 @@ pub fn routes(
                 concurrency: limit,
                 headers: HeaderPolicy::new(&r.delivery.pass_headers, credentials),
                 body_signed: facts.get(&s.name).is_none_or(|f| f.body_signed),
-                client: client(r.delivery.connect_timeout)?,
+                client: client(r.delivery.connect_timeout).map_err(RouteError::Client)?,
                 permits,
                 breaker,
                 pace: r

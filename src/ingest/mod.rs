@@ -224,6 +224,9 @@ pub struct IngestState {
     pub store_timeout: Duration,
     /// What `/readyz` says; every write's outcome feeds it.
     pub readiness: Arc<Readiness>,
+    /// How many verified webhooks wait for their write: the forwarder steps back
+    /// while ingest is saturated.
+    pub pressure: Arc<crate::pressure::IngestPressure>,
 }
 
 pub fn router(state: Arc<IngestState>) -> Router {
@@ -567,9 +570,11 @@ async fn handle(
             let filtered = entry.routes.is_empty();
             // The answer comes within `store.timeout`, whatever the store or the
             // network does: a write still queued then is dropped by the store.
+            let storing = ingest.pressure.storing();
             let accepted = tokio::time::timeout(ingest.store_timeout, ingest.store.accept(*entry))
                 .await
                 .unwrap_or(Err(StoreError::Timeout(ingest.store_timeout)));
+            drop(storing);
             let accepted = match accepted {
                 Ok(a) => {
                     ingest.readiness.write_succeeded();
