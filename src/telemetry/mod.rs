@@ -335,6 +335,14 @@ fn describe() {
         Unit::Seconds,
         "Embedded store: how long a write waited in the writer's queue before its batch began, by kind (accept, claim, complete, other)"
     );
+    describe_gauge!(
+        "hookgate_ingest_storing",
+        "Verified webhooks waiting for their write at once, on average over the last 100 ms (ingest first compares it with forwarder.ingest_first)"
+    );
+    describe_counter!(
+        "hookgate_ingest_saturated_windows_total",
+        "100 ms windows in which ingest was saturated and deliveries were held to their share (forwarder.ingest_first)"
+    );
     describe_counter!(
         "hookgate_store_early_purged_total",
         "Delivered entries purged before their retention ended because Redis was short of memory"

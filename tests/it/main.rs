@@ -25,6 +25,7 @@ mod faults;
 mod forward;
 mod hostile;
 mod ingest;
+mod ingest_first;
 mod layout;
 mod logs;
 mod observe;
