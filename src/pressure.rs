@@ -32,7 +32,7 @@ pub const WINDOW: Duration = Duration::from_millis(100);
 
 /// While ingest is saturated, one delivery is claimed for every this many webhooks
 /// stored.
-pub const SHARE: u64 = 10;
+pub const SHARE: u64 = 20;
 
 /// How busy ingest is, as the forwarder needs to know it: fed by the ingest handler,
 /// judged every [`WINDOW`] by [`run`], read by the forwarder's route loops.

@@ -186,6 +186,8 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
     }
     // Set to 1 when the store opens (`store::Readiness`); registering keeps its value.
     gauge!("hookgate_store_ready").increment(0.0);
+    gauge!("hookgate_ingest_storing").increment(0.0);
+    counter!("hookgate_ingest_saturated_windows_total").increment(0);
 }
 
 /// Latency buckets (seconds) for the ack and delivery histograms.

@@ -98,7 +98,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
     ));
 
     // During the burst: some deliveries (never none), held to the share: one for
-    // every SHARE webhooks stored (here about 40 in the 2 s), where without it the
+    // every SHARE webhooks stored (here about 20 in the 2 s), where without it the
     // whole backlog goes in a fraction of a second. (Half the backlog is the bound,
     // not the share itself: a loaded machine may stall the judge for a window, and
     // a route then claims a full batch.)

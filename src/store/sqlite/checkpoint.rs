@@ -12,16 +12,17 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 /// Start the checkpointer thread. It runs until the writer sets `shared.stop`, then
-/// makes a last full checkpoint.
+/// makes a last full checkpoint and closes its connection; the store's `close`
+/// joins it, so that a store opened again on the same files (in the same process)
+/// never meets a checkpoint of the one before.
 pub(super) fn start(
     conn: Connection,
     writeback: Writeback,
     shared: Arc<Checkpointing>,
-) -> std::io::Result<()> {
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("hg-sqlite-ckpt".into())
-        .spawn(move || checkpointer(conn, writeback, shared))?;
-    Ok(())
+        .spawn(move || checkpointer(conn, writeback, shared))
 }
 
 /// The WAL is restarted from its beginning once it holds this many frames (a frame is

@@ -142,19 +142,25 @@ impl SqliteStore {
             path: path.clone(),
             source,
         })?;
-        checkpoint::start(checkpoint_conn, writeback, checkpointing.clone()).map_err(|e| {
-            StoreError::Task {
+        let checkpointer = checkpoint::start(checkpoint_conn, writeback, checkpointing.clone())
+            .map_err(|e| StoreError::Task {
                 what: "cannot start the checkpoint thread",
                 source: e.into(),
-            }
-        })?;
+            })?;
         let sync = Syncing::new(wal, work_tx, stopped_tx);
         let space = DiskSpace::new(dir.clone(), cfg.min_free_bytes, clock.clone());
-        let writer = Writer::start(writer, sync, batch_max, checkpointing, clock, cfg.timeout)
-            .map_err(|e| StoreError::Task {
-                what: "cannot start the writer thread",
-                source: e.into(),
-            })?;
+        let writer = Writer::start(
+            writer,
+            sync,
+            batch_max,
+            (checkpointing, checkpointer),
+            clock,
+            cfg.timeout,
+        )
+        .map_err(|e| StoreError::Task {
+            what: "cannot start the writer thread",
+            source: e.into(),
+        })?;
         Ok(SqliteStore {
             writer,
             reader: Arc::new(tokio::sync::Mutex::new(reader)),

@@ -147,6 +147,12 @@ pub(super) struct Writer {
     jobs: Mutex<Option<mpsc::Sender<WriteJob>>>,
     /// The writer thread, joined on close so the last batch is committed.
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The checkpointer thread, joined on close after the writer (which tells it to
+    /// stop) so that its last checkpoint is done when `close` returns.
+    checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// What it shares with the checkpointer: `close` sets its stop too, should the
+    /// writer thread have ended without doing so.
+    checkpointing: Arc<Checkpointing>,
     /// How long a caller waits for its write (`store.timeout`) before it gives up
     /// with 503; a write still queued then is dropped.
     timeout: Duration,
@@ -154,16 +160,18 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Start the writer thread on `conn` (which the syncer thread follows). When it
-    /// ends, it tells the checkpointer to stop.
+    /// ends, it tells the checkpointer (what it shares with it, and its thread) to
+    /// stop.
     pub(super) fn start(
         conn: Connection,
         sync: Syncing,
         batch_max: usize,
-        checkpointing: Arc<Checkpointing>,
+        (checkpointing, checkpointer): (Arc<Checkpointing>, std::thread::JoinHandle<()>),
         clock: Clock,
         timeout: Duration,
     ) -> std::io::Result<Writer> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let shared = checkpointing.clone();
         let thread = std::thread::Builder::new()
             .name("hg-sqlite-write".into())
             .spawn(move || {
@@ -175,6 +183,8 @@ impl Writer {
         Ok(Writer {
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            checkpointer: Mutex::new(Some(checkpointer)),
+            checkpointing: shared,
             timeout,
         })
     }
@@ -253,16 +263,29 @@ impl Writer {
             .unwrap_or(false)
     }
 
-    /// End the writer thread once it has committed what is queued, and wait for it.
+    /// End the writer thread once it has committed what is queued, and wait for it
+    /// and for the checkpointer's last checkpoint.
     pub(super) async fn close(&self) {
         // Dropping the last sender ends the writer loop after it drains the queue.
         if let Ok(mut jobs) = self.jobs.lock() {
             jobs.take();
         }
         let thread = self.thread.lock().ok().and_then(|mut h| h.take());
-        if let Some(h) = thread {
-            let _ = tokio::task::spawn_blocking(move || h.join()).await;
-        }
+        let checkpointer = self.checkpointer.lock().ok().and_then(|mut h| h.take());
+        let checkpointing = self.checkpointing.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            // The writer first: when it ends, it tells the checkpointer to stop.
+            if let Some(h) = thread {
+                let _ = h.join();
+            }
+            checkpointing
+                .stop
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Some(h) = checkpointer {
+                let _ = h.join();
+            }
+        })
+        .await;
     }
 }
 
