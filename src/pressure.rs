@@ -115,23 +115,13 @@ impl IngestPressure {
             .load(Ordering::Relaxed)
             .saturating_sub(self.base.load(Ordering::Relaxed))
             / SHARE;
-        let mut granted = self.granted.load(Ordering::Relaxed);
-        loop {
-            let left = earned.saturating_sub(granted);
-            let take = want as u64;
-            if left < take {
-                return 0;
-            }
-            match self.granted.compare_exchange_weak(
-                granted,
-                granted + take,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return want,
-                Err(now) => granted = now,
-            }
-        }
+        let want_n = want as u64;
+        let granted = self
+            .granted
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
+                (earned.saturating_sub(g) >= want_n).then_some(g + want_n)
+            });
+        if granted.is_ok() { want } else { 0 }
     }
 
     /// Give back `n` of a share that was not claimed (the store had fewer due).
@@ -153,10 +143,7 @@ impl IngestPressure {
         let average = waited / (length.as_micros().max(1) as f64);
         let above = self.threshold > 0 && average >= self.threshold as f64;
         // Two windows in a row: one busy window is a hiccup, not a burst.
-        let saturated = above && self.above.swap(above, Ordering::Relaxed);
-        if !above {
-            self.above.store(false, Ordering::Relaxed);
-        }
+        let saturated = self.above.swap(above, Ordering::Relaxed) && above;
         if saturated && !self.saturated() {
             self.base
                 .store(self.stored.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -169,8 +156,7 @@ impl IngestPressure {
 
 /// Judge `pressure` every [`WINDOW`] until `shutdown`; publishes
 /// `hookgate_ingest_storing` (how many waited at once, on average, in the last
-/// window)
-/// and `hookgate_ingest_saturated_windows_total` (windows found saturated).
+/// window) and `hookgate_ingest_saturated_windows_total` (windows found saturated).
 pub async fn run(pressure: Arc<IngestPressure>, shutdown: CancellationToken) {
     let average_gauge = metrics::gauge!("hookgate_ingest_storing");
     let saturated_windows = metrics::counter!("hookgate_ingest_saturated_windows_total");

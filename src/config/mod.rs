@@ -308,8 +308,8 @@ pub struct ForwarderConfig {
     /// How often retention, gauges and store housekeeping run.
     pub maintenance_interval: Duration,
     /// Ingest first: while at least this many verified webhooks wait for their write
-    /// for a whole window, deliveries are held to a share (`crate::pressure`); 0:
-    /// never.
+    /// at once, on average over two 100 ms windows in a row, deliveries are held to
+    /// a share (`crate::pressure`); 0: never.
     pub ingest_first: usize,
 }
 
