@@ -12,14 +12,21 @@
 //! saturated, the forwarder claims one delivery for every [`SHARE`] webhooks stored
 //! (never none: a long storm still drains), and catches up once the burst is over.
 //!
-//! *Saturated* means: at least `threshold` verified webhooks were waiting for their
-//! write at every moment of a whole [`WINDOW`]. A closed loop of providers' retries
-//! or a burst keeps that many waiting for the whole window; at an ordinary load the
-//! count dips low within it, even when a slow `fdatasync` piles a few dozen up for
-//! 10–20 ms. (A yield on the count at one moment was measured and not kept: at half
-//! of the maximum load it took every disk hiccup for a burst, and the end-to-end p99
-//! went from 86 ms to 922 ms.) Only verified webhooks count: a client that is not a
-//! provider cannot make the forwarder step back.
+//! *Saturated* means: on average over each of two [`WINDOW`]s in a row, at least
+//! `threshold` verified webhooks were waiting for their write at once (the time they
+//! waited, summed, over the window's length: Little's law). A closed loop of
+//! providers' retries or a burst keeps that many waiting window after window (at 64
+//! connections, 44–58 in every window measured); at an ordinary load the average
+//! stays low even when a slow `fdatasync` piles a few dozen up for 10–20 ms. (A
+//! yield on the count at one moment was measured and not kept: at half of the
+//! maximum load it took every disk hiccup for a burst, and the end-to-end p99 went
+//! from 86 ms to 922 ms. The count at one moment is no better within a window: group
+//! commit answers a whole batch at once, so it falls to 0 at every fsync even during
+//! a burst.) Near the gateway's capacity for ingesting and delivering at once, the
+//! average reaches the threshold too, and a backlog builds that the little capacity
+//! left takes long to deliver (BENCHMARKS.md, "Ingest first"). Only verified
+//! webhooks count: a client that is not a provider cannot make the forwarder step
+//! back.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

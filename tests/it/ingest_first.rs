@@ -101,7 +101,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
     // every SHARE webhooks stored (here about 20 in the 2 s), where without it the
     // whole backlog goes in a fraction of a second. (Half the backlog is the bound,
     // not the share itself: a loaded machine may stall the judge for a window, and
-    // a route then claims a full batch.)
+    // a route then claims a full batch: 64.)
     wait_until(
         "a first share delivered during the burst",
         Duration::from_secs(10),
@@ -116,7 +116,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
     .await;
     let (during, stored) = (up.count() as u64, ended.load(Ordering::Relaxed));
     assert!(
-        during <= stored / SHARE + 2 * 32,
+        during <= stored / SHARE + 64,
         "{during} delivered while {stored} webhooks were stored"
     );
 
