@@ -215,7 +215,11 @@ pub fn start_gateway(
         ),
     )
     .expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+    // `HOOKGATE_BENCH_BIN` runs another build of the gateway: an A/B of two builds
+    // alternating in one session.
+    let bin = std::env::var_os("HOOKGATE_BENCH_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_hookgate").into());
+    let child = Command::new(bin)
         .arg("serve")
         .arg("--config")
         .arg(&cfg)

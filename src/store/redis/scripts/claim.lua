@@ -72,19 +72,24 @@ local out = {}
 for n, m in ipairs(messages) do
   local mid, id = m[1], m[2]
   local ek = base .. 'e:' .. id
-  local f = redis.call('HMGET', ek, 'status', p .. 'status', p .. 'msg', p .. 'okey')
+  -- The whole entry, read once: what decides the lease, and what the claim answers
+  -- (without the lease it takes: the claim answers its token apart).
+  local entry = redis.call('HGETALL', ek)
+  local f = {}
+  for i = 1, #entry, 2 do f[entry[i]] = entry[i + 1] end
+  local rstatus, rmsg, okey = f[p .. 'status'] or 'pending', f[p .. 'msg'], f[p .. 'okey']
   local leased = false
-  if f[1] then
-    if (f[2] or 'pending') ~= 'pending' then
-      if f[4] and f[3] == mid then hg_line_done(base, route, f[4], id) end
-    elseif f[3] == mid then
+  if f.status then
+    if rstatus ~= 'pending' then
+      if okey and rmsg == mid then hg_line_done(base, route, okey, id) end
+    elseif rmsg == mid then
       leased = true
     end
   end
   if leased then
     local token = ARGV[9] .. ':' .. n
     redis.call('HSET', ek, p .. 'lease', token)
-    out[#out + 1] = {mid, id, token, redis.call('HGETALL', ek)}
+    out[#out + 1] = {mid, id, token, entry}
   else
     redis.call('XACK', work, group, mid)
     redis.call('XDEL', work, mid)

@@ -27,8 +27,11 @@ local function drop_message()
     redis.call('XDEL', KEYS[2], ARGV[1])
   end
 end
-local f = redis.call('HMGET', KEYS[1], 'status', p .. 'status', p .. 'lease', p .. 'msg')
+-- Everything the script reads of the entry, in one read.
+local f = redis.call('HMGET', KEYS[1], 'status', p .. 'status', p .. 'lease', p .. 'msg',
+  p .. 'okey', p .. 'oblock', 'routes', p .. 'attempts')
 local exists, status, lease, msg = f[1], f[2] or 'pending', f[3], f[4]
+local okey, oblock = f[5], f[6]
 if not exists or status ~= 'pending' or lease ~= token then
   if exists and status == 'pending' and msg == ARGV[1] then
     return 0
@@ -36,7 +39,6 @@ if not exists or status ~= 'pending' or lease ~= token then
   drop_message()
   if exists and status == 'discarded' and lease == token then
     redis.call('HDEL', KEYS[1], p .. 'lease')
-    local okey = redis.call('HGET', KEYS[1], p .. 'okey')
     if okey then hg_line_done(base, route, okey, id) end
     if ARGV[5] ~= '' then
       redis.call('RPUSH', KEYS[4], ARGV[5])
@@ -46,34 +48,62 @@ if not exists or status ~= 'pending' or lease ~= token then
   return 0
 end
 drop_message()
-redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg')
+-- The delivery's fields change in one HSET and one HDEL (the attempt count was read
+-- above, and nothing else runs meanwhile).
+local set = {}
 if ARGV[5] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[5])
-  redis.call('HINCRBY', KEYS[1], p .. 'attempts', 1)
+  set[#set + 1] = p .. 'attempts'
+  set[#set + 1] = string.format('%d', (tonumber(f[8]) or 0) + 1)
 end
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], p .. 'last_error', ARGV[6]) end
+if ARGV[6] ~= '' then
+  set[#set + 1] = p .. 'last_error'
+  set[#set + 1] = ARGV[6]
+end
 if ARGV[3] == 'pending' then
-  redis.call('HSET', KEYS[1], p .. 'next', ARGV[4])
+  set[#set + 1] = p .. 'next'
+  set[#set + 1] = ARGV[4]
+  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg')
+  redis.call('HSET', KEYS[1], unpack(set))
   redis.call('ZADD', KEYS[3], ARGV[4], id)
 else
-  redis.call('HSET', KEYS[1], p .. 'status', ARGV[3])
-  redis.call('HDEL', KEYS[1], p .. 'next')
+  set[#set + 1] = p .. 'status'
+  set[#set + 1] = ARGV[3]
+  if ARGV[3] == 'dead' then
+    set[#set + 1] = p .. 'dead_at'
+    set[#set + 1] = ARGV[7]
+  end
+  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg', p .. 'next')
+  redis.call('HSET', KEYS[1], unpack(set))
   if ARGV[1] == '' then redis.call('ZREM', KEYS[3], id) end
   hg_route_index(base, route, id, 'pending', ARGV[3])
   if ARGV[3] == 'dead' then
     redis.call('XADD', KEYS[5], '*', 'id', id, 'route', route, 'reason', ARGV[9])
-    redis.call('HSET', KEYS[1], p .. 'dead_at', ARGV[7])
   end
-  local o = redis.call('HMGET', KEYS[1], p .. 'okey', p .. 'oblock')
-  if o[1] then
-    if ARGV[3] == 'dead' and o[2] == '1' then
-      redis.call('SADD', base .. 'blocked:' .. route, o[1])
+  if okey then
+    if ARGV[3] == 'dead' and oblock == '1' then
+      redis.call('SADD', base .. 'blocked:' .. route, okey)
     else
-      hg_line_done(base, route, o[1], id)
+      hg_line_done(base, route, okey, id)
       if ARGV[3] == 'dead' then redis.call('RPUSH', base .. 'audit:' .. id, ARGV[13]) end
     end
   end
 end
-hg_settle(base, KEYS[1], id, ARGV[7])
+-- The entry's status from its deliveries': this one's is known, the others' are
+-- read (none on an entry with one route).
+local routes, others, statuses = hg_routes(f[7]), {}, {}
+for _, r in ipairs(routes) do
+  if r == route then
+    statuses[#statuses + 1] = ARGV[3]
+  else
+    others[#others + 1] = r .. ':status'
+  end
+end
+if #others > 0 then
+  for _, s in ipairs(redis.call('HMGET', KEYS[1], unpack(others))) do
+    statuses[#statuses + 1] = s or 'pending'
+  end
+end
+hg_settle_as(base, KEYS[1], id, ARGV[7], exists, statuses)
 if ARGV[14] ~= '' then hg_count(base, ARGV[14], ARGV[7], 1) end
 return 1

@@ -48,13 +48,13 @@ local function hg_route_index(base, route, id, from, to)
   redis.call('ZADD', base .. 'rst:' .. route .. ':' .. to, 0, id)
 end
 
--- Derive the entry's status from its deliveries again (`Status::of_entry`) and,
--- when it changed, move the entry between the status indexes and the retention
--- indexes (scored `now`, when it reached the status). Answers the status.
-local function hg_settle(base, ek, id, now)
-  local f = redis.call('HMGET', ek, 'status', 'routes')
+-- Derive the status of entry `id` (hash `ek`, status `old`) from the statuses of
+-- its deliveries (`Status::of_entry`) and, when it changed, move the entry between
+-- the status indexes and the retention indexes (scored `now`, when it reached the
+-- status). Answers the status.
+local function hg_settle_as(base, ek, id, now, old, statuses)
   local seen, any = {}, false
-  for _, s in ipairs(hg_route_statuses(ek, hg_routes(f[2]))) do
+  for _, s in ipairs(statuses) do
     seen[s], any = true, true
   end
   local new = 'delivered'
@@ -62,7 +62,6 @@ local function hg_settle(base, ek, id, now)
   elseif seen.pending then new = 'pending'
   elseif seen.dead then new = 'dead'
   elseif seen.discarded then new = 'discarded' end
-  local old = f[1]
   if new == old then return new end
   if old then redis.call('ZREM', base .. 'st:' .. old, id) end
   redis.call('ZADD', base .. 'st:' .. new, 0, id)
@@ -70,6 +69,12 @@ local function hg_settle(base, ek, id, now)
   if old and hg_done[old] then redis.call('ZREM', base .. hg_done[old], id) end
   if hg_done[new] then redis.call('ZADD', base .. hg_done[new], now, id) end
   return new
+end
+
+-- `hg_settle_as`, the entry's status and its deliveries' read from its hash.
+local function hg_settle(base, ek, id, now)
+  local f = redis.call('HMGET', ek, 'status', 'routes')
+  return hg_settle_as(base, ek, id, now, f[1], hg_route_statuses(ek, hg_routes(f[2])))
 end
 
 
