@@ -12,17 +12,37 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 /// Start the checkpointer thread. It runs until the writer sets `shared.stop`, then
-/// makes a last full checkpoint and closes its connection; the store's `close`
-/// joins it, so that a store opened again on the same files (in the same process)
-/// never meets a checkpoint of the one before.
+/// makes a last full checkpoint and closes its connection.
 pub(super) fn start(
     conn: Connection,
     writeback: Writeback,
     shared: Arc<Checkpointing>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("hg-sqlite-ckpt".into())
-        .spawn(move || checkpointer(conn, writeback, shared))
+) -> std::io::Result<Checkpointer> {
+    let thread = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("hg-sqlite-ckpt".into())
+            .spawn(move || checkpointer(conn, writeback, shared))?
+    };
+    Ok(Checkpointer { shared, thread })
+}
+
+/// The checkpointer thread, and what it shares with the writer.
+pub(super) struct Checkpointer {
+    pub(super) shared: Arc<Checkpointing>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Checkpointer {
+    /// Stop it (should the writer not have) and wait for its last checkpoint, so that
+    /// a store opened again on the same files (in the same process) never meets a
+    /// checkpoint of the one before. Blocks.
+    pub(super) fn finish(self) {
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.thread.join();
+    }
 }
 
 /// The WAL is restarted from its beginning once it holds this many frames (a frame is

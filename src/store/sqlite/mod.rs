@@ -149,18 +149,11 @@ impl SqliteStore {
             })?;
         let sync = Syncing::new(wal, work_tx, stopped_tx);
         let space = DiskSpace::new(dir.clone(), cfg.min_free_bytes, clock.clone());
-        let writer = Writer::start(
-            writer,
-            sync,
-            batch_max,
-            (checkpointing, checkpointer),
-            clock,
-            cfg.timeout,
-        )
-        .map_err(|e| StoreError::Task {
-            what: "cannot start the writer thread",
-            source: e.into(),
-        })?;
+        let writer = Writer::start(writer, sync, batch_max, checkpointer, clock, cfg.timeout)
+            .map_err(|e| StoreError::Task {
+                what: "cannot start the writer thread",
+                source: e.into(),
+            })?;
         Ok(SqliteStore {
             writer,
             reader: Arc::new(tokio::sync::Mutex::new(reader)),

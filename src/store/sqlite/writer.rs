@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::checkpoint::{Checkpointing, copy_wal_tail};
+use super::checkpoint::{Checkpointer, Checkpointing, copy_wal_tail};
 use crate::clock::Clock;
 use crate::store::{Backend, StoreError};
 pub(super) use crate::telemetry::WriteKind;
@@ -147,12 +147,9 @@ pub(super) struct Writer {
     jobs: Mutex<Option<mpsc::Sender<WriteJob>>>,
     /// The writer thread, joined on close so the last batch is committed.
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// The checkpointer thread, joined on close after the writer (which tells it to
-    /// stop) so that its last checkpoint is done when `close` returns.
-    checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// What it shares with the checkpointer: `close` sets its stop too, should the
-    /// writer thread have ended without doing so.
-    checkpointing: Arc<Checkpointing>,
+    /// The checkpointer, finished on close after the writer (which tells it to stop)
+    /// so that its last checkpoint is done when `close` returns.
+    checkpointer: Mutex<Option<Checkpointer>>,
     /// How long a caller waits for its write (`store.timeout`) before it gives up
     /// with 503; a write still queued then is dropped.
     timeout: Duration,
@@ -160,18 +157,17 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Start the writer thread on `conn` (which the syncer thread follows). When it
-    /// ends, it tells the checkpointer (what it shares with it, and its thread) to
-    /// stop.
+    /// ends, it tells the checkpointer to stop.
     pub(super) fn start(
         conn: Connection,
         sync: Syncing,
         batch_max: usize,
-        (checkpointing, checkpointer): (Arc<Checkpointing>, std::thread::JoinHandle<()>),
+        checkpointer: Checkpointer,
         clock: Clock,
         timeout: Duration,
     ) -> std::io::Result<Writer> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-        let shared = checkpointing.clone();
+        let checkpointing = checkpointer.shared.clone();
         let thread = std::thread::Builder::new()
             .name("hg-sqlite-write".into())
             .spawn(move || {
@@ -184,7 +180,6 @@ impl Writer {
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
             checkpointer: Mutex::new(Some(checkpointer)),
-            checkpointing: shared,
             timeout,
         })
     }
@@ -271,18 +266,14 @@ impl Writer {
             jobs.take();
         }
         let thread = self.thread.lock().ok().and_then(|mut h| h.take());
-        let checkpointer = self.checkpointer.lock().ok().and_then(|mut h| h.take());
-        let checkpointing = self.checkpointing.clone();
+        let checkpointer = self.checkpointer.lock().ok().and_then(|mut c| c.take());
         let _ = tokio::task::spawn_blocking(move || {
             // The writer first: when it ends, it tells the checkpointer to stop.
             if let Some(h) = thread {
                 let _ = h.join();
             }
-            checkpointing
-                .stop
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            if let Some(h) = checkpointer {
-                let _ = h.join();
+            if let Some(c) = checkpointer {
+                c.finish();
             }
         })
         .await;
