@@ -662,8 +662,8 @@ fn forwarding_gateway(
 /// - how long each kind of write waited in the embedded store's writer queue
 ///   (`hookgate_store_write_wait_seconds`, from `/metrics`): the time an accept
 ///   spends queued behind claims and completions;
-/// - with `HOOKGATE_BENCH_PERF=FILE`, a `perf record` of the forwarding-on gateway
-///   into FILE (`perf report -i FILE --no-children`).
+/// - with `HOOKGATE_BENCH_PERF=FILE`, a `perf record` of the gateway into FILE.on
+///   (forwarding on) and FILE.off (`perf report -i FILE.on --no-children`).
 pub async fn profile(report: &mut Report, store: Store, s: Settings) {
     let on = Subject::start(store, Forwarding::On).await;
     let sink = on.sink.as_ref().expect("sink");
@@ -702,28 +702,29 @@ async fn profile_window(
         None,
     ));
     let metrics_before = scrape(subject.gw.admin).await;
-    let perf = std::env::var("HOOKGATE_BENCH_PERF")
-        .ok()
-        .filter(|_| subject.sink.is_some())
-        .map(|out| {
-            std::process::Command::new("perf")
-                .args([
-                    "record",
-                    "-F",
-                    "499",
-                    "-g",
-                    "--call-graph",
-                    "dwarf,32768",
-                    "-o",
-                    &out,
-                    "-p",
-                ])
-                .arg(subject.gw.child.id().to_string())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .expect("perf")
-        });
+    let perf = std::env::var("HOOKGATE_BENCH_PERF").ok().map(|out| {
+        let out = format!(
+            "{out}.{}",
+            if subject.sink.is_some() { "on" } else { "off" }
+        );
+        std::process::Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "499",
+                "-g",
+                "--call-graph",
+                "dwarf,32768",
+                "-o",
+                &out,
+                "-p",
+            ])
+            .arg(subject.gw.child.id().to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("perf")
+    });
     let pids = subject.pids();
     let redis_before = subject.redis.as_ref().map(|r| r.command_stats());
     let threads = ThreadMeter::start(subject.gw.child.id());
