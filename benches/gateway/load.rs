@@ -1,11 +1,10 @@
 //! The load generator: pre-signed Stripe webhooks, and the closed loop (fixed
-//! concurrency: throughput) and open loop (fixed rate: latency from each request's
-//! due time) that send them over keep-alive HTTP/1.1 connections.
+//! concurrency: throughput) that sends them over keep-alive HTTP/1.1 connections
+//! (the open loop, fixed rate, is [`crate::open`]).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -19,8 +18,8 @@ use crate::SECRET;
 
 /// A pre-signed request.
 pub struct Prepared {
-    signature: String,
-    body: Bytes,
+    pub signature: String,
+    pub body: Bytes,
 }
 
 /// `n` distinct Stripe events with 1–4 KiB bodies, signed now. With `dup_every = 2`,
@@ -78,6 +77,15 @@ pub struct LoadResult {
 }
 
 impl LoadResult {
+    pub fn new(requests: u64, errors: u64, elapsed: Duration, hist: Histogram<u64>) -> LoadResult {
+        LoadResult {
+            requests,
+            errors,
+            elapsed,
+            hist,
+        }
+    }
+
     pub fn rate(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
     }
@@ -165,107 +173,6 @@ pub async fn closed_loop(
     }
     LoadResult {
         requests: total,
-        errors: errors.load(Ordering::Relaxed),
-        elapsed: start.elapsed(),
-        hist,
-    }
-}
-
-/// An open loop's answer slower than this is printed with `HOOKGATE_BENCH_SLOW`.
-const SLOW: Duration = Duration::from_millis(40);
-
-/// Open loop: requests are due at a fixed rate; latency counts from the due time.
-pub async fn open_loop(
-    addr: SocketAddr,
-    path: &str,
-    requests: Arc<Vec<Prepared>>,
-    connections: usize,
-    rate: f64,
-    duration: Duration,
-    sent_at: Option<Arc<Mutex<HashMap<usize, Instant>>>>,
-) -> LoadResult {
-    let (tx, rx) = tokio::sync::mpsc::channel::<(usize, Instant)>(1_000_000);
-    let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let errors = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let total = ((rate * duration.as_secs_f64()) as usize).min(requests.len());
-    // The producer is an OS thread that sleeps until each due time (tokio's timer has a
-    // 1 ms grain, which would add up to a millisecond of the generator's own lateness
-    // to every figure).
-    let producer = std::thread::spawn(move || {
-        let interval = Duration::from_secs_f64(1.0 / rate);
-        let mut i = 0usize;
-        while i < total {
-            let now = Instant::now();
-            while i < total && start + interval.mul_f64(i as f64) <= now {
-                if tx
-                    .blocking_send((i, start + interval.mul_f64(i as f64)))
-                    .is_err()
-                {
-                    return;
-                }
-                i += 1;
-            }
-            if let Some(wait) =
-                (start + interval.mul_f64(i as f64)).checked_duration_since(Instant::now())
-            {
-                std::thread::sleep(wait);
-            }
-        }
-    });
-    // `HOOKGATE_BENCH_SLOW=1`: print when each slow answer was due, which tells a
-    // stall (answers due in the same few hundred milliseconds) from a slow tail.
-    let trace_slow = std::env::var_os("HOOKGATE_BENCH_SLOW").is_some();
-    let mut tasks = Vec::new();
-    for _ in 0..connections {
-        let rx = rx.clone();
-        let requests = requests.clone();
-        let errors = errors.clone();
-        let sent_at = sent_at.clone();
-        let path = path.to_string();
-        tasks.push(tokio::spawn(async move {
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
-            let mut sender = connect(addr).await;
-            loop {
-                let job = rx.lock().await.recv().await;
-                let Some((i, due)) = job else { break };
-                if let Some(s) = &sent_at {
-                    s.lock().expect("lock").insert(i, due);
-                }
-                match sender
-                    .send_request(request(addr, &path, &requests[i]))
-                    .await
-                {
-                    Ok(resp) => {
-                        if !resp.status().is_success() {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                        let _ = resp.into_body().collect().await;
-                        let _ = hist.record(due.elapsed().as_micros().max(1) as u64);
-                        if trace_slow && due.elapsed() > SLOW {
-                            eprintln!(
-                                "slow: due at +{:.3} s, answered after {:.1} ms",
-                                due.duration_since(start).as_secs_f64(),
-                                due.elapsed().as_secs_f64() * 1000.0
-                            );
-                        }
-                    }
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        sender = connect(addr).await;
-                    }
-                }
-            }
-            hist
-        }));
-    }
-    let _ = producer.join();
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("hist");
-    for t in tasks {
-        hist.add(t.await.expect("task")).expect("merge");
-    }
-    LoadResult {
-        requests: hist.len(),
         errors: errors.load(Ordering::Relaxed),
         elapsed: start.elapsed(),
         hist,

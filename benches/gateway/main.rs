@@ -17,7 +17,7 @@
 //! request's intended send time, so coordinated omission does not hide queueing).
 //! Gateway and baseline runs alternate; each figure is the median of the rounds.
 //!
-//! Modules: [`load`] (requests and the two loops), [`procs`] (baseline, gateway and
+//! Modules: [`load`] (requests and the closed loop), [`open`] (the open loop), [`procs`] (baseline, gateway and
 //! Redis processes), [`sink`] (the forward scenarios' destination), [`measure`] (CPU,
 //! disk, medians), [`scenarios`] (one function per scenario) and [`console`] (the
 //! console's pages with a large store behind them).
@@ -25,6 +25,7 @@
 mod console;
 mod load;
 mod measure;
+mod open;
 mod procs;
 mod scenarios;
 mod sink;

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use crate::load::{LoadResult, Prepared, addr, closed_loop, open_loop, prepare};
+use crate::load::{LoadResult, Prepared, addr, closed_loop, prepare};
 use crate::measure::{CpuMeter, CpuUse, FsyncProbe, ThreadMeter, median};
+use crate::open::open_loop;
 use crate::procs::{Store, start_baseline, start_gateway, start_redis, store_toml};
 use crate::sink::{SinkProc, start_sink};
 use crate::{Report, Settings};
