@@ -52,7 +52,8 @@ struct Shared {
     conns: Vec<Conn>,
     dispatch: Mutex<Dispatch>,
     requests: Arc<Vec<Prepared>>,
-    /// The request line and the headers every request shares.
+    /// The request line and the headers every request shares (those `load::request`
+    /// gives the closed loop's requests).
     head: String,
     errors: AtomicU64,
     start: Instant,

@@ -478,28 +478,23 @@ pub async fn replay_paced(
 /// `start + step`, … ; written late, each is due as it is written, still a `step`
 /// apart, so a slow store delays the replays rather than bunching them.
 struct ReplaySchedule {
-    planned: f64,
+    /// The earliest the next replay may be due: a step after the one before.
+    earliest: f64,
     step: f64,
-    last: Option<f64>,
 }
 
 impl ReplaySchedule {
     fn new(start: i64, step: f64) -> ReplaySchedule {
         ReplaySchedule {
-            planned: start as f64,
+            earliest: start as f64,
             step,
-            last: None,
         }
     }
 
     /// The due time (unix ms) of the next replay, written at `now`.
     fn next(&mut self, now: i64) -> i64 {
-        let mut at = self.planned.max(now as f64);
-        if let Some(last) = self.last {
-            at = at.max(last + self.step);
-        }
-        self.planned += self.step;
-        self.last = Some(at);
+        let at = self.earliest.max(now as f64);
+        self.earliest = at + self.step;
         at.ceil() as i64
     }
 }
