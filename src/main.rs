@@ -7,12 +7,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc rather than glibc's allocator: malloc and free were about a tenth of
-/// the delivering gateway's CPU samples, and with mimalloc it spends 2–8 % less CPU
-/// per webhook for 8–18 MiB more resident memory (BENCHMARKS.md, the four targets).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = hookgate::cli::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
