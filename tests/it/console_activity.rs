@@ -167,8 +167,23 @@ async fn in_chromium_the_overview_charts_a_week_and_dead_letters_group_by_failur
             .filter(|(at, e)| *at >= from && end(*e))
             .count()
     };
-    let this_minute = now - now.rem_euclid(MINUTE);
-    let this_hour = now - now.rem_euclid(HOUR);
+    // The charts end at the minute the page was rendered, which may be later than
+    // `now` (seeding takes a while): load the overview until one load begins and
+    // ends in the same minute, and count from that minute.
+    let rendered = loop {
+        let before = hookgate::clock::system_now_ms();
+        b.client
+            .goto(&format!("{}/console/", gw.admin))
+            .await
+            .unwrap();
+        b.wait_for_path("/console/").await;
+        let after = hookgate::clock::system_now_ms();
+        if before.div_euclid(MINUTE) == after.div_euclid(MINUTE) {
+            break after;
+        }
+    };
+    let this_minute = rendered - rendered.rem_euclid(MINUTE);
+    let this_hour = rendered - rendered.rem_euclid(HOUR);
     // The charts' legends say what was stored: the last hour's 60 minutes, and the
     // 168 hours of the week (the oldest one in part).
     let hour_from = this_minute - 59 * MINUTE;
