@@ -1,5 +1,5 @@
 //! A real browser for the console's tests: Debian's headless `chromium` behind a
-//! private `chromedriver` on an ephemeral port, driven over WebDriver (fantoccini),
+//! private `chromedriver` on a free port, driven over WebDriver (fantoccini),
 //! with the steps the tests share: log in, find buttons and fields by their names,
 //! set the viewport, save screenshots under `target/console-screenshots/`.
 
@@ -17,7 +17,7 @@ use crate::util::*;
 /// How long a browser step may take.
 pub const WAIT: Duration = Duration::from_secs(20);
 
-/// Headless Chromium behind a private chromedriver on an ephemeral port; both end
+/// Headless Chromium behind a private chromedriver on a free port; both end
 /// with it.
 pub struct Browser {
     pub client: Client,

@@ -175,7 +175,7 @@ fn ephemeral_range_start() -> u32 {
         .unwrap_or(0)
 }
 
-/// A private redis-server on an ephemeral port with its own directory, so a test can
+/// A private redis-server on a free port ([`free_port`]) with its own directory, so a test can
 /// stop and restart it.
 pub struct RedisServer {
     pub port: u16,
@@ -900,7 +900,7 @@ pub fn http_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
-/// A local Redis Cluster of three masters on ephemeral ports (no replicas).
+/// A local Redis Cluster of three masters on free ports ([`free_port`]) (no replicas).
 pub struct RedisCluster {
     pub nodes: Vec<RedisClusterNode>,
 }
