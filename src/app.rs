@@ -212,6 +212,7 @@ pub async fn run(
         max_headers: cfg.server.max_headers,
         max_connections: cfg.server.max_connections,
         max_connections_per_client: cfg.server.max_connections_per_client,
+        client_ipv6_prefix: cfg.server.client_ipv6_prefix,
         grace: cfg.server.shutdown_grace,
     };
     tracing::info!(

@@ -55,6 +55,7 @@ body_read_timeout = "30s"
 max_headers = 100
 max_connections = 4096
 max_connections_per_client = 256
+client_ipv6_prefix = 56
 shutdown_grace = "10s"
 
 [admin]
@@ -234,10 +235,14 @@ pub struct ServerConfig {
     pub body_read_timeout: Duration,
     pub max_headers: usize,
     pub max_connections: usize,
-    /// Most connections one client (an IPv4 address, an IPv6 /64) may hold open;
+    /// Most connections one client (an IPv4 address, an IPv6 prefix) may hold open;
     /// `None` (`0` in the file): no per-client cap, for a gateway behind a proxy
     /// whose connections all come from the proxy's few addresses.
     pub max_connections_per_client: Option<usize>,
+    /// How many leading bits of an IPv6 address make one client (default 56: a
+    /// customer network is handed a /56 or a /48, and every address in it is free
+    /// to its owner, so counting per address or per /64 would cap nothing).
+    pub client_ipv6_prefix: u8,
     pub shutdown_grace: Duration,
 }
 

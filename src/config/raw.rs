@@ -57,6 +57,7 @@ pub struct RawServer {
     pub max_headers: usize,
     pub max_connections: usize,
     pub max_connections_per_client: usize,
+    pub client_ipv6_prefix: u8,
     pub shutdown_grace: String,
 }
 

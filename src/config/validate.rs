@@ -68,6 +68,15 @@ pub(super) fn validate(
             0 => None,
             n => Some(n),
         },
+        client_ipv6_prefix: match raw.server.client_ipv6_prefix {
+            p @ 16..=128 => p,
+            _ => {
+                return Err(ConfigError::invalid(
+                    "server.client_ipv6_prefix",
+                    "must be between 16 and 128 (bits of an IPv6 address that make one client)",
+                ));
+            }
+        },
         shutdown_grace: parse_duration("server.shutdown_grace", &raw.server.shutdown_grace)?,
     };
     if server.body_budget_bytes < server.max_body_bytes {

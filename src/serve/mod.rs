@@ -28,6 +28,9 @@ mod clients;
 mod idle;
 mod tracked;
 
+pub use clients::client_of;
+
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,11 +66,23 @@ pub struct HttpLimits {
     pub header_read_timeout: Duration,
     pub max_headers: usize,
     pub max_connections: usize,
-    /// Most connections one client (an IPv4 address, an IPv6 /64) may hold open;
+    /// Most connections one client (an IPv4 address, an IPv6 prefix) may hold open;
     /// `None`: no per-client cap.
     pub max_connections_per_client: Option<usize>,
+    /// Leading bits of an IPv6 address that make one client.
+    pub client_ipv6_prefix: u8,
     /// How long in-flight requests may take to finish after shutdown starts.
     pub grace: Duration,
+}
+
+/// Who sent a request: a request extension every request on both listeners carries,
+/// so that a handler can bound or audit per client without asking the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// The connection's remote address.
+    pub addr: SocketAddr,
+    /// The client it counts as ([`client_of`]): the key of every per-client bound.
+    pub client: IpAddr,
 }
 
 label_values! {
@@ -122,7 +137,9 @@ pub async fn serve(
     let metrics = ListenerMetrics::register(name);
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let clients = limits.max_connections_per_client.map(ClientSlots::new);
+    let clients = limits
+        .max_connections_per_client
+        .map(|cap| ClientSlots::new(cap, limits.client_ipv6_prefix));
     let idle = IdleConnections::new(metrics.idle.clone());
     let shed_margin = limits.max_connections / SHED_MARGIN_DIVISOR;
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -216,7 +233,15 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let connection = idle.accepted();
         let shed_token = connection.shed().clone();
-        let service = Tracked::new(TowerToHyperService::new(router.clone()), connection.clone());
+        let peer_ext = Peer {
+            addr: peer,
+            client: client_of(peer.ip(), limits.client_ipv6_prefix),
+        };
+        let service = Tracked::new(
+            TowerToHyperService::new(router.clone()),
+            connection.clone(),
+            peer_ext,
+        );
         let conn = builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
         let open = metrics.open.clone();

@@ -7,32 +7,40 @@
 //! none), and only then does a keep-alive connection, waiting for its next request,
 //! become idle again. If the handler fails or the connection goes away mid-request,
 //! the guard is dropped with the future.
+//!
+//! The wrapper also hands every request its [`Peer`], the address it came from.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::Response;
+use http::{Request, Response};
 use hyper::body::{Body, Frame, SizeHint};
 
+use super::Peer;
 use super::idle::{Busy, Connection};
 
 /// A service whose requests mark `connection` busy until their answer is taken.
 pub(super) struct Tracked<S> {
     inner: S,
     connection: Arc<Connection>,
+    peer: Peer,
 }
 
 impl<S> Tracked<S> {
-    pub(super) fn new(inner: S, connection: Arc<Connection>) -> Self {
-        Tracked { inner, connection }
+    pub(super) fn new(inner: S, connection: Arc<Connection>, peer: Peer) -> Self {
+        Tracked {
+            inner,
+            connection,
+            peer,
+        }
     }
 }
 
-impl<S, R, B> hyper::service::Service<R> for Tracked<S>
+impl<S, R, B> hyper::service::Service<Request<R>> for Tracked<S>
 where
-    S: hyper::service::Service<R, Response = Response<B>>,
+    S: hyper::service::Service<Request<R>, Response = Response<B>>,
     S::Future: Send + 'static,
     S::Error: 'static,
     B: 'static,
@@ -41,8 +49,9 @@ where
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
-    fn call(&self, req: R) -> Self::Future {
+    fn call(&self, mut req: Request<R>) -> Self::Future {
         let busy = self.connection.request_started();
+        req.extensions_mut().insert(self.peer);
         let answer = self.inner.call(req);
         Box::pin(async move {
             let response = answer.await?;
