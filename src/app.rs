@@ -21,7 +21,10 @@ use crate::forward;
 use crate::header_policy::HeaderPolicy;
 use crate::ingest::{self, IngestState, Source};
 use crate::provider::{Registry, Verifier};
-use crate::serve::{HttpLimits, serve};
+use crate::serve::{BodyLimits, HttpLimits, serve};
+
+/// Connections the probe listener (`admin.probe_listen`) holds at most.
+pub const PROBE_MAX_CONNECTIONS: usize = 64;
 use crate::store;
 use crate::telemetry;
 
@@ -29,6 +32,8 @@ use crate::telemetry;
 pub struct Listeners {
     pub ingest: TcpListener,
     pub admin: TcpListener,
+    /// `admin.probe_listen`'s, when it is set.
+    pub probes: Option<TcpListener>,
 }
 
 /// The provider registry for a configuration: built-ins plus `providers_dir`.
@@ -86,7 +91,10 @@ pub fn build_sources(
                 public_url: s.public_url.clone(),
                 headers,
                 routes,
-                body_share: budget.share(cfg.server.max_body_bytes),
+                body_share: budget.share(
+                    cfg.server.max_body_bytes,
+                    cfg.server.max_connections_per_client.is_some(),
+                ),
                 metrics: ingest::SourceMetrics::new(&s.name),
             })
         })
@@ -122,7 +130,19 @@ pub async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
     let admin = TcpListener::bind(cfg.admin.listen)
         .await
         .with_context(|| format!("admin.listen: cannot bind {}", cfg.admin.listen))?;
-    Ok(Listeners { ingest, admin })
+    let probes = match cfg.admin.probe_listen {
+        None => None,
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("admin.probe_listen: cannot bind {addr}"))?,
+        ),
+    };
+    Ok(Listeners {
+        ingest,
+        admin,
+        probes,
+    })
 }
 
 /// The store stopped for good while the gateway ran (the embedded store after a
@@ -213,7 +233,33 @@ pub async fn run(
         max_connections: cfg.server.max_connections,
         max_connections_per_client: cfg.server.max_connections_per_client,
         client_ipv6_prefix: cfg.server.client_ipv6_prefix,
+        body: BodyLimits {
+            first_byte: cfg.server.body_first_byte_timeout,
+            min_rate: cfg.server.min_body_rate,
+            // Ingest bounds the whole body itself (`server.body_read_timeout`, 408).
+            total: None,
+        },
         grace: cfg.server.shutdown_grace,
+    };
+    // Every admin, console and probe request: its head within `admin.request_timeout`,
+    // then its body within it of the head.
+    let admin_limits = HttpLimits {
+        header_read_timeout: cfg.admin.request_timeout,
+        body: BodyLimits {
+            first_byte: cfg
+                .server
+                .body_first_byte_timeout
+                .min(cfg.admin.request_timeout),
+            min_rate: cfg.server.min_body_rate,
+            total: Some(cfg.admin.request_timeout),
+        },
+        ..limits.clone()
+    };
+    // The probes' own listener serves three small GETs to a kubelet and a scraper.
+    let probe_limits = HttpLimits {
+        max_connections: PROBE_MAX_CONNECTIONS,
+        max_connections_per_client: Some(PROBE_MAX_CONNECTIONS / 4),
+        ..admin_limits.clone()
     };
     tracing::info!(
         ingest = %listeners.ingest.local_addr()?,
@@ -248,6 +294,20 @@ pub async fn run(
         )
         .context("console")?,
     );
+    let probe_task = listeners.probes.map(|probes| {
+        tokio::spawn(serve(
+            "probes",
+            probes,
+            telemetry::router(store.clone(), readiness.clone())
+                .layer(axum::middleware::from_fn_with_state(
+                    admin_state.clone(),
+                    admin::guard,
+                ))
+                .layer(CatchPanicLayer::custom(error::panic_response)),
+            probe_limits,
+            shutdown.clone(),
+        ))
+    });
     let admin_task = tokio::spawn(serve(
         "admin",
         listeners.admin,
@@ -263,7 +323,7 @@ pub async fn run(
                 admin::guard,
             ))
             .layer(CatchPanicLayer::custom(error::panic_response)),
-        limits,
+        admin_limits,
         shutdown.clone(),
     ));
     let alerts = Arc::new(Alerts::default());
@@ -323,6 +383,9 @@ pub async fn run(
     let _ = ingest_task.await;
     let _ = flush_task.await;
     let _ = admin_task.await;
+    if let Some(task) = probe_task {
+        let _ = task.await;
+    }
     let _ = forward_task.await;
     let _ = alerts_task.await;
     let _ = throttle_task.await;

@@ -52,6 +52,8 @@ max_body_bytes = 1048576
 body_budget_bytes = 67108864
 header_read_timeout = "10s"
 body_read_timeout = "30s"
+body_first_byte_timeout = "5s"
+min_body_rate = 8192
 max_headers = 100
 max_connections = 4096
 max_connections_per_client = 256
@@ -60,6 +62,7 @@ shutdown_grace = "10s"
 
 [admin]
 listen = "127.0.0.1:8081"
+request_timeout = "10s"
 token_env = "HOOKGATE_ADMIN_TOKEN"
 replay_rate = 50
 
@@ -233,6 +236,10 @@ pub struct ServerConfig {
     pub body_budget_bytes: usize,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    /// Longest wait for a body's first byte once ingest reads it.
+    pub body_first_byte_timeout: Duration,
+    /// Bytes per second a body must keep up after its first byte; 0: no minimum.
+    pub min_body_rate: u64,
     pub max_headers: usize,
     pub max_connections: usize,
     /// Most connections one client (an IPv4 address, an IPv6 prefix) may hold open;
@@ -249,6 +256,12 @@ pub struct ServerConfig {
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
+    /// Where `/healthz`, `/readyz` and `/metrics` are also served on a listener of
+    /// their own, which admin API and console traffic cannot fill.
+    pub probe_listen: Option<SocketAddr>,
+    /// Bounds every request on the admin (and probe) listener: its head must arrive
+    /// within it, and then its body within it of the head.
+    pub request_timeout: Duration,
     pub token: Option<Secret>,
     /// Most entries per second a bulk replay schedules.
     pub replay_rate: u32,

@@ -54,6 +54,8 @@ pub struct RawServer {
     pub body_budget_bytes: u64,
     pub header_read_timeout: String,
     pub body_read_timeout: String,
+    pub body_first_byte_timeout: String,
+    pub min_body_rate: u64,
     pub max_headers: usize,
     pub max_connections: usize,
     pub max_connections_per_client: usize,
@@ -65,6 +67,9 @@ pub struct RawServer {
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub listen: String,
+    #[serde(default)]
+    pub probe_listen: Option<String>,
+    pub request_timeout: String,
     #[serde(default)]
     pub token_env: Option<String>,
     pub replay_rate: u32,

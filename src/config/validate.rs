@@ -62,6 +62,11 @@ pub(super) fn validate(
             "server.body_read_timeout",
             &raw.server.body_read_timeout,
         )?,
+        body_first_byte_timeout: parse_duration(
+            "server.body_first_byte_timeout",
+            &raw.server.body_first_byte_timeout,
+        )?,
+        min_body_rate: raw.server.min_body_rate,
         max_headers: raw.server.max_headers,
         max_connections: raw.server.max_connections.max(1),
         max_connections_per_client: match raw.server.max_connections_per_client {
@@ -116,6 +121,29 @@ pub(super) fn validate(
             ),
         ));
     }
+    let probe_listen = match raw.admin.probe_listen.as_deref() {
+        None | Some("") => None,
+        Some(addr) => Some(parse_addr("admin.probe_listen", addr)?),
+    };
+    if let Some(addr) = probe_listen
+        && token.is_none()
+        && !addr.ip().is_loopback()
+    {
+        return Err(ConfigError::invalid(
+            "admin.probe_listen",
+            format!(
+                "{addr} is not a loopback address and no admin token is set; \
+                 set the variable named by admin.token_env or bind 127.0.0.1"
+            ),
+        ));
+    }
+    let request_timeout = parse_duration("admin.request_timeout", &raw.admin.request_timeout)?;
+    if request_timeout.is_zero() {
+        return Err(ConfigError::invalid(
+            "admin.request_timeout",
+            "must be more than 0",
+        ));
+    }
     if raw.admin.replay_rate == 0 {
         return Err(ConfigError::invalid(
             "admin.replay_rate",
@@ -124,6 +152,8 @@ pub(super) fn validate(
     }
     let admin = AdminConfig {
         listen: admin_listen,
+        probe_listen,
+        request_timeout,
         token,
         replay_rate: raw.admin.replay_rate,
     };

@@ -58,6 +58,8 @@ pub const HOME_PATH: &str = "/console/";
 
 /// A console form is a few short fields.
 const MAX_FORM_BYTES: usize = 16 * 1024;
+/// Largest login form body: a token and a form token, read before any session exists.
+pub const MAX_LOGIN_BYTES: usize = 4 * 1024;
 
 /// What the console's handlers share. Built once by `app`.
 pub struct ConsoleState {
@@ -220,7 +222,12 @@ pub fn router(state: Arc<ConsoleState>) -> Router {
         ));
     let console = Router::new()
         .merge(pages)
-        .route("/login", get(login::form).post(login::submit))
+        .route(
+            "/login",
+            get(login::form)
+                .post(login::submit)
+                .layer(DefaultBodyLimit::max(MAX_LOGIN_BYTES)),
+        )
         .route("/assets/console.css", get(assets::css))
         .route("/assets/icon.svg", get(assets::icon))
         .route("/assets/console.js", get(assets::script))

@@ -7,8 +7,14 @@
 //! answered 503 with `Retry-After` instead of being buffered, so a crowd of slow or
 //! stalled uploads costs at most the budget, never an out-of-memory kill. No source
 //! may hold more than half of the budget ([`SourceShare`]), so a flood aimed at one
-//! source leaves room for the others. The body is read into one buffer sized from the
-//! declared length (no second copy).
+//! source leaves room for the others, and no client (an address, or an IPv6 prefix:
+//! `serve::client_of`) more than a quarter of a source's share, so one address
+//! cannot spend a source's share and refuse everyone else's webhooks. The body is read
+//! into one buffer sized from the declared length (no second copy).
+//!
+//! Bodies that stop arriving are cut off below this module, where every request body
+//! is read (`serve::BodyDeadline`: a first-byte deadline and a minimum rate); here a
+//! body past one of those is answered 408, as one past `server.body_read_timeout`.
 //!
 //! A request refused before its body was read (413, 401 without a signature header,
 //! 503 over budget) still has bytes on the wire. Closing the connection on them makes
@@ -18,7 +24,9 @@
 //! up to [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`], while the answer goes out; past
 //! either bound the connection is closed.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -27,6 +35,7 @@ use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
+use crate::serve::BodyDeadline;
 
 /// Most bytes of a refused request's body read and discarded so that the client sees
 /// the answer.
@@ -35,6 +44,9 @@ pub const DRAIN_MAX_BYTES: u64 = 16 * 1024 * 1024;
 pub const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
 /// How much a chunked body's reservation grows at a time.
 const GROW_STEP: usize = 64 * 1024;
+/// One client holds at most this fraction of a source's share (and at least one body
+/// of the largest size).
+pub const CLIENT_SHARE_DIVISOR: usize = 4;
 
 /// The byte budget shared by every body in flight.
 #[derive(Debug)]
@@ -44,10 +56,20 @@ pub struct BodyBudget {
 }
 
 /// The part of the budget one source may hold: half of it (at least one body of the
-/// largest size).
+/// largest size), and of that, what each client holds.
 #[derive(Debug, Clone)]
 pub struct SourceShare {
     bytes: Arc<Semaphore>,
+    /// `None`: clients are not told apart (`server.max_connections_per_client = 0`,
+    /// behind a proxy every request comes from the proxy).
+    clients: Option<Arc<ClientBytes>>,
+}
+
+/// The bytes each client holds of one source's share.
+#[derive(Debug)]
+struct ClientBytes {
+    cap: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// Bytes of the budget held by one request; given back when dropped.
@@ -55,6 +77,49 @@ pub struct SourceShare {
 pub struct Reservation {
     permits: Vec<OwnedSemaphorePermit>,
     bytes: usize,
+    /// Whose bytes these are, when clients are told apart.
+    client: Option<ClientHold>,
+}
+
+/// A request's bytes in its client's account; taken out when dropped.
+#[derive(Debug)]
+struct ClientHold {
+    clients: Arc<ClientBytes>,
+    client: IpAddr,
+    bytes: usize,
+}
+
+impl ClientBytes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Add `n` bytes to `client`'s account, or false when that would pass the cap.
+    fn try_add(&self, client: IpAddr, n: usize) -> bool {
+        let mut held = self.lock();
+        let now = held.get(&client).copied().unwrap_or(0);
+        if now.saturating_add(n) > self.cap {
+            return false;
+        }
+        held.insert(client, now + n);
+        true
+    }
+
+    fn remove(&self, client: IpAddr, n: usize) {
+        let mut held = self.lock();
+        if let Some(bytes) = held.get_mut(&client) {
+            *bytes = bytes.saturating_sub(n);
+            if *bytes == 0 {
+                held.remove(&client);
+            }
+        }
+    }
+}
+
+impl Drop for ClientHold {
+    fn drop(&mut self) {
+        self.clients.remove(self.client, self.bytes);
+    }
 }
 
 impl BodyBudget {
@@ -67,12 +132,18 @@ impl BodyBudget {
         }
     }
 
-    /// A source's share: half the budget, and at least `max_body` bytes.
-    pub fn share(&self, max_body: usize) -> SourceShare {
+    /// A source's share: half the budget, and at least `max_body` bytes; with
+    /// `per_client`, each client holds at most a quarter of it (at least `max_body`).
+    pub fn share(&self, max_body: usize, per_client: bool) -> SourceShare {
+        let bytes = (self.total / 2).max(max_body).min(self.total);
         SourceShare {
-            bytes: Arc::new(Semaphore::new(
-                (self.total / 2).max(max_body).min(self.total),
-            )),
+            bytes: Arc::new(Semaphore::new(bytes)),
+            clients: per_client.then(|| {
+                Arc::new(ClientBytes {
+                    cap: (bytes / CLIENT_SHARE_DIVISOR).max(max_body),
+                    held: Mutex::new(HashMap::new()),
+                })
+            }),
         }
     }
 
@@ -81,21 +152,56 @@ impl BodyBudget {
         self.bytes.available_permits()
     }
 
-    /// An empty reservation, to grow.
-    pub fn none(&self) -> Reservation {
+    /// An empty reservation for a request of `client` (when known), to grow.
+    pub fn none(&self, share: &SourceShare, client: Option<IpAddr>) -> Reservation {
         Reservation {
             permits: Vec::new(),
             bytes: 0,
+            client: match (&share.clients, client) {
+                (Some(clients), Some(client)) => Some(ClientHold {
+                    clients: clients.clone(),
+                    client,
+                    bytes: 0,
+                }),
+                _ => None,
+            },
         }
     }
 
-    /// Add `n` bytes to `r`, from the budget and from the source's share, or refuse
-    /// at once when either does not have them.
+    /// Add `n` bytes to `r`, from its client's part of the source's share, from the
+    /// source's share and from the budget, or refuse at once when one does not have
+    /// them.
     pub fn grow(&self, share: &SourceShare, r: &mut Reservation, n: usize) -> Result<(), ApiError> {
         if n == 0 {
             return Ok(());
         }
         let n32 = u32::try_from(n).map_err(|_| ApiError::Busy)?;
+        if let Some(hold) = &mut r.client {
+            if !hold.clients.try_add(hold.client, n) {
+                return Err(ApiError::Busy);
+            }
+            hold.bytes += n;
+        }
+        let taken = self.take(share, n32);
+        if taken.is_err()
+            && let Some(hold) = &mut r.client
+        {
+            hold.clients.remove(hold.client, n);
+            hold.bytes -= n;
+        }
+        let (from_share, from_budget) = taken?;
+        r.permits.push(from_share);
+        r.permits.push(from_budget);
+        r.bytes += n;
+        Ok(())
+    }
+
+    /// `n` bytes from the source's share and from the budget.
+    fn take(
+        &self,
+        share: &SourceShare,
+        n32: u32,
+    ) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), ApiError> {
         let from_share = share
             .bytes
             .clone()
@@ -106,10 +212,7 @@ impl BodyBudget {
             .clone()
             .try_acquire_many_owned(n32)
             .map_err(|_| ApiError::Busy)?;
-        r.permits.push(from_share);
-        r.permits.push(from_budget);
-        r.bytes += n;
-        Ok(())
+        Ok((from_share, from_budget))
     }
 }
 
@@ -154,7 +257,13 @@ pub async fn read(
     let mut body = body;
     let outcome = tokio::time::timeout(timeout, async {
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|_| ApiError::BodyRead)?;
+            let frame = frame.map_err(|e| {
+                if BodyDeadline::is_cause_of(&e) {
+                    ApiError::BodyTimeout
+                } else {
+                    ApiError::BodyRead
+                }
+            })?;
             let Ok(data) = frame.into_data() else {
                 continue; // trailers
             };

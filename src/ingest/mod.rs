@@ -397,6 +397,7 @@ fn refuse_early(
     source: &Source,
     headers: &HeaderMap,
     declared: Option<u64>,
+    client: Option<std::net::IpAddr>,
 ) -> Result<body::Reservation, ApiError> {
     if declared.is_some_and(|len| len > ingest.max_body_bytes as u64) {
         return Err(ApiError::TooLarge {
@@ -408,7 +409,7 @@ fn refuse_early(
     {
         return Err(ApiError::Unverified(VerifyError::MissingSignature));
     }
-    let mut reservation = ingest.body_budget.none();
+    let mut reservation = ingest.body_budget.none(&source.body_share, client);
     if let Some(len) = declared {
         // Within max_body_bytes, which is a usize.
         ingest.body_budget.grow(
@@ -501,8 +502,12 @@ async fn handle(
         .ok_or_else(|| ApiError::UnknownSource(source_name.to_string()))?;
     let (parts, body) = req.into_parts();
     let declared = body::declared_length(&parts.headers);
+    let client = parts
+        .extensions
+        .get::<crate::serve::Peer>()
+        .map(|p| p.client);
     // What the headers alone decide, before a byte of the body is buffered.
-    let reservation = match refuse_early(ingest, &source, &parts.headers, declared) {
+    let reservation = match refuse_early(ingest, &source, &parts.headers, declared, client) {
         Ok(r) => r,
         Err(e) => {
             body::drain(body, declared);

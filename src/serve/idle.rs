@@ -9,9 +9,12 @@
 //! connection that has been idle the longest to make room for the new one. The
 //! oldest goes first because the connections a flood opened first are the ones that
 //! had the most time to send a request and did not, while a client that just
-//! connected, or just got its answer, is at the back of the line. A connection with
-//! a request in progress (head parsed, body or handler running, answer being
-//! written) is never in the table, so it is never shed.
+//! connected, or just got its answer, is at the back of the line. Connections that
+//! have never completed a request go before every one that has: a provider's pooled
+//! keep-alive connection, idle between its webhooks, survives a flood of new
+//! connections that send nothing. A connection with a request in progress (head
+//! parsed, body or handler running, answer being written) is never in the table; only
+//! a stalled body may be shed from it, by [`super::body`], when nothing here is idle.
 //!
 //! [`super::tracked`] tells the table when a request starts and when its answer has
 //! been handed to hyper; the connection's task selects on its [`Connection::shed`]
@@ -21,6 +24,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::SHED_AFTER;
 use tokio_util::sync::CancellationToken;
 
 /// The idle connections of one listener.
@@ -38,8 +44,18 @@ pub(super) struct IdleConnections {
 struct Table {
     /// The next idle key: keys only grow, so the first entry has been idle longest.
     next_key: u64,
-    /// Idle connections by when they became idle: each one's shed token.
-    idle: BTreeMap<u64, CancellationToken>,
+    /// Idle connections that never completed a request, by when they were accepted:
+    /// each one's shed token.
+    fresh: BTreeMap<u64, (Instant, CancellationToken)>,
+    /// Idle connections that have answered a request, by when they became idle.
+    used: BTreeMap<u64, (Instant, CancellationToken)>,
+}
+
+impl Table {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.fresh.len() + self.used.len()
+    }
 }
 
 /// One connection as the table sees it: shared by the connection's task, its
@@ -60,6 +76,8 @@ struct State {
     idle_key: Option<u64>,
     /// The connection's task has ended: it never goes back into the table.
     closed: bool,
+    /// A request on it has been answered.
+    used: bool,
 }
 
 /// A request in progress on a connection: the connection is busy until the last one
@@ -85,18 +103,29 @@ impl IdleConnections {
         });
         {
             let mut state = conn.state();
-            state.idle_key = Some(self.insert(conn.shed.clone()));
+            state.idle_key = Some(self.insert(conn.shed.clone(), false));
         }
         conn
     }
 
-    /// Shed the connection idle the longest: cancel its token and take it out of the
-    /// table. False when no connection is idle.
-    pub(super) fn shed_oldest(&self) -> bool {
+    /// Shed the connection idle the longest among those that never completed a
+    /// request, else among the others: cancel its token and take it out of the table.
+    /// False when no connection is idle, or the one to go has been idle for less
+    /// than [`SHED_AFTER`] at `now` (it may be about to send its request).
+    pub(super) fn shed_oldest(&self, now: Instant) -> bool {
         let mut table = self.lock();
-        let Some((_, token)) = table.idle.pop_first() else {
+        let tier = if table.fresh.is_empty() {
+            &mut table.used
+        } else {
+            &mut table.fresh
+        };
+        let Some(entry) = tier.first_entry() else {
             return false;
         };
+        if now.saturating_duration_since(entry.get().0) < SHED_AFTER {
+            return false;
+        }
+        let (_, token) = entry.remove();
         token.cancel();
         self.gauge.decrement(1.0);
         true
@@ -108,12 +137,17 @@ impl IdleConnections {
         self.became_idle.notified()
     }
 
-    fn insert(&self, token: CancellationToken) -> u64 {
+    fn insert(&self, token: CancellationToken, used: bool) -> u64 {
         let key = {
             let mut table = self.lock();
             let key = table.next_key;
             table.next_key += 1;
-            table.idle.insert(key, token);
+            let since = Instant::now();
+            if used {
+                table.used.insert(key, (since, token));
+            } else {
+                table.fresh.insert(key, (since, token));
+            }
             self.gauge.increment(1.0);
             key
         };
@@ -123,7 +157,12 @@ impl IdleConnections {
 
     fn remove(&self, key: u64) {
         let mut table = self.lock();
-        if table.idle.remove(&key).is_some() {
+        if table
+            .fresh
+            .remove(&key)
+            .or_else(|| table.used.remove(&key))
+            .is_some()
+        {
             self.gauge.decrement(1.0);
         }
     }
@@ -134,7 +173,7 @@ impl IdleConnections {
 
     #[cfg(test)]
     fn idle(&self) -> usize {
-        self.lock().idle.len()
+        self.lock().len()
     }
 }
 
@@ -168,8 +207,9 @@ impl Connection {
     fn request_ended(&self) {
         let mut state = self.state();
         state.requests = state.requests.saturating_sub(1);
+        state.used = true;
         if state.requests == 0 && !state.closed && !self.shed.is_cancelled() {
-            state.idle_key = Some(self.table.insert(self.shed.clone()));
+            state.idle_key = Some(self.table.insert(self.shed.clone(), true));
         }
     }
 
@@ -193,6 +233,20 @@ mod tests {
         IdleConnections::new(metrics::Gauge::noop())
     }
 
+    fn later() -> Instant {
+        Instant::now() + SHED_AFTER
+    }
+
+    #[test]
+    fn a_connection_idle_for_less_than_the_minimum_is_not_shed() {
+        let t = table();
+        let a = t.accepted();
+        assert!(!t.shed_oldest(Instant::now()));
+        assert!(!a.shed().is_cancelled());
+        assert!(t.shed_oldest(later()));
+        assert!(a.shed().is_cancelled());
+    }
+
     #[test]
     fn the_connection_idle_longest_is_shed_first_and_a_busy_one_never() {
         let t = table();
@@ -200,12 +254,12 @@ mod tests {
         let first = t.accepted();
         let second = t.accepted();
         let request = busy.request_started();
-        assert!(t.shed_oldest());
+        assert!(t.shed_oldest(later()));
         assert!(first.shed().is_cancelled());
         assert!(!busy.shed().is_cancelled() && !second.shed().is_cancelled());
-        assert!(t.shed_oldest());
+        assert!(t.shed_oldest(later()));
         assert!(second.shed().is_cancelled());
-        assert!(!t.shed_oldest(), "only the busy connection is left");
+        assert!(!t.shed_oldest(later()), "only the busy connection is left");
         assert!(!busy.shed().is_cancelled());
         drop(request);
         assert_eq!(t.idle(), 1, "answered: idle again");
@@ -217,9 +271,24 @@ mod tests {
         let a = t.accepted();
         let b = t.accepted();
         drop(a.request_started());
-        assert!(t.shed_oldest());
+        assert!(t.shed_oldest(later()));
         assert!(b.shed().is_cancelled(), "b has been idle longer than a");
         assert!(!a.shed().is_cancelled());
+    }
+
+    #[test]
+    fn a_connection_that_answered_a_request_is_shed_after_every_fresh_one() {
+        let t = table();
+        let pooled = t.accepted();
+        drop(pooled.request_started());
+        let fresh: Vec<_> = (0..3).map(|_| t.accepted()).collect();
+        for _ in 0..3 {
+            assert!(t.shed_oldest(later()));
+            assert!(!pooled.shed().is_cancelled());
+        }
+        assert!(fresh.iter().all(|c| c.shed().is_cancelled()));
+        assert!(t.shed_oldest(later()));
+        assert!(pooled.shed().is_cancelled(), "the used one goes last");
     }
 
     #[test]

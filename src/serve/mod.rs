@@ -16,18 +16,25 @@
 //!   before a byte is read.
 //! - `idle`: near `max_connections`, a new connection does not wait; the connection
 //!   that has been idle (no request in progress) the longest is shed to make room,
-//!   and a connection with a request in progress never is. `tracked` is how a
-//!   connection knows: it wraps the service, which hyper calls once a request head
-//!   is parsed.
+//!   never-used connections before those that have answered a request. `tracked` is
+//!   how a connection knows: it wraps the service, which hyper calls once a request
+//!   head is parsed.
+//! - `body`: a request body must keep arriving (a first-byte deadline, a minimum
+//!   rate, and on the admin listener a total bound), and when every connection slot
+//!   is busy the most stalled body is shed for the new connection, so requests that
+//!   send a head and then nothing cannot hold the listener either. A request whose
+//!   body has been read (its handler verifying or storing) is never shed.
 //!
 //! Refusals and sheds are counted (`hookgate_connections_refused_total`,
 //! `hookgate_connections_shed_total`) and logged through `telemetry::throttle` (once,
 //! then a count per 10 s), so a flood never turns into a log line per connection.
 
+mod body;
 mod clients;
 mod idle;
 mod tracked;
 
+pub use body::{BodyDeadline, BodyLimits};
 pub use clients::client_of;
 
 use std::net::{IpAddr, SocketAddr};
@@ -43,6 +50,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::{label_values, throttle};
+use body::{CutCounters, Reading, Watch};
 use clients::ClientSlots;
 use idle::IdleConnections;
 use tracked::Tracked;
@@ -55,6 +63,11 @@ pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// new connection then sheds one idle connection and finds a free slot at once,
 /// instead of waiting for the shed connection to close.
 pub const SHED_MARGIN_DIVISOR: usize = 16;
+
+/// A connection is shed only once it has waited this long for a request head (idle)
+/// or for its body's next byte (stalled): one just accepted or just answered may be
+/// about to send, and a body that is arriving is never between two reads this long.
+pub const SHED_AFTER: Duration = Duration::from_millis(200);
 
 /// Refused and shed connections are logged at most once per this interval, with how
 /// many there were since the last line; the metrics count each one.
@@ -71,6 +84,8 @@ pub struct HttpLimits {
     pub max_connections_per_client: Option<usize>,
     /// Leading bits of an IPv6 address that make one client.
     pub client_ipv6_prefix: u8,
+    /// The deadlines of request bodies.
+    pub body: BodyLimits,
     /// How long in-flight requests may take to finish after shutdown starts.
     pub grace: Duration,
 }
@@ -141,6 +156,8 @@ pub async fn serve(
         .max_connections_per_client
         .map(|cap| ClientSlots::new(cap, limits.client_ipv6_prefix));
     let idle = IdleConnections::new(metrics.idle.clone());
+    let reading = Reading::new();
+    let cut = CutCounters::register(name);
     let shed_margin = limits.max_connections / SHED_MARGIN_DIVISOR;
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -198,14 +215,17 @@ pub async fn serve(
         };
         // A connection slot. Near the cap, the connection idle the longest is shed
         // (once per accept) rather than let this one wait; at the cap with every
-        // connection busy, this one waits for a connection to end, or to become idle
-        // so that it can be shed.
+        // connection busy, the most stalled body is shed, else this one waits for a
+        // connection to end, to become idle, or for a body to stall, so that it can
+        // be shed.
         let mut shed = false;
+        let mut shed_body = false;
         let permit = loop {
             let became_idle = idle.became_idle();
             tokio::pin!(became_idle);
             became_idle.as_mut().enable();
-            if !shed && permits.available_permits() <= shed_margin && idle.shed_oldest() {
+            let now = tokio::time::Instant::now();
+            if !shed && permits.available_permits() <= shed_margin && idle.shed_oldest(now) {
                 shed = true;
                 metrics.shed.increment(1);
                 const MSG: &str =
@@ -221,10 +241,25 @@ pub async fn serve(
             if let Ok(p) = permits.clone().try_acquire_owned() {
                 break Some(p);
             }
+            if !shed && !shed_body && reading.shed_stalled(now) {
+                shed_body = true;
+                cut.count(BodyDeadline::Shed);
+                const MSG: &str =
+                    "closed the most stalled request body to make room at server.max_connections";
+                if throttle::hit(MSG, name) {
+                    tracing::warn!(
+                        listener = name,
+                        max_connections = limits.max_connections,
+                        "{MSG}"
+                    );
+                }
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => break None,
                 p = permits.clone().acquire_owned() => break p.ok(),
                 _ = became_idle, if !shed => {}
+                // A connection may have waited long enough meanwhile.
+                _ = tokio::time::sleep(SHED_AFTER / 4), if !shed && !shed_body => {}
             }
         };
         let Some(permit) = permit else {
@@ -237,10 +272,18 @@ pub async fn serve(
             addr: peer,
             client: client_of(peer.ip(), limits.client_ipv6_prefix),
         };
+        let watch = Watch {
+            reading: reading.clone(),
+            client: peer_ext.client,
+            shed: shed_token.clone(),
+            limits: limits.body,
+            cut: cut.clone(),
+        };
         let service = Tracked::new(
             TowerToHyperService::new(router.clone()),
             connection.clone(),
             peer_ext,
+            watch,
         );
         let conn = builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);

@@ -8,7 +8,8 @@
 //! become idle again. If the handler fails or the connection goes away mid-request,
 //! the guard is dropped with the future.
 //!
-//! The wrapper also hands every request its [`Peer`], the address it came from.
+//! The wrapper also hands every request its [`Peer`], the address it came from, and
+//! puts its body under the listener's deadlines ([`super::body::Watched`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,6 +20,7 @@ use http::{Request, Response};
 use hyper::body::{Body, Frame, SizeHint};
 
 use super::Peer;
+use super::body::{Watch, Watched};
 use super::idle::{Busy, Connection};
 
 /// A service whose requests mark `connection` busy until their answer is taken.
@@ -26,21 +28,23 @@ pub(super) struct Tracked<S> {
     inner: S,
     connection: Arc<Connection>,
     peer: Peer,
+    watch: Watch,
 }
 
 impl<S> Tracked<S> {
-    pub(super) fn new(inner: S, connection: Arc<Connection>, peer: Peer) -> Self {
+    pub(super) fn new(inner: S, connection: Arc<Connection>, peer: Peer, watch: Watch) -> Self {
         Tracked {
             inner,
             connection,
             peer,
+            watch,
         }
     }
 }
 
 impl<S, R, B> hyper::service::Service<Request<R>> for Tracked<S>
 where
-    S: hyper::service::Service<Request<R>, Response = Response<B>>,
+    S: hyper::service::Service<Request<Watched<R>>, Response = Response<B>>,
     S::Future: Send + 'static,
     S::Error: 'static,
     B: 'static,
@@ -49,8 +53,10 @@ where
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
-    fn call(&self, mut req: Request<R>) -> Self::Future {
+    fn call(&self, req: Request<R>) -> Self::Future {
         let busy = self.connection.request_started();
+        let head_at = tokio::time::Instant::now();
+        let mut req = req.map(|body| Watched::new(body, self.watch.clone(), head_at));
         req.extensions_mut().insert(self.peer);
         let answer = self.inner.call(req);
         Box::pin(async move {

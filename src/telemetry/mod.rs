@@ -176,7 +176,10 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
     for ready in ["true", "false"] {
         counter!("hookgate_store_readiness_changes_total", "ready" => ready).increment(0);
     }
-    for listener in ["ingest", "admin"] {
+    for listener in ["ingest", "admin", "probes"] {
+        for reason in crate::serve::BodyDeadline::ALL {
+            counter!("hookgate_request_bodies_cut_total", "listener" => listener, "reason" => reason.label()).increment(0);
+        }
         gauge!("hookgate_connections_open", "listener" => listener).increment(0.0);
         gauge!("hookgate_connections_idle", "listener" => listener).increment(0.0);
         counter!("hookgate_connections_shed_total", "listener" => listener).increment(0);
@@ -323,6 +326,10 @@ fn describe() {
     describe_counter!(
         "hookgate_connections_shed_total",
         "Idle connections closed to make room for a new one near server.max_connections, by listener"
+    );
+    describe_counter!(
+        "hookgate_request_bodies_cut_total",
+        "Request bodies ended before they were complete, by listener and reason (first_byte, too_slow: under server.min_body_rate, total: admin.request_timeout, shed: stalled when every connection slot was busy)"
     );
     describe_gauge!(
         "hookgate_store_ready",

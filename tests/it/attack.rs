@@ -291,9 +291,18 @@ destination = "http://127.0.0.1:9/discord"
             started.elapsed()
         );
     }
+    // All from one client: past its part of the source's body budget (a quarter of
+    // the source's half) they are refused 503 before their body is read, the rest
+    // 401 once verified.
+    let mut verified_and_refused = 0;
     for f in forgeries {
-        assert_eq!(f.await.unwrap().unwrap().status(), 401);
+        match f.await.unwrap().unwrap().status().as_u16() {
+            401 => verified_and_refused += 1,
+            503 => {}
+            other => panic!("a forgery answered {other}"),
+        }
     }
+    assert!(verified_and_refused >= 1);
     assert_eq!(store.count("twilio").await.unwrap(), 0);
     gw.stop().await;
 }

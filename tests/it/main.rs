@@ -37,4 +37,5 @@ mod providers;
 mod redis_preconditions;
 mod redis_store;
 mod routes;
+mod stalled;
 mod upstream;

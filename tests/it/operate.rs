@@ -269,6 +269,7 @@ fn deploy_files_parse_and_hold_together() {
         "deployment.yaml",
         "service.yaml",
         "pdb.yaml",
+        "networkpolicy.yaml",
     ] {
         for doc in yaml_docs(&format!("deploy/k8s/{f}")) {
             let kind = doc["kind"]
@@ -289,10 +290,40 @@ fn deploy_files_parse_and_hold_together() {
                     c["readinessProbe"]["httpGet"]["path"].as_str(),
                     Some("/readyz")
                 );
+                // The probes go to the probe listener, which the NetworkPolicy
+                // admits only from the kubelet and Prometheus.
+                for probe in ["livenessProbe", "readinessProbe"] {
+                    assert_eq!(c[probe]["httpGet"]["port"].as_str(), Some("probes"));
+                }
+                let ports: Vec<(&str, i64)> = c["ports"]
+                    .as_vec()
+                    .unwrap()
+                    .iter()
+                    .map(|p| {
+                        (
+                            p["name"].as_str().unwrap(),
+                            p["containerPort"].as_i64().unwrap(),
+                        )
+                    })
+                    .collect();
+                assert_eq!(ports, [("ingest", 8080), ("probes", 8082)]);
                 assert!(!c["resources"]["requests"].is_badvalue());
             }
             if kind == "ConfigMap" {
                 configmap_toml = doc["data"]["hookgate.toml"].as_str().map(String::from);
+            }
+            if kind == "NetworkPolicy" {
+                let rules = doc["spec"]["ingress"].as_vec().unwrap();
+                let ports: Vec<&str> = rules
+                    .iter()
+                    .map(|r| r["ports"][0]["port"].as_str().unwrap())
+                    .collect();
+                assert_eq!(ports, ["ingest", "probes"], "nothing else is admitted");
+                let probes = &rules[1]["from"][0];
+                assert_eq!(
+                    probes["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as_str(),
+                    Some("prometheus")
+                );
             }
             kinds.push(kind);
         }
@@ -303,9 +334,13 @@ fn deploy_files_parse_and_hold_together() {
         "Deployment",
         "Service",
         "PodDisruptionBudget",
+        "NetworkPolicy",
     ] {
         assert!(kinds.iter().any(|x| x == k), "no {k} in deploy/k8s");
     }
+    let k8s_config = configmap_toml.as_deref().unwrap_or_default();
+    assert!(k8s_config.contains("listen = \"127.0.0.1:8081\""));
+    assert!(k8s_config.contains("probe_listen = \"0.0.0.0:8082\""));
     // Compose: hookgate + Redis with the shipped redis.conf.
     let compose = &yaml_docs("deploy/docker-compose.yml")[0];
     assert!(!compose["services"]["hookgate"].is_badvalue());

@@ -564,6 +564,8 @@ pub fn event_body(source: &str, id: &str) -> Vec<u8> {
 pub struct Gateway {
     pub ingest: String,
     pub admin: String,
+    /// The probe listener's URL, when the configuration sets `admin.probe_listen`.
+    pub probes: Option<String>,
     pub shutdown: CancellationToken,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -572,17 +574,29 @@ impl Gateway {
     pub async fn start(cfg: Config) -> Gateway {
         let ingest = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let probes = match cfg.admin.probe_listen {
+            Some(_) => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            None => None,
+        };
         let ingest_url = format!("http://{}", ingest.local_addr().unwrap());
         let admin_url = format!("http://{}", admin.local_addr().unwrap());
+        let probes_url = probes
+            .as_ref()
+            .map(|p| format!("http://{}", p.local_addr().unwrap()));
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(hookgate::app::run(
             cfg,
-            hookgate::app::Listeners { ingest, admin },
+            hookgate::app::Listeners {
+                ingest,
+                admin,
+                probes,
+            },
             shutdown.clone(),
         ));
         let gw = Gateway {
             ingest: ingest_url,
             admin: admin_url,
+            probes: probes_url,
             shutdown,
             task: Some(task),
         };
