@@ -146,7 +146,8 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
             "hookgate_connections_open"
             | "hookgate_connections_idle"
             | "hookgate_connections_shed_total"
-            | "hookgate_connections_refused_total" => {
+            | "hookgate_connections_refused_total"
+            | "hookgate_request_bodies_cut_total" => {
                 for l in ["ingest", "admin"] {
                     assert!(s.value(family, "listener", l).is_some(), "{family} {l}");
                 }
