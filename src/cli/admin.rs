@@ -8,6 +8,8 @@
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
+
+use super::out::outln;
 use serde::de::DeserializeOwned;
 
 use crate::admin::dto::{
@@ -224,7 +226,7 @@ fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
 }
 
 /// Print rows as aligned columns.
-fn table(header: &[&str], rows: Vec<Vec<String>>) {
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> std::io::Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
@@ -237,12 +239,13 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) {
             .enumerate()
             .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
             .collect();
-        println!("{}", parts.join("  ").trim_end());
+        outln!("{}", parts.join("  ").trim_end())
     };
-    line(header.iter().map(|h| h.to_uppercase()).collect());
+    line(header.iter().map(|h| h.to_uppercase()).collect())?;
     for r in rows {
-        line(r);
+        line(r)?;
     }
+    Ok(())
 }
 
 fn dash(v: &Option<String>) -> String {
@@ -250,11 +253,11 @@ fn dash(v: &Option<String>) -> String {
 }
 
 fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    outln!("{}", serde_json::to_string_pretty(v)?)?;
     Ok(())
 }
 
-fn print_entries(list: &EntryList) {
+fn print_entries(list: &EntryList) -> std::io::Result<()> {
     table(
         &[
             "id",
@@ -279,10 +282,11 @@ fn print_entries(list: &EntryList) {
                 ]
             })
             .collect(),
-    );
+    )?;
     if let Some(c) = &list.next_cursor {
-        println!("(more: --cursor {c})");
+        outln!("(more: --cursor {c})")?;
     }
+    Ok(())
 }
 
 async fn list(
@@ -307,7 +311,7 @@ async fn list(
     if api.json {
         return print_json(&raw);
     }
-    print_entries(&list);
+    print_entries(&list)?;
     Ok(())
 }
 
@@ -328,24 +332,24 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
                 return print_json(&raw);
             }
             let s = &e.summary;
-            println!("id:           {}", s.id);
-            println!("source:       {}", s.source);
-            println!(
+            outln!("id:           {}", s.id)?;
+            outln!("source:       {}", s.source)?;
+            outln!(
                 "event:        {} ({})",
                 dash(&s.event_id),
                 dash(&s.event_type)
-            );
-            println!("received:     {}", s.received_at);
-            println!("status:       {}", s.status.as_str());
-            println!("attempts:     {}", s.attempts);
-            println!("next attempt: {}", dash(&s.next_attempt_at));
-            println!("last error:   {}", dash(&s.last_error));
-            println!("\nheaders:");
+            )?;
+            outln!("received:     {}", s.received_at)?;
+            outln!("status:       {}", s.status.as_str())?;
+            outln!("attempts:     {}", s.attempts)?;
+            outln!("next attempt: {}", dash(&s.next_attempt_at))?;
+            outln!("last error:   {}", dash(&s.last_error))?;
+            outln!("\nheaders:")?;
             for h in &e.headers {
-                println!("  {}: {}", h.name, h.value);
+                outln!("  {}: {}", h.name, h.value)?;
             }
-            println!("\nbody ({}):\n{}", e.body_encoding, e.body);
-            println!("\ndeliveries:");
+            outln!("\nbody ({}):\n{}", e.body_encoding, e.body)?;
+            outln!("\ndeliveries:")?;
             table(
                 &[
                     "route",
@@ -371,8 +375,8 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
                         ]
                     })
                     .collect(),
-            );
-            println!("\nattempts:");
+            )?;
+            outln!("\nattempts:")?;
             table(
                 &["route", "n", "at", "status", "error", "latency ms"],
                 e.attempt_log
@@ -390,8 +394,8 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
                         ]
                     })
                     .collect(),
-            );
-            println!("\naudit:");
+            )?;
+            outln!("\naudit:")?;
             table(
                 &["at", "action", "route", "actor", "note"],
                 e.audit
@@ -406,7 +410,7 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
                         ]
                     })
                     .collect(),
-            );
+            )?;
             Ok(())
         }
         EntriesCmd::Replay { id, route } => {
@@ -421,12 +425,15 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
             if api.json {
                 return print_json(&raw);
             }
-            println!("replay queued: {} is {}", r.id, r.status.as_str());
+            outln!("replay queued: {} is {}", r.id, r.status.as_str())?;
             for l in &r.lines {
-                println!(
+                outln!(
                     "  route {}, ordering key {}: {} ahead of it, {} waiting behind it",
-                    l.route, l.key, l.ahead, l.behind
-                );
+                    l.route,
+                    l.key,
+                    l.ahead,
+                    l.behind
+                )?;
             }
             Ok(())
         }
@@ -442,7 +449,7 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
             if api.json {
                 return print_json(&raw);
             }
-            println!("{} is {}", r.id, r.status.as_str());
+            outln!("{} is {}", r.id, r.status.as_str())?;
             Ok(())
         }
     }
@@ -476,13 +483,13 @@ pub async fn dlq(api: &ApiArgs, cmd: DlqCmd) -> anyhow::Result<()> {
             if api.json {
                 return print_json(&raw);
             }
-            println!(
+            outln!(
                 "{} dead deliveries queued for replay{}",
                 r.queued,
                 r.last_due_at
                     .map(|t| format!("; the last goes out at {t}"))
                     .unwrap_or_default()
-            );
+            )?;
             Ok(())
         }
     }
@@ -518,7 +525,7 @@ pub async fn sources(api: &ApiArgs, cmd: SourcesCmd) -> anyhow::Result<()> {
                     )
                 })
                 .collect(),
-        );
+        )?;
         return Ok(());
     }
     let (s, raw): (SourceState, _) = c.call(method, &path, &[], None).await?;
@@ -534,9 +541,9 @@ pub async fn sources(api: &ApiArgs, cmd: SourcesCmd) -> anyhow::Result<()> {
             route: Some(route), ..
         } => {
             let paused = s.routes.iter().any(|r| &r.route == route && r.paused);
-            println!("{} route {route}: delivery {}", s.source, word(paused));
+            outln!("{} route {route}: delivery {}", s.source, word(paused))?;
         }
-        _ => println!("{}: delivery {}", s.source, word(s.paused)),
+        _ => outln!("{}: delivery {}", s.source, word(s.paused))?,
     }
     Ok(())
 }
@@ -614,6 +621,6 @@ pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
             "blocked keys",
         ],
         rows,
-    );
+    )?;
     Ok(())
 }

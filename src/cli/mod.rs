@@ -7,6 +7,7 @@
 //! `main`, and exit codes are documented there.
 
 pub mod admin;
+pub mod out;
 pub mod sign;
 
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ use crate::provider::spec::describe;
 use crate::shutdown;
 use crate::telemetry;
 use admin::{ApiArgs, DlqCmd, EntriesCmd, SourcesCmd};
+use out::outln;
 use sign::SignArgs;
 
 #[derive(Debug, Parser)]
@@ -167,11 +169,11 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     let registry = app::registry(&cfg)?;
     app::build_sources(&cfg, &registry, &body_budget(&cfg)).context(InvalidConfiguration)?;
     match &path {
-        Some(p) => println!("config: {}", p.display()),
-        None => println!("config: defaults and HOOKGATE_* environment only"),
+        Some(p) => outln!("config: {}", p.display())?,
+        None => outln!("config: defaults and HOOKGATE_* environment only")?,
     }
-    println!("ingest: {}", cfg.server.listen);
-    println!(
+    outln!("ingest: {}", cfg.server.listen)?;
+    outln!(
         "admin: {} (token {})",
         cfg.admin.listen,
         if cfg.admin.token.is_some() {
@@ -179,29 +181,27 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
         } else {
             "not set: loopback only"
         }
-    );
+    )?;
     match &cfg.store {
-        StoreConfig::Embedded(e) => println!("store: embedded, {}", e.path.display()),
-        StoreConfig::Redis(r) => {
-            println!(
-                "store: redis, {} (prefix {})",
-                config::redact_url(&r.url),
-                r.prefix
-            )
-        }
+        StoreConfig::Embedded(e) => outln!("store: embedded, {}", e.path.display())?,
+        StoreConfig::Redis(r) => outln!(
+            "store: redis, {} (prefix {})",
+            config::redact_url(&r.url),
+            r.prefix
+        )?,
     }
-    println!("sources: {}", cfg.sources.len());
+    outln!("sources: {}", cfg.sources.len())?;
     for s in &cfg.sources {
-        println!(
+        outln!(
             "  {:<20} provider={} secrets={} dedupe_ttl={} routes={}",
             s.name,
             s.provider,
             s.secrets.len(),
             humantime::format_duration(s.dedupe_ttl),
             s.routes.len(),
-        );
+        )?;
         for r in &s.routes {
-            println!(
+            outln!(
                 "    route {:<14} destination={} retry={}x/{}{}{}",
                 r.name,
                 config::redact_url(&r.destination),
@@ -216,10 +216,10 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
                 } else {
                     " filtered"
                 },
-            );
+            )?;
         }
     }
-    println!("ok");
+    outln!("ok")?;
     Ok(())
 }
 
@@ -229,9 +229,9 @@ fn providers(a: ConfigArg) -> anyhow::Result<()> {
         None => Registry::builtin()?,
     };
     for spec in registry.iter() {
-        println!("{:<20} {}", spec.name, spec.summary);
+        outln!("{:<20} {}", spec.name, spec.summary)?;
         for (what, text) in describe(spec) {
-            println!("    {what:<11} {text}");
+            outln!("    {what:<11} {text}")?;
         }
     }
     Ok(())

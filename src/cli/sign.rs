@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::Args;
 
+use super::out::outln;
 use super::{InvalidConfiguration, load};
 use crate::app;
 use crate::config::{self, Secret};
@@ -130,13 +131,13 @@ pub(super) fn run(a: SignArgs) -> anyhow::Result<()> {
     )?;
     let body = signed.body(&body).to_vec();
     for (n, v) in &signed.headers {
-        println!("{n}: {v}");
+        outln!("{n}: {v}")?;
     }
     if signed.body.is_some() {
-        println!();
-        println!("{}", String::from_utf8_lossy(&body));
+        outln!()?;
+        outln!("{}", String::from_utf8_lossy(&body))?;
     }
-    println!();
+    outln!()?;
     let content_type = match body.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'{') | Some(b'[') => "application/json",
         _ => "application/x-www-form-urlencoded",
@@ -156,7 +157,7 @@ pub(super) fn run(a: SignArgs) -> anyhow::Result<()> {
             shell_quote(&String::from_utf8_lossy(&body))
         )),
     }
-    println!("{curl}");
+    outln!("{curl}")?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@ mod admin_reads;
 mod attack;
 mod browser;
 mod cli;
+mod cli_pipe;
 mod cluster;
 mod conformance;
 mod conformance_console;
