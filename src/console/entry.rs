@@ -9,6 +9,8 @@
 //! action that is refused (nothing to replay, no note) shows the page again with the
 //! reason; one that succeeds redirects back to it (post/redirect/get).
 
+mod json_view;
+
 use std::sync::Arc;
 
 use axum::Extension;
@@ -28,6 +30,7 @@ use super::{ConsoleError, ConsoleState, Visitor, format};
 use crate::admin::{self, dto::EntryDetail};
 use crate::error::ApiError;
 use crate::store::Status;
+use json_view::json_indented;
 
 /// The most of a body the page shows; the rest is one API call away.
 const SHOWN_BODY_BYTES: usize = 256 * 1024;
@@ -325,13 +328,9 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
 /// as received (base64 for a binary body).
 fn body_section(d: &EntryDetail) -> Markup {
     let (kind, shown, cut, len) = match d.body_encoding.as_str() {
-        "utf8" => match json_indented(&d.body) {
-            Some(pretty) => (
-                "JSON",
-                truncate(&pretty, SHOWN_BODY_BYTES),
-                pretty.len() > SHOWN_BODY_BYTES,
-                d.body.len(),
-            ),
+        // Indented while it is read, never more than the shown size of it.
+        "utf8" => match json_indented(&d.body, SHOWN_BODY_BYTES) {
+            Some(pretty) => ("JSON", pretty.text, pretty.cut, d.body.len()),
             None => (
                 "Text",
                 truncate(&d.body, SHOWN_BODY_BYTES),
@@ -399,67 +398,6 @@ fn truncate(s: &str, max: usize) -> String {
     s[..end].to_string()
 }
 
-/// `text` indented two spaces per level when it is JSON, keeping every token as it
-/// was written (key order, number forms, escapes); `None` when it is not JSON.
-fn json_indented(text: &str) -> Option<String> {
-    serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
-    let mut out = String::with_capacity(text.len() + text.len() / 4);
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    let newline = |out: &mut String, depth: usize| {
-        out.push('\n');
-        out.extend(std::iter::repeat_n("  ", depth));
-    };
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if in_string {
-            out.push(c);
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' => {
-                in_string = true;
-                out.push(c);
-            }
-            '{' | '[' => {
-                out.push(c);
-                // An empty object or array stays on one line.
-                while chars.peek().is_some_and(|c| c.is_whitespace()) {
-                    chars.next();
-                }
-                if matches!(chars.peek(), Some('}' | ']')) {
-                    if let Some(close) = chars.next() {
-                        out.push(close);
-                    }
-                } else {
-                    depth += 1;
-                    newline(&mut out, depth);
-                }
-            }
-            '}' | ']' => {
-                depth = depth.saturating_sub(1);
-                newline(&mut out, depth);
-                out.push(c);
-            }
-            ',' => {
-                out.push(c);
-                newline(&mut out, depth);
-            }
-            ':' => out.push_str(": "),
-            c if c.is_whitespace() => {}
-            c => out.push(c),
-        }
-    }
-    Some(out)
-}
-
 /// `bytes` as lines of 16: offset, hex, and the printable ASCII.
 fn hex_dump(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
@@ -493,18 +431,6 @@ fn hex_dump(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_is_indented_token_for_token() {
-        let text = r#"{"b":1.50,"a":[1, {"x":"a,b{c}\"d"}],"e":{},"f":[ ]}"#;
-        let pretty = json_indented(text).unwrap();
-        assert_eq!(
-            pretty,
-            "{\n  \"b\": 1.50,\n  \"a\": [\n    1,\n    {\n      \"x\": \"a,b{c}\\\"d\"\n    }\n  ],\n  \"e\": {},\n  \"f\": []\n}"
-        );
-        assert_eq!(json_indented("not json"), None);
-        assert_eq!(json_indented("{\"a\":1"), None);
-    }
 
     #[test]
     fn binary_reads_as_hex() {

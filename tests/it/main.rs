@@ -18,6 +18,7 @@ mod conformance_routes;
 mod connections;
 mod console;
 mod console_activity;
+mod console_body;
 mod console_triage;
 mod console_xss;
 mod crash;
