@@ -21,6 +21,7 @@ use crate::forward;
 use crate::header_policy::HeaderPolicy;
 use crate::ingest::{self, IngestState, Source};
 use crate::provider::{Registry, Verifier};
+use crate::routing;
 use crate::serve::{BodyLimits, HttpLimits, serve};
 
 /// Connections the probe listener (`admin.probe_listen`) holds at most.
@@ -99,6 +100,22 @@ pub fn build_sources(
             })
         })
         .collect()
+}
+
+/// Every route filter and ordering key of `cfg` that reads a value its source's
+/// provider does not sign (see [`routing::signed`]).
+pub fn unsigned_values(
+    cfg: &Config,
+    registry: &Registry,
+) -> anyhow::Result<Vec<routing::signed::UnsignedValue>> {
+    let mut out = Vec::new();
+    for (i, s) in cfg.sources.iter().enumerate() {
+        let spec = registry
+            .resolve(&s.provider, s.provider_options.as_ref())
+            .with_context(|| format!("sources[{i}].provider"))?;
+        out.extend(routing::signed::unsigned_values(s, &spec));
+    }
+    Ok(out)
 }
 
 /// Every metric family with a zero series per configured source and destination, so
@@ -180,6 +197,15 @@ pub async fn run(
     if sources.is_empty() {
         tracing::warn!("no sources configured: every ingest request will answer 404");
     }
+    let unsigned: Vec<routing::signed::UnsignedValue> = cfg
+        .sources
+        .iter()
+        .zip(&sources)
+        .flat_map(|(c, s)| routing::signed::unsigned_values(c, &s.verifier.spec))
+        .collect();
+    for w in &unsigned {
+        tracing::warn!(source = %w.source, route = %w.route, "{}", w.warning());
+    }
 
     let admin_sources: Vec<crate::admin::AdminSource> = sources
         .iter()
@@ -200,6 +226,7 @@ pub async fn run(
             let facts = forward::ProviderFacts {
                 credential_headers: s.verifier.spec.credential_headers.clone(),
                 body_signed: s.verifier.spec.signs_whole_body(),
+                event_type_signed: s.verifier.spec.event_type_is_signed(),
             };
             (s.name.clone(), facts)
         })
@@ -289,7 +316,14 @@ pub async fn run(
         ConsoleState::new(
             admin_state.clone(),
             cfg.admin.token.as_ref(),
-            cfg.sources.iter().map(console::SourceView::of).collect(),
+            cfg.sources
+                .iter()
+                .map(|c| {
+                    let mine = unsigned.iter().filter(|w| w.source == c.name);
+                    console::SourceView::of(c)
+                        .with_unsigned(mine.map(|w| (w.route.clone(), w.warning())).collect())
+                })
+                .collect(),
             breaker_states(&routes),
         )
         .context("console")?,

@@ -219,13 +219,27 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
             )?;
         }
     }
+    print_unsigned(&app::unsigned_values(&cfg, &registry)?)?;
     outln!("ok")?;
     Ok(())
 }
 
+/// One warning line per route filter or ordering key on a value its provider does
+/// not sign.
+fn print_unsigned(warnings: &[crate::routing::signed::UnsignedValue]) -> anyhow::Result<()> {
+    for w in warnings {
+        outln!("warning: {w}")?;
+    }
+    Ok(())
+}
+
 fn providers(a: ConfigArg) -> anyhow::Result<()> {
-    let registry = match config::config_path(a.config.as_deref()) {
-        Some(p) => app::registry(&config::load(Some(&p)).context(InvalidConfiguration)?)?,
+    let cfg = match config::config_path(a.config.as_deref()) {
+        Some(p) => Some(config::load(Some(&p)).context(InvalidConfiguration)?),
+        None => None,
+    };
+    let registry = match &cfg {
+        Some(cfg) => app::registry(cfg)?,
         None => Registry::builtin()?,
     };
     for spec in registry.iter() {
@@ -233,6 +247,10 @@ fn providers(a: ConfigArg) -> anyhow::Result<()> {
         for (what, text) in describe(spec) {
             outln!("    {what:<11} {text}")?;
         }
+    }
+    // With a configuration: its routes that filter or order on an unsigned value.
+    if let Some(cfg) = &cfg {
+        print_unsigned(&app::unsigned_values(cfg, &registry)?)?;
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The Sources page (`GET /console/sources`): every configured source with its
 //! provider and, per route, where it delivers, what its filter takes, its rate limit,
-//! retry policy, timeouts, concurrency and ordering, and whether it is paused; and a
+//! retry policy, timeouts, concurrency and ordering, whether it is paused, and a
+//! warning where a filter or ordering key reads a value the provider does not sign; and a
 //! **Pause** / **Resume** button per source and per route.
 //!
 //! The page shows what [`SourceView`] holds, which `app` builds from the
@@ -62,6 +63,9 @@ pub struct RouteView {
     pub concurrency: usize,
     /// Ordered delivery: the key, and whether a dead delivery blocks its key.
     pub order: Option<(String, bool)>,
+    /// Warnings: a filter part or the ordering key reads a value the provider's
+    /// signature does not cover (`routing::signed`), one sentence each.
+    pub unsigned: Vec<String>,
 }
 
 impl SourceView {
@@ -94,9 +98,20 @@ impl SourceView {
                         };
                         (by, o.block)
                     }),
+                    unsigned: Vec::new(),
                 })
                 .collect(),
         }
+    }
+
+    /// The view with its routes' warnings about unsigned values: (route, warning).
+    pub fn with_unsigned(mut self, warnings: Vec<(String, String)>) -> SourceView {
+        for (route, warning) in warnings {
+            if let Some(r) = self.routes.iter_mut().find(|r| r.name == route) {
+                r.unsigned.push(warning);
+            }
+        }
+        self
     }
 }
 
@@ -244,6 +259,9 @@ fn route(s: &SourceView, r: &RouteView, source_paused: bool, paused: bool, token
                 h3 { span.visually-hidden { "Route " } (r.name) }
                 (badge(paused, source_paused && !paused))
                 (toggle(&action, paused, "route", &who, token))
+            }
+            @for w in &r.unsigned {
+                p.alert.unsigned role="note" { "Unsigned value: " (w) }
             }
             dl.settings {
                 div.wide {
@@ -477,6 +495,16 @@ filter.event_types = ["<script>alert(1)</script>"]
         for secret in ["whsec_signing_secret_1", "dest_secret_2", "url_password_3"] {
             assert!(!html.contains(secret), "{secret} in {html}");
         }
+        assert!(!html.contains("Unsigned value"), "{html}");
+        let warned: Vec<SourceView> = v
+            .into_iter()
+            .map(|s| s.with_unsigned(vec![("audit".into(), "order.by reads <b>x</b>".into())]))
+            .collect();
+        let html = render(&warned, &states, "tok").into_string();
+        assert!(
+            html.contains("Unsigned value: order.by reads &lt;b&gt;x&lt;/b&gt;"),
+            "{html}"
+        );
     }
 
     #[test]

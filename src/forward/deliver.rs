@@ -39,7 +39,10 @@ async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcom
             now_secs: now_ms.div_euclid(1000),
         },
         &route.headers,
-        route.body_signed,
+        request::Vouched {
+            body: route.body_signed,
+            event_type: route.event_type_signed,
+        },
         route.signing_key.as_deref(),
     );
     let req = route

@@ -5,7 +5,9 @@
 //! every route: the consumer's idempotency key); `hookgate-route` names the route; `webhook-timestamp` is the time of this attempt; when the source
 //! has a `destination_secret`, `webhook-signature` is the Standard Webhooks v1
 //! signature over `{webhook-id}.{webhook-timestamp}.{body}`, so the app verifies
-//! hookgate with any Standard Webhooks library. hookgate's own headers replace any
+//! hookgate with any Standard Webhooks library. `hookgate-body-signed: false` and
+//! `hookgate-event-type-signed: false` say when the provider's signature did not
+//! cover the body or the event type. hookgate's own headers replace any
 //! received header of the same name.
 
 use base64::Engine as _;
@@ -41,12 +43,23 @@ pub struct AttemptOf<'a> {
     pub now_secs: i64,
 }
 
+/// What the provider's signature vouches for, said on every delivery where it does
+/// not: `hookgate-body-signed: false` and `hookgate-event-type-signed: false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vouched {
+    /// The signature covers the whole body.
+    pub body: bool,
+    /// The signature covers the value the event type is read from (not GitHub's
+    /// `X-GitHub-Event` header, for one).
+    pub event_type: bool,
+}
+
 /// The headers of one delivery attempt.
 pub fn headers(
     entry: &Entry,
     of: AttemptOf<'_>,
     pass: &HeaderPolicy,
-    body_signed: bool,
+    vouched: Vouched,
     signing_key: Option<&[u8]>,
 ) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -82,8 +95,12 @@ pub fn headers(
     }
     if let Some(t) = &entry.event_type {
         set("hookgate-event-type", t);
+        if !vouched.event_type {
+            // Anyone replaying a captured request could have chosen this type.
+            set("hookgate-event-type-signed", "false");
+        }
     }
-    if !body_signed {
+    if !vouched.body {
         // The provider signed only part of the request: nothing vouches for the body.
         set("hookgate-body-signed", "false");
     }
@@ -161,7 +178,11 @@ mod tests {
             attempt,
             now_secs: 100,
         };
-        let h = headers(&entry, of(2), &all, true, None);
+        let both = Vouched {
+            body: true,
+            event_type: true,
+        };
+        let h = headers(&entry, of(2), &all, both, None);
         assert_eq!(h["hookgate-route"], "billing");
         assert_eq!(h["webhook-id"], "e1");
         assert_eq!(h.get_all("webhook-id").iter().count(), 1);
@@ -172,11 +193,15 @@ mod tests {
         assert!(h.get("hookgate-event-type").is_none());
         assert!(h.get("webhook-signature").is_none());
         assert!(h.get("hookgate-body-signed").is_none());
+        assert!(h.get("hookgate-event-type-signed").is_none());
         let only = headers(
             &entry,
             of(1),
             &HeaderPolicy::new(&[], &[]),
-            false,
+            Vouched {
+                body: false,
+                event_type: false,
+            },
             Some(b"k"),
         );
         assert_eq!(only["hookgate-body-signed"], "false");

@@ -34,6 +34,9 @@ pub struct Route {
     /// Whether the provider's signature covers the whole body; when it does not,
     /// deliveries say so (`hookgate-body-signed: false`).
     pub body_signed: bool,
+    /// Whether the signature covers the event type; when it does not, deliveries say
+    /// so (`hookgate-event-type-signed: false`).
+    pub event_type_signed: bool,
     pub client: reqwest::Client,
     /// Attempts in flight to the destination origin, shared by every source that
     /// delivers there.
@@ -96,6 +99,8 @@ pub struct ProviderFacts {
     /// The provider's credential headers: never passed on unless a route names them.
     pub credential_headers: Vec<http::HeaderName>,
     pub body_signed: bool,
+    /// Whether the signature covers the event type, whichever alternative yields it.
+    pub event_type_signed: bool,
 }
 
 /// Build the routes of every source. Routes delivering to the same destination
@@ -160,6 +165,7 @@ pub fn routes(
                 concurrency: limit,
                 headers: HeaderPolicy::new(&r.delivery.pass_headers, credentials),
                 body_signed: facts.get(&s.name).is_none_or(|f| f.body_signed),
+                event_type_signed: facts.get(&s.name).is_none_or(|f| f.event_type_signed),
                 client: client(r.delivery.connect_timeout).map_err(RouteError::Client)?,
                 permits,
                 breaker,

@@ -167,6 +167,16 @@ impl Filter {
         out
     }
 
+    /// What the filter reads of an entry: whether it reads the event type, the body
+    /// pointers and the header names it looks at (see [`super::signed`]).
+    pub fn reads(&self) -> (bool, Vec<&str>, Vec<&str>) {
+        (
+            self.event_types.is_some(),
+            self.body.iter().map(|(p, _)| p.as_str()).collect(),
+            self.headers.iter().map(|(n, _)| n.as_str()).collect(),
+        )
+    }
+
     /// Whether the filter takes every entry.
     pub fn takes_everything(&self) -> bool {
         self.event_types.is_none() && self.body.is_empty() && self.headers.is_empty()

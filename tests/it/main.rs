@@ -40,4 +40,5 @@ mod redis_preconditions;
 mod redis_store;
 mod routes;
 mod stalled;
+mod unsigned;
 mod upstream;

@@ -726,7 +726,7 @@ fn hookgate_providers_describes_each_provider() {
         let block: Vec<&str> = out
             .lines()
             .skip_while(|l| !l.starts_with(&format!("{} ", spec.name)))
-            .take(8)
+            .take(9)
             .collect();
         assert!(!block.is_empty(), "{} missing:\n{out}", spec.name);
         for aspect in [

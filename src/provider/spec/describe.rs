@@ -68,10 +68,22 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             templates(&spec.event_id)
         )
     };
+    let signed_or_not = |ts: &[ValueTemplate]| match spec.all_signed(ts) {
+        true => format!("{} (signed)", templates(ts)),
+        false => format!(
+            "{} (unsigned: a replay can change it; route filters and ordering keys on it are warned about)",
+            templates(ts)
+        ),
+    };
     let event_type = if spec.event_type.is_empty() {
         "none".to_string()
     } else {
-        templates(&spec.event_type)
+        signed_or_not(&spec.event_type)
+    };
+    let object = if spec.event_object.is_empty() {
+        "none (order.by = \"provider\" is refused)".to_string()
+    } else {
+        signed_or_not(&spec.event_object)
     };
     let handshake = match spec.handshake {
         Some(h) => format!(
@@ -107,6 +119,7 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
         ("timestamp", timestamp),
         ("event id", event_id),
         ("event type", event_type),
+        ("object", object),
         ("handshake", handshake),
         ("config", config),
         ("sign", sign),

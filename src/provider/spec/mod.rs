@@ -61,7 +61,11 @@
 //!   the first whose every value is present wins. A template is a value source
 //!   (`json:/id`) or placeholders with literals (`{json:/type}.{json:/action}`). An
 //!   event id counts as signed (and so dedupes on its own) only when every value in
-//!   every alternative is covered by the signature.
+//!   every alternative is covered by the signature. Likewise an event type and an
+//!   object id are *signed* only when every value of every alternative is: which
+//!   values a signature covers is computed from `signature.content` (a `header:`
+//!   value only when the content names it, a `json:` or `form:` value when the body is
+//!   signed, nothing under `token`), and `hookgate providers` says it per spec.
 //!   A spec that does not sign the whole body may set `event.digest = "json:/pointer"`,
 //!   the part of the body that identifies the event: the dedupe key binds the event
 //!   id to its digest (Mailgun: `json:/event-data`), else to the whole body's.
@@ -393,7 +397,11 @@ impl Spec {
     /// Whether `src` is covered by the signature: the signed content includes it, or
     /// includes what it is read from (the body for JSON and form values, the URL or
     /// path for query values, the timestamp for the timestamp's own source).
+    /// A `token` scheme signs nothing: no value is covered.
     pub fn is_signed(&self, src: &ValueSource) -> bool {
+        if self.algorithms.contains(&Algorithm::Token) {
+            return false;
+        }
         let has = |seg: &Segment| self.content.contains(seg);
         if has(&Segment::Value(src.clone())) {
             return true;
@@ -413,11 +421,27 @@ impl Spec {
     /// yields it. An unsigned id could be set freely by anyone replaying a captured
     /// request.
     pub fn event_id_is_signed(&self) -> bool {
-        !self.event_id.is_empty()
-            && self
-                .event_id
-                .iter()
-                .all(|t| t.sources().all(|s| self.is_signed(s)))
+        !self.event_id.is_empty() && self.all_signed(&self.event_id)
+    }
+
+    /// Whether the event type is covered by the signature, whichever alternative
+    /// yields it. An unsigned type (GitHub's `X-GitHub-Event`) can be changed by
+    /// anyone replaying a captured request: it must not be trusted to choose routes.
+    pub fn event_type_is_signed(&self) -> bool {
+        self.all_signed(&self.event_type)
+    }
+
+    /// Whether the object id (`event.object`, the key of a route ordered
+    /// `by = "provider"`) is covered by the signature, whichever alternative yields it.
+    pub fn event_object_is_signed(&self) -> bool {
+        self.all_signed(&self.event_object)
+    }
+
+    /// Whether every value of every alternative of `templates` is signed.
+    pub fn all_signed(&self, templates: &[ValueTemplate]) -> bool {
+        templates
+            .iter()
+            .all(|t| t.sources().all(|s| self.is_signed(s)))
     }
 
     /// Whether the signature covers the whole body (`{body}`, or the decoded form as
