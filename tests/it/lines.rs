@@ -18,7 +18,7 @@ use crate::util::*;
 /// Deliveries waiting behind the blocked head.
 const WAITING: usize = 20_000;
 /// Measured rounds per gateway, and webhooks per round.
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 4;
 const PER_ROUND: usize = 300;
 /// Clients sending at once in a round.
 const CLIENTS: usize = 4;
@@ -155,9 +155,9 @@ fn store_dir() -> tempfile::TempDir {
     .expect("tempdir")
 }
 
-fn p99(samples: &mut [Duration]) -> Duration {
-    samples.sort_unstable();
-    samples[(samples.len() * 99).div_ceil(100) - 1]
+/// The `pct`-th percentile of `sorted`.
+fn percentile(sorted: &[Duration], pct: usize) -> Duration {
+    sorted[(sorted.len() * pct).div_ceil(100).max(1) - 1]
 }
 
 /// With 20,000 deliveries behind a blocked head of one source, another source's
@@ -191,14 +191,26 @@ async fn a_long_blocked_line_leaves_other_sources_ingest_as_fast() {
         }
     }
     let [mut plain_took, mut lined_took] = samples;
-    let (plain_p99, lined_p99) = (p99(&mut plain_took), p99(&mut lined_took));
+    plain_took.sort_unstable();
+    lined_took.sort_unstable();
+    let (plain_p50, lined_p50) = (percentile(&plain_took, 50), percentile(&lined_took, 50));
+    let (plain_p99, lined_p99) = (percentile(&plain_took, 99), percentile(&lined_took, 99));
     eprintln!(
-        "ingest p99 of another source: {plain_p99:?} without the line, {lined_p99:?} with \
-         {WAITING} deliveries behind a blocked head ({} webhooks each)",
+        "ingest of another source ({} webhooks each): p50 {plain_p50:?}, p99 {plain_p99:?} \
+         without the line; p50 {lined_p50:?}, p99 {lined_p99:?} with {WAITING} deliveries \
+         behind a blocked head",
         plain_took.len()
     );
+    // The tail, as the issue states it; and the middle, which a machine busy with
+    // other work moves far less (its stalls land in both tails alike): before, every
+    // webhook waited for a claim that read the whole line.
+    let within = |lined: Duration, plain: Duration| lined <= plain * 2 + Duration::from_millis(2);
     assert!(
-        lined_p99 <= plain_p99 * 2 + Duration::from_millis(2),
+        within(lined_p99, plain_p99),
         "with the line: p99 {lined_p99:?}; without: {plain_p99:?}"
+    );
+    assert!(
+        within(lined_p50, plain_p50),
+        "with the line: p50 {lined_p50:?}; without: {plain_p50:?}"
     );
 }

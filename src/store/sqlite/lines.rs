@@ -16,7 +16,7 @@ use crate::store::StoreError;
 
 /// Whether a delivery is a member of its key's line (SQL): pending (due or not), or
 /// dead with `block`. Spelled as `deliveries_line`'s condition is (see `schema`,
-/// [`LINES`](super::schema)), so that SQLite takes that partial index.
+/// `LINES`), so that SQLite takes that partial index.
 macro_rules! in_line {
     () => {
         "(status = 'pending' OR (status = 'dead' AND order_block = 1))"
@@ -177,4 +177,33 @@ pub(super) fn blocked_keys(
         ))?
         .query_row(params![source, route], |r| r.get(0))?;
     Ok(u64::try_from(n).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::schema;
+
+    /// Finding a line's first members (at every accept of an ordered delivery and
+    /// every change of a line) is one search of `deliveries_line` in entry id order:
+    /// no sort, and no read of what the key delivered before.
+    #[test]
+    fn a_lines_front_is_one_index_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = schema::open_connection(&dir.path().join(schema::DB_FILE)).unwrap();
+        schema::migrate(&mut conn).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {LINE_FRONT}"))
+            .unwrap()
+            .query_map(params!["s", "r", "k"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            plan,
+            [
+                "SEARCH deliveries USING INDEX deliveries_line (source=? AND route=? AND order_key=?)"
+            ]
+        );
+    }
 }
