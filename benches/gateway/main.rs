@@ -5,6 +5,7 @@
 //! cargo bench --bench gateway                      # every scenario
 //! cargo bench --bench gateway -- ingest-embedded   # one scenario (see SCENARIOS)
 //! cargo bench --bench gateway -- --smoke           # about two minutes: proves the harness works
+//! cargo bench --bench gateway -- forward-drain --drain-entries 20000  # a shorter drain
 //! ```
 //!
 //! Layout: the gateway (`hookgate serve`, release build) and the baseline (this binary
@@ -110,6 +111,9 @@ fn main() {
     }
     if let Some(i) = args.iter().position(|a| a == "--rounds") {
         settings.rounds = args[i + 1].parse().expect("--rounds N");
+    }
+    if let Some(i) = args.iter().position(|a| a == "--drain-entries") {
+        settings.drain_entries = args[i + 1].parse().expect("--drain-entries N");
     }
     let picked: Vec<&str> = SCENARIOS
         .iter()

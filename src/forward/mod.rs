@@ -343,7 +343,7 @@ async fn route_loop(
         route.timeout,
         route.pace.is_some(),
     );
-    let mut signal = fwd.store.work_signal();
+    let mut signal = fwd.store.work_signal(&route.source, &route.name);
     let lease = fwd.cfg.lease;
     let poll = fwd.cfg.poll_interval;
     let mut store_errors = 0u32;

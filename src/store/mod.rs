@@ -19,6 +19,7 @@ mod listing;
 pub(crate) mod pace;
 mod readiness;
 mod redis;
+mod signal;
 mod sqlite;
 
 use std::sync::Arc;
@@ -40,6 +41,7 @@ pub use error::{Backend, Cause, StoreError};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{DeadLetter, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
 pub use readiness::Readiness;
+pub(crate) use signal::{Wake, WorkSignals};
 
 /// The audit action recorded when a dead head of an ordered line lets the next go.
 pub const SKIP_ACTION: &str = "skip";
@@ -349,9 +351,13 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Purged, StoreError>;
 
-    /// A counter that moves whenever this process stores new work; the forwarder
-    /// waits on it instead of polling hard.
-    fn work_signal(&self) -> tokio::sync::watch::Receiver<u64>;
+    /// A counter that moves whenever this process stores new work for `route` of
+    /// `source`, and for no other route's: an accept moves the counters of the
+    /// routes its entry went to, a released lease its route's, a
+    /// replay and the leases taken back at `Start` every route's. The forwarder's
+    /// loop of a route waits on it instead of polling hard, and is not woken by
+    /// another route's work.
+    fn work_signal(&self, source: &str, route: &str) -> tokio::sync::watch::Receiver<u64>;
 
     /// Pauses, resumes and discards made through this process, as they happen: the
     /// forwarder stops sending to a paused source and cancels the attempt of a

@@ -1610,26 +1610,43 @@ both_fresh_stores!(
 // ---------------------------------------------------------------------------
 
 async fn work_signal_moves(store: &dyn Store) {
-    let mut signal = store.work_signal();
+    let mut signal = store.work_signal("s", "default");
+    let mut other_route = store.work_signal("s", "other");
+    let mut other_source = store.work_signal("s3", "default");
     signal.borrow_and_update();
     let id = accept_new(store, entry("s", "evt_signal")).await;
     tokio::time::timeout(DEADLINE, signal.changed())
         .await
         .expect("the signal moved after an accept")
         .unwrap();
-    // A replay is new work too.
-    let id2 = entry_with_status(store, "s2", "evt_signal_2", Status::Dead).await;
+    // Only the route the entry went to was woken: the other routes' loops sleep on.
+    assert!(!other_route.has_changed().unwrap(), "another route woke");
+    assert!(!other_source.has_changed().unwrap(), "another source woke");
+    let mut two = entry("s", "evt_signal_two_routes");
+    two.routes = vec!["default".into(), "other".into()];
     signal.borrow_and_update();
+    accept_new(store, two).await;
+    tokio::time::timeout(DEADLINE, other_route.changed())
+        .await
+        .expect("each route of the entry was woken")
+        .unwrap();
+    assert!(signal.has_changed().unwrap());
+    assert!(!other_source.has_changed().unwrap(), "another source woke");
+    // A replay is new work too.
+    let mut replayed = store.work_signal("s2", "default");
+    let id2 = entry_with_status(store, "s2", "evt_signal_2", Status::Dead).await;
+    replayed.borrow_and_update();
     let t = now_ms();
     assert_eq!(
         store.replay(&id2, None, t, "ops", t).await.unwrap(),
         Transition::Done
     );
-    tokio::time::timeout(DEADLINE, signal.changed())
+    tokio::time::timeout(DEADLINE, replayed.changed())
         .await
         .expect("the signal moved after a replay")
         .unwrap();
     assert!(store.get(&id).await.unwrap().is_some());
+    other_source.borrow_and_update();
 }
 both_fresh_stores!(
     work_signal_moves_after_an_accept_and_a_replay,

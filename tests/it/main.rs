@@ -29,6 +29,7 @@ mod hostile;
 mod ingest;
 mod ingest_first;
 mod layout;
+mod lines;
 mod logs;
 mod observe;
 mod operate;

@@ -16,7 +16,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::codec::{pack_record, routes_field};
 use super::conn::Conn;
 use super::{RedisStore, key};
-use crate::store::{Accepted, Backend, NewEntry, StoreError, valid_route_name};
+use crate::store::{Accepted, Backend, NewEntry, StoreError, Wake, WorkSignals, valid_route_name};
 
 /// Most entries one accept script carries.
 const ACCEPT_BATCH_MAX: usize = 64;
@@ -50,7 +50,7 @@ struct AcceptContext {
     prefix: String,
     timeout: Duration,
     script: redis::Script,
-    work_tx: Arc<tokio::sync::watch::Sender<u64>>,
+    work: Arc<WorkSignals>,
 }
 
 impl RedisStore {
@@ -71,7 +71,7 @@ impl RedisStore {
                         prefix: self.prefix.clone(),
                         timeout: self.timeout,
                         script: self.scripts.accept_many.clone(),
-                        work_tx: self.work_tx.clone(),
+                        work: self.work.clone(),
                     };
                     tokio::spawn(ctx.run(e.source.clone(), rx));
                     tx
@@ -188,8 +188,22 @@ impl AcceptContext {
             };
         match result {
             Ok(answers) if answers.len() == batch.len() => {
-                if answers.iter().any(|(dup, _)| *dup == 0) {
-                    self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+                // The routes the new entries went to (a duplicate's were woken
+                // when it was new).
+                let mut routes: Vec<String> = batch
+                    .iter()
+                    .zip(&answers)
+                    .filter(|(_, (dup, _))| *dup == 0)
+                    .flat_map(|(job, _)| job.routes.split(',').filter(|r| !r.is_empty()))
+                    .map(str::to_string)
+                    .collect();
+                routes.sort_unstable();
+                routes.dedup();
+                if !routes.is_empty() {
+                    self.work.wake(&Wake::Routes {
+                        source: source.to_string(),
+                        routes,
+                    });
                 }
                 for (job, (dup, id)) in batch.into_iter().zip(answers) {
                     let _ = job.reply.send(Ok(if dup == 1 {

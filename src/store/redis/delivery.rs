@@ -32,7 +32,7 @@ use super::RedisStore;
 use super::codec::entry_from_map;
 use crate::store::activity::Counted;
 use crate::store::{
-    AuditEvent, Claim, Completion, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status, StoreError,
+    AuditEvent, Claim, Completion, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status, StoreError, Wake,
     attempt_error,
 };
 
@@ -282,7 +282,7 @@ impl RedisStore {
         let mut c = self.conn();
         let applied: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         if matches!(completion, Completion::Release { .. }) {
-            self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+            self.work.wake(&Wake::route(source, route));
         }
         Ok(applied == 1)
     }

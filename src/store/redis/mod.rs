@@ -82,7 +82,7 @@ use self::scripts::Scripts;
 use super::{
     Accepted, Attempt, AuditEvent, Claim, Completion, Control, Controls, DeadLetter, Entry,
     HousekeepingPass, IdPage, ListQuery, MinuteActivity, NewEntry, Page, PauseTarget, Purged,
-    RouteStats, SourceStats, Status, Store, StoreError, Transition,
+    RouteStats, SourceStats, Status, Store, StoreError, Transition, Wake, WorkSignals,
 };
 use crate::config::RedisConfig;
 
@@ -104,8 +104,8 @@ pub struct RedisStore {
     preconditions: preconditions::Preconditions,
     /// The `hg:epoch` value this process saw last.
     epoch: Mutex<String>,
-    work_tx: Arc<tokio::sync::watch::Sender<u64>>,
-    work_rx: tokio::sync::watch::Receiver<u64>,
+    /// Moved when this process stores new work, per route.
+    work: Arc<WorkSignals>,
     /// Pauses and discards made through this store.
     controls: Controls,
 }
@@ -123,7 +123,6 @@ impl RedisStore {
             Some(c) => conn::major_version(c, cfg.timeout).await?,
             None => 0,
         };
-        let (work_tx, work_rx) = tokio::sync::watch::channel(0u64);
         let store = RedisStore {
             conns,
             next: Arc::new(AtomicUsize::new(0)),
@@ -135,8 +134,7 @@ impl RedisStore {
             claimed_routes: Mutex::new(BTreeSet::new()),
             preconditions: preconditions::Preconditions::default(),
             epoch: Mutex::new(String::new()),
-            work_tx: Arc::new(work_tx),
-            work_rx,
+            work: Arc::new(WorkSignals::default()),
             controls: Controls::new(),
         };
         store
@@ -185,11 +183,18 @@ impl RedisStore {
         };
         Ok(match code {
             1 => {
+                let routes: Vec<String> = text
+                    .split(',')
+                    .filter(|r| !r.is_empty())
+                    .map(str::to_string)
+                    .collect();
                 if action == Action::Replay {
-                    self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
+                    self.work.wake(&Wake::Routes {
+                        source: src.to_string(),
+                        routes: routes.clone(),
+                    });
                 }
-                let routes = text.split(',').filter(|r| !r.is_empty());
-                (Transition::Done, routes.map(str::to_string).collect())
+                (Transition::Done, routes)
             }
             2 => (Transition::Conflict(status()?), Vec::new()),
             3 => (Transition::NoSuchRoute, Vec::new()),
@@ -568,8 +573,8 @@ impl Store for RedisStore {
         Ok(purged)
     }
 
-    fn work_signal(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.work_rx.clone()
+    fn work_signal(&self, source: &str, route: &str) -> tokio::sync::watch::Receiver<u64> {
+        self.work.subscribe(source, route)
     }
 
     fn controls(&self) -> tokio::sync::broadcast::Receiver<Control> {

@@ -5,16 +5,19 @@
 //! hears "stored" (see `writer`, which says why). Checkpoints run on a third thread,
 //! off the commit path (`checkpoint`). Reads use a separate connection (WAL lets
 //! them run beside the writer) on the blocking thread pool. The SQL itself is in
-//! `queries` (entries as a whole) and `delivery` (each route's delivery of an entry,
-//! and the entry's summary of them), the schema in `schema`, the files' permissions
-//! in `private`.
+//! `queries` (entries as a whole), `delivery` (each route's delivery of an entry,
+//! and the entry's summary of them), `lines` (the ordered lines and their heads) and
+//! `retention` (the purge), the schema in `schema`, the files' permissions in
+//! `private`.
 //!
 //! rusqlite types never leave this folder.
 
 mod checkpoint;
 mod delivery;
+mod lines;
 mod private;
 mod queries;
+mod retention;
 mod schema;
 mod space;
 mod writer;
@@ -34,8 +37,8 @@ use super::pace::{self, ceil_ms};
 use super::{
     Accepted, Attempt, AuditEvent, Backend, Claim, Completion, Control, Controls, DeadLetter,
     Entry, HousekeepingPass, IdPage, ListQuery, MAX_PAGE, MinuteActivity, NewEntry, Page,
-    PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError, Transition,
-    encode_headers,
+    PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError, Transition, Wake,
+    WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::EmbeddedConfig;
@@ -62,8 +65,8 @@ pub struct SqliteStore {
     reader: Arc<tokio::sync::Mutex<Connection>>,
     /// `ping`'s own connection: a long read never makes `/readyz` wait.
     probe: Arc<tokio::sync::Mutex<Connection>>,
-    /// Bumped after a commit that stored new entries.
-    work: watch::Receiver<u64>,
+    /// Moved after a commit that stored new work, per route.
+    work: Arc<WorkSignals>,
     /// Pauses and discards made through this store.
     controls: Controls,
     /// Each paced route's theoretical arrival time (µs): one process owns the
@@ -133,7 +136,7 @@ impl SqliteStore {
             })?;
         let reader = schema::open_connection(&path)?;
         let probe = schema::open_connection(&path)?;
-        let (work_tx, work_rx) = watch::channel(0u64);
+        let work = Arc::new(WorkSignals::default());
         let (stopped_tx, stopped_rx) = watch::channel(false);
         let checkpointing = Arc::new(Checkpointing::default());
         let checkpoint_conn = schema::open_connection(&path)?;
@@ -147,7 +150,7 @@ impl SqliteStore {
                 what: "cannot start the checkpoint thread",
                 source: e.into(),
             })?;
-        let sync = Syncing::new(wal, work_tx, stopped_tx);
+        let sync = Syncing::new(wal, work.clone(), stopped_tx);
         let space = DiskSpace::new(dir.clone(), cfg.min_free_bytes, clock.clone());
         let writer = Writer::start(writer, sync, batch_max, checkpointer, clock, cfg.timeout)
             .map_err(|e| StoreError::Task {
@@ -158,7 +161,7 @@ impl SqliteStore {
             writer,
             reader: Arc::new(tokio::sync::Mutex::new(reader)),
             probe: Arc::new(tokio::sync::Mutex::new(probe)),
-            work: work_rx,
+            work,
             controls: Controls::new(),
             paces: std::sync::Mutex::new(std::collections::HashMap::new()),
             stopped: stopped_rx,
@@ -171,10 +174,10 @@ impl SqliteStore {
     async fn write_durable<T: Send + 'static>(
         &self,
         kind: WriteKind,
-        notify: bool,
+        wake: Option<Wake>,
         statements: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.writer.submit(kind, notify, true, statements).await
+        self.writer.submit(kind, wake, true, statements).await
     }
 
     /// The same, answered at the commit, before its fsync: for writes a crash may lose
@@ -183,10 +186,10 @@ impl SqliteStore {
     async fn write_answered_at_commit<T: Send + 'static>(
         &self,
         kind: WriteKind,
-        notify: bool,
+        wake: Option<Wake>,
         statements: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.writer.submit(kind, notify, false, statements).await
+        self.writer.submit(kind, wake, false, statements).await
     }
 
     async fn read<T: Send + 'static>(
@@ -221,7 +224,11 @@ impl Store for SqliteStore {
         self.space.ensure()?;
         // Encode on the caller's thread: the writer thread is the bottleneck.
         let headers = encode_headers(&entry.headers);
-        self.write_durable(WriteKind::Accept, true, move |conn, now| {
+        let wake = (!entry.routes.is_empty()).then(|| Wake::Routes {
+            source: entry.source.clone(),
+            routes: entry.routes.clone(),
+        });
+        self.write_durable(WriteKind::Accept, wake, move |conn, now| {
             queries::apply_accept(conn, &entry, &headers, now)
         })
         .await
@@ -257,7 +264,7 @@ impl Store for SqliteStore {
         paused: bool,
     ) -> Result<(), StoreError> {
         let (name, route_name) = (source.to_string(), route.map(str::to_string));
-        self.write_durable(WriteKind::Other, false, move |conn, _| {
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
             queries::set_paused(conn, &name, route_name.as_deref(), paused)
         })
         .await?;
@@ -280,7 +287,7 @@ impl Store for SqliteStore {
         key: &str,
     ) -> Result<Vec<String>, StoreError> {
         let (source, route, key) = (source.to_string(), route.to_string(), key.to_string());
-        self.read(move |conn| delivery::order_line(conn, &source, &route, &key))
+        self.read(move |conn| lines::order_line(conn, &source, &route, &key))
             .await
     }
 
@@ -302,7 +309,7 @@ impl Store for SqliteStore {
         let (source, route) = (source.to_string(), route.to_string());
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
-        self.write_answered_at_commit(WriteKind::Claim, false, move |conn, _| {
+        self.write_answered_at_commit(WriteKind::Claim, None, move |conn, _| {
             delivery::claim(conn, &source, &route, now, until, limit)
         })
         .await
@@ -318,7 +325,7 @@ impl Store for SqliteStore {
     ) -> Result<Option<Claim>, StoreError> {
         let (source, route) = (source.to_string(), route.to_string());
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2));
-        self.write_answered_at_commit(WriteKind::Claim, false, move |conn, _| {
+        self.write_answered_at_commit(WriteKind::Claim, None, move |conn, _| {
             delivery::claim_probe(conn, &source, &route, now, until)
         })
         .await
@@ -335,8 +342,9 @@ impl Store for SqliteStore {
         let id = claim.entry.id.clone();
         let route = claim.delivery.route.clone();
         let token = claim.token.clone();
-        let notify = matches!(completion, Completion::Release { .. });
-        self.write_answered_at_commit(WriteKind::Complete, notify, move |conn, _| {
+        let wake =
+            matches!(completion, Completion::Release { .. }).then(|| Wake::route(&source, &route));
+        self.write_answered_at_commit(WriteKind::Complete, wake, move |conn, _| {
             delivery::complete(conn, &source, &id, &route, &token, &completion, now)
         })
         .await
@@ -361,14 +369,14 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> Result<Purged, StoreError> {
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
-        self.write_answered_at_commit(WriteKind::Other, false, move |conn, _| {
-            queries::purge(conn, now, delivered_before, dead_before, limit)
+        self.write_answered_at_commit(WriteKind::Other, None, move |conn, _| {
+            retention::purge(conn, now, delivered_before, dead_before, limit)
         })
         .await
     }
 
-    fn work_signal(&self) -> watch::Receiver<u64> {
-        self.work.clone()
+    fn work_signal(&self, source: &str, route: &str) -> watch::Receiver<u64> {
+        self.work.subscribe(source, route)
     }
 
     fn controls(&self) -> tokio::sync::broadcast::Receiver<Control> {
@@ -387,7 +395,7 @@ impl Store for SqliteStore {
             return Ok(());
         }
         let released = self
-            .write_durable(WriteKind::Other, true, |conn, _| {
+            .write_durable(WriteKind::Other, Some(Wake::All), |conn, _| {
                 delivery::release_leases(conn)
             })
             .await?;
@@ -410,7 +418,7 @@ impl Store for SqliteStore {
     ) -> Result<Transition, StoreError> {
         let (id, route) = (id.to_string(), route.map(str::to_string));
         let actor = actor.to_string();
-        self.write_durable(WriteKind::Other, true, move |conn, _| {
+        self.write_durable(WriteKind::Other, Some(Wake::All), move |conn, _| {
             delivery::replay(conn, &id, route.as_deref(), at, &actor, now)
         })
         .await
@@ -428,7 +436,7 @@ impl Store for SqliteStore {
         let actor = actor.to_string();
         let note = note.to_string();
         let (t, discarded) = self
-            .write_durable(WriteKind::Other, false, move |conn, _| {
+            .write_durable(WriteKind::Other, None, move |conn, _| {
                 delivery::discard(conn, &entry_id, route.as_deref(), &actor, &note, now)
             })
             .await?;
@@ -472,7 +480,7 @@ impl Store for SqliteStore {
     async fn record_unverified(&self, source: &str, n: u64) -> Result<(), StoreError> {
         let source = source.to_string();
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        self.write_durable(WriteKind::Other, false, move |conn, _| {
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
             queries::record_unverified(conn, &source, n)
         })
         .await

@@ -10,11 +10,12 @@ use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::delivery::load_deliveries;
+use super::lines;
 use crate::store::activity::minute_of;
 use crate::store::{
-    ACTIVITY_RETENTION, Accepted, Attempt, AuditEvent, DeadLetter, Entry, IdPage, ListQuery,
-    ListedEntry, MinuteActivity, NewEntry, Page, PauseTarget, Purged, RouteStats, SourceStats,
-    Status, StoreError, decode_headers, id_floor,
+    Accepted, Attempt, AuditEvent, DeadLetter, Entry, IdPage, ListQuery, ListedEntry,
+    MinuteActivity, NewEntry, Page, PauseTarget, RouteStats, SourceStats, Status, StoreError,
+    decode_headers, id_floor,
 };
 
 /// Dedupe and store a new entry with a pending delivery per route, due at once; an
@@ -75,17 +76,24 @@ pub(super) fn apply_accept(
         now,
         payload,
     ])?;
-    let mut insert = conn.prepare_cached(
-        // A route named twice is one delivery (routes come without repeats).
-        "INSERT OR IGNORE INTO deliveries (entry_id, route, position, source, status,
-                                           attempts, next_attempt_at, budget_start,
-                                           budget_attempts, updated_at, order_key,
-                                           order_block)
-         VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?5, 0, ?6, ?7, ?8)",
-    )?;
     for (position, route) in e.routes.iter().enumerate() {
         let order = e.ordering.iter().find(|o| &o.route == route);
-        insert.execute(params![
+        // An ordered delivery joins its key's line: behind its first member, or (an
+        // entry stored after a later one of its key) in front of it.
+        let first = match order {
+            Some(o) => lines::line_head(conn, &e.source, route, &o.key)?,
+            None => None,
+        };
+        let behind = first.as_deref().is_some_and(|f| f < e.id.as_str());
+        conn.prepare_cached(
+            // A route named twice is one delivery (routes come without repeats).
+            "INSERT OR IGNORE INTO deliveries (entry_id, route, position, source, status,
+                                               attempts, next_attempt_at, budget_start,
+                                               budget_attempts, updated_at, order_key,
+                                               order_block, behind)
+             VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?5, 0, ?6, ?7, ?8, ?9)",
+        )?
+        .execute(params![
             e.id,
             route,
             i64::try_from(position).unwrap_or(i64::MAX),
@@ -94,7 +102,11 @@ pub(super) fn apply_accept(
             now,
             order.map(|o| o.key.as_str()),
             order.is_some_and(|o| o.block),
+            behind,
         ])?;
+        if let (Some(o), Some(_), false) = (order, &first, behind) {
+            lines::settle_line(conn, &e.source, route, &o.key, &e.id)?;
+        }
     }
     Ok(Accepted::New(e.id.clone()))
 }
@@ -453,70 +465,6 @@ pub(super) fn attempts(conn: &Connection, id: &str) -> Result<Vec<Attempt>, Stor
     Ok(rows)
 }
 
-/// The entries one retention pass deletes (see [`purge`]): `?1` the delivered cutoff,
-/// `?2` the dead one, `?3` the most of each.
-pub(super) const PURGE_CANDIDATES: &str =
-    "SELECT id FROM (SELECT id FROM entries INDEXED BY entries_done
-         WHERE status != 'pending' AND status IN ('delivered', 'filtered')
-           AND updated_at < ?1 LIMIT ?3)
-     UNION ALL
-     SELECT id FROM (SELECT id FROM entries INDEXED BY entries_done
-         WHERE status != 'pending' AND status IN ('dead', 'discarded')
-           AND updated_at < ?2 LIMIT ?3)";
-
-/// One retention pass (`Store::purge`), by each entry's derived status and since
-/// when it has it (`updated_at`): delivered and filtered entries with the delivered
-/// cutoff, dead and discarded ones with the dead cutoff; a pending entry (one with a
-/// pending delivery) never.
-///
-/// The candidates come from `entries_done` (status, `updated_at`), named so that a
-/// pass reads only the entries past their cutoff. Its condition (`status !=
-/// 'pending'`) is repeated in the query because SQLite uses a partial index only for
-/// a query whose terms imply it, and `status IN (…)` does not, to SQLite: the plan
-/// then walked every delivered entry's row (bodies included) on the writer thread at
-/// each pass, a stall of a fifth of a second at 200,000 delivered entries
-/// (BENCHMARKS.md, the delivering gateway).
-pub(super) fn purge(
-    conn: &Connection,
-    now: i64,
-    delivered_before: i64,
-    dead_before: i64,
-    limit: i64,
-) -> Result<Purged, StoreError> {
-    let ids: Vec<String> = conn
-        .prepare_cached(PURGE_CANDIDATES)?
-        .query_map(params![delivered_before, dead_before, limit], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    for id in &ids {
-        conn.prepare_cached("DELETE FROM attempts WHERE entry_id = ?1")?
-            .execute(params![id])?;
-        conn.prepare_cached("DELETE FROM audit WHERE entry_id = ?1")?
-            .execute(params![id])?;
-        conn.prepare_cached("DELETE FROM deliveries WHERE entry_id = ?1")?
-            .execute(params![id])?;
-        conn.prepare_cached(
-            "DELETE FROM payloads WHERE n = (SELECT payload FROM entries WHERE id = ?1)",
-        )?
-        .execute(params![id])?;
-        conn.prepare_cached("DELETE FROM entries WHERE id = ?1")?
-            .execute(params![id])?;
-    }
-    let keep_from =
-        minute_of(now) - i64::try_from(ACTIVITY_RETENTION.as_millis()).unwrap_or(i64::MAX / 2);
-    conn.prepare_cached("DELETE FROM activity WHERE minute < ?1")?
-        .execute(params![keep_from])?;
-    let keys = conn
-        .prepare_cached(
-            "DELETE FROM dedupe WHERE (source, dkey) IN
-               (SELECT source, dkey FROM dedupe WHERE expires_at <= ?1 LIMIT ?2)",
-        )?
-        .execute(params![now, limit])?;
-    Ok(Purged {
-        entries: ids.len() as u64,
-        dedupe_keys: keys as u64,
-    })
-}
-
 /// The audit trail of an entry, oldest first.
 pub(super) fn audit(conn: &Connection, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
     let mut stmt = conn.prepare_cached(
@@ -638,7 +586,7 @@ pub(super) fn route_stats(
         )?
         .query_row(params![source, route], |r| r.get(0))
         .optional()?;
-    stats.blocked_keys = super::delivery::blocked_keys(conn, source, route)?;
+    stats.blocked_keys = lines::blocked_keys(conn, source, route)?;
     Ok(stats)
 }
 
@@ -720,7 +668,7 @@ mod tests {
         );
         assert_eq!(load_entry(&conn, "0001").unwrap().unwrap().body, e.body);
 
-        let purged = purge(&conn, 10_000, 5_000, 5_000, 100).unwrap();
+        let purged = super::super::retention::purge(&conn, 10_000, 5_000, 5_000, 100).unwrap();
         assert_eq!(purged.entries, 1);
         assert_eq!(scalar(&conn, "SELECT count(*) FROM payloads"), 0);
         assert_eq!(scalar(&conn, "SELECT count(*) FROM entries"), 0);

@@ -21,7 +21,8 @@ pub(super) const DB_FILE: &str = "hookgate.db";
 /// 2. Routes ([`ROUTES`]).
 /// 3. Ordered delivery ([`ORDERING`]).
 /// 4. Payloads in a table of their own ([`PAYLOADS`]).
-const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES, ORDERING, PAYLOADS];
+/// 5. Only the heads of ordered lines are scheduled ([`LINES`]).
+const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES, ORDERING, PAYLOADS, LINES];
 
 /// The version after which every entry is delivered through routes ([`ROUTES`]).
 const ROUTES_VERSION: usize = 2;
@@ -166,7 +167,8 @@ CREATE TABLE paused_routes (
 /// Ordered routes: a delivery's ordering key and policy for a dead head (see
 /// `delivery`, the `claimable!` conditions). `deliveries_order` holds only ordered
 /// deliveries, a key's line in arrival (entry id) order: an unordered delivery costs
-/// it nothing. A release that does not know the columns would claim ordered
+/// it nothing (schema 5 replaces it: [`LINES`]). A release that does not know the
+/// columns would claim ordered
 /// deliveries out of order, so this is a migration (such a release refuses the
 /// store) rather than a column added at open.
 const ORDERING: &str = r#"
@@ -198,6 +200,46 @@ CREATE TABLE payloads (
     headers TEXT NOT NULL,
     body    BLOB NOT NULL
 );
+"#;
+
+/// Lines: a claim reads only deliveries that may go, never those waiting behind the
+/// head of their ordering key's line (before, it checked every pending delivery of
+/// the route for an earlier one of its key, on the writer thread: a long line behind
+/// a blocked or retrying head made every claim, and with it every source's ingest,
+/// slow; BENCHMARKS.md, a long blocked line).
+///
+/// `behind` is 1 for a pending ordered delivery that waits behind an earlier
+/// delivery of its key (one that is pending, or dead with `block`: a member of the
+/// line), 0 otherwise; `delivery` keeps it in step at every change of a line
+/// (accept, completion, replay, discard, purge). `deliveries_due` holds the pending
+/// deliveries that are not behind, by route and due time: what a claim walks, so a
+/// line costs a claim its head at most. `deliveries_line` replaces
+/// `deliveries_order` and holds only the members of lines (in arrival order), so a
+/// line's head, and whether a delivery has one before it, is one seek whatever its
+/// key delivered before. `deliveries_leased` holds the ordered deliveries with a
+/// lease: a head waits while another delivery of its key is leased (a replay or
+/// discard while an attempt is in flight), and that check reads only those.
+///
+/// Existing lines get their heads at once: a pending member with an earlier member
+/// of its key is behind (the first member of a line keeps 0, so each row finds it in
+/// one seek, whatever order SQLite updates the rows in). A release that does not
+/// know `behind` would leave it stale, so this is a migration (such a release
+/// refuses the store).
+const LINES: &str = r#"
+ALTER TABLE deliveries ADD COLUMN behind INTEGER NOT NULL DEFAULT 0;
+DROP INDEX deliveries_order;
+CREATE INDEX deliveries_line ON deliveries(source, route, order_key, entry_id)
+    WHERE order_key IS NOT NULL AND (status = 'pending' OR (status = 'dead' AND order_block = 1));
+UPDATE deliveries SET behind = 1
+    WHERE order_key IS NOT NULL AND status = 'pending' AND EXISTS (
+        SELECT 1 FROM deliveries o INDEXED BY deliveries_line
+        WHERE o.source = deliveries.source AND o.route = deliveries.route
+          AND o.order_key = deliveries.order_key AND o.entry_id < deliveries.entry_id
+          AND (o.status = 'pending' OR (o.status = 'dead' AND o.order_block = 1)));
+CREATE INDEX deliveries_due ON deliveries(source, route, next_attempt_at)
+    WHERE status = 'pending' AND behind = 0;
+CREATE INDEX deliveries_leased ON deliveries(source, route, order_key, lease_until)
+    WHERE order_key IS NOT NULL AND lease_until IS NOT NULL;
 "#;
 
 /// Indexes created at open when missing, outside [`MIGRATIONS`]: an index changes no
@@ -423,6 +465,86 @@ mod tests {
             let stmt = conn.prepare_cached(sql).unwrap();
             assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
         }
+    }
+
+    /// A store written before lines keeps its lines: each pending ordered delivery
+    /// with an earlier pending or blocking one of its key is behind, every other is
+    /// not (a line's first member, whatever ended before it; unordered deliveries;
+    /// another route's or key's), and what waits behind is out of the claims' index.
+    #[test]
+    fn the_lines_migration_finds_the_head_of_every_existing_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
+        let before_lines = MIGRATIONS.len() - 1;
+        for sql in &MIGRATIONS[..before_lines] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", i64::try_from(before_lines).unwrap())
+            .unwrap();
+        // (entry, route, key, status, block): key k of route r is delivered, then
+        // skipped (dead), then blocked (dead), then waits; key j's head retries.
+        let rows = [
+            ("01", "r", Some("k"), "delivered", 1),
+            ("02", "r", Some("k"), "dead", 0),
+            ("03", "r", Some("k"), "pending", 1),
+            ("04", "r", Some("k"), "dead", 1),
+            ("05", "r", Some("k"), "pending", 1),
+            ("06", "r", Some("k"), "pending", 1),
+            ("07", "r", Some("j"), "pending", 0),
+            ("08", "q", Some("k"), "pending", 0),
+            ("09", "r", None, "pending", 0),
+            ("10", "r", Some("j"), "pending", 0),
+            ("11", "r", Some("m"), "dead", 1),
+            ("12", "r", Some("m"), "pending", 1),
+        ];
+        for (id, route, key, status, block) in rows {
+            conn.execute(
+                "INSERT INTO deliveries (entry_id, route, position, source, status,
+                     next_attempt_at, budget_start, updated_at, order_key, order_block)
+                 VALUES (?1, ?2, 0, 's', ?3, CASE WHEN ?3 = 'pending' THEN 5 END, 0, 0, ?4, ?5)",
+                rusqlite::params![id, route, status, key, block],
+            )
+            .unwrap();
+        }
+        migrate(&mut conn).unwrap();
+        let behind: Vec<(String, bool)> = conn
+            .prepare("SELECT entry_id, behind FROM deliveries ORDER BY entry_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let expected = [
+            ("01", false),
+            ("02", false),
+            ("03", false),
+            ("04", false),
+            ("05", true),
+            ("06", true),
+            ("07", false),
+            ("08", false),
+            ("09", false),
+            ("10", true),
+            ("11", false),
+            ("12", true),
+        ];
+        let expected: Vec<(String, bool)> = expected
+            .iter()
+            .map(|(id, b)| (id.to_string(), *b))
+            .collect();
+        assert_eq!(behind, expected);
+        let due: Vec<String> = conn
+            .prepare(
+                "SELECT entry_id FROM deliveries INDEXED BY deliveries_due
+                 WHERE source = 's' AND route = 'r' AND status = 'pending' AND behind = 0
+                 ORDER BY next_attempt_at, entry_id",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(due, ["03", "07", "09"]);
     }
 
     /// A store a newer release migrated is refused, and left as it is.

@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::checkpoint::{Checkpointer, Checkpointing, copy_wal_tail};
 use crate::clock::Clock;
-use crate::store::{Backend, StoreError};
+use crate::store::{Backend, StoreError, Wake, WorkSignals};
 pub(super) use crate::telemetry::WriteKind;
 
 /// Queue depth in front of the writer; a full queue pushes back on ingest.
@@ -66,8 +66,8 @@ struct WriteJob {
     queued: Instant,
     statements: Statements,
     reply: Reply,
-    /// Whether committing it creates work for the forwarder.
-    notify: bool,
+    /// The routes committing it gives new work to, if any.
+    wake: Option<Wake>,
     /// Whether its caller may only hear back once the commit is on disk.
     wait_for_fsync: bool,
     /// Set when the caller stopped waiting (it answered 503 at its deadline): a write
@@ -116,8 +116,8 @@ impl From<CommitFailure> for StoreError {
 pub(super) struct Syncing {
     /// Our own handle on the WAL file.
     wal: std::fs::File,
-    /// Bumped after an fsync that made new work durable (wakes the forwarder).
-    work: watch::Sender<u64>,
+    /// Moved after an fsync that made new work durable (wakes the routes' loops).
+    work: Arc<WorkSignals>,
     /// Set for good when an fsync fails.
     stopped: watch::Sender<bool>,
     /// Fault injection: fsyncs after this many fail (see [`FAULT_FSYNC_AFTER`]).
@@ -127,7 +127,7 @@ pub(super) struct Syncing {
 impl Syncing {
     pub(super) fn new(
         wal: std::fs::File,
-        work: watch::Sender<u64>,
+        work: Arc<WorkSignals>,
         stopped: watch::Sender<bool>,
     ) -> Syncing {
         Syncing {
@@ -190,7 +190,7 @@ impl Writer {
     pub(super) async fn submit<T: Send + 'static>(
         &self,
         kind: WriteKind,
-        notify: bool,
+        wake: Option<Wake>,
         wait_for_fsync: bool,
         mut statements: impl FnMut(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
@@ -228,7 +228,7 @@ impl Writer {
             queued: Instant::now(),
             statements: Box::new(run),
             reply: Box::new(reply),
-            notify,
+            wake,
             wait_for_fsync,
             abandoned: abandoned.clone(),
         };
@@ -280,11 +280,11 @@ impl Writer {
     }
 }
 
-/// A committed batch waiting for its fsync: each caller's answer, and whether the
-/// batch holds new work for the forwarder.
+/// A committed batch waiting for its fsync: each caller's answer, and the routes its
+/// writes gave new work to.
 struct Committed {
     answers: Vec<(Reply, Result<(), CommitFailure>)>,
-    notify: bool,
+    wakes: Vec<Wake>,
 }
 
 /// The writer: applies and commits batches back to back, while the syncer thread
@@ -344,7 +344,7 @@ fn writer_loop(
             }
             continue;
         }
-        let notify = batch.iter().any(|job| job.notify);
+        let wakes: Vec<Wake> = batch.iter_mut().filter_map(|job| job.wake.take()).collect();
         let wait_for_fsync: Vec<bool> = batch.iter().map(|job| job.wait_for_fsync).collect();
         let mut answers = Vec::with_capacity(batch.len());
         for ((reply, result), wait) in commit_batch(&mut conn, &mut batch, clock.now_ms())
@@ -359,7 +359,7 @@ fn writer_loop(
                 reply(result);
             }
         }
-        let committed = Committed { answers, notify };
+        let committed = Committed { answers, wakes };
         unsynced.fetch_add(1, Ordering::SeqCst);
         if let Err(std::sync::mpsc::SendError(lost)) = sync_tx.send(committed) {
             unsynced.fetch_sub(1, Ordering::SeqCst);
@@ -459,9 +459,12 @@ fn syncer(sync: Syncing, rx: std::sync::mpsc::Receiver<Committed>, flushed: Flus
         } else {
             Ok(())
         };
-        let notify = synced.is_ok() && pending.iter().any(|c| c.notify);
         let batches = pending.len();
+        let mut wakes = Vec::new();
         for c in pending {
+            if synced.is_ok() {
+                wakes.extend(c.wakes);
+            }
             for (reply, result) in c.answers {
                 reply(match (&synced, result) {
                     (Ok(()), r) => r,
@@ -470,8 +473,8 @@ fn syncer(sync: Syncing, rx: std::sync::mpsc::Receiver<Committed>, flushed: Flus
                 });
             }
         }
-        if notify {
-            sync.work.send_modify(|n| *n = n.wrapping_add(1));
+        for wake in &wakes {
+            sync.work.wake(wake);
         }
         flushed.unsynced.fetch_sub(batches, Ordering::SeqCst);
         flushed.writer.unpark();
