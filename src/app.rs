@@ -157,6 +157,12 @@ pub async fn run(
             "no admin token configured: the admin listener is bound to loopback only and refuses cross-site requests"
         );
     }
+    if cfg.admin.token.as_ref().is_some_and(admin::token_is_short) {
+        tracing::warn!(
+            min_chars = admin::MIN_TOKEN_CHARS,
+            "the admin token is short: use at least 24 random characters (e.g. `openssl rand -hex 32`); failed attempts are throttled per client, not per token"
+        );
+    }
     if sources.is_empty() {
         tracing::warn!("no sources configured: every ingest request will answer 404");
     }
@@ -245,6 +251,7 @@ pub async fn run(
             cfg.admin.token.as_ref(),
             cfg.sources.iter().map(console::SourceView::of).collect(),
             breaker_states(&routes),
+            cfg.admin.public_origin.clone(),
         )
         .context("console")?,
     );

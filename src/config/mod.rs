@@ -252,6 +252,11 @@ pub struct AdminConfig {
     pub token: Option<Secret>,
     /// Most entries per second a bulk replay schedules.
     pub replay_rate: u32,
+    /// The origin browsers reach the console at (`scheme://host[:port]`, as a
+    /// browser's `Origin` names it), when it is not `http://` and the request's
+    /// `Host` (a TLS-terminating proxy). `https` makes the session cookie
+    /// `__Host-` and `Secure`.
+    pub public_origin: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -68,6 +68,8 @@ pub struct RawAdmin {
     #[serde(default)]
     pub token_env: Option<String>,
     pub replay_rate: u32,
+    #[serde(default)]
+    pub public_origin: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -28,8 +28,6 @@ use crate::error::ApiError;
 
 /// Where the page is.
 const PATH: &str = "/console/dead-letters";
-/// Who the audit trail names for a replay started here.
-const ACTOR: &str = "console";
 
 /// `GET /console/dead-letters`.
 pub async fn show(
@@ -75,7 +73,7 @@ pub async fn replay(
         field("source")?,
         field("route")?,
         field("failure")?,
-        ACTOR,
+        &visitor.actor(),
     )
     .await
     .map_err(store_or_not_found)?;

@@ -31,8 +31,6 @@ use crate::store::Status;
 
 /// The most of a body the page shows; the rest is one API call away.
 const SHOWN_BODY_BYTES: usize = 256 * 1024;
-/// Who the audit trail names for an action taken in the console.
-const ACTOR: &str = "console";
 
 /// What the page says above the entry after an action.
 enum Notice {
@@ -100,7 +98,7 @@ pub async fn action(
     let (done, result) = match action.as_str() {
         "replay" => (
             "replayed",
-            admin::replay_entry(&console.admin, &id, route, ACTOR)
+            admin::replay_entry(&console.admin, &id, route, &visitor.actor())
                 .await
                 .map(|_| ()),
         ),
@@ -110,7 +108,7 @@ pub async fn action(
                 &console.admin,
                 &id,
                 route,
-                ACTOR,
+                &visitor.actor(),
                 form.get("note").unwrap_or_default(),
             )
             .await

@@ -170,7 +170,7 @@ async fn act(
     };
     let form = Form::parse(headers, body)?;
     console.check_post(visitor, headers, uri, &form)?;
-    admin::set_paused(&console.admin, name, route, paused)
+    admin::set_paused(&console.admin, name, route, paused, &visitor.actor())
         .await
         .map_err(|e| match e {
             ApiError::StoreUnavailable(cause) => ConsoleError::Store(cause),

@@ -28,6 +28,9 @@
 //! | `hg:sources` | set | every source name seen (for lookups by id) |
 //! | `hg:epoch` | string | a random value; its disappearance means Redis lost its data |
 //! | `hg:paused` | set | what is paused: `src` (a whole source) or `src/route` |
+//! | `hg:control_audit` | list of JSON, newest first | pauses and resumes with their actor (the newest 1000) |
+//! | `hg:{console}:session_revoked:<id>` | string, `PX` = until the session expires | a revoked console session (`id`: a hash of its nonce) |
+//! | `hg:{console}:sessions_revoked_until` | string | unix ms: every console session issued until then is revoked ("log out every session") |
 //!
 //! # Accept
 //!
@@ -58,6 +61,7 @@
 mod batch;
 mod codec;
 mod conn;
+mod controls;
 mod delivery;
 mod housekeeping;
 mod listing;
@@ -80,7 +84,7 @@ use self::conn::{Conn, timed};
 use self::delivery::paused_member;
 use self::scripts::Scripts;
 use super::{
-    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Controls, DeadLetter, Entry,
+    Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, ControlEvent, Controls, DeadLetter, Entry,
     HousekeepingPass, IdPage, ListQuery, MinuteActivity, NewEntry, Page, PauseTarget, Purged,
     RouteStats, SourceStats, Status, Store, StoreError, Transition,
 };
@@ -108,6 +112,25 @@ pub struct RedisStore {
     work_rx: tokio::sync::watch::Receiver<u64>,
     /// Pauses and discards made through this store.
     controls: Controls,
+}
+
+/// The audit record of a replay or discard by `by`.
+fn audit_event(
+    action: Action,
+    by: &Actor,
+    note: Option<&str>,
+    route: Option<&str>,
+    now: i64,
+) -> AuditEvent {
+    AuditEvent {
+        at: now,
+        action: action.as_str().into(),
+        actor: by.name.clone(),
+        note: note.map(str::to_string),
+        route: route.map(str::to_string),
+        session: by.session.clone(),
+        client: by.client.clone(),
+    }
 }
 
 /// The key `rest` of `source`: `<prefix>:{<source>}:<rest>`.
@@ -589,16 +612,10 @@ impl Store for RedisStore {
         id: &str,
         route: Option<&str>,
         at: i64,
-        actor: &str,
+        by: &Actor,
         now: i64,
     ) -> Result<Transition, StoreError> {
-        let audit = AuditEvent {
-            at: now,
-            action: Action::Replay.as_str().into(),
-            actor: actor.to_string(),
-            note: None,
-            route: route.map(str::to_string),
-        };
+        let audit = audit_event(Action::Replay, by, None, route, now);
         let (t, _) = self.transition(id, Action::Replay, at, &audit).await?;
         Ok(t)
     }
@@ -607,17 +624,11 @@ impl Store for RedisStore {
         &self,
         id: &str,
         route: Option<&str>,
-        actor: &str,
+        by: &Actor,
         note: &str,
         now: i64,
     ) -> Result<Transition, StoreError> {
-        let audit = AuditEvent {
-            at: now,
-            action: Action::Discard.as_str().into(),
-            actor: actor.to_string(),
-            note: Some(note.to_string()),
-            route: route.map(str::to_string),
-        };
+        let audit = audit_event(Action::Discard, by, Some(note), route, now);
         let (t, routes) = self.transition(id, Action::Discard, now, &audit).await?;
         for route in routes {
             self.controls.send(Control::Discarded {
@@ -633,6 +644,26 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         };
         self.json_list(&source, &format!("audit:{id}")).await
+    }
+
+    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError> {
+        self.push_control(event).await
+    }
+
+    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError> {
+        self.read_controls(limit).await
+    }
+
+    async fn revoke_session(&self, id: &str, expires_at: i64, now: i64) -> Result<(), StoreError> {
+        self.revoke(id, expires_at, now).await
+    }
+
+    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError> {
+        self.revoke_until(at).await
+    }
+
+    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
+        self.is_revoked(id, issued_at).await
     }
 
     async fn dead_letters(

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::queries::{bump_activity, load_entry};
 use crate::store::activity::{Counted, minute_of};
 use crate::store::{
-    Attempt, Claim, Completion, Delivery, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE,
+    Actor, Attempt, Claim, Completion, Delivery, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE,
     Status, StoreError, Transition, attempt_error,
 };
 
@@ -363,7 +363,7 @@ pub(super) fn complete(
                 id,
                 now,
                 SKIP_ACTION,
-                SKIP_ACTOR,
+                &Actor::from(SKIP_ACTOR),
                 Some(SKIP_NOTE),
                 Some(route),
             )?;
@@ -420,15 +420,24 @@ fn audit(
     id: &str,
     now: i64,
     action: &str,
-    actor: &str,
+    by: &Actor,
     note: Option<&str>,
     route: Option<&str>,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT INTO audit (entry_id, at, action, actor, note, route)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO audit (entry_id, at, action, actor, note, route, session, client)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
-    .execute(params![id, now, action, actor, note, route])?;
+    .execute(params![
+        id,
+        now,
+        action,
+        by.name,
+        note,
+        route,
+        by.session,
+        by.client
+    ])?;
     Ok(())
 }
 
@@ -440,7 +449,7 @@ pub(super) fn replay(
     id: &str,
     route: Option<&str>,
     at: i64,
-    actor: &str,
+    by: &Actor,
     now: i64,
 ) -> Result<Transition, StoreError> {
     let chosen = match route {
@@ -469,7 +478,7 @@ pub(super) fn replay(
         )?
         .execute(params![id, r, at, now])?;
     }
-    audit(conn, id, now, "replay", actor, None, route)?;
+    audit(conn, id, now, "replay", by, None, route)?;
     refresh_entry(conn, id, now)?;
     Ok(Transition::Done)
 }
@@ -481,7 +490,7 @@ pub(super) fn discard(
     conn: &Connection,
     id: &str,
     route: Option<&str>,
-    actor: &str,
+    by: &Actor,
     note: &str,
     now: i64,
 ) -> Result<(Transition, Vec<String>), StoreError> {
@@ -503,7 +512,7 @@ pub(super) fn discard(
         )?
         .execute(params![id, r, now])?;
     }
-    audit(conn, id, now, "discard", actor, Some(note), route)?;
+    audit(conn, id, now, "discard", by, Some(note), route)?;
     refresh_entry(conn, id, now)?;
     Ok((Transition::Done, routes))
 }
