@@ -176,7 +176,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                         dt { "Event ID" }
                         dd {
                             @match &s.event_id {
-                                Some(e) => { code #event-id { (e) } (copy("event-id", "Copy event ID")) },
+                                Some(e) => { code #event-id { (format::untrusted(e)) } (copy("event-id", "Copy event ID")) },
                                 None => span.muted { "None" },
                             }
                         }
@@ -184,7 +184,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                     div { dt { "Source" } dd { (s.source) } }
                     div {
                         dt { "Event type" }
-                        dd { @match &s.event_type { Some(t) => code { (t) }, None => span.muted { "None" } } }
+                        dd { @match &s.event_type { Some(t) => code { (format::untrusted(t)) }, None => span.muted { "None" } } }
                     }
                     div { dt { "Received" } dd { (format::rfc3339(&s.received_at)) } }
                     div { dt { "Attempts" } dd { (s.attempts) } }
@@ -237,7 +237,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                                         @match &x.next_attempt_at { Some(t) => (format::rfc3339(t)), None => span.muted { "—" } }
                                     }
                                     td.clip data-label="Last error" {
-                                        @match &x.last_error { Some(e) => (e), None => span.muted { "—" } }
+                                        @match &x.last_error { Some(e) => (format::untrusted(e)), None => span.muted { "—" } }
                                     }
                                     td data-label="Ordering key" {
                                         @match &x.order {
@@ -294,8 +294,8 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                             span.what {
                                 strong { (a.action) }
                                 @if let Some(r) = &a.route { " · route " code { (r) } }
-                                " by " (a.actor)
-                                @if let Some(n) = &a.note { q.note { (n) } }
+                                " by " (format::untrusted(&a.actor))
+                                @if let Some(n) = &a.note { q.note { (format::untrusted(n)) } }
                             }
                         }
                     }
@@ -308,7 +308,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                 table.headers {
                     tbody {
                         @for h in &d.headers {
-                            tr { th scope="row" { (h.name) } td.wrap { (h.value) } }
+                            tr { th scope="row" { (format::untrusted(&h.name)) } td.wrap { (format::untrusted(&h.value)) } }
                         }
                     }
                 }

@@ -603,6 +603,8 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
             actor: "alice".into(),
             note: None,
             route: None,
+            session: None,
+            client: None,
         }]
     );
     // Counters, pauses and dedupe keys are as they were.

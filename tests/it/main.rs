@@ -14,6 +14,7 @@ mod conformance;
 mod conformance_console;
 mod conformance_order;
 mod conformance_routes;
+mod conformance_sessions;
 mod connections;
 mod console;
 mod console_activity;
