@@ -18,6 +18,8 @@ mod conformance_sessions;
 mod connections;
 mod console;
 mod console_activity;
+mod console_hardening;
+mod console_sessions;
 mod console_triage;
 mod console_xss;
 mod crash;
