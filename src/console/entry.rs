@@ -360,7 +360,7 @@ fn body_section(d: &EntryDetail) -> Markup {
             @if cut {
                 p.muted { "The body is long: its beginning is shown. " code { "GET /admin/entries/" (d.summary.id) } " answers it whole." }
             }
-            pre.body tabindex="0" aria-label="Body" { code { (shown) } }
+            pre.body tabindex="0" aria-label="Body" { code { (format::untrusted(&shown)) } }
             textarea #body-raw.visually-hidden readonly tabindex="-1" aria-hidden="true" { (d.body) }
         }
     }

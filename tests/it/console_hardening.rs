@@ -199,14 +199,14 @@ async fn in_chromium_a_bidi_control_in_a_webhook_cannot_reorder_the_page() {
             .await
             .unwrap();
         b.wait_for_path(&path).await;
-        // Every innermost element whose text holds the control must isolate it
-        // (a `<bdi>`, or `unicode-bidi: isolate`), so that it cannot reorder the
-        // text around the value.
+        // Every innermost element shown whose text holds the control must isolate
+        // it (a `<bdi>`, or `unicode-bidi: isolate`), so that it cannot reorder the
+        // text around the value. (The Copy button's hidden source is not shown.)
         let found = b
             .client
             .execute(
                 "const out = [];
-                 for (const el of document.body.querySelectorAll('*')) {
+                 for (const el of document.body.querySelectorAll('*:not([aria-hidden=true])')) {
                    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.data.includes('\u{202E}'));
                    if (own) out.push([el.tagName, getComputedStyle(el).unicodeBidi]);
                  }
