@@ -241,6 +241,7 @@ pub async fn run(
         cfg.admin.token.as_ref(),
         admin_sources,
         cfg.admin.replay_rate,
+        cfg.admin.failed_auth_allowance,
         clock.clone(),
     ));
     let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts)

@@ -92,6 +92,7 @@ impl AdminState {
         token: Option<&Secret>,
         sources: Vec<AdminSource>,
         replay_rate: u32,
+        failed_auth_allowance: u32,
         clock: Clock,
     ) -> AdminState {
         AdminState {
@@ -101,7 +102,7 @@ impl AdminState {
             replay_rate: replay_rate.max(1),
             replay_horizon: Mutex::new(0),
             clock,
-            throttle: Throttle::default(),
+            throttle: Throttle::new(failed_auth_allowance),
         }
     }
 

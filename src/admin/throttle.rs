@@ -2,7 +2,8 @@
 //! and a wrong token at the console's login count against the client (an IPv4
 //! address or an IPv6 prefix, `serve::client_of`) that sent them, in one table.
 //!
-//! The first [`FREE_FAILURES`] failures cost nothing. Each one after that locks the
+//! The first failures (`admin.failed_auth_allowance`, [`DEFAULT_ALLOWANCE`] by
+//! default) cost nothing. Each one after that locks the
 //! client out for twice as long as the one before (1 s, 2 s, 4 s… at most
 //! [`MAX_LOCKOUT_MS`]); while it is locked out, every attempt is answered 429 with
 //! `Retry-After`, the right token included, without being checked. A success clears
@@ -16,8 +17,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-/// Failures a client may make before it is locked out.
-pub const FREE_FAILURES: u32 = 5;
+/// Failures a client may make before it is locked out, by default.
+pub const DEFAULT_ALLOWANCE: u32 = 5;
 /// The first lockout; each further failure doubles it.
 const FIRST_LOCKOUT_MS: i64 = 1_000;
 /// The longest lockout.
@@ -38,9 +39,17 @@ struct Failures {
 }
 
 /// The per-client failure table.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Throttle {
+    /// Failures a client may make before it is locked out.
+    allowance: u32,
     clients: Mutex<HashMap<IpAddr, Failures>>,
+}
+
+impl Default for Throttle {
+    fn default() -> Throttle {
+        Throttle::new(DEFAULT_ALLOWANCE)
+    }
 }
 
 /// A client locked out: it may try again in `retry_after_secs`.
@@ -50,6 +59,14 @@ pub struct LockedOut {
 }
 
 impl Throttle {
+    /// A table that lets a client fail `allowance` times before locking it out.
+    pub fn new(allowance: u32) -> Throttle {
+        Throttle {
+            allowance,
+            clients: Mutex::default(),
+        }
+    }
+
     /// Whether `client` may have its credentials checked at `now` (unix ms).
     pub fn check(&self, client: IpAddr, now: i64) -> Result<(), LockedOut> {
         let Ok(clients) = self.clients.lock() else {
@@ -84,7 +101,7 @@ impl Throttle {
         }
         f.count = f.count.saturating_add(1);
         f.last = now;
-        if let Some(over) = f.count.checked_sub(FREE_FAILURES + 1) {
+        if let Some(over) = f.count.checked_sub(self.allowance.saturating_add(1)) {
             let lockout = FIRST_LOCKOUT_MS
                 .checked_shl(over.min(30))
                 .unwrap_or(MAX_LOCKOUT_MS)
@@ -115,7 +132,7 @@ mod tests {
     fn failures_past_the_free_ones_lock_a_client_out_for_longer_each_time() {
         let t = Throttle::default();
         let a = ip("192.0.2.1");
-        for _ in 0..FREE_FAILURES {
+        for _ in 0..DEFAULT_ALLOWANCE {
             assert_eq!(t.check(a, NOW), Ok(()));
             t.failed(a, NOW);
         }
@@ -155,7 +172,7 @@ mod tests {
     fn a_full_table_drops_the_client_whose_last_failure_is_oldest() {
         let t = Throttle::default();
         let first = IpAddr::from([10, 0, 0, 0]);
-        for _ in 0..=FREE_FAILURES {
+        for _ in 0..=DEFAULT_ALLOWANCE {
             t.failed(first, NOW);
         }
         for i in 1..MAX_CLIENTS as u32 {

@@ -62,6 +62,7 @@ shutdown_grace = "10s"
 listen = "127.0.0.1:8081"
 token_env = "HOOKGATE_ADMIN_TOKEN"
 replay_rate = 50
+failed_auth_allowance = 5
 
 [store]
 kind = "embedded"
@@ -257,6 +258,9 @@ pub struct AdminConfig {
     /// `Host` (a TLS-terminating proxy). `https` makes the session cookie
     /// `__Host-` and `Secure`.
     pub public_origin: Option<String>,
+    /// Wrong tokens (bearer or console login) a client may present before it is
+    /// locked out, for longer after each further one (`admin::throttle`).
+    pub failed_auth_allowance: u32,
 }
 
 #[derive(Debug, Clone)]

@@ -70,6 +70,7 @@ pub struct RawAdmin {
     pub replay_rate: u32,
     #[serde(default)]
     pub public_origin: Option<String>,
+    pub failed_auth_allowance: u32,
 }
 
 #[derive(Debug, Deserialize)]

@@ -130,6 +130,7 @@ pub(super) fn validate(
             None | Some("") => None,
             Some(o) => Some(public_origin(o)?),
         },
+        failed_auth_allowance: raw.admin.failed_auth_allowance,
     };
 
     let store_timeout = parse_duration("store.timeout", &raw.store.timeout)?;

@@ -90,7 +90,7 @@ async fn log_out_everywhere_revokes_every_session_issued_until_then() {
     let mine = log_in(&client, a1).await;
     let theirs = log_in(&client, a2).await;
     let (_, overview) = page(&client, a1, "/console/", &mine).await;
-    assert!(overview.contains("Log out everywhere"), "{overview}");
+    assert!(overview.contains("Log out everywhere"));
     let all = post_form(
         &client,
         a1,
