@@ -500,6 +500,7 @@ async fn the_server_and_its_openapi_document_agree() {
         ("POST", "/admin/sources/{name}/routes/{route}/pause"),
         ("POST", "/admin/sources/{name}/routes/{route}/resume"),
         ("GET", "/admin/stats"),
+        ("GET", "/admin/audit"),
     ]
     .into_iter()
     .map(|(m, p)| (m.to_string(), p.to_string()))
@@ -585,6 +586,10 @@ async fn the_server_and_its_openapi_document_agree() {
             "/admin/replay".into(),
             Some(json!({"source": "oa", "route": "default"})),
         ),
+        // After the pauses and resumes above: events with an actor and a client.
+        ("GET", "/admin/audit".into(), None),
+        ("GET", "/admin/audit?limit=2".into(), None),
+        ("GET", "/admin/audit?limit=0".into(), None),
         ("GET", "/admin/dead-letters".into(), None),
         (
             "GET",
