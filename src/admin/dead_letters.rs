@@ -21,10 +21,10 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 
 use super::AdminState;
+use super::actor::ApiActor;
 use super::dto::{
     DeadLetterGroup, DeadLetterGroups, DeadLetterReplay, DeadLetterSample, ReplayResult,
 };
-use super::actor::ApiActor;
 use super::entries::{json_object, query_map, replay_paced, rfc3339};
 use crate::error::ApiError;
 use crate::store::{Actor, DeadLetter};
@@ -81,14 +81,7 @@ pub(super) async fn replay(
                 .into(),
         )
     })?;
-    let done = replay_group(
-        &admin,
-        &req.source,
-        &req.route,
-        &req.failure,
-        &by,
-    )
-    .await?;
+    let done = replay_group(&admin, &req.source, &req.route, &req.failure, &by).await?;
     Ok((StatusCode::ACCEPTED, Json(done)))
 }
 

@@ -18,10 +18,10 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 
+use super::actor::ApiActor;
 use super::dto::{
     self, EntryDetail, EntryList, EntrySummary, ReplayFilter, ReplayResult, TransitionResult,
 };
-use super::actor::ApiActor;
 use super::{AdminState, path_param};
 use crate::error::ApiError;
 use crate::store::{Actor, ListQuery, ListedEntry, MAX_PAGE, Status, Transition};

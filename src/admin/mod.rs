@@ -50,13 +50,13 @@ use crate::store::Store;
 
 use throttle::{LockedOut, Throttle};
 
+pub use actor::client_address;
+pub use audit::control_events;
 pub use dead_letters::{GROUPED_MAX, dead_letter_groups, failure_of, replay_group};
 pub use entries::{
     BULK_REPLAY_MAX, DEFAULT_LIMIT, MAX_NOTE_CHARS, discard_entry, entry_detail, parse_time,
     replay_entry, replay_paced, rfc3339,
 };
-pub use actor::client_address;
-pub use audit::control_events;
 pub use sources::{current_stats, set_paused, source_states};
 
 /// The OpenAPI document of this API (kept in the repository, served as is).
@@ -228,11 +228,7 @@ pub fn client_of(req: &Request) -> IpAddr {
 /// any case, refuse a POST body that is not JSON. A refused request changes nothing.
 /// Every answer is marked not to be cached or sniffed (the console's pages set
 /// their own headers besides).
-pub async fn guard(
-    State(admin): State<Arc<AdminState>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn guard(State(admin): State<Arc<AdminState>>, req: Request, next: Next) -> Response {
     let mut resp = match refuse(&admin, &req) {
         Some(refused) => refused.into_response(),
         None => next.run(req).await,

@@ -9,8 +9,8 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 
-use super::dto::{RouteState, RouteStats, SourceState, SourceStats, Stats};
 use super::actor::ApiActor;
+use super::dto::{RouteState, RouteStats, SourceState, SourceStats, Stats};
 use super::{AdminSource, AdminState, path_param};
 use crate::error::ApiError;
 use crate::store::{Actor, ControlAction, ControlEvent, PauseTarget, StoreError};
@@ -138,7 +138,9 @@ pub(super) async fn pause_route(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
     let (name, route) = path_param(p)?;
-    Ok(Json(set_paused(&admin, &name, Some(&route), true, &by).await?))
+    Ok(Json(
+        set_paused(&admin, &name, Some(&route), true, &by).await?,
+    ))
 }
 
 pub(super) async fn resume_route(
@@ -147,7 +149,9 @@ pub(super) async fn resume_route(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
     let (name, route) = path_param(p)?;
-    Ok(Json(set_paused(&admin, &name, Some(&route), false, &by).await?))
+    Ok(Json(
+        set_paused(&admin, &name, Some(&route), false, &by).await?,
+    ))
 }
 
 pub(super) async fn stats(State(admin): State<Arc<AdminState>>) -> Result<Json<Stats>, ApiError> {

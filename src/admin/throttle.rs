@@ -138,12 +138,19 @@ mod tests {
         }
         assert_eq!(t.check(a, NOW), Ok(()));
         t.failed(a, NOW);
-        assert_eq!(t.check(a, NOW), Err(LockedOut { retry_after_secs: 1 }));
+        assert_eq!(
+            t.check(a, NOW),
+            Err(LockedOut {
+                retry_after_secs: 1
+            })
+        );
         assert_eq!(t.check(a, NOW + 1_000), Ok(()));
         t.failed(a, NOW + 1_000);
         assert_eq!(
             t.check(a, NOW + 1_000),
-            Err(LockedOut { retry_after_secs: 2 })
+            Err(LockedOut {
+                retry_after_secs: 2
+            })
         );
         // Another client is not affected; a success clears only its own client.
         let b = ip("192.0.2.2");

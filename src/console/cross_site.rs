@@ -94,7 +94,10 @@ mod tests {
                 ("origin", "http://127.0.0.1:8081"),
                 ("sec-fetch-site", "same-origin"),
             ],
-            vec![("host", "Admin.Example"), ("origin", "http://admin.example")],
+            vec![
+                ("host", "Admin.Example"),
+                ("origin", "http://admin.example"),
+            ],
         ];
         for h in ok {
             assert_eq!(same_origin(&headers(&h), &uri, None), Ok(()), "{h:?}");
@@ -149,7 +152,10 @@ mod tests {
     fn behind_a_proxy_the_public_origin_is_the_one_origin() {
         let uri: Uri = "/console/logout".parse().unwrap();
         let public = Some("https://admin.example");
-        let h = headers(&[("host", "10.0.0.5:8081"), ("origin", "https://Admin.Example")]);
+        let h = headers(&[
+            ("host", "10.0.0.5:8081"),
+            ("origin", "https://Admin.Example"),
+        ]);
         assert_eq!(same_origin(&h, &uri, public), Ok(()));
         for origin in [
             "http://admin.example",

@@ -194,7 +194,12 @@ impl ConsoleState {
             // A browser sends a handful of cookies at most: bound the store reads.
             .take(MAX_SESSIONS_TRIED);
         for s in presented {
-            if !self.admin.store.session_revoked(s.id(), s.issued_at()).await? {
+            if !self
+                .admin
+                .store
+                .session_revoked(s.id(), s.issued_at())
+                .await?
+            {
                 return Ok(Visitor::LoggedIn(s, client));
             }
         }

@@ -446,8 +446,7 @@ pub trait Store: Send + Sync + 'static {
     /// (unix ms, when the session would have expired anyway): every process on the
     /// store refuses it from now on. Housekeeping (or Redis itself) forgets the
     /// revocation once it has expired.
-    async fn revoke_session(&self, id: &str, expires_at: i64, now: i64)
-    -> Result<(), StoreError>;
+    async fn revoke_session(&self, id: &str, expires_at: i64, now: i64) -> Result<(), StoreError>;
 
     /// Revoke every console session issued at or before `at` (unix ms): "log out
     /// every session". A later call with an earlier `at` changes nothing.

@@ -400,7 +400,14 @@ async fn wrong_tokens_are_throttled_per_client_and_the_right_one_still_works_els
     assert_eq!(st.status(), 429);
     // The console's login counts in the same table.
     let login = format!("{}/console/login", gw.admin);
-    let form = guesser.get(&login).send().await.unwrap().text().await.unwrap();
+    let form = guesser
+        .get(&login)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let csrf = crate::console::form_token(&form);
     let resp = guesser
         .post(&login)

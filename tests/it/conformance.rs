@@ -7,8 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
-    Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, Entry, Header, HousekeepingPass,
-    ListQuery, NewEntry, SourceStats, Status, Store, Transition,
+    Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, Entry, Header,
+    HousekeepingPass, ListQuery, NewEntry, SourceStats, Status, Store, Transition,
 };
 
 use crate::util::{
@@ -312,7 +312,10 @@ async fn status_of(store: &dyn Store, id: &str) -> Status {
 /// Discard `id` at `at`, which the store does.
 async fn discard_done(store: &dyn Store, id: &str, at: i64) {
     assert_eq!(
-        store.discard(id, None, &"ops".into(), "n", at).await.unwrap(),
+        store
+            .discard(id, None, &"ops".into(), "n", at)
+            .await
+            .unwrap(),
         Transition::Done,
         "discard {id}"
     );
@@ -845,7 +848,10 @@ async fn entry_with_status(store: &dyn Store, source: &str, key: &str, status: S
         Status::Pending => {}
         Status::Discarded => {
             assert_eq!(
-                store.discard(&id, None, &"ops".into(), "setup", t).await.unwrap(),
+                store
+                    .discard(&id, None, &"ops".into(), "setup", t)
+                    .await
+                    .unwrap(),
                 Transition::Done
             );
         }
@@ -873,7 +879,10 @@ async fn transitions_by_status(store: &dyn Store) {
     let discarded = entry_with_status(store, "z", "evt", Status::Discarded).await;
 
     assert_eq!(
-        store.replay(&pending, None, t, &"ops".into(), t).await.unwrap(),
+        store
+            .replay(&pending, None, t, &"ops".into(), t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Pending)
     );
     assert_eq!(
@@ -918,7 +927,10 @@ async fn unknown_ids_are_not_found(store: &dyn Store) {
             Transition::NotFound
         );
         assert_eq!(
-            store.discard(id, None, &"ops".into(), "n", t).await.unwrap(),
+            store
+                .discard(id, None, &"ops".into(), "n", t)
+                .await
+                .unwrap(),
             Transition::NotFound
         );
         assert!(store.attempts(id).await.unwrap().is_empty());
@@ -947,7 +959,10 @@ async fn replay_queues_with_a_fresh_budget(store: &dyn Store) {
         let now = now_ms() + 10;
         let at = now + 1_000;
         assert_eq!(
-            store.replay(&id, None, at, &"ops".into(), now).await.unwrap(),
+            store
+                .replay(&id, None, at, &"ops".into(), now)
+                .await
+                .unwrap(),
             Transition::Done,
             "replay of a {from:?} entry"
         );
@@ -995,7 +1010,10 @@ async fn audit_trail_oldest_first(store: &dyn Store) {
         client: Some("2001:db8::7".into()),
     };
     assert_eq!(
-        store.replay(&id, None, t, &"alice".into(), t + 1).await.unwrap(),
+        store
+            .replay(&id, None, t, &"alice".into(), t + 1)
+            .await
+            .unwrap(),
         Transition::Done
     );
     assert_eq!(
@@ -1006,7 +1024,10 @@ async fn audit_trail_oldest_first(store: &dyn Store) {
         Transition::Done
     );
     assert_eq!(
-        store.replay(&id, None, t, &"carol".into(), t + 3).await.unwrap(),
+        store
+            .replay(&id, None, t, &"carol".into(), t + 3)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let trail = store.audit(&id).await.unwrap();
@@ -1107,7 +1128,10 @@ async fn controls_announce_changes(store: &dyn Store) {
     );
     // A refused discard announces nothing.
     assert_eq!(
-        store.discard(&id, None, &"ops".into(), "n", t).await.unwrap(),
+        store
+            .discard(&id, None, &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Discarded)
     );
     assert!(matches!(

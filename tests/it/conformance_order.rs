@@ -286,7 +286,10 @@ async fn a_replay_takes_its_place_in_the_line(store: &dyn Store) {
     let second = claim_all(store, now).await;
     assert_eq!(ids(&second), vec![a[1].clone()]);
     assert_eq!(
-        store.replay(&a[0], None, now, &"op".into(), now).await.unwrap(),
+        store
+            .replay(&a[0], None, now, &"op".into(), now)
+            .await
+            .unwrap(),
         Transition::Done
     );
     assert!(

@@ -338,7 +338,10 @@ async fn filtered_entry_is_never_delivered(store: &dyn Store) {
         Transition::Conflict(Status::Filtered)
     );
     assert_eq!(
-        store.discard(&id, None, &"ops".into(), "n", t).await.unwrap(),
+        store
+            .discard(&id, None, &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Filtered)
     );
     assert_eq!(
@@ -808,7 +811,10 @@ async fn replay_one_route(store: &dyn Store) {
 
     // A pending delivery, a route the entry lacks, an entry that does not exist.
     assert_eq!(
-        store.replay(&id, Some("a"), at, &"ops".into(), now).await.unwrap(),
+        store
+            .replay(&id, Some("a"), at, &"ops".into(), now)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Pending)
     );
     assert_eq!(
@@ -861,7 +867,10 @@ async fn replay_one_route(store: &dyn Store) {
     );
     // A delivered delivery is sent again when named.
     assert_eq!(
-        store.replay(&id, Some("b"), at, &"ops".into(), at).await.unwrap(),
+        store
+            .replay(&id, Some("b"), at, &"ops".into(), at)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let b = delivery(store, &id, "b").await;
@@ -883,7 +892,10 @@ async fn replay_every_route(store: &dyn Store) {
     settle(store, "s", &id, "a", Outcome::Refused, t).await;
     settle(store, "s", &id, "b", Outcome::Delivered, t).await;
     assert_eq!(
-        store.discard(&id, Some("c"), &"ops".into(), "n", t).await.unwrap(),
+        store
+            .discard(&id, Some("c"), &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let before = got(store, &id).await;
@@ -891,7 +903,10 @@ async fn replay_every_route(store: &dyn Store) {
     let now = now_ms() + 10;
     let at = now + 500;
     assert_eq!(
-        store.replay(&id, None, at, &"bob".into(), now).await.unwrap(),
+        store
+            .replay(&id, None, at, &"bob".into(), now)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let e = got(store, &id).await;
@@ -934,7 +949,10 @@ async fn replay_every_route(store: &dyn Store) {
     settle(store, "s", &all, "b", Outcome::Delivered, t).await;
     let now = now_ms() + 10;
     assert_eq!(
-        store.replay(&all, None, now, &"ops".into(), now).await.unwrap(),
+        store
+            .replay(&all, None, now, &"ops".into(), now)
+            .await
+            .unwrap(),
         Transition::Done
     );
     for d in got(store, &all).await.deliveries {
@@ -950,7 +968,10 @@ async fn replay_every_route(store: &dyn Store) {
     settle(store, "s", &busy, "b", Outcome::Delivered, now_ms()).await;
     let before = got(store, &busy).await;
     assert_eq!(
-        store.replay(&busy, None, now, &"ops".into(), now).await.unwrap(),
+        store
+            .replay(&busy, None, now, &"ops".into(), now)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Pending)
     );
     assert_eq!(got(store, &busy).await, before);
@@ -985,7 +1006,10 @@ async fn replay_every_route(store: &dyn Store) {
     );
     let now = now_ms() + 20;
     assert_eq!(
-        store.replay(&busy, None, now, &"ops".into(), now).await.unwrap(),
+        store
+            .replay(&busy, None, now, &"ops".into(), now)
+            .await
+            .unwrap(),
         Transition::Done
     );
     assert_eq!(
@@ -1028,7 +1052,10 @@ async fn discard_by_route(store: &dyn Store) {
     assert!(claims(store, "s", "b", "w", t + 3_600_000).await.is_empty());
     // Refused: an ended delivery, a route the entry lacks, an unknown entry.
     assert_eq!(
-        store.discard(&id, Some("b"), &"ops".into(), "n", t).await.unwrap(),
+        store
+            .discard(&id, Some("b"), &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Discarded)
     );
     assert_eq!(
@@ -1048,7 +1075,10 @@ async fn discard_by_route(store: &dyn Store) {
     );
     settle(store, "s", &id, "a", Outcome::Delivered, t).await;
     assert_eq!(
-        store.discard(&id, Some("a"), &"ops".into(), "n", t).await.unwrap(),
+        store
+            .discard(&id, Some("a"), &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Delivered)
     );
     assert!(
@@ -1058,7 +1088,10 @@ async fn discard_by_route(store: &dyn Store) {
 
     // Without a route: every pending or dead delivery (c), not the delivered one.
     assert_eq!(
-        store.discard(&id, None, &"bob".into(), "all", t + 1).await.unwrap(),
+        store
+            .discard(&id, None, &"bob".into(), "all", t + 1)
+            .await
+            .unwrap(),
         Transition::Done
     );
     assert_eq!(next(&mut rx).await, discarded(&id, "c"));
@@ -1072,7 +1105,10 @@ async fn discard_by_route(store: &dyn Store) {
     );
     assert_eq!(got(store, &id).await.status, Status::Discarded);
     assert_eq!(
-        store.discard(&id, None, &"ops".into(), "n", t).await.unwrap(),
+        store
+            .discard(&id, None, &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Discarded)
     );
     assert!(drain(&mut rx).is_empty());
@@ -1104,7 +1140,10 @@ async fn discard_by_route(store: &dyn Store) {
     let two = accept_new(store, routed("s", "evt_disc_two", &["a", "b"])).await;
     settle(store, "s", &two, "a", Outcome::Refused, now_ms()).await;
     assert_eq!(
-        store.discard(&two, None, &"ops".into(), "n", t).await.unwrap(),
+        store
+            .discard(&two, None, &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let mut got_controls = vec![next(&mut rx).await, next(&mut rx).await];
@@ -1346,7 +1385,10 @@ async fn route_stats_count_deliveries(store: &dyn Store) {
     settle(store, "s", &e1, "a", Outcome::Delivered, t).await;
     settle(store, "s", &e2, "a", Outcome::Refused, t).await;
     assert_eq!(
-        store.discard(&e2, Some("b"), &"ops".into(), "n", t).await.unwrap(),
+        store
+            .discard(&e2, Some("b"), &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Done
     );
     assert_eq!(

@@ -18,7 +18,10 @@ async fn a_revoked_session_stays_revoked_until_it_expires(store: &dyn Store) {
     assert!(!store.session_revoked("a", t).await.unwrap());
     store.revoke_session("a", t + HOUR, t).await.unwrap();
     assert!(store.session_revoked("a", t).await.unwrap());
-    assert!(!store.session_revoked("b", t).await.unwrap(), "only that one");
+    assert!(
+        !store.session_revoked("b", t).await.unwrap(),
+        "only that one"
+    );
     // Housekeeping keeps a revocation that has not expired.
     store
         .housekeeping(HousekeepingPass::Periodic, &[])
@@ -26,15 +29,22 @@ async fn a_revoked_session_stays_revoked_until_it_expires(store: &dyn Store) {
         .unwrap();
     assert!(store.session_revoked("a", t).await.unwrap());
     // One that expires soon is forgotten once it has (by housekeeping, or by Redis).
-    store.revoke_session("c", now_ms() + 300, now_ms()).await.unwrap();
+    store
+        .revoke_session("c", now_ms() + 300, now_ms())
+        .await
+        .unwrap();
     assert!(store.session_revoked("c", t).await.unwrap());
-    wait_until("the expired revocation to go", Duration::from_secs(10), async || {
-        store
-            .housekeeping(HousekeepingPass::Periodic, &[])
-            .await
-            .unwrap();
-        !store.session_revoked("c", t).await.unwrap()
-    })
+    wait_until(
+        "the expired revocation to go",
+        Duration::from_secs(10),
+        async || {
+            store
+                .housekeeping(HousekeepingPass::Periodic, &[])
+                .await
+                .unwrap();
+            !store.session_revoked("c", t).await.unwrap()
+        },
+    )
     .await;
     assert!(store.session_revoked("a", t).await.unwrap());
 }

@@ -34,7 +34,10 @@ async fn behind_https_the_session_cookie_is_host_prefixed_and_secure() {
             .send()
     };
     // The proxy's origin over http is another origin.
-    assert_eq!(login_as("http://console.example").await.unwrap().status(), 403);
+    assert_eq!(
+        login_as("http://console.example").await.unwrap().status(),
+        403
+    );
     let resp = login_as("https://console.example").await.unwrap();
     assert_eq!(resp.status(), 303);
     let set = resp.headers()["set-cookie"].to_str().unwrap().to_string();
@@ -60,7 +63,10 @@ async fn behind_https_the_session_cookie_is_host_prefixed_and_secure() {
             .form(&[("csrf", token.as_str())])
             .send()
     };
-    assert_eq!(logout("http://console.example").await.unwrap().status(), 403);
+    assert_eq!(
+        logout("http://console.example").await.unwrap().status(),
+        403
+    );
     let out = logout("https://console.example").await.unwrap();
     assert_eq!(out.status(), 303);
     let cleared = out.headers()["set-cookie"].to_str().unwrap();
@@ -193,11 +199,11 @@ async fn in_chromium_a_bidi_control_in_a_webhook_cannot_reorder_the_page() {
 
     let b = Browser::start().await;
     b.log_in(&gw).await;
-    for path in ["/console/entries".to_string(), format!("/console/entries/{id}")] {
-        b.client
-            .goto(&format!("{}{path}", gw.admin))
-            .await
-            .unwrap();
+    for path in [
+        "/console/entries".to_string(),
+        format!("/console/entries/{id}"),
+    ] {
+        b.client.goto(&format!("{}{path}", gw.admin)).await.unwrap();
         b.wait_for_path(&path).await;
         // Every innermost element shown whose text holds the control must isolate
         // it (a `<bdi>`, or `unicode-bidi: isolate`), so that it cannot reorder the

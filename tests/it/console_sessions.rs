@@ -51,7 +51,14 @@ async fn a_logout_revokes_the_session_on_every_gateway_sharing_the_store() {
     assert_eq!(st, 200, "a session opens every gateway on the store");
     let token = form_token(&overview);
 
-    let out = post_form(&client, a1, "/console/logout", &session, &[("csrf", &token)]).await;
+    let out = post_form(
+        &client,
+        a1,
+        "/console/logout",
+        &session,
+        &[("csrf", &token)],
+    )
+    .await;
     assert_eq!(out.status(), 303);
     assert_eq!(out.headers()["location"], "/console/login");
 
@@ -103,7 +110,11 @@ async fn log_out_everywhere_revokes_every_session_issued_until_then() {
     assert_eq!(all.headers()["location"], "/console/login");
     for (who, cookie) in [("mine", &mine), ("theirs", &theirs)] {
         for admin in [a1, a2] {
-            assert_eq!(page(&client, admin, "/console/", cookie).await.0, 303, "{who}");
+            assert_eq!(
+                page(&client, admin, "/console/", cookie).await.0,
+                303,
+                "{who}"
+            );
         }
     }
     // A login afterwards is a new session, and it works.

@@ -68,6 +68,7 @@ mod listing;
 mod migrate;
 mod preconditions;
 mod scripts;
+mod transition;
 mod views;
 
 use std::collections::{BTreeSet, HashMap};
@@ -83,10 +84,11 @@ use self::codec::entry_from_map;
 use self::conn::{Conn, timed};
 use self::delivery::paused_member;
 use self::scripts::Scripts;
+use self::transition::{Action, audit_event};
 use super::{
-    Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, ControlEvent, Controls, DeadLetter, Entry,
-    HousekeepingPass, IdPage, ListQuery, MinuteActivity, NewEntry, Page, PauseTarget, Purged,
-    RouteStats, SourceStats, Status, Store, StoreError, Transition,
+    Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, ControlEvent, Controls,
+    DeadLetter, Entry, HousekeepingPass, IdPage, ListQuery, MinuteActivity, NewEntry, Page,
+    PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError, Transition,
 };
 use crate::config::RedisConfig;
 
@@ -112,25 +114,6 @@ pub struct RedisStore {
     work_rx: tokio::sync::watch::Receiver<u64>,
     /// Pauses and discards made through this store.
     controls: Controls,
-}
-
-/// The audit record of a replay or discard by `by`.
-fn audit_event(
-    action: Action,
-    by: &Actor,
-    note: Option<&str>,
-    route: Option<&str>,
-    now: i64,
-) -> AuditEvent {
-    AuditEvent {
-        at: now,
-        action: action.as_str().into(),
-        actor: by.name.clone(),
-        note: note.map(str::to_string),
-        route: route.map(str::to_string),
-        session: by.session.clone(),
-        client: by.client.clone(),
-    }
 }
 
 /// The key `rest` of `source`: `<prefix>:{<source>}:<rest>`.
@@ -168,56 +151,6 @@ impl RedisStore {
         store.check_epoch().await?;
         store.migrate().await?;
         Ok(store)
-    }
-
-    /// Replay or discard deliveries of entry `id` (see `scripts/transition.lua`),
-    /// through the route `audit` names (every one that qualifies when it names none),
-    /// at `audit.at`: what it did and, when done, the routes it applied to.
-    async fn transition(
-        &self,
-        id: &str,
-        action: Action,
-        at: i64,
-        audit: &AuditEvent,
-    ) -> Result<(Transition, Vec<String>), StoreError> {
-        let Some(src) = self.source_of(id).await? else {
-            return Ok((Transition::NotFound, Vec::new()));
-        };
-        let src = src.as_str();
-        let audit_json = serde_json::to_string(audit).map_err(|source| StoreError::Encode {
-            what: "the audit record",
-            source,
-        })?;
-        let mut inv = self.scripts.transition.prepare_invoke();
-        inv.key(self.key(src, &format!("e:{id}")))
-            .key(self.key(src, &format!("audit:{id}")))
-            .arg(action.as_str())
-            .arg(id)
-            .arg(at)
-            .arg(audit.at)
-            .arg(audit_json)
-            .arg(audit.route.as_deref().unwrap_or_default())
-            .arg(self.key(src, ""));
-        let mut c = self.conn();
-        let (code, text): (i64, String) = self.timed(inv.invoke_async(&mut c)).await?;
-        let status = || {
-            Status::parse(&text).ok_or_else(|| StoreError::Corrupt {
-                id: id.to_string(),
-                problem: format!("unknown status {text:?}"),
-            })
-        };
-        Ok(match code {
-            1 => {
-                if action == Action::Replay {
-                    self.work_tx.send_modify(|n| *n = n.wrapping_add(1));
-                }
-                let routes = text.split(',').filter(|r| !r.is_empty());
-                (Transition::Done, routes.map(str::to_string).collect())
-            }
-            2 => (Transition::Conflict(status()?), Vec::new()),
-            3 => (Transition::NoSuchRoute, Vec::new()),
-            _ => (Transition::NotFound, Vec::new()),
-        })
     }
 
     /// The JSON records of a list key of `source` (attempts, audit), oldest first;
@@ -364,23 +297,6 @@ impl RedisStore {
             }
         }
         Ok(None)
-    }
-}
-
-/// An operator's transition of deliveries (`scripts/transition.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
-    Replay,
-    Discard,
-}
-
-impl Action {
-    /// As the transition script and the audit trail name it.
-    fn as_str(self) -> &'static str {
-        match self {
-            Action::Replay => "replay",
-            Action::Discard => "discard",
-        }
     }
 }
 

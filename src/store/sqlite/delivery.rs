@@ -429,14 +429,7 @@ fn audit(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
     .execute(params![
-        id,
-        now,
-        action,
-        by.name,
-        note,
-        route,
-        by.session,
-        by.client
+        id, now, action, by.name, note, route, by.session, by.client
     ])?;
     Ok(())
 }

@@ -33,10 +33,10 @@ use self::space::DiskSpace;
 use self::writer::{Syncing, WriteKind, Writer};
 use super::pace::{self, ceil_ms};
 use super::{
-    Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent, Controls, DeadLetter,
-    Entry, HousekeepingPass, IdPage, ListQuery, MAX_PAGE, MinuteActivity, NewEntry, Page,
-    PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError, Transition,
-    encode_headers,
+    Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
+    Controls, DeadLetter, Entry, HousekeepingPass, IdPage, ListQuery, MAX_PAGE, MinuteActivity,
+    NewEntry, Page, PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError,
+    Transition, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::EmbeddedConfig;
@@ -466,12 +466,7 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn revoke_session(
-        &self,
-        id: &str,
-        expires_at: i64,
-        _now: i64,
-    ) -> Result<(), StoreError> {
+    async fn revoke_session(&self, id: &str, expires_at: i64, _now: i64) -> Result<(), StoreError> {
         let id = id.to_string();
         self.write_durable(WriteKind::Other, false, move |conn, _| {
             controls::revoke_session(conn, &id, expires_at)
