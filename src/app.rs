@@ -194,6 +194,12 @@ pub async fn run(
             "no admin token configured: the admin listener is bound to loopback only and refuses cross-site requests"
         );
     }
+    if cfg.admin.token.as_ref().is_some_and(admin::token_is_short) {
+        tracing::warn!(
+            min_chars = admin::MIN_TOKEN_CHARS,
+            "the admin token is short: use at least 24 random characters (e.g. `openssl rand -hex 32`); failed attempts are throttled per client, not per token"
+        );
+    }
     if sources.is_empty() {
         tracing::warn!("no sources configured: every ingest request will answer 404");
     }
@@ -308,6 +314,7 @@ pub async fn run(
         cfg.admin.token.as_ref(),
         admin_sources,
         cfg.admin.replay_rate,
+        cfg.admin.failed_auth_allowance,
         clock.clone(),
     ));
     let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts)
@@ -325,6 +332,7 @@ pub async fn run(
                 })
                 .collect(),
             breaker_states(&routes),
+            cfg.admin.public_origin.clone(),
         )
         .context("console")?,
     );

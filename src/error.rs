@@ -51,6 +51,10 @@ pub enum ApiError {
     /// The admin bearer token is missing or wrong.
     #[error("unauthorized: missing or wrong bearer token")]
     Unauthorized,
+    /// Too many wrong tokens came from this client lately (`admin::throttle`): the
+    /// token was not checked.
+    #[error("too many failed attempts from this client; retry in {retry_after_secs} s")]
+    Throttled { retry_after_secs: u64 },
     #[error("no entry {0:?}")]
     NoSuchEntry(String),
     #[error("no source {0:?}")]
@@ -131,6 +135,7 @@ impl ApiError {
                 StatusCode::CONFLICT
             }
             ApiError::Refused(_) => StatusCode::FORBIDDEN,
+            ApiError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Busy | ApiError::NotStored(_) | ApiError::StoreUnavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -156,6 +161,7 @@ impl ApiError {
             ApiError::NotStored(_) | ApiError::StoreUnavailable(_) => RequestOutcome::StoreError,
             ApiError::BadRequest(_) => RequestOutcome::BadRequest,
             ApiError::Unauthorized => RequestOutcome::Unauthorized,
+            ApiError::Throttled { .. } => RequestOutcome::Throttled,
             ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
                 RequestOutcome::Conflict
             }
@@ -189,6 +195,10 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after() {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
+        }
+        if let ApiError::Throttled { retry_after_secs } = self {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         }
         if matches!(self, ApiError::Unauthorized) {
             resp.headers_mut()

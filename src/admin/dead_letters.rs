@@ -18,15 +18,16 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 
 use super::AdminState;
+use super::actor::ApiActor;
 use super::dto::{
     DeadLetterGroup, DeadLetterGroups, DeadLetterReplay, DeadLetterSample, ReplayResult,
 };
-use super::entries::{actor, json_object, query_map, replay_paced, rfc3339};
+use super::entries::{json_object, query_map, replay_paced, rfc3339};
 use crate::error::ApiError;
-use crate::store::DeadLetter;
+use crate::store::{Actor, DeadLetter};
 
 /// Most dead deliveries of one route that are grouped.
 pub const GROUPED_MAX: usize = 10_000;
@@ -71,7 +72,7 @@ pub(super) async fn list(
 
 pub(super) async fn replay(
     State(admin): State<Arc<AdminState>>,
-    headers: HeaderMap,
+    ApiActor(by): ApiActor,
     body: Bytes,
 ) -> Result<(StatusCode, Json<ReplayResult>), ApiError> {
     let req: DeadLetterReplay = json_object(&body).ok_or_else(|| {
@@ -80,14 +81,7 @@ pub(super) async fn replay(
                 .into(),
         )
     })?;
-    let done = replay_group(
-        &admin,
-        &req.source,
-        &req.route,
-        &req.failure,
-        &actor(&headers),
-    )
-    .await?;
+    let done = replay_group(&admin, &req.source, &req.route, &req.failure, &by).await?;
     Ok((StatusCode::ACCEPTED, Json(done)))
 }
 
@@ -130,13 +124,13 @@ pub async fn dead_letter_groups(
 }
 
 /// Replay every dead delivery of `route` of `source` that died of `failure`, paced,
-/// as `actor`.
+/// as `by`.
 pub async fn replay_group(
     admin: &AdminState,
     source: &str,
     route: &str,
     failure: &str,
-    actor: &str,
+    by: &Actor,
 ) -> Result<ReplayResult, ApiError> {
     check(admin, Some(source), Some(route))?;
     let letters = admin.store.dead_letters(source, route, GROUPED_MAX).await?;
@@ -146,7 +140,7 @@ pub async fn replay_group(
         .map(|d| d.id)
         .collect();
     tracing::info!(source, route, count = ids.len(), "dead-letter group replay");
-    replay_paced(admin, ids, Some(route), actor).await
+    replay_paced(admin, ids, Some(route), by).await
 }
 
 /// Refuse an unknown source, or a route that `source` does not have.

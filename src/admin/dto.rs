@@ -87,6 +87,31 @@ pub struct AuditEvent {
     /// The route the action named (none: every delivery it applied to).
     #[serde(default)]
     pub route: Option<String>,
+    /// The console session it came from (a hash of the session's nonce).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The address of the client that asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+}
+
+/// A pause or resume, as `GET /admin/audit` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ControlEvent {
+    pub at: String,
+    /// `pause` or `resume`.
+    pub action: String,
+    pub source: String,
+    /// The route paused or resumed (none: the whole source).
+    #[serde(default)]
+    pub route: Option<String>,
+    pub actor: String,
+    /// The console session it came from (a hash of the session's nonce).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The address of the client that asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -13,17 +13,18 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 
+use super::actor::ApiActor;
 use super::dto::{
     self, EntryDetail, EntryList, EntrySummary, ReplayFilter, ReplayResult, TransitionResult,
 };
 use super::{AdminState, path_param};
 use crate::error::ApiError;
-use crate::store::{ListQuery, ListedEntry, MAX_PAGE, Status, Transition};
+use crate::store::{Actor, ListQuery, ListedEntry, MAX_PAGE, Status, Transition};
 
 /// The page size of a listing that names no `limit` (the largest is `MAX_PAGE`).
 pub const DEFAULT_LIMIT: usize = 50;
@@ -144,24 +145,16 @@ pub async fn entry_detail(admin: &AdminState, id: &str) -> Result<EntryDetail, A
                 actor: a.actor,
                 note: a.note,
                 route: a.route,
+                session: a.session,
+                client: a.client,
             })
             .collect(),
     })
 }
 
-/// Who did it: the `X-Hookgate-Actor` header (the CLI sends the user name), else "admin".
-pub(super) fn actor(headers: &HeaderMap) -> String {
-    headers
-        .get("x-hookgate-actor")
-        .and_then(|v| v.to_str().ok())
-        .map(|s| s.chars().take(100).collect::<String>())
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| "admin".to_string())
-}
-
 pub(super) async fn replay(
     State(admin): State<Arc<AdminState>>,
-    headers: HeaderMap,
+    ApiActor(by): ApiActor,
     id: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -174,21 +167,21 @@ pub(super) async fn replay(
         })?
     };
     let route = req.route.filter(|r| !r.is_empty());
-    let done = replay_entry(&admin, &id, route.as_deref(), &actor(&headers)).await?;
+    let done = replay_entry(&admin, &id, route.as_deref(), &by).await?;
     Ok((StatusCode::ACCEPTED, Json(done)).into_response())
 }
 
 /// Replay entry `id` now, through `route` or every delivery that qualifies (see
-/// `Store::replay`), as `actor`; the answer says where its ordered deliveries wait.
+/// `Store::replay`), as `by`; the answer says where its ordered deliveries wait.
 pub async fn replay_entry(
     admin: &AdminState,
     id: &str,
     route: Option<&str>,
-    actor: &str,
+    by: &Actor,
 ) -> Result<TransitionResult, ApiError> {
     let now = admin.clock.now_ms();
     let lines = lines_before_replay(admin, id, route).await?;
-    match admin.store.replay(id, route, now, actor, now).await? {
+    match admin.store.replay(id, route, now, by, now).await? {
         Transition::Done => {
             tracing::info!(entry_id = %id, route = route.unwrap_or(""), "replay queued");
             Ok(TransitionResult {
@@ -271,7 +264,7 @@ fn line_places(id: &str, lines: Vec<(String, String, Vec<String>)>) -> Vec<dto::
 
 pub(super) async fn discard(
     State(admin): State<Arc<AdminState>>,
-    headers: HeaderMap,
+    ApiActor(by): ApiActor,
     id: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Json<TransitionResult>, ApiError> {
@@ -280,7 +273,7 @@ pub(super) async fn discard(
         ApiError::BadRequest("a JSON body {\"note\": \"why\"} is required".into())
     })?;
     let route = req.route.filter(|r| !r.is_empty());
-    let done = discard_entry(&admin, &id, route.as_deref(), &actor(&headers), &req.note).await?;
+    let done = discard_entry(&admin, &id, route.as_deref(), &by, &req.note).await?;
     Ok(Json(done))
 }
 
@@ -300,7 +293,7 @@ pub async fn discard_entry(
     admin: &AdminState,
     id: &str,
     route: Option<&str>,
-    actor: &str,
+    by: &Actor,
     note: &str,
 ) -> Result<TransitionResult, ApiError> {
     let note = note.trim_matches(blank);
@@ -314,7 +307,7 @@ pub async fn discard_entry(
     }
     let done = admin
         .store
-        .discard(id, route, actor, note, admin.clock.now_ms())
+        .discard(id, route, by, note, admin.clock.now_ms())
         .await?;
     match done {
         Transition::Done => {
@@ -348,7 +341,7 @@ pub async fn discard_entry(
 
 pub(super) async fn bulk_replay(
     State(admin): State<Arc<AdminState>>,
-    headers: HeaderMap,
+    ApiActor(by): ApiActor,
     body: Bytes,
 ) -> Result<(StatusCode, Json<ReplayResult>), ApiError> {
     let f: ReplayFilter = if body.is_empty() {
@@ -417,12 +410,12 @@ pub(super) async fn bulk_replay(
         }
     }
     ids.truncate(BULK_REPLAY_MAX);
-    let done = replay_paced(&admin, ids, route.as_deref(), &actor(&headers)).await?;
+    let done = replay_paced(&admin, ids, route.as_deref(), &by).await?;
     Ok((StatusCode::ACCEPTED, Json(done)))
 }
 
 /// Replay the entries `ids` (newest first, as listings give them) through `route` or
-/// every delivery that qualifies, as `actor`: oldest first, spread at
+/// every delivery that qualifies, as `by`: oldest first, spread at
 /// `admin.replay_rate` per second after whatever this process already queued, so a
 /// large dead-letter queue never stampedes the destination. Ids that no longer
 /// qualify (replayed or purged since) are skipped. Should writing the replays fall
@@ -432,7 +425,7 @@ pub async fn replay_paced(
     admin: &AdminState,
     mut ids: Vec<String>,
     route: Option<&str>,
-    who: &str,
+    by: &Actor,
 ) -> Result<ReplayResult, ApiError> {
     ids.truncate(BULK_REPLAY_MAX);
     ids.reverse();
@@ -452,7 +445,7 @@ pub async fn replay_paced(
     let mut last_due = None;
     for id in &ids {
         let at = schedule.next(admin.clock.now_ms());
-        if admin.store.replay(id, route, at, who, now).await? == Transition::Done {
+        if admin.store.replay(id, route, at, by, now).await? == Transition::Done {
             queued += 1;
             last_due = Some(at);
         }

@@ -20,12 +20,15 @@
 //! `/console/` the guard lets through an `Origin` equal to the request's loopback
 //! `Host`, and form bodies, which the console checks itself (form token, origin).
 
+mod actor;
+mod audit;
 mod dead_letters;
 pub mod dto;
 mod entries;
 mod sources;
+pub mod throttle;
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -34,7 +37,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, Version, header};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sha2::Digest as _;
 use subtle::ConstantTimeEq;
@@ -42,8 +45,13 @@ use subtle::ConstantTimeEq;
 use crate::clock::Clock;
 use crate::config::Secret;
 use crate::error::{ApiError, Refusal};
+use crate::serve::Peer;
 use crate::store::Store;
 
+use throttle::{LockedOut, Throttle};
+
+pub use actor::client_address;
+pub use audit::control_events;
 pub use dead_letters::{GROUPED_MAX, dead_letter_groups, failure_of, replay_group};
 pub use entries::{
     BULK_REPLAY_MAX, DEFAULT_LIMIT, MAX_NOTE_CHARS, discard_entry, entry_detail, parse_time,
@@ -53,6 +61,14 @@ pub use sources::{current_stats, set_paused, source_states};
 
 /// The OpenAPI document of this API (kept in the repository, served as is).
 pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+/// The shortest admin token that is not warned about at start, in characters.
+pub const MIN_TOKEN_CHARS: usize = 24;
+
+/// Whether `token` is shorter than [`MIN_TOKEN_CHARS`].
+pub fn token_is_short(token: &Secret) -> bool {
+    token.expose().chars().count() < MIN_TOKEN_CHARS
+}
 
 /// What the admin handlers share. Built once by `app`.
 pub struct AdminState {
@@ -66,6 +82,8 @@ pub struct AdminState {
     pub replay_horizon: Mutex<i64>,
     /// Replays and discards are stamped (and scheduled) at its time.
     pub clock: Clock,
+    /// Failed bearer checks and console logins, per client.
+    pub throttle: Throttle,
 }
 
 impl AdminState {
@@ -74,6 +92,7 @@ impl AdminState {
         token: Option<&Secret>,
         sources: Vec<AdminSource>,
         replay_rate: u32,
+        failed_auth_allowance: u32,
         clock: Clock,
     ) -> AdminState {
         AdminState {
@@ -83,6 +102,7 @@ impl AdminState {
             replay_rate: replay_rate.max(1),
             replay_horizon: Mutex::new(0),
             clock,
+            throttle: Throttle::new(failed_auth_allowance),
         }
     }
 
@@ -94,6 +114,21 @@ impl AdminState {
             let got: [u8; 32] = sha2::Sha256::digest(presented.as_bytes()).into();
             bool::from(got.ct_eq(want))
         })
+    }
+
+    /// Check `presented` for `client` under the throttle: `Ok(true)` for the
+    /// token, `Ok(false)` for a wrong one (counted), `Err` while `client` is locked
+    /// out (nothing checked). The bearer check and the console's login both ask this.
+    pub fn check_token(&self, client: IpAddr, presented: &str) -> Result<bool, LockedOut> {
+        let now = self.clock.now_ms();
+        self.throttle.check(client, now)?;
+        let ok = self.token_matches(presented);
+        if ok {
+            self.throttle.succeeded(client);
+        } else {
+            self.throttle.failed(client, now);
+        }
+        Ok(ok)
     }
 
     fn source(&self, name: &str) -> Option<&AdminSource> {
@@ -146,6 +181,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
             post(sources::resume_route),
         )
         .route("/admin/stats", get(sources::stats))
+        .route("/admin/audit", get(audit::list))
         // Auth wraps only the routes above: the fallbacks answer 404 and 405 alike.
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -161,29 +197,56 @@ async fn require_token(
     next: Next,
 ) -> Result<Response, ApiError> {
     if admin.token_digest.is_some() {
-        let ok = req
+        let presented = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| admin.token_matches(t.trim()));
-        if !ok {
-            return Err(ApiError::Unauthorized);
+            .map(str::trim)
+            .unwrap_or_default();
+        match admin.check_token(client_of(&req), presented) {
+            Ok(true) => {}
+            Ok(false) => return Err(ApiError::Unauthorized),
+            Err(LockedOut { retry_after_secs }) => {
+                return Err(ApiError::Throttled { retry_after_secs });
+            }
         }
     }
     Ok(next.run(req).await)
 }
 
+/// The client a request counts as (`serve::Peer`); the unspecified address for a
+/// request that came without one (it is throttled with every other such request).
+pub fn client_of(req: &Request) -> IpAddr {
+    req.extensions()
+        .get::<Peer>()
+        .map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |p| p.client)
+}
+
 /// The middleware around the whole admin listener (the API, `/metrics` and the
 /// probes): without a token, refuse what a browser sends on a web page's behalf; in
 /// any case, refuse a POST body that is not JSON. A refused request changes nothing.
-pub async fn guard(
-    State(admin): State<Arc<AdminState>>,
-    req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
+/// Every answer is marked not to be cached or sniffed (the console's pages set
+/// their own headers besides).
+pub async fn guard(State(admin): State<Arc<AdminState>>, req: Request, next: Next) -> Response {
+    let mut resp = match refuse(&admin, &req) {
+        Some(refused) => refused.into_response(),
+        None => next.run(req).await,
+    };
+    let h = resp.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// Why the guard refuses `req`, if it does.
+fn refuse(admin: &AdminState, req: &Request) -> Option<ApiError> {
     if admin.token_digest.is_none()
-        && let Some(refusal) = browser_request(&req)
+        && let Some(refusal) = browser_request(req)
     {
         // A page open in a browser can send these in a loop: repeats are counted.
         const MSG: &str = "admin: refused a request (no admin token is configured)";
@@ -195,16 +258,16 @@ pub async fn guard(
                 "{MSG}"
             );
         }
-        return Err(ApiError::Refused(refusal));
+        return Some(ApiError::Refused(refusal));
     }
     if req.method() == Method::POST
-        && carries_body(&req)
+        && carries_body(req)
         && !is_json(req.headers())
         && !is_console(req.uri().path())
     {
-        return Err(ApiError::NotJson);
+        return Some(ApiError::NotJson);
     }
-    Ok(next.run(req).await)
+    None
 }
 
 /// Whether `req` may come from a web page in a local browser. Browsers send `Origin`

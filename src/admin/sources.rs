@@ -9,10 +9,11 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 
+use super::actor::ApiActor;
 use super::dto::{RouteState, RouteStats, SourceState, SourceStats, Stats};
 use super::{AdminSource, AdminState, path_param};
 use crate::error::ApiError;
-use crate::store::{PauseTarget, StoreError};
+use crate::store::{Actor, ControlAction, ControlEvent, PauseTarget, StoreError};
 
 /// What is paused, as the store says now.
 struct Paused(Vec<PauseTarget>);
@@ -64,14 +65,19 @@ pub async fn source_states(admin: &AdminState) -> Result<Vec<SourceState>, Store
     Ok(admin.sources.iter().map(|s| paused.state(s)).collect())
 }
 
-/// Pause or resume a source (`route: None`) or one of its routes; answers the
-/// source's state afterwards. An unknown source or route changes nothing. The admin
-/// API's pause and resume handlers and the console's buttons both call this.
+/// Pause or resume a source (`route: None`) or one of its routes, as `by`; answers
+/// the source's state afterwards. An unknown source or route changes nothing. The
+/// admin API's pause and resume handlers and the console's buttons both call this.
+///
+/// The control audit records the change before it is made: a change is never
+/// unaudited, though a record may name a change whose store write then failed (the
+/// caller was answered 503 and may try again).
 pub async fn set_paused(
     admin: &AdminState,
     name: &str,
     route: Option<&str>,
     paused: bool,
+    by: &Actor,
 ) -> Result<SourceState, ApiError> {
     let source = admin
         .source(name)
@@ -84,6 +90,16 @@ pub async fn set_paused(
             route: r.to_string(),
         });
     }
+    admin
+        .store
+        .record_control(&ControlEvent {
+            at: admin.clock.now_ms(),
+            action: ControlAction::of(paused),
+            source: name.to_string(),
+            route: route.map(str::to_string),
+            by: by.clone(),
+        })
+        .await?;
     admin.store.set_paused(name, route, paused).await?;
     tracing::info!(
         source = %name,
@@ -98,36 +114,44 @@ pub async fn set_paused(
 
 pub(super) async fn pause(
     State(admin): State<Arc<AdminState>>,
+    ApiActor(by): ApiActor,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
     Ok(Json(
-        set_paused(&admin, &path_param(name)?, None, true).await?,
+        set_paused(&admin, &path_param(name)?, None, true, &by).await?,
     ))
 }
 
 pub(super) async fn resume(
     State(admin): State<Arc<AdminState>>,
+    ApiActor(by): ApiActor,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
     Ok(Json(
-        set_paused(&admin, &path_param(name)?, None, false).await?,
+        set_paused(&admin, &path_param(name)?, None, false, &by).await?,
     ))
 }
 
 pub(super) async fn pause_route(
     State(admin): State<Arc<AdminState>>,
+    ApiActor(by): ApiActor,
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
     let (name, route) = path_param(p)?;
-    Ok(Json(set_paused(&admin, &name, Some(&route), true).await?))
+    Ok(Json(
+        set_paused(&admin, &name, Some(&route), true, &by).await?,
+    ))
 }
 
 pub(super) async fn resume_route(
     State(admin): State<Arc<AdminState>>,
+    ApiActor(by): ApiActor,
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<SourceState>, ApiError> {
     let (name, route) = path_param(p)?;
-    Ok(Json(set_paused(&admin, &name, Some(&route), false).await?))
+    Ok(Json(
+        set_paused(&admin, &name, Some(&route), false, &by).await?,
+    ))
 }
 
 pub(super) async fn stats(State(admin): State<Arc<AdminState>>) -> Result<Json<Stats>, ApiError> {

@@ -65,6 +65,7 @@ listen = "127.0.0.1:8081"
 request_timeout = "10s"
 token_env = "HOOKGATE_ADMIN_TOKEN"
 replay_rate = 50
+failed_auth_allowance = 5
 
 [store]
 kind = "embedded"
@@ -265,6 +266,14 @@ pub struct AdminConfig {
     pub token: Option<Secret>,
     /// Most entries per second a bulk replay schedules.
     pub replay_rate: u32,
+    /// The origin browsers reach the console at (`scheme://host[:port]`, as a
+    /// browser's `Origin` names it), when it is not `http://` and the request's
+    /// `Host` (a TLS-terminating proxy). `https` makes the session cookie
+    /// `__Host-` and `Secure`.
+    pub public_origin: Option<String>,
+    /// Wrong tokens (bearer or console login) a client may present before it is
+    /// locked out, for longer after each further one (`admin::throttle`).
+    pub failed_auth_allowance: u32,
 }
 
 #[derive(Debug, Clone)]

@@ -73,6 +73,9 @@ pub struct RawAdmin {
     #[serde(default)]
     pub token_env: Option<String>,
     pub replay_rate: u32,
+    #[serde(default)]
+    pub public_origin: Option<String>,
+    pub failed_auth_allowance: u32,
 }
 
 #[derive(Debug, Deserialize)]

@@ -156,6 +156,11 @@ pub(super) fn validate(
         request_timeout,
         token,
         replay_rate: raw.admin.replay_rate,
+        public_origin: match raw.admin.public_origin.as_deref() {
+            None | Some("") => None,
+            Some(o) => Some(public_origin(o)?),
+        },
+        failed_auth_allowance: raw.admin.failed_auth_allowance,
     };
 
     let store_timeout = parse_duration("store.timeout", &raw.store.timeout)?;
@@ -326,6 +331,33 @@ pub(super) fn validate(
     })
 }
 
+/// `admin.public_origin` as a browser's `Origin` header names it: the scheme and
+/// host in lower case, the port only when it is not the scheme's default.
+fn public_origin(value: &str) -> Result<String, ConfigError> {
+    let bad = |why: &str| ConfigError::invalid("admin.public_origin", why.to_string());
+    let uri: http::Uri = value
+        .parse()
+        .map_err(|_| bad("must be an origin: http(s)://host[:port]"))?;
+    let scheme = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("http") => "http",
+        Some("https") => "https",
+        _ => return Err(bad("must start with http:// or https://")),
+    };
+    let authority = uri.authority().ok_or_else(|| bad("must name a host"))?;
+    if authority.as_str().contains('@') || uri.query().is_some() || !matches!(uri.path(), "" | "/")
+    {
+        return Err(bad(
+            "must be an origin only: no user, path or query (http(s)://host[:port])",
+        ));
+    }
+    let default_port = if scheme == "https" { 443 } else { 80 };
+    let host = authority.host().to_ascii_lowercase();
+    Ok(match authority.port_u16() {
+        Some(p) if p != default_port => format!("{scheme}://{host}:{p}"),
+        _ => format!("{scheme}://{host}"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::from_toml_str;
@@ -348,5 +380,32 @@ mod tests {
         assert!(err.starts_with("admin.listen:"), "{err}");
         let env = |k: &str| (k == "HOOKGATE_ADMIN_TOKEN").then(|| "t".to_string());
         assert!(from_toml_str("[admin]\nlisten = \"0.0.0.0:8081\"\n", &env).is_ok());
+    }
+
+    #[test]
+    fn the_public_origin_is_kept_as_a_browser_names_it() {
+        let origin = |v: &str| {
+            from_toml_str(&format!("[admin]\npublic_origin = \"{v}\"\n"), &no_env)
+                .map(|c| c.admin.public_origin)
+        };
+        assert_eq!(
+            origin("HTTPS://Admin.Example:443/").unwrap().as_deref(),
+            Some("https://admin.example")
+        );
+        assert_eq!(
+            origin("http://127.0.0.1:8081").unwrap().as_deref(),
+            Some("http://127.0.0.1:8081")
+        );
+        assert_eq!(origin("").unwrap(), None);
+        for bad in [
+            "admin.example",
+            "ftp://admin.example",
+            "https://u:p@admin.example",
+            "https://admin.example/console",
+            "https://admin.example/?x=1",
+        ] {
+            let err = origin(bad).unwrap_err().to_string();
+            assert!(err.starts_with("admin.public_origin:"), "{bad}: {err}");
+        }
     }
 }

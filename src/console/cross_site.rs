@@ -30,20 +30,30 @@ pub const FORM_TOKEN_FIELD: &str = "csrf";
 
 /// Whether the browser says a request came from a page of the origin it was sent to:
 /// `Sec-Fetch-Site`, when sent, must be `same-origin`, and `Origin`, when sent, must
-/// name the request's own host (the `Host` header, or the authority of the target).
-pub fn same_origin(headers: &HeaderMap, uri: &Uri) -> Result<(), CrossSite> {
+/// be the console's origin, scheme, host and port alike: `public_origin`
+/// (`admin.public_origin`, for a console behind a TLS-terminating proxy) when set,
+/// else `http://` and the request's own host (the `Host` header, or the authority
+/// of the target). A page served over another scheme is another origin.
+pub fn same_origin(
+    headers: &HeaderMap,
+    uri: &Uri,
+    public_origin: Option<&str>,
+) -> Result<(), CrossSite> {
     if let Some(site) = headers.get("sec-fetch-site")
         && site.as_bytes() != b"same-origin"
     {
         return Err(CrossSite::SecFetchSite);
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
-        let host = request_host(headers, uri);
-        let origin_host = origin.to_str().ok().and_then(|o| {
-            o.strip_prefix("http://")
-                .or_else(|| o.strip_prefix("https://"))
-        });
-        let same = matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h));
+        let origin = origin.to_str().ok();
+        let same = match public_origin {
+            Some(want) => origin.is_some_and(|o| o.eq_ignore_ascii_case(want)),
+            None => {
+                let origin_host = origin.and_then(|o| o.strip_prefix("http://"));
+                let host = request_host(headers, uri);
+                matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
+            }
+        };
         if !same {
             return Err(CrossSite::OtherOrigin);
         }
@@ -86,11 +96,11 @@ mod tests {
             ],
             vec![
                 ("host", "Admin.Example"),
-                ("origin", "https://admin.example"),
+                ("origin", "http://admin.example"),
             ],
         ];
         for h in ok {
-            assert_eq!(same_origin(&headers(&h), &uri), Ok(()), "{h:?}");
+            assert_eq!(same_origin(&headers(&h), &uri, None), Ok(()), "{h:?}");
         }
         let refused = [
             (
@@ -102,6 +112,14 @@ mod tests {
             ),
             (
                 vec![("host", "127.0.0.1:8081"), ("origin", "null")],
+                CrossSite::OtherOrigin,
+            ),
+            // Another scheme is another origin.
+            (
+                vec![
+                    ("host", "127.0.0.1:8081"),
+                    ("origin", "https://127.0.0.1:8081"),
+                ],
                 CrossSite::OtherOrigin,
             ),
             (
@@ -122,11 +140,35 @@ mod tests {
             ),
         ];
         for (h, why) in refused {
-            assert_eq!(same_origin(&headers(&h), &uri), Err(why), "{h:?}");
+            assert_eq!(same_origin(&headers(&h), &uri, None), Err(why), "{h:?}");
         }
         // HTTP/2: the authority of the target is the host.
         let h2: Uri = "http://127.0.0.1:8081/console/logout".parse().unwrap();
         let h = headers(&[("origin", "http://127.0.0.1:8081")]);
-        assert_eq!(same_origin(&h, &h2), Ok(()));
+        assert_eq!(same_origin(&h, &h2, None), Ok(()));
+    }
+
+    #[test]
+    fn behind_a_proxy_the_public_origin_is_the_one_origin() {
+        let uri: Uri = "/console/logout".parse().unwrap();
+        let public = Some("https://admin.example");
+        let h = headers(&[
+            ("host", "10.0.0.5:8081"),
+            ("origin", "https://Admin.Example"),
+        ]);
+        assert_eq!(same_origin(&h, &uri, public), Ok(()));
+        for origin in [
+            "http://admin.example",
+            "https://admin.example:8443",
+            "https://evil.example",
+            "http://10.0.0.5:8081",
+        ] {
+            let h = headers(&[("host", "10.0.0.5:8081"), ("origin", origin)]);
+            assert_eq!(
+                same_origin(&h, &uri, public),
+                Err(CrossSite::OtherOrigin),
+                "{origin}"
+            );
+        }
     }
 }

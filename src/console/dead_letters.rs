@@ -20,7 +20,7 @@ use maud::{Markup, html};
 use super::cross_site::FORM_TOKEN_FIELD;
 use super::entries::PATH as ENTRIES;
 use super::form::Form;
-use super::format::{count, rfc3339_seconds};
+use super::format::{self, count, rfc3339_seconds};
 use super::page::{self, Nav};
 use super::{ConsoleError, ConsoleState, Visitor};
 use crate::admin::{self, dto::DeadLetterGroups};
@@ -28,8 +28,6 @@ use crate::error::ApiError;
 
 /// Where the page is.
 const PATH: &str = "/console/dead-letters";
-/// Who the audit trail names for a replay started here.
-const ACTOR: &str = "console";
 
 /// `GET /console/dead-letters`.
 pub async fn show(
@@ -75,7 +73,7 @@ pub async fn replay(
         field("source")?,
         field("route")?,
         field("failure")?,
-        ACTOR,
+        &visitor.actor(),
     )
     .await
     .map_err(store_or_not_found)?;
@@ -141,20 +139,20 @@ fn render(g: &DeadLetterGroups, notice: Option<(u64, String)>, rate: u32, token:
                             @for x in &g.groups {
                                 tr {
                                     th scope="row" { (x.source) " / " (x.route) }
-                                    td.failure data-label="Failure" { span.badge.status-dead { (x.failure) } }
+                                    td.failure data-label="Failure" { span.badge.status-dead { (format::untrusted(&x.failure)) } }
                                     td.num.count data-label="Count" { (count(x.count)) }
                                     td data-label="First seen" { (rfc3339_seconds(&x.first_seen)) }
                                     td data-label="Last seen" { (rfc3339_seconds(&x.last_seen)) }
                                     td.sample data-label="Sample" {
                                         a href={ (ENTRIES) "/" (x.sample.id) } {
                                             @match (&x.sample.event_type, &x.sample.event_id) {
-                                                (_, Some(id)) => (id),
-                                                (Some(t), None) => (t),
+                                                (_, Some(id)) => (format::untrusted(id)),
+                                                (Some(t), None) => (format::untrusted(t)),
                                                 (None, None) => (x.sample.id),
                                             }
                                         }
                                         @if let Some(t) = &x.sample.event_type {
-                                            br; code { (t) }
+                                            br; code { (format::untrusted(t)) }
                                         }
                                     }
                                     td data-label="Action" {

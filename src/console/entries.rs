@@ -392,15 +392,15 @@ fn row(e: &ListedEntry) -> Markup {
             }
             td data-label="Source" { (e.source) }
             td.clip data-label="Event type" {
-                @match &e.event_type { Some(t) => code { (t) }, None => span.muted { "—" } }
+                @match &e.event_type { Some(t) => code { (format::untrusted(t)) }, None => span.muted { "—" } }
             }
             td.clip.mono data-label="Event ID" {
-                @match &e.event_id { Some(t) => (t), None => span.muted { "—" } }
+                @match &e.event_id { Some(t) => (format::untrusted(t)), None => span.muted { "—" } }
             }
             td data-label="Status" { (format::status(e.status)) }
             td.num data-label="Attempts" { (e.attempts) }
             td.clip data-label="Last error" {
-                @match &e.last_error { Some(t) => (t), None => span.muted { "—" } }
+                @match &e.last_error { Some(t) => (format::untrusted(t)), None => span.muted { "—" } }
             }
         }
     }

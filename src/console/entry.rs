@@ -34,8 +34,6 @@ use json_view::json_indented;
 
 /// The most of a body the page shows; the rest is one API call away.
 const SHOWN_BODY_BYTES: usize = 256 * 1024;
-/// Who the audit trail names for an action taken in the console.
-const ACTOR: &str = "console";
 
 /// What the page says above the entry after an action.
 enum Notice {
@@ -103,7 +101,7 @@ pub async fn action(
     let (done, result) = match action.as_str() {
         "replay" => (
             "replayed",
-            admin::replay_entry(&console.admin, &id, route, ACTOR)
+            admin::replay_entry(&console.admin, &id, route, &visitor.actor())
                 .await
                 .map(|_| ()),
         ),
@@ -113,7 +111,7 @@ pub async fn action(
                 &console.admin,
                 &id,
                 route,
-                ACTOR,
+                &visitor.actor(),
                 form.get("note").unwrap_or_default(),
             )
             .await
@@ -181,7 +179,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                         dt { "Event ID" }
                         dd {
                             @match &s.event_id {
-                                Some(e) => { code #event-id { (e) } (copy("event-id", "Copy event ID")) },
+                                Some(e) => { code #event-id { (format::untrusted(e)) } (copy("event-id", "Copy event ID")) },
                                 None => span.muted { "None" },
                             }
                         }
@@ -189,7 +187,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                     div { dt { "Source" } dd { (s.source) } }
                     div {
                         dt { "Event type" }
-                        dd { @match &s.event_type { Some(t) => code { (t) }, None => span.muted { "None" } } }
+                        dd { @match &s.event_type { Some(t) => code { (format::untrusted(t)) }, None => span.muted { "None" } } }
                     }
                     div { dt { "Received" } dd { (format::rfc3339(&s.received_at)) } }
                     div { dt { "Attempts" } dd { (s.attempts) } }
@@ -242,7 +240,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                                         @match &x.next_attempt_at { Some(t) => (format::rfc3339(t)), None => span.muted { "—" } }
                                     }
                                     td.clip data-label="Last error" {
-                                        @match &x.last_error { Some(e) => (e), None => span.muted { "—" } }
+                                        @match &x.last_error { Some(e) => (format::untrusted(e)), None => span.muted { "—" } }
                                     }
                                     td data-label="Ordering key" {
                                         @match &x.order {
@@ -299,8 +297,8 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                             span.what {
                                 strong { (a.action) }
                                 @if let Some(r) = &a.route { " · route " code { (r) } }
-                                " by " (a.actor)
-                                @if let Some(n) = &a.note { q.note { (n) } }
+                                " by " (format::untrusted(&a.actor))
+                                @if let Some(n) = &a.note { q.note { (format::untrusted(n)) } }
                             }
                         }
                     }
@@ -313,7 +311,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                 table.headers {
                     tbody {
                         @for h in &d.headers {
-                            tr { th scope="row" { (h.name) } td.wrap { (h.value) } }
+                            tr { th scope="row" { (format::untrusted(&h.name)) } td.wrap { (format::untrusted(&h.value)) } }
                         }
                     }
                 }
@@ -361,7 +359,7 @@ fn body_section(d: &EntryDetail) -> Markup {
             @if cut {
                 p.muted { "The body is long: its beginning is shown. " code { "GET /admin/entries/" (d.summary.id) } " answers it whole." }
             }
-            pre.body tabindex="0" aria-label="Body" { code { (shown) } }
+            pre.body tabindex="0" aria-label="Body" { code { (format::untrusted(&shown)) } }
             textarea #body-raw.visually-hidden readonly tabindex="-1" aria-hidden="true" { (d.body) }
         }
     }

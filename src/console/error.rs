@@ -3,7 +3,7 @@
 //!
 //! As in the admin API, a 5xx page is generic: the cause goes to the log.
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::cross_site::CrossSite;
@@ -28,6 +28,9 @@ pub enum ConsoleError {
     BadForm(&'static str),
     #[error("the store is unavailable; try again shortly")]
     Store(#[from] StoreError),
+    /// Too many wrong tokens came from this client lately (`admin::throttle`).
+    #[error("too many failed logins from this address; try again in {retry_after_secs} s")]
+    Throttled { retry_after_secs: u64 },
     /// The system's random source failed (a new session needs a nonce).
     #[error("the console could not start a session; try again")]
     Random(#[source] getrandom::Error),
@@ -51,6 +54,7 @@ impl ConsoleError {
             ConsoleError::CrossSite(_) => StatusCode::FORBIDDEN,
             ConsoleError::BadForm(_) => StatusCode::BAD_REQUEST,
             ConsoleError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ConsoleError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             ConsoleError::Random(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -74,6 +78,12 @@ impl IntoResponse for ConsoleError {
             _ => {}
         }
         let status = self.status();
-        (status, page::html(page::problem(status, &self.to_string()))).into_response()
+        let mut resp =
+            (status, page::html(page::problem(status, &self.to_string()))).into_response();
+        if let ConsoleError::Throttled { retry_after_secs } = self {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        }
+        resp
     }
 }

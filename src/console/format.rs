@@ -8,6 +8,13 @@ use maud::{Markup, html};
 use crate::store::Status;
 
 /// `1234567` as `1,234,567`.
+/// A value that came with a webhook (or from a destination), isolated from the
+/// text around it: a `<bdi>`, so that bidirectional controls inside it (U+202E
+/// and the like) cannot reorder what the page says next to it. maud escapes it.
+pub fn untrusted(value: &str) -> Markup {
+    html! { bdi { (value) } }
+}
+
 pub fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);

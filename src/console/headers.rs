@@ -1,7 +1,8 @@
 //! The headers on every console answer: a strict Content-Security-Policy (only this
-//! origin's files, no inline script or style, no framing, forms only to this origin),
-//! no content sniffing, no referrer to any other origin, and no caching of pages that
-//! show webhook data.
+//! origin's files, no inline script or style, no plugins, no framing, forms only to
+//! this origin), `X-Frame-Options: DENY` for browsers that predate
+//! `frame-ancestors`, no content sniffing, no referrer to any other origin, and no
+//! caching of pages that show webhook data.
 //!
 //! The referrer policy is `same-origin`, not `no-referrer`: under `no-referrer` a
 //! browser sends `Origin: null` with the console's own form POSTs (the Fetch
@@ -16,10 +17,11 @@
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::Response;
 
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
-const HEADERS: [(HeaderName, &str); 4] = [
+const HEADERS: [(HeaderName, &str); 5] = [
     (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+    (header::X_FRAME_OPTIONS, "DENY"),
     (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
     (header::REFERRER_POLICY, "same-origin"),
     (header::CACHE_CONTROL, "no-store"),

@@ -6,12 +6,17 @@
 //! do (never the API over HTTP). Its safety, because webhook payloads are
 //! attacker-controlled and a browser is a confused deputy:
 //!
-//! * With an admin token, a login form takes the token (compared as the API does) and
-//!   sets a signed, expiring, `HttpOnly`, `SameSite=Strict` session cookie
-//!   ([`session`]); logged out, every page and action redirects to the login. Without
-//!   a token the admin listener is loopback-only and there is no login.
-//! * Every POST must come from a console page of the same origin and carry its form
-//!   token ([`cross_site`]).
+//! * With an admin token, a login form takes the token (compared as the API does,
+//!   throttled per client as the API's bearer check is) and sets a signed, expiring,
+//!   `HttpOnly`, `SameSite=Strict` session cookie ([`session`]; `__Host-` and
+//!   `Secure` when `admin.public_origin` is https); logged out, every page and action
+//!   redirects to the login. Every request's session is checked against the store's
+//!   revocations, so a logout (or "log out every session") on one gateway holds on
+//!   every gateway sharing the store from its next request. Without a token the admin
+//!   listener is loopback-only and there is no login.
+//! * Every POST must come from a console page of the same origin (scheme, host and
+//!   port) and carry its form token ([`cross_site`]).
+//! * Actions are audited with the session's id and the client's address.
 //! * Every answer carries a strict Content-Security-Policy ([`headers`]); pages
 //!   escape every value ([`page`]).
 //!
@@ -43,8 +48,10 @@ use axum::middleware::{self, Next};
 use axum::response::{Redirect, Response};
 use axum::routing::{get, post};
 
-use crate::admin::AdminState;
+use crate::admin::{self, AdminState};
 use crate::config::Secret;
+use crate::serve::Peer;
+use crate::store::Actor;
 
 pub use error::{ConsoleError, SetupError};
 pub use sources::{RouteView, SourceView};
@@ -61,6 +68,9 @@ const MAX_FORM_BYTES: usize = 16 * 1024;
 /// Largest login form body: a token and a form token, read before any session exists.
 pub const MAX_LOGIN_BYTES: usize = 4 * 1024;
 
+/// The most session cookies of one request whose revocation is looked up.
+const MAX_SESSIONS_TRIED: usize = 4;
+
 /// What the console's handlers share. Built once by `app`.
 pub struct ConsoleState {
     /// The admin API's state: the store, the sources, the token's digest, the clock.
@@ -71,6 +81,9 @@ pub struct ConsoleState {
     sources: Vec<SourceView>,
     /// This process's circuit breaker of a (source, route): the overview shows it.
     breakers: BreakerStates,
+    /// `admin.public_origin`: the origin a console POST must name, when it is not
+    /// `http://` and the request's host.
+    public_origin: Option<String>,
 }
 
 /// A route's circuit breaker, as the overview shows it.
@@ -95,22 +108,42 @@ enum Auth {
     Open(Signer),
 }
 
+/// Who audit records name for the console's actions.
+const ACTOR: &str = "console";
+
 /// Who is using the console, once [`require_session`] let them in.
 #[derive(Clone)]
 enum Visitor {
-    LoggedIn(Session),
-    /// A console without a token.
-    Local,
+    LoggedIn(Session, Option<String>),
+    /// A console without a token (the client's address).
+    Local(Option<String>),
+}
+
+impl Visitor {
+    /// The actor that audit records name for this visitor's actions: the console,
+    /// the session's id, the client's address.
+    fn actor(&self) -> Actor {
+        let (session, client) = match self {
+            Visitor::LoggedIn(s, client) => (Some(s.id().to_string()), client),
+            Visitor::Local(client) => (None, client),
+        };
+        Actor {
+            name: ACTOR.to_string(),
+            session,
+            client: client.clone(),
+        }
+    }
 }
 
 impl ConsoleState {
     /// The console of a gateway with `token` as its admin token (or none), showing
-    /// `sources`.
+    /// `sources`, reached at `public_origin` (`admin.public_origin`) when set.
     pub fn new(
         admin: Arc<AdminState>,
         token: Option<&Secret>,
         sources: Vec<SourceView>,
         breakers: BreakerStates,
+        public_origin: Option<String>,
     ) -> Result<ConsoleState, SetupError> {
         let auth = match token {
             Some(t) => Auth::Token(Signer::from_token(t.expose())?),
@@ -125,7 +158,16 @@ impl ConsoleState {
             auth,
             sources,
             breakers,
+            public_origin,
         })
+    }
+
+    /// Whether the console is served over HTTPS (`admin.public_origin`): its
+    /// session cookie is then `__Host-` and `Secure`.
+    fn secure_cookie(&self) -> bool {
+        self.public_origin
+            .as_deref()
+            .is_some_and(|o| o.starts_with("https://"))
     }
 
     fn signer(&self) -> &Signer {
@@ -134,15 +176,36 @@ impl ConsoleState {
         }
     }
 
-    /// The visitor a request comes from, or `LoggedOut`.
-    fn visitor(&self, headers: &HeaderMap) -> Result<Visitor, ConsoleError> {
-        match &self.auth {
-            Auth::Open(_) => Ok(Visitor::Local),
-            Auth::Token(signer) => cookie(headers, session::COOKIE)
-                .and_then(|v| signer.verify(v, self.admin.clock.now_secs()))
-                .map(Visitor::LoggedIn)
-                .ok_or(ConsoleError::LoggedOut),
+    /// The visitor a request from `client` comes from, or `LoggedOut`: the first
+    /// session cookie (of either name, among every one presented, so that a cookie
+    /// another app on the host set cannot shadow the session) that this console
+    /// signed, that has not expired and that the store has not revoked.
+    async fn visitor(
+        &self,
+        headers: &HeaderMap,
+        client: Option<String>,
+    ) -> Result<Visitor, ConsoleError> {
+        let signer = match &self.auth {
+            Auth::Open(_) => return Ok(Visitor::Local(client)),
+            Auth::Token(signer) => signer,
+        };
+        let now = self.admin.clock.now_ms();
+        let presented = cookies(headers, session::SECURE_COOKIE)
+            .chain(cookies(headers, session::COOKIE))
+            .filter_map(|v| signer.verify(v, now))
+            // A browser sends a handful of cookies at most: bound the store reads.
+            .take(MAX_SESSIONS_TRIED);
+        for s in presented {
+            if !self
+                .admin
+                .store
+                .session_revoked(s.id(), s.issued_at())
+                .await?
+            {
+                return Ok(Visitor::LoggedIn(s, client));
+            }
         }
+        Err(ConsoleError::LoggedOut)
     }
 
     /// The form token of `visitor`'s forms.
@@ -158,7 +221,7 @@ impl ConsoleState {
         uri: &Uri,
         form: &form::Form,
     ) -> Result<(), ConsoleError> {
-        cross_site::same_origin(headers, uri)?;
+        cross_site::same_origin(headers, uri, self.public_origin.as_deref())?;
         let presented = form.get(cross_site::FORM_TOKEN_FIELD).unwrap_or_default();
         if !self.signer().form_token_ok(bound(visitor), presented) {
             return Err(cross_site::CrossSite::FormToken.into());
@@ -171,8 +234,8 @@ impl ConsoleState {
         page::Chrome {
             current: Some(current),
             logout_token: match visitor {
-                Visitor::LoggedIn(_) => Some(self.form_token(visitor)),
-                Visitor::Local => None,
+                Visitor::LoggedIn(..) => Some(self.form_token(visitor)),
+                Visitor::Local(_) => None,
             },
         }
     }
@@ -180,20 +243,20 @@ impl ConsoleState {
 
 fn bound(visitor: &Visitor) -> Bound<'_> {
     match visitor {
-        Visitor::LoggedIn(s) => Bound::Session(s),
-        Visitor::Local => Bound::Open,
+        Visitor::LoggedIn(s, _) => Bound::Session(s),
+        Visitor::Local(_) => Bound::Open,
     }
 }
 
-/// The value of cookie `name`, from the request's `Cookie` headers.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+/// Every value of cookie `name` in the request's `Cookie` headers, in order.
+fn cookies<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
+        .filter(move |(n, _)| *n == name)
         .map(|(_, v)| v)
 }
 
@@ -203,6 +266,7 @@ pub fn router(state: Arc<ConsoleState>) -> Router {
     let pages = Router::new()
         .route("/", get(overview::show))
         .route("/logout", post(login::logout))
+        .route("/logout-all", post(login::logout_all))
         .route("/entries", get(entries::show))
         .route("/entries/live", get(entries::live))
         .route("/entries/{id}", get(entry::show))
@@ -250,7 +314,8 @@ async fn require_session(
     mut req: Request,
     next: Next,
 ) -> Result<Response, ConsoleError> {
-    let visitor = console.visitor(req.headers())?;
+    let client = admin::client_address(req.extensions().get::<Peer>());
+    let visitor = console.visitor(req.headers(), client).await?;
     req.extensions_mut().insert(visitor);
     Ok(next.run(req).await)
 }

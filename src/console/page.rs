@@ -27,8 +27,9 @@ const NAV: [(Nav, &str, &str); 4] = [
     (Nav::Sources, "/console/sources", "Sources"),
 ];
 
-/// What the top bar shows for the visitor: a logout button with its form token when
-/// they are logged in (no button on a console without a token).
+/// What the top bar shows for the visitor: the logout buttons (this session, every
+/// session) with their form token when they are logged in (no button on a console
+/// without a token).
 pub struct Chrome {
     pub current: Option<Nav>,
     /// The form token of the logout form; none when nobody logs in.
@@ -63,6 +64,13 @@ pub fn page(title: &str, chrome: &Chrome, content: Markup) -> Markup {
                         form.logout method="post" action="/console/logout" {
                             input type="hidden" name=(FORM_TOKEN_FIELD) value=(token);
                             button.quiet type="submit" { "Log out" }
+                        }
+                        form.logout-all method="post" action="/console/logout-all" {
+                            input type="hidden" name=(FORM_TOKEN_FIELD) value=(token);
+                            button.quiet type="submit"
+                                title="Revoke every console session, on every gateway sharing the store" {
+                                "Log out everywhere"
+                            }
                         }
                     }
                 }

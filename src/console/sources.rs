@@ -25,8 +25,8 @@ use maud::{Markup, html};
 use super::cross_site::FORM_TOKEN_FIELD;
 use super::form::Form;
 use super::page::{self, Nav};
-use super::{ConsoleError, ConsoleState, Visitor};
-use crate::admin::{self, dto::SourceState};
+use super::{ConsoleError, ConsoleState, Visitor, format};
+use crate::admin::{self, dto::ControlEvent, dto::SourceState};
 use crate::config::{OrderBy, RateLimit, SourceConfig, redact_url};
 use crate::error::ApiError;
 
@@ -121,12 +121,16 @@ pub async fn show(
     Extension(visitor): Extension<Visitor>,
 ) -> Result<Response, ConsoleError> {
     let states = admin::source_states(&console.admin).await?;
+    let controls = admin::control_events(&console.admin, CONTROLS_SHOWN).await?;
     let token = console.form_token(&visitor);
     let chrome = console.chrome(&visitor, Nav::Sources);
     Ok(page::html(page::page(
         "Sources",
         &chrome,
-        render(&console.sources, &states, &token),
+        html! {
+            (render(&console.sources, &states, &token))
+            (control_audit(&controls))
+        },
     )))
 }
 
@@ -185,7 +189,7 @@ async fn act(
     };
     let form = Form::parse(headers, body)?;
     console.check_post(visitor, headers, uri, &form)?;
-    admin::set_paused(&console.admin, name, route, paused)
+    admin::set_paused(&console.admin, name, route, paused, &visitor.actor())
         .await
         .map_err(|e| match e {
             ApiError::StoreUnavailable(cause) => ConsoleError::Store(cause),
@@ -203,6 +207,39 @@ fn anchor(source: &str) -> String {
 
 /// The page's content: `views` in configuration order, with what `states` says is
 /// paused, and forms carrying `token`.
+/// The pauses and resumes the page lists (`GET /admin/audit` has more).
+const CONTROLS_SHOWN: usize = 20;
+
+/// The newest pauses and resumes, with who made them.
+fn control_audit(events: &[ControlEvent]) -> Markup {
+    html! {
+        section.card #control-audit aria-labelledby="control-audit-heading" {
+            h2 #control-audit-heading { "Recent pauses and resumes" }
+            @if events.is_empty() {
+                p.muted { "Nothing was paused or resumed yet." }
+            } @else {
+                div.table-wrap {
+                    table {
+                        thead { tr { th { "When (UTC)" } th { "Action" } th { "Source / route" } th { "By" } th { "Session" } th { "Client" } } }
+                        tbody {
+                            @for e in events {
+                                tr {
+                                    td { (format::rfc3339(&e.at)) }
+                                    td { (e.action) }
+                                    td { (e.source) @if let Some(r) = &e.route { " / " (r) } }
+                                    td { (format::untrusted(&e.actor)) }
+                                    td.mono { @match &e.session { Some(s) => (s), None => span.muted { "—" } } }
+                                    td.mono { @match &e.client { Some(c) => (c), None => span.muted { "—" } } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn render(views: &[SourceView], states: &[SourceState], token: &str) -> Markup {
     html! {
         div.page-head {

@@ -12,6 +12,7 @@
 //! (`tests/it/conformance.rs`).
 
 mod activity;
+mod audit;
 mod entry;
 mod error;
 mod headers;
@@ -33,6 +34,7 @@ use crate::config::StoreConfig;
 pub use crate::config::{DEFAULT_ROUTE, valid_route_name};
 
 pub use activity::{ACTIVITY_RETENTION, MinuteActivity};
+pub use audit::{Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent};
 pub use entry::{
     Accepted, Attempt, Delivery, DeliveryOrder, Entry, Header, MAX_ORDER_KEY, NewEntry, Retention,
     RouteOrder, Status,
@@ -63,6 +65,12 @@ pub struct AuditEvent {
     /// applied to).
     #[serde(default)]
     pub route: Option<String>,
+    /// The console session the action came from (a hash of its nonce).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The address of the client that asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 /// What [`Store::replay`] and [`Store::discard`] did.
@@ -225,7 +233,11 @@ pub struct Purged {
 ///   holding the delivery's current lease completes it (see [`Store::complete`]).
 /// * Listings are newest first, and a cursor page never repeats or skips an entry
 ///   (ids are UUIDv7: they sort by arrival).
-/// * Replay and discard are checked against the entry's status and audited.
+/// * Replay and discard are checked against the entry's status and audited, with
+///   their actor's session and client; pauses and resumes are kept in the control
+///   audit.
+/// * A revoked console session stays revoked, for every process on the store, until
+///   it would have expired.
 /// * Pending entries are never purged.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -397,7 +409,7 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         route: Option<&str>,
         at: i64,
-        actor: &str,
+        by: &Actor,
         now: i64,
     ) -> Result<Transition, StoreError>;
 
@@ -409,7 +421,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         id: &str,
         route: Option<&str>,
-        actor: &str,
+        by: &Actor,
         note: &str,
         now: i64,
     ) -> Result<Transition, StoreError>;
@@ -424,8 +436,31 @@ pub trait Store: Send + Sync + 'static {
         key: &str,
     ) -> Result<Vec<String>, StoreError>;
 
-    /// The audit trail of an entry, oldest first.
+    /// The audit trail of an entry, oldest first; each event names its actor's
+    /// session and client when the action carried them.
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError>;
+
+    /// Add `event` to the control audit, shared by every process on the store. The
+    /// newest [`CONTROL_AUDIT_KEEP`] events are kept.
+    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError>;
+
+    /// The newest `limit` control events (at most [`CONTROL_AUDIT_KEEP`]), newest
+    /// first.
+    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError>;
+
+    /// Revoke the console session `id` (a hash of its nonce) until `expires_at`
+    /// (unix ms, when the session would have expired anyway): every process on the
+    /// store refuses it from now on. Housekeeping (or Redis itself) forgets the
+    /// revocation once it has expired.
+    async fn revoke_session(&self, id: &str, expires_at: i64, now: i64) -> Result<(), StoreError>;
+
+    /// Revoke every console session issued at or before `at` (unix ms): "log out
+    /// every session". A later call with an earlier `at` changes nothing.
+    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError>;
+
+    /// Whether the console session `id`, issued at `issued_at` (unix ms), was
+    /// revoked: by itself, or with every session issued until then.
+    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError>;
 
     /// The dead deliveries through `route` of `source`, newest entry first, at most
     /// `limit`; no header or body is read.

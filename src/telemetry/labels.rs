@@ -64,6 +64,8 @@ label_values! {
         BadRequest => "bad_request",
         /// A missing or wrong bearer token.
         Unauthorized => "unauthorized",
+        /// Too many wrong tokens from one client: answered 429 unchecked.
+        Throttled => "throttled",
         /// The entry's status does not allow the replay or discard.
         Conflict => "conflict",
         /// No admin token is set and a browser may have sent it for a web page.

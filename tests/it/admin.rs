@@ -321,7 +321,10 @@ both_stores!(
 async fn wrong_or_missing_tokens_are_refused_and_change_nothing() {
     let h = StoreHandle::new(Backend::Embedded);
     let up = Upstream::ok().await;
-    let gw = Gateway::start(admin_config(&h, "", &source("a", &up.url, ""))).await;
+    // Two dozen wrong tokens from one client: more than a client may send before it
+    // is locked out (`wrong_tokens_are_throttled_per_client…` tests that).
+    let allow = "[admin]\nfailed_auth_allowance = 100\n";
+    let gw = Gateway::start(admin_config(&h, allow, &source("a", &up.url, ""))).await;
     let c = http();
     let same_len = "x".repeat(TOKEN.len());
     let cases: Vec<Option<String>> = vec![
@@ -500,6 +503,7 @@ async fn the_server_and_its_openapi_document_agree() {
         ("POST", "/admin/sources/{name}/routes/{route}/pause"),
         ("POST", "/admin/sources/{name}/routes/{route}/resume"),
         ("GET", "/admin/stats"),
+        ("GET", "/admin/audit"),
     ]
     .into_iter()
     .map(|(m, p)| (m.to_string(), p.to_string()))
@@ -585,6 +589,10 @@ async fn the_server_and_its_openapi_document_agree() {
             "/admin/replay".into(),
             Some(json!({"source": "oa", "route": "default"})),
         ),
+        // After the pauses and resumes above: events with an actor and a client.
+        ("GET", "/admin/audit".into(), None),
+        ("GET", "/admin/audit?limit=2".into(), None),
+        ("GET", "/admin/audit?limit=0".into(), None),
         ("GET", "/admin/dead-letters".into(), None),
         (
             "GET",

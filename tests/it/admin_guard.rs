@@ -353,3 +353,117 @@ async fn without_a_token_only_the_consoles_own_requests_pass_with_an_origin() {
     }
     gw.stop().await;
 }
+
+/// A client whose connections come from `ip` (a loopback address: 127.0.0.0/8 is
+/// all this host's).
+fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    http_builder()
+        .local_address(std::net::IpAddr::from(ip))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_tokens_are_throttled_per_client_and_the_right_one_still_works_elsewhere() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(admin_config(&h, "", &sources_toml())).await;
+    let url = format!("{}/admin/sources", gw.admin);
+    let guesser = client_from([127, 0, 0, 1]);
+    let other = client_from([127, 0, 0, 2]);
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for i in 0..20 {
+        let resp = guesser
+            .get(&url)
+            .bearer_auth(format!("guess-{i}"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(resp.status().as_u16());
+        if resp.status() == 429 {
+            retry_after = resp.headers().get("retry-after").cloned();
+            break;
+        }
+    }
+    assert_eq!(statuses[..5], [401; 5], "the first failures answer 401");
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    let secs: u64 = retry_after
+        .expect("a 429 says when to retry")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=300).contains(&secs), "{secs}");
+    // Locked out: the right token is not even checked.
+    let st = guesser.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(st.status(), 429);
+    // The console's login counts in the same table.
+    let login = format!("{}/console/login", gw.admin);
+    let form = guesser
+        .get(&login)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = crate::console::form_token(&form);
+    let resp = guesser
+        .post(&login)
+        .form(&[("csrf", csrf.as_str()), ("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    assert!(resp.headers().contains_key("retry-after"));
+    // Another client is not held back.
+    let st = other.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(st.status(), 200);
+    let resp = other
+        .post(&login)
+        .form(&[("csrf", csrf.as_str()), ("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 303, "the other client logs in");
+    // Wrong logins from a third client lock it out too.
+    let third = client_from([127, 0, 0, 3]);
+    let mut last = 0;
+    for _ in 0..10 {
+        last = third
+            .post(&login)
+            .form(&[("csrf", csrf.as_str()), ("token", "wrong")])
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        if last == 429 {
+            break;
+        }
+    }
+    assert_eq!(last, 429);
+    gw.stop().await;
+}
+
+#[test]
+fn a_short_admin_token_is_warned_about_at_start() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(&h, dir.path());
+    let started_with = |token: &str, log: &str| {
+        let log_path = dir.path().join(log);
+        let mut gw = ChildGateway::spawn(&cfg, &[("HOOKGATE_ADMIN_TOKEN", token)], &log_path);
+        gw.terminate();
+        std::fs::read_to_string(&log_path).unwrap()
+    };
+    let short = "only-twenty-three-chars";
+    assert_eq!(short.len(), 23);
+    let log = started_with(short, "short.log");
+    assert!(log.contains("the admin token is short"), "{log}");
+    assert!(!log.contains(short), "the token is never logged");
+    let log = started_with("twenty-four-characters!!", "long.log");
+    assert!(log.contains("admin"), "the log is there: {log}");
+    assert!(!log.contains("the admin token is short"), "{log}");
+}

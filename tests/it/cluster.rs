@@ -259,7 +259,10 @@ async fn routes_and_the_migration_on_a_three_master_cluster() {
         // the route is resumed; then delivered, and the entry with it.
         let t = now_ms();
         assert_eq!(
-            store.replay(&both, Some("b"), t, "ops", t).await.unwrap(),
+            store
+                .replay(&both, Some("b"), t, &"ops".into(), t)
+                .await
+                .unwrap(),
             Transition::Done
         );
         store.set_paused(s, Some("b"), true).await.unwrap();
@@ -277,7 +280,10 @@ async fn routes_and_the_migration_on_a_three_master_cluster() {
             Status::Delivered
         );
         assert_eq!(
-            store.discard(&only_b, None, "ops", "n", t).await.unwrap(),
+            store
+                .discard(&only_b, None, &"ops".into(), "n", t)
+                .await
+                .unwrap(),
             Transition::Done
         );
 

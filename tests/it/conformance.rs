@@ -7,8 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
-    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Entry, Header, HousekeepingPass,
-    ListQuery, NewEntry, SourceStats, Status, Store, Transition,
+    Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, Entry, Header,
+    HousekeepingPass, ListQuery, NewEntry, SourceStats, Status, Store, Transition,
 };
 
 use crate::util::{
@@ -312,7 +312,10 @@ async fn status_of(store: &dyn Store, id: &str) -> Status {
 /// Discard `id` at `at`, which the store does.
 async fn discard_done(store: &dyn Store, id: &str, at: i64) {
     assert_eq!(
-        store.discard(id, None, "ops", "n", at).await.unwrap(),
+        store
+            .discard(id, None, &"ops".into(), "n", at)
+            .await
+            .unwrap(),
         Transition::Done,
         "discard {id}"
     );
@@ -607,7 +610,7 @@ async fn attempt_while_discarded_is_recorded(store: &dyn Store) {
     // The attempt is running when an operator discards the entry.
     assert_eq!(
         store
-            .discard(&id, None, "ops", "wrong tenant", t + 1)
+            .discard(&id, None, &"ops".into(), "wrong tenant", t + 1)
             .await
             .unwrap(),
         Transition::Done
@@ -845,7 +848,10 @@ async fn entry_with_status(store: &dyn Store, source: &str, key: &str, status: S
         Status::Pending => {}
         Status::Discarded => {
             assert_eq!(
-                store.discard(&id, None, "ops", "setup", t).await.unwrap(),
+                store
+                    .discard(&id, None, &"ops".into(), "setup", t)
+                    .await
+                    .unwrap(),
                 Transition::Done
             );
         }
@@ -873,19 +879,22 @@ async fn transitions_by_status(store: &dyn Store) {
     let discarded = entry_with_status(store, "z", "evt", Status::Discarded).await;
 
     assert_eq!(
-        store.replay(&pending, None, t, "ops", t).await.unwrap(),
+        store
+            .replay(&pending, None, t, &"ops".into(), t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Pending)
     );
     assert_eq!(
         store
-            .discard(&delivered, None, "ops", "n", t)
+            .discard(&delivered, None, &"ops".into(), "n", t)
             .await
             .unwrap(),
         Transition::Conflict(Status::Delivered)
     );
     assert_eq!(
         store
-            .discard(&discarded, None, "ops", "n", t)
+            .discard(&discarded, None, &"ops".into(), "n", t)
             .await
             .unwrap(),
         Transition::Conflict(Status::Discarded)
@@ -914,11 +923,14 @@ async fn unknown_ids_are_not_found(store: &dyn Store) {
     for id in ["no-such-id", &uuid::Uuid::now_v7().to_string(), ""] {
         assert!(store.get(id).await.unwrap().is_none(), "{id:?}");
         assert_eq!(
-            store.replay(id, None, t, "ops", t).await.unwrap(),
+            store.replay(id, None, t, &"ops".into(), t).await.unwrap(),
             Transition::NotFound
         );
         assert_eq!(
-            store.discard(id, None, "ops", "n", t).await.unwrap(),
+            store
+                .discard(id, None, &"ops".into(), "n", t)
+                .await
+                .unwrap(),
             Transition::NotFound
         );
         assert!(store.attempts(id).await.unwrap().is_empty());
@@ -947,7 +959,10 @@ async fn replay_queues_with_a_fresh_budget(store: &dyn Store) {
         let now = now_ms() + 10;
         let at = now + 1_000;
         assert_eq!(
-            store.replay(&id, None, at, "ops", now).await.unwrap(),
+            store
+                .replay(&id, None, at, &"ops".into(), now)
+                .await
+                .unwrap(),
             Transition::Done,
             "replay of a {from:?} entry"
         );
@@ -988,19 +1003,31 @@ both_fresh_stores!(
 async fn audit_trail_oldest_first(store: &dyn Store) {
     let id = entry_with_status(store, "s", "evt_audit", Status::Dead).await;
     let t = now_ms();
-    assert_eq!(
-        store.replay(&id, None, t, "alice", t + 1).await.unwrap(),
-        Transition::Done
-    );
+    // A console action names its session and client.
+    let bob = Actor {
+        name: "bob".into(),
+        session: Some("5e55".into()),
+        client: Some("2001:db8::7".into()),
+    };
     assert_eq!(
         store
-            .discard(&id, None, "bob", "customer asked", t + 2)
+            .replay(&id, None, t, &"alice".into(), t + 1)
             .await
             .unwrap(),
         Transition::Done
     );
     assert_eq!(
-        store.replay(&id, None, t, "carol", t + 3).await.unwrap(),
+        store
+            .discard(&id, None, &bob, "customer asked", t + 2)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert_eq!(
+        store
+            .replay(&id, None, t, &"carol".into(), t + 3)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let trail = store.audit(&id).await.unwrap();
@@ -1011,6 +1038,8 @@ async fn audit_trail_oldest_first(store: &dyn Store) {
             actor: "alice".into(),
             note: None,
             route: None,
+            session: None,
+            client: None,
         },
         AuditEvent {
             at: t + 2,
@@ -1018,6 +1047,8 @@ async fn audit_trail_oldest_first(store: &dyn Store) {
             actor: "bob".into(),
             note: Some("customer asked".into()),
             route: None,
+            session: Some("5e55".into()),
+            client: Some("2001:db8::7".into()),
         },
         AuditEvent {
             at: t + 3,
@@ -1025,6 +1056,8 @@ async fn audit_trail_oldest_first(store: &dyn Store) {
             actor: "carol".into(),
             note: None,
             route: None,
+            session: None,
+            client: None,
         },
     ];
     assert_eq!(trail, expect);
@@ -1095,7 +1128,10 @@ async fn controls_announce_changes(store: &dyn Store) {
     );
     // A refused discard announces nothing.
     assert_eq!(
-        store.discard(&id, None, "ops", "n", t).await.unwrap(),
+        store
+            .discard(&id, None, &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Discarded)
     );
     assert!(matches!(
@@ -1638,7 +1674,7 @@ async fn work_signal_moves(store: &dyn Store) {
     replayed.borrow_and_update();
     let t = now_ms();
     assert_eq!(
-        store.replay(&id2, None, t, "ops", t).await.unwrap(),
+        store.replay(&id2, None, t, &"ops".into(), t).await.unwrap(),
         Transition::Done
     );
     tokio::time::timeout(DEADLINE, replayed.changed())

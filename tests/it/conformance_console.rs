@@ -164,7 +164,7 @@ async fn dead_letters_of_a_route(store: &dyn Store) {
     );
     // A replayed one is no longer dead; other sources and routes have none.
     let done = store
-        .replay(&ids[0], Some("a"), t + 100, "op", t + 100)
+        .replay(&ids[0], Some("a"), t + 100, &"op".into(), t + 100)
         .await
         .unwrap();
     assert_eq!(done, Transition::Done);

@@ -238,7 +238,7 @@ async fn a_blocking_dead_head_waits_for_a_replay(store: &dyn Store) {
     );
     assert_eq!(
         store
-            .replay(&a[0], Some(ROUTE), now, "op", now)
+            .replay(&a[0], Some(ROUTE), now, &"op".into(), now)
             .await
             .unwrap(),
         Transition::Done
@@ -263,7 +263,7 @@ async fn discarding_a_blocking_dead_head_lets_its_line_go(store: &dyn Store) {
     assert!(claim_all(store, now).await.is_empty());
     assert_eq!(
         store
-            .discard(&a[0], Some(ROUTE), "op", "known bad", now)
+            .discard(&a[0], Some(ROUTE), &"op".into(), "known bad", now)
             .await
             .unwrap(),
         Transition::Done
@@ -286,7 +286,10 @@ async fn a_replay_takes_its_place_in_the_line(store: &dyn Store) {
     let second = claim_all(store, now).await;
     assert_eq!(ids(&second), vec![a[1].clone()]);
     assert_eq!(
-        store.replay(&a[0], None, now, "op", now).await.unwrap(),
+        store
+            .replay(&a[0], None, now, &"op".into(), now)
+            .await
+            .unwrap(),
         Transition::Done
     );
     assert!(
@@ -321,7 +324,7 @@ async fn a_discard_in_flight_holds_the_line_until_the_attempt_ends(store: &dyn S
     let c = claim_all(store, now).await;
     assert_eq!(
         store
-            .discard(&a[0], Some(ROUTE), "op", "stop it", now)
+            .discard(&a[0], Some(ROUTE), &"op".into(), "stop it", now)
             .await
             .unwrap(),
         Transition::Done

@@ -334,23 +334,26 @@ async fn filtered_entry_is_never_delivered(store: &dyn Store) {
     // Nothing to replay or discard, as a whole or through a route.
     let t = now_ms();
     assert_eq!(
-        store.replay(&id, None, t, "ops", t).await.unwrap(),
-        Transition::Conflict(Status::Filtered)
-    );
-    assert_eq!(
-        store.discard(&id, None, "ops", "n", t).await.unwrap(),
+        store.replay(&id, None, t, &"ops".into(), t).await.unwrap(),
         Transition::Conflict(Status::Filtered)
     );
     assert_eq!(
         store
-            .replay(&id, Some("default"), t, "ops", t)
+            .discard(&id, None, &"ops".into(), "n", t)
+            .await
+            .unwrap(),
+        Transition::Conflict(Status::Filtered)
+    );
+    assert_eq!(
+        store
+            .replay(&id, Some("default"), t, &"ops".into(), t)
             .await
             .unwrap(),
         Transition::NoSuchRoute
     );
     assert_eq!(
         store
-            .discard(&id, Some("default"), "ops", "n", t)
+            .discard(&id, Some("default"), &"ops".into(), "n", t)
             .await
             .unwrap(),
         Transition::NoSuchRoute
@@ -633,7 +636,7 @@ async fn discard_during_an_attempt_per_delivery(store: &dyn Store) {
     // Both attempts run when an operator discards the delivery through a.
     assert_eq!(
         store
-            .discard(&id, Some("a"), "ops", "wrong", t + 1)
+            .discard(&id, Some("a"), &"ops".into(), "wrong", t + 1)
             .await
             .unwrap(),
         Transition::Done
@@ -786,7 +789,7 @@ async fn replay_one_route(store: &dyn Store) {
     let at = now + 1_000;
     assert_eq!(
         store
-            .replay(&id, Some("a"), at, "alice", now)
+            .replay(&id, Some("a"), at, &"alice".into(), now)
             .await
             .unwrap(),
         Transition::Done
@@ -808,12 +811,15 @@ async fn replay_one_route(store: &dyn Store) {
 
     // A pending delivery, a route the entry lacks, an entry that does not exist.
     assert_eq!(
-        store.replay(&id, Some("a"), at, "ops", now).await.unwrap(),
+        store
+            .replay(&id, Some("a"), at, &"ops".into(), now)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Pending)
     );
     assert_eq!(
         store
-            .replay(&id, Some("zzz"), at, "ops", now)
+            .replay(&id, Some("zzz"), at, &"ops".into(), now)
             .await
             .unwrap(),
         Transition::NoSuchRoute
@@ -821,7 +827,7 @@ async fn replay_one_route(store: &dyn Store) {
     let unknown = uuid::Uuid::now_v7().to_string();
     assert_eq!(
         store
-            .replay(&unknown, Some("a"), at, "ops", now)
+            .replay(&unknown, Some("a"), at, &"ops".into(), now)
             .await
             .unwrap(),
         Transition::NotFound
@@ -834,6 +840,8 @@ async fn replay_one_route(store: &dyn Store) {
             actor: "alice".into(),
             note: None,
             route: Some("a".into()),
+            session: None,
+            client: None,
         }],
         "only the replay that was done, with its route"
     );
@@ -859,7 +867,10 @@ async fn replay_one_route(store: &dyn Store) {
     );
     // A delivered delivery is sent again when named.
     assert_eq!(
-        store.replay(&id, Some("b"), at, "ops", at).await.unwrap(),
+        store
+            .replay(&id, Some("b"), at, &"ops".into(), at)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let b = delivery(store, &id, "b").await;
@@ -881,7 +892,10 @@ async fn replay_every_route(store: &dyn Store) {
     settle(store, "s", &id, "a", Outcome::Refused, t).await;
     settle(store, "s", &id, "b", Outcome::Delivered, t).await;
     assert_eq!(
-        store.discard(&id, Some("c"), "ops", "n", t).await.unwrap(),
+        store
+            .discard(&id, Some("c"), &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let before = got(store, &id).await;
@@ -889,7 +903,10 @@ async fn replay_every_route(store: &dyn Store) {
     let now = now_ms() + 10;
     let at = now + 500;
     assert_eq!(
-        store.replay(&id, None, at, "bob", now).await.unwrap(),
+        store
+            .replay(&id, None, at, &"bob".into(), now)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let e = got(store, &id).await;
@@ -920,6 +937,8 @@ async fn replay_every_route(store: &dyn Store) {
             actor: "bob".into(),
             note: None,
             route: None,
+            session: None,
+            client: None,
         }
     );
 
@@ -930,7 +949,10 @@ async fn replay_every_route(store: &dyn Store) {
     settle(store, "s", &all, "b", Outcome::Delivered, t).await;
     let now = now_ms() + 10;
     assert_eq!(
-        store.replay(&all, None, now, "ops", now).await.unwrap(),
+        store
+            .replay(&all, None, now, &"ops".into(), now)
+            .await
+            .unwrap(),
         Transition::Done
     );
     for d in got(store, &all).await.deliveries {
@@ -946,7 +968,10 @@ async fn replay_every_route(store: &dyn Store) {
     settle(store, "s", &busy, "b", Outcome::Delivered, now_ms()).await;
     let before = got(store, &busy).await;
     assert_eq!(
-        store.replay(&busy, None, now, "ops", now).await.unwrap(),
+        store
+            .replay(&busy, None, now, &"ops".into(), now)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Pending)
     );
     assert_eq!(got(store, &busy).await, before);
@@ -956,14 +981,14 @@ async fn replay_every_route(store: &dyn Store) {
     settle(store, "s", &busy, "a", Outcome::Delivered, now_ms()).await;
     assert_eq!(
         store
-            .replay(&busy, Some("b"), now, "ops", now)
+            .replay(&busy, Some("b"), now, &"ops".into(), now)
             .await
             .unwrap(),
         Transition::Done
     );
     assert_eq!(
         store
-            .replay(&busy, Some("a"), now, "ops", now)
+            .replay(&busy, Some("a"), now, &"ops".into(), now)
             .await
             .unwrap(),
         Transition::Done
@@ -981,7 +1006,10 @@ async fn replay_every_route(store: &dyn Store) {
     );
     let now = now_ms() + 20;
     assert_eq!(
-        store.replay(&busy, None, now, "ops", now).await.unwrap(),
+        store
+            .replay(&busy, None, now, &"ops".into(), now)
+            .await
+            .unwrap(),
         Transition::Done
     );
     assert_eq!(
@@ -1006,7 +1034,7 @@ async fn discard_by_route(store: &dyn Store) {
     let t = now_ms();
     assert_eq!(
         store
-            .discard(&id, Some("b"), "alice", "not for b", t)
+            .discard(&id, Some("b"), &"alice".into(), "not for b", t)
             .await
             .unwrap(),
         Transition::Done
@@ -1024,12 +1052,15 @@ async fn discard_by_route(store: &dyn Store) {
     assert!(claims(store, "s", "b", "w", t + 3_600_000).await.is_empty());
     // Refused: an ended delivery, a route the entry lacks, an unknown entry.
     assert_eq!(
-        store.discard(&id, Some("b"), "ops", "n", t).await.unwrap(),
+        store
+            .discard(&id, Some("b"), &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Discarded)
     );
     assert_eq!(
         store
-            .discard(&id, Some("zzz"), "ops", "n", t)
+            .discard(&id, Some("zzz"), &"ops".into(), "n", t)
             .await
             .unwrap(),
         Transition::NoSuchRoute
@@ -1037,14 +1068,17 @@ async fn discard_by_route(store: &dyn Store) {
     let unknown = uuid::Uuid::now_v7().to_string();
     assert_eq!(
         store
-            .discard(&unknown, Some("a"), "ops", "n", t)
+            .discard(&unknown, Some("a"), &"ops".into(), "n", t)
             .await
             .unwrap(),
         Transition::NotFound
     );
     settle(store, "s", &id, "a", Outcome::Delivered, t).await;
     assert_eq!(
-        store.discard(&id, Some("a"), "ops", "n", t).await.unwrap(),
+        store
+            .discard(&id, Some("a"), &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Delivered)
     );
     assert!(
@@ -1054,7 +1088,10 @@ async fn discard_by_route(store: &dyn Store) {
 
     // Without a route: every pending or dead delivery (c), not the delivered one.
     assert_eq!(
-        store.discard(&id, None, "bob", "all", t + 1).await.unwrap(),
+        store
+            .discard(&id, None, &"bob".into(), "all", t + 1)
+            .await
+            .unwrap(),
         Transition::Done
     );
     assert_eq!(next(&mut rx).await, discarded(&id, "c"));
@@ -1068,7 +1105,10 @@ async fn discard_by_route(store: &dyn Store) {
     );
     assert_eq!(got(store, &id).await.status, Status::Discarded);
     assert_eq!(
-        store.discard(&id, None, "ops", "n", t).await.unwrap(),
+        store
+            .discard(&id, None, &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Conflict(Status::Discarded)
     );
     assert!(drain(&mut rx).is_empty());
@@ -1081,6 +1121,8 @@ async fn discard_by_route(store: &dyn Store) {
                 actor: "alice".into(),
                 note: Some("not for b".into()),
                 route: Some("b".into()),
+                session: None,
+                client: None,
             },
             AuditEvent {
                 at: t + 1,
@@ -1088,6 +1130,8 @@ async fn discard_by_route(store: &dyn Store) {
                 actor: "bob".into(),
                 note: Some("all".into()),
                 route: None,
+                session: None,
+                client: None,
             },
         ]
     );
@@ -1096,7 +1140,10 @@ async fn discard_by_route(store: &dyn Store) {
     let two = accept_new(store, routed("s", "evt_disc_two", &["a", "b"])).await;
     settle(store, "s", &two, "a", Outcome::Refused, now_ms()).await;
     assert_eq!(
-        store.discard(&two, None, "ops", "n", t).await.unwrap(),
+        store
+            .discard(&two, None, &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Done
     );
     let mut got_controls = vec![next(&mut rx).await, next(&mut rx).await];
@@ -1338,7 +1385,10 @@ async fn route_stats_count_deliveries(store: &dyn Store) {
     settle(store, "s", &e1, "a", Outcome::Delivered, t).await;
     settle(store, "s", &e2, "a", Outcome::Refused, t).await;
     assert_eq!(
-        store.discard(&e2, Some("b"), "ops", "n", t).await.unwrap(),
+        store
+            .discard(&e2, Some("b"), &"ops".into(), "n", t)
+            .await
+            .unwrap(),
         Transition::Done
     );
     assert_eq!(

@@ -11,7 +11,7 @@ use crate::browser::{Browser, WAIT, other_site};
 use crate::upstream::{Reply, Upstream};
 use crate::util::*;
 
-const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
 /// Two sources with routes in every state the overview shows: delivered, dead
 /// (a 422 upstream, one attempt), pending on a paused source, duplicates and
@@ -199,7 +199,7 @@ async fn in_chromium_the_console_logs_in_shows_the_overview_refuses_cross_site_p
 }
 
 /// A client that shows redirects instead of following them.
-fn no_redirects() -> reqwest::Client {
+pub fn no_redirects() -> reqwest::Client {
     http_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -207,7 +207,7 @@ fn no_redirects() -> reqwest::Client {
 }
 
 /// The form token in `html`'s first `csrf` field.
-fn form_token(html: &str) -> String {
+pub fn form_token(html: &str) -> String {
     let at = html
         .find(r#"name="csrf" value=""#)
         .unwrap_or_else(|| panic!("no form token in {html}"));
@@ -216,7 +216,7 @@ fn form_token(html: &str) -> String {
 }
 
 /// Log in over HTTP; answers the `name=value` of the session cookie.
-async fn log_in(client: &reqwest::Client, admin: &str) -> String {
+pub async fn log_in(client: &reqwest::Client, admin: &str) -> String {
     let page = client
         .get(format!("{admin}/console/login"))
         .send()
@@ -453,6 +453,7 @@ async fn every_console_answer_carries_the_security_headers() {
         assert_eq!(resp.status(), status, "{path}");
         let h = resp.headers();
         assert_eq!(h["content-security-policy"], CSP, "{path}");
+        assert_eq!(h["x-frame-options"], "DENY", "{path}");
         assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
         assert_eq!(h["referrer-policy"], "same-origin", "{path}");
         assert_eq!(h["cache-control"], "no-store", "{path}");

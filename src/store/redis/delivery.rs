@@ -250,6 +250,8 @@ impl RedisStore {
             actor: SKIP_ACTOR.into(),
             note: Some(SKIP_NOTE.into()),
             route: Some(route.to_string()),
+            session: None,
+            client: None,
         })
         .map_err(|source| StoreError::Encode {
             what: "the skip audit event",

@@ -28,6 +28,9 @@
 //! | `hg:sources` | set | every source name seen (for lookups by id) |
 //! | `hg:epoch` | string | a random value; its disappearance means Redis lost its data |
 //! | `hg:paused` | set | what is paused: `src` (a whole source) or `src/route` |
+//! | `hg:control_audit` | list of JSON, newest first | pauses and resumes with their actor (the newest 1000) |
+//! | `hg:{console}:session_revoked:<id>` | string, `PX` = until the session expires | a revoked console session (`id`: a hash of its nonce) |
+//! | `hg:{console}:sessions_revoked_until` | string | unix ms: every console session issued until then is revoked ("log out every session") |
 //!
 //! # Accept
 //!
@@ -58,12 +61,14 @@
 mod batch;
 mod codec;
 mod conn;
+mod controls;
 mod delivery;
 mod housekeeping;
 mod listing;
 mod migrate;
 mod preconditions;
 mod scripts;
+mod transition;
 mod views;
 
 use std::collections::{BTreeSet, HashMap};
@@ -79,10 +84,12 @@ use self::codec::entry_from_map;
 use self::conn::{Conn, timed};
 use self::delivery::paused_member;
 use self::scripts::Scripts;
+use self::transition::{Action, audit_event};
 use super::{
-    Accepted, Attempt, AuditEvent, Claim, Completion, Control, Controls, DeadLetter, Entry,
-    HousekeepingPass, IdPage, ListQuery, MinuteActivity, NewEntry, Page, PauseTarget, Purged,
-    RouteStats, SourceStats, Status, Store, StoreError, Transition, Wake, WorkSignals,
+    Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, ControlEvent, Controls,
+    DeadLetter, Entry, HousekeepingPass, IdPage, ListQuery, MinuteActivity, NewEntry, Page,
+    PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError, Transition,
+    WorkSignals,
 };
 use crate::config::RedisConfig;
 
@@ -143,63 +150,6 @@ impl RedisStore {
         store.check_epoch().await?;
         store.migrate().await?;
         Ok(store)
-    }
-
-    /// Replay or discard deliveries of entry `id` (see `scripts/transition.lua`),
-    /// through the route `audit` names (every one that qualifies when it names none),
-    /// at `audit.at`: what it did and, when done, the routes it applied to.
-    async fn transition(
-        &self,
-        id: &str,
-        action: Action,
-        at: i64,
-        audit: &AuditEvent,
-    ) -> Result<(Transition, Vec<String>), StoreError> {
-        let Some(src) = self.source_of(id).await? else {
-            return Ok((Transition::NotFound, Vec::new()));
-        };
-        let src = src.as_str();
-        let audit_json = serde_json::to_string(audit).map_err(|source| StoreError::Encode {
-            what: "the audit record",
-            source,
-        })?;
-        let mut inv = self.scripts.transition.prepare_invoke();
-        inv.key(self.key(src, &format!("e:{id}")))
-            .key(self.key(src, &format!("audit:{id}")))
-            .arg(action.as_str())
-            .arg(id)
-            .arg(at)
-            .arg(audit.at)
-            .arg(audit_json)
-            .arg(audit.route.as_deref().unwrap_or_default())
-            .arg(self.key(src, ""));
-        let mut c = self.conn();
-        let (code, text): (i64, String) = self.timed(inv.invoke_async(&mut c)).await?;
-        let status = || {
-            Status::parse(&text).ok_or_else(|| StoreError::Corrupt {
-                id: id.to_string(),
-                problem: format!("unknown status {text:?}"),
-            })
-        };
-        Ok(match code {
-            1 => {
-                let routes: Vec<String> = text
-                    .split(',')
-                    .filter(|r| !r.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                if action == Action::Replay {
-                    self.work.wake(&Wake::Routes {
-                        source: src.to_string(),
-                        routes: routes.clone(),
-                    });
-                }
-                (Transition::Done, routes)
-            }
-            2 => (Transition::Conflict(status()?), Vec::new()),
-            3 => (Transition::NoSuchRoute, Vec::new()),
-            _ => (Transition::NotFound, Vec::new()),
-        })
     }
 
     /// The JSON records of a list key of `source` (attempts, audit), oldest first;
@@ -346,23 +296,6 @@ impl RedisStore {
             }
         }
         Ok(None)
-    }
-}
-
-/// An operator's transition of deliveries (`scripts/transition.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
-    Replay,
-    Discard,
-}
-
-impl Action {
-    /// As the transition script and the audit trail name it.
-    fn as_str(self) -> &'static str {
-        match self {
-            Action::Replay => "replay",
-            Action::Discard => "discard",
-        }
     }
 }
 
@@ -594,16 +527,10 @@ impl Store for RedisStore {
         id: &str,
         route: Option<&str>,
         at: i64,
-        actor: &str,
+        by: &Actor,
         now: i64,
     ) -> Result<Transition, StoreError> {
-        let audit = AuditEvent {
-            at: now,
-            action: Action::Replay.as_str().into(),
-            actor: actor.to_string(),
-            note: None,
-            route: route.map(str::to_string),
-        };
+        let audit = audit_event(Action::Replay, by, None, route, now);
         let (t, _) = self.transition(id, Action::Replay, at, &audit).await?;
         Ok(t)
     }
@@ -612,17 +539,11 @@ impl Store for RedisStore {
         &self,
         id: &str,
         route: Option<&str>,
-        actor: &str,
+        by: &Actor,
         note: &str,
         now: i64,
     ) -> Result<Transition, StoreError> {
-        let audit = AuditEvent {
-            at: now,
-            action: Action::Discard.as_str().into(),
-            actor: actor.to_string(),
-            note: Some(note.to_string()),
-            route: route.map(str::to_string),
-        };
+        let audit = audit_event(Action::Discard, by, Some(note), route, now);
         let (t, routes) = self.transition(id, Action::Discard, now, &audit).await?;
         for route in routes {
             self.controls.send(Control::Discarded {
@@ -638,6 +559,26 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         };
         self.json_list(&source, &format!("audit:{id}")).await
+    }
+
+    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError> {
+        self.push_control(event).await
+    }
+
+    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError> {
+        self.read_controls(limit).await
+    }
+
+    async fn revoke_session(&self, id: &str, expires_at: i64, now: i64) -> Result<(), StoreError> {
+        self.revoke(id, expires_at, now).await
+    }
+
+    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError> {
+        self.revoke_until(at).await
+    }
+
+    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
+        self.is_revoked(id, issued_at).await
     }
 
     async fn dead_letters(

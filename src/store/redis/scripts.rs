@@ -46,6 +46,8 @@ pub(super) struct Scripts {
     pub pace: Script,
     /// Hold the send slots of a paced route until a time.
     pub hold: Script,
+    /// Raise a number kept as a string (the console's "sessions revoked until").
+    pub raise: Script,
     /// Migration to routes: a source's work stream and schedule.
     pub migrate_queues: Script,
     /// Migration to routes: a batch of a source's entries.
@@ -86,6 +88,7 @@ impl Scripts {
             )),
             pace: plain(include_str!("scripts/pace.lua")),
             hold: plain(include_str!("scripts/hold.lua")),
+            raise: plain(include_str!("scripts/raise.lua")),
             migrate_queues: Script::new(include_str!("scripts/migrate_queues.lua")),
             migrate_entries: Script::new(include_str!("scripts/migrate_entries.lua")),
         }

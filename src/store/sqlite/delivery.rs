@@ -13,7 +13,7 @@ use super::lines::settle_delivery;
 use super::queries::{bump_activity, load_entry};
 use crate::store::activity::{Counted, minute_of};
 use crate::store::{
-    Attempt, Claim, Completion, Delivery, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE,
+    Actor, Attempt, Claim, Completion, Delivery, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE,
     Status, StoreError, Transition, attempt_error,
 };
 
@@ -338,7 +338,7 @@ pub(super) fn complete(
                 id,
                 now,
                 SKIP_ACTION,
-                SKIP_ACTOR,
+                &Actor::from(SKIP_ACTOR),
                 Some(SKIP_NOTE),
                 Some(route),
             )?;
@@ -395,15 +395,17 @@ fn audit(
     id: &str,
     now: i64,
     action: &str,
-    actor: &str,
+    by: &Actor,
     note: Option<&str>,
     route: Option<&str>,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT INTO audit (entry_id, at, action, actor, note, route)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO audit (entry_id, at, action, actor, note, route, session, client)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
-    .execute(params![id, now, action, actor, note, route])?;
+    .execute(params![
+        id, now, action, by.name, note, route, by.session, by.client
+    ])?;
     Ok(())
 }
 
@@ -415,7 +417,7 @@ pub(super) fn replay(
     id: &str,
     route: Option<&str>,
     at: i64,
-    actor: &str,
+    by: &Actor,
     now: i64,
 ) -> Result<Transition, StoreError> {
     let chosen = match route {
@@ -446,7 +448,7 @@ pub(super) fn replay(
         // Back in its line: its head if it is the first, behind otherwise.
         settle_delivery(conn, id, r)?;
     }
-    audit(conn, id, now, "replay", actor, None, route)?;
+    audit(conn, id, now, "replay", by, None, route)?;
     refresh_entry(conn, id, now)?;
     Ok(Transition::Done)
 }
@@ -458,7 +460,7 @@ pub(super) fn discard(
     conn: &Connection,
     id: &str,
     route: Option<&str>,
-    actor: &str,
+    by: &Actor,
     note: &str,
     now: i64,
 ) -> Result<(Transition, Vec<String>), StoreError> {
@@ -483,7 +485,7 @@ pub(super) fn discard(
         // ends (see `claimable!`).
         settle_delivery(conn, id, r)?;
     }
-    audit(conn, id, now, "discard", actor, Some(note), route)?;
+    audit(conn, id, now, "discard", by, Some(note), route)?;
     refresh_entry(conn, id, now)?;
     Ok((Transition::Done, routes))
 }

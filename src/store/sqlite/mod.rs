@@ -13,6 +13,7 @@
 //! rusqlite types never leave this folder.
 
 mod checkpoint;
+mod controls;
 mod delivery;
 mod lines;
 mod private;
@@ -35,10 +36,10 @@ use self::space::DiskSpace;
 use self::writer::{Syncing, WriteKind, Writer};
 use super::pace::{self, ceil_ms};
 use super::{
-    Accepted, Attempt, AuditEvent, Backend, Claim, Completion, Control, Controls, DeadLetter,
-    Entry, HousekeepingPass, IdPage, ListQuery, MAX_PAGE, MinuteActivity, NewEntry, Page,
-    PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError, Transition, Wake,
-    WorkSignals, encode_headers,
+    Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
+    Controls, DeadLetter, Entry, HousekeepingPass, IdPage, ListQuery, MAX_PAGE, MinuteActivity,
+    NewEntry, Page, PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError,
+    Transition, Wake, WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::EmbeddedConfig;
@@ -385,12 +386,17 @@ impl Store for SqliteStore {
 
     /// At `Start`: one serving process owns the embedded store, so the leases found
     /// then are a previous run's (it crashed or was killed). They are released now
-    /// instead of after they expire. Nothing to do at the periodic passes.
+    /// instead of after they expire. At every pass, the revocations of console
+    /// sessions that have expired are forgotten.
     async fn housekeeping(
         &self,
         pass: HousekeepingPass,
         _sources: &[String],
     ) -> Result<(), StoreError> {
+        self.write_answered_at_commit(WriteKind::Other, None, |conn, now| {
+            controls::purge_revoked_sessions(conn, now)
+        })
+        .await?;
         if pass != HousekeepingPass::Start {
             return Ok(());
         }
@@ -413,13 +419,13 @@ impl Store for SqliteStore {
         id: &str,
         route: Option<&str>,
         at: i64,
-        actor: &str,
+        by: &Actor,
         now: i64,
     ) -> Result<Transition, StoreError> {
         let (id, route) = (id.to_string(), route.map(str::to_string));
-        let actor = actor.to_string();
+        let by = by.clone();
         self.write_durable(WriteKind::Other, Some(Wake::All), move |conn, _| {
-            delivery::replay(conn, &id, route.as_deref(), at, &actor, now)
+            delivery::replay(conn, &id, route.as_deref(), at, &by, now)
         })
         .await
     }
@@ -428,16 +434,16 @@ impl Store for SqliteStore {
         &self,
         id: &str,
         route: Option<&str>,
-        actor: &str,
+        by: &Actor,
         note: &str,
         now: i64,
     ) -> Result<Transition, StoreError> {
         let (entry_id, route) = (id.to_string(), route.map(str::to_string));
-        let actor = actor.to_string();
+        let by = by.clone();
         let note = note.to_string();
         let (t, discarded) = self
             .write_durable(WriteKind::Other, None, move |conn, _| {
-                delivery::discard(conn, &entry_id, route.as_deref(), &actor, &note, now)
+                delivery::discard(conn, &entry_id, route.as_deref(), &by, &note, now)
             })
             .await?;
         // Durable now: in-flight attempts of these deliveries are cancelled.
@@ -453,6 +459,40 @@ impl Store for SqliteStore {
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
         let id = id.to_string();
         self.read(move |conn| queries::audit(conn, &id)).await
+    }
+
+    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError> {
+        let event = event.clone();
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::record_control(conn, &event)
+        })
+        .await
+    }
+
+    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError> {
+        self.read(move |conn| controls::control_audit(conn, limit))
+            .await
+    }
+
+    async fn revoke_session(&self, id: &str, expires_at: i64, _now: i64) -> Result<(), StoreError> {
+        let id = id.to_string();
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::revoke_session(conn, &id, expires_at)
+        })
+        .await
+    }
+
+    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError> {
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::revoke_sessions_until(conn, at)
+        })
+        .await
+    }
+
+    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| controls::session_revoked(conn, &id, issued_at))
+            .await
     }
 
     async fn dead_letters(

@@ -468,8 +468,8 @@ pub(super) fn attempts(conn: &Connection, id: &str) -> Result<Vec<Attempt>, Stor
 /// The audit trail of an entry, oldest first.
 pub(super) fn audit(conn: &Connection, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT at, action, actor, note, route FROM audit WHERE entry_id = ?1
-         ORDER BY at, rowid",
+        "SELECT at, action, actor, note, route, session, client FROM audit
+         WHERE entry_id = ?1 ORDER BY at, rowid",
     )?;
     let rows = stmt
         .query_map(params![id], |r| {
@@ -479,6 +479,8 @@ pub(super) fn audit(conn: &Connection, id: &str) -> Result<Vec<AuditEvent>, Stor
                 action: r.get(1)?,
                 actor: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
                 note: r.get(3)?,
+                session: r.get(5)?,
+                client: r.get(6)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;

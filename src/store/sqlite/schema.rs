@@ -21,8 +21,16 @@ pub(super) const DB_FILE: &str = "hookgate.db";
 /// 2. Routes ([`ROUTES`]).
 /// 3. Ordered delivery ([`ORDERING`]).
 /// 4. Payloads in a table of their own ([`PAYLOADS`]).
-/// 5. Only the heads of ordered lines are scheduled ([`LINES`]).
-const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES, ORDERING, PAYLOADS, LINES];
+/// 5. The session and client of an audit event ([`AUDIT_ORIGIN`]).
+/// 6. Only the heads of ordered lines are scheduled ([`LINES`]).
+const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES, ORDERING, PAYLOADS, AUDIT_ORIGIN, LINES];
+
+/// Where an operator action came from: the console session (a hash of its nonce)
+/// and the client address. Older events have neither.
+const AUDIT_ORIGIN: &str = r#"
+ALTER TABLE audit ADD COLUMN session TEXT;
+ALTER TABLE audit ADD COLUMN client TEXT;
+"#;
 
 /// The version after which every entry is delivered through routes ([`ROUTES`]).
 const ROUTES_VERSION: usize = 2;
@@ -167,7 +175,7 @@ CREATE TABLE paused_routes (
 /// Ordered routes: a delivery's ordering key and policy for a dead head (see
 /// `delivery`, the `claimable!` conditions). `deliveries_order` holds only ordered
 /// deliveries, a key's line in arrival (entry id) order: an unordered delivery costs
-/// it nothing (schema 5 replaces it: [`LINES`]). A release that does not know the
+/// it nothing (schema 6 replaces it: [`LINES`]). A release that does not know the
 /// columns would claim ordered
 /// deliveries out of order, so this is a migration (such a release refuses the
 /// store) rather than a column added at open.
@@ -264,15 +272,36 @@ const INDEXES: &[(&str, &str)] = &[(
 ///
 /// `activity` holds the per-minute counters of each source (`store::activity`), one
 /// row per source and minute that had any, kept for `ACTIVITY_RETENTION` (the purge
-/// removes older rows).
-const TABLES: &[&str] = &["CREATE TABLE IF NOT EXISTS activity (
+/// removes older rows). `control_audit`, `revoked_sessions` and `console_settings`
+/// hold the console's records (`controls`).
+const TABLES: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS activity (
         source    TEXT NOT NULL,
         minute    INTEGER NOT NULL,
         received  INTEGER NOT NULL DEFAULT 0,
         delivered INTEGER NOT NULL DEFAULT 0,
         failed    INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (source, minute)
-    ) WITHOUT ROWID"];
+    ) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS control_audit (
+        seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+        at      INTEGER NOT NULL,
+        action  TEXT NOT NULL,
+        source  TEXT NOT NULL,
+        route   TEXT,
+        actor   TEXT NOT NULL,
+        session TEXT,
+        client  TEXT
+    )",
+    "CREATE TABLE IF NOT EXISTS revoked_sessions (
+        id         TEXT PRIMARY KEY,
+        expires_at INTEGER NOT NULL
+    ) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS console_settings (
+        name  TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    ) WITHOUT ROWID",
+];
 
 /// Prepared statements kept per connection: more than the store has (the listing
 /// queries vary with their filters, a few dozen shapes).

@@ -1,0 +1,102 @@
+//! The Redis store's console records: the control audit (one list, newest first,
+//! trimmed to [`CONTROL_AUDIT_KEEP`]) and revoked console sessions (a key per
+//! revoked session that Redis expires when the session would have, and one time
+//! before which every session is revoked). The session keys share the hash tag
+//! `{console}`, so that one `MGET` reads both on a cluster.
+
+use redis::AsyncCommands;
+
+use super::RedisStore;
+use crate::store::{CONTROL_AUDIT_KEEP, ControlEvent, StoreError};
+
+/// The hash tag of the session keys (no source key ends in these suffixes).
+const CONSOLE: &str = "console";
+
+impl RedisStore {
+    fn control_audit_key(&self) -> String {
+        format!("{}:control_audit", self.prefix)
+    }
+
+    fn revoked_key(&self, id: &str) -> String {
+        self.key(CONSOLE, &format!("session_revoked:{id}"))
+    }
+
+    fn revoked_until_key(&self) -> String {
+        self.key(CONSOLE, "sessions_revoked_until")
+    }
+
+    pub(super) async fn push_control(&self, event: &ControlEvent) -> Result<(), StoreError> {
+        let json = serde_json::to_string(event).map_err(|source| StoreError::Encode {
+            what: "the control audit record",
+            source,
+        })?;
+        let key = self.control_audit_key();
+        let mut c = self.conn();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .lpush(&key, json)
+            .ignore()
+            .ltrim(&key, 0, CONTROL_AUDIT_KEEP as isize - 1)
+            .ignore();
+        self.timed(pipe.query_async::<()>(&mut c)).await
+    }
+
+    pub(super) async fn read_controls(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<ControlEvent>, StoreError> {
+        let limit = limit.min(CONTROL_AUDIT_KEEP);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut c = self.conn();
+        let raw: Vec<String> = self
+            .timed(c.lrange(self.control_audit_key(), 0, limit as isize - 1))
+            .await?;
+        // A record that does not parse is skipped, as in an entry's audit trail.
+        Ok(raw
+            .iter()
+            .filter_map(|r| serde_json::from_str(r).ok())
+            .collect())
+    }
+
+    pub(super) async fn revoke(
+        &self,
+        id: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        // Already expired: nothing to keep (a session past its expiry is refused).
+        let Ok(ttl) = u64::try_from(expires_at.saturating_sub(now)) else {
+            return Ok(());
+        };
+        if ttl == 0 {
+            return Ok(());
+        }
+        let mut c = self.conn();
+        self.timed(c.pset_ex::<_, _, ()>(self.revoked_key(id), 1, ttl))
+            .await
+    }
+
+    pub(super) async fn revoke_until(&self, at: i64) -> Result<(), StoreError> {
+        let mut inv = self.scripts.raise.prepare_invoke();
+        inv.key(self.revoked_until_key()).arg(at);
+        let mut c = self.conn();
+        self.timed(inv.invoke_async::<i64>(&mut c)).await?;
+        Ok(())
+    }
+
+    pub(super) async fn is_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
+        let mut c = self.conn();
+        let (one, until): (Option<String>, Option<String>) = self
+            .timed(
+                redis::cmd("MGET")
+                    .arg(self.revoked_key(id))
+                    .arg(self.revoked_until_key())
+                    .query_async(&mut c),
+            )
+            .await?;
+        let until = until.and_then(|u| u.parse::<i64>().ok());
+        Ok(one.is_some() || until.is_some_and(|u| issued_at <= u))
+    }
+}

@@ -1,0 +1,121 @@
+//! The embedded store's console records: the control audit (pauses and resumes, the
+//! newest [`CONTROL_AUDIT_KEEP`] kept) and revoked console sessions (each kept until
+//! it would have expired; housekeeping removes the expired ones). Their tables are
+//! created at open (`schema::TABLES`).
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::store::{Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, StoreError};
+
+/// The `console_settings` row holding the "sessions issued until then are revoked"
+/// time.
+const SESSIONS_REVOKED_UNTIL: &str = "sessions_revoked_until";
+
+pub(super) fn record_control(conn: &Connection, e: &ControlEvent) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO control_audit (at, action, source, route, actor, session, client)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        e.at,
+        e.action.as_str(),
+        e.source,
+        e.route,
+        e.by.name,
+        e.by.session,
+        e.by.client
+    ])?;
+    // The newest rows are kept: everything below the KEEP-th newest goes.
+    conn.prepare_cached(
+        "DELETE FROM control_audit WHERE seq <= (SELECT seq FROM control_audit
+         ORDER BY seq DESC LIMIT 1 OFFSET ?1)",
+    )?
+    .execute(params![CONTROL_AUDIT_KEEP as i64])?;
+    Ok(())
+}
+
+pub(super) fn control_audit(
+    conn: &Connection,
+    limit: usize,
+) -> Result<Vec<ControlEvent>, StoreError> {
+    let limit = limit.min(CONTROL_AUDIT_KEEP) as i64;
+    let mut stmt = conn.prepare_cached(
+        "SELECT at, action, source, route, actor, session, client FROM control_audit
+         ORDER BY seq DESC LIMIT ?1",
+    )?;
+    let rows = stmt
+        .query_map(params![limit], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                ControlEvent {
+                    at: 0,
+                    action: ControlAction::Pause,
+                    source: r.get(2)?,
+                    route: r.get(3)?,
+                    by: Actor {
+                        name: r.get(4)?,
+                        session: r.get(5)?,
+                        client: r.get(6)?,
+                    },
+                },
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(at, action, e)| {
+            Some(ControlEvent {
+                at,
+                action: ControlAction::parse(&action)?,
+                ..e
+            })
+        })
+        .collect())
+}
+
+pub(super) fn revoke_session(
+    conn: &Connection,
+    id: &str,
+    expires_at: i64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO revoked_sessions (id, expires_at) VALUES (?1, ?2)
+         ON CONFLICT(id) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)",
+    )?
+    .execute(params![id, expires_at])?;
+    Ok(())
+}
+
+pub(super) fn revoke_sessions_until(conn: &Connection, at: i64) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO console_settings (name, value) VALUES (?1, ?2)
+         ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value)",
+    )?
+    .execute(params![SESSIONS_REVOKED_UNTIL, at])?;
+    Ok(())
+}
+
+pub(super) fn session_revoked(
+    conn: &Connection,
+    id: &str,
+    issued_at: i64,
+) -> Result<bool, StoreError> {
+    let revoked: Option<i64> = conn
+        .prepare_cached(
+            "SELECT 1 FROM revoked_sessions WHERE id = ?1
+             UNION ALL SELECT 1 FROM console_settings WHERE name = ?2 AND value >= ?3
+             LIMIT 1",
+        )?
+        .query_row(params![id, SESSIONS_REVOKED_UNTIL, issued_at], |r| r.get(0))
+        .optional()?;
+    Ok(revoked.is_some())
+}
+
+/// Forget the revocations of sessions that have expired by `now`: they are refused
+/// as expired anyway.
+pub(super) fn purge_revoked_sessions(conn: &Connection, now: i64) -> Result<usize, StoreError> {
+    Ok(conn
+        .prepare_cached("DELETE FROM revoked_sessions WHERE expires_at <= ?1")?
+        .execute(params![now])?)
+}
