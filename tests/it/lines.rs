@@ -167,6 +167,7 @@ fn percentile(sorted: &[Duration], pct: usize) -> Duration {
 /// thread: each webhook of any source waited behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_blocked_line_leaves_other_sources_ingest_as_fast() {
+    let _alone = TIMED_ALONE.lock().await;
     let upstream = Upstream::ok().await;
     let (plain, lined) = (store_dir(), store_dir());
     let seeding = Instant::now();

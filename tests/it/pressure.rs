@@ -14,6 +14,7 @@ use crate::util::*;
 /// stopped, 200s again after it resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_comes_within_the_store_timeout_while_redis_is_stopped() {
+    let _alone = TIMED_ALONE.lock().await;
     let redis = RedisServer::start();
     let pid = redis.pid().expect("redis runs");
     let up = Upstream::ok().await;

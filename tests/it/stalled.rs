@@ -125,6 +125,7 @@ const OPEN: &str = "hookgate_connections_open{listener=\"ingest\"}";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_bodies_from_every_address_leave_room_for_a_signed_webhook() {
+    let _alone = TIMED_ALONE.lock().await;
     const MAX: usize = 64;
     const PER_CLIENT: usize = 16;
     let h = StoreHandle::new(Backend::Embedded);

@@ -560,6 +560,12 @@ pub fn event_body(source: &str, id: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Held by the tests that time the gateway against a bound (answers within the store
+/// timeout, one source's ingest against another's) and by the tests that load the
+/// machine most, so that no two of them run at once: on two cores one's load moves
+/// the other's timings, which neither measures.
+pub static TIMED_ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The gateway running in this process on ephemeral ports.
 pub struct Gateway {
     pub ingest: String,
