@@ -338,9 +338,9 @@ fn public_origin(value: &str) -> Result<String, ConfigError> {
     let uri: http::Uri = value
         .parse()
         .map_err(|_| bad("must be an origin: http(s)://host[:port]"))?;
-    let scheme = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
-        Some("http") => "http",
-        Some("https") => "https",
+    let (scheme, default_port) = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("http") => ("http", 80),
+        Some("https") => ("https", 443),
         _ => return Err(bad("must start with http:// or https://")),
     };
     let authority = uri.authority().ok_or_else(|| bad("must name a host"))?;
@@ -350,7 +350,6 @@ fn public_origin(value: &str) -> Result<String, ConfigError> {
             "must be an origin only: no user, path or query (http(s)://host[:port])",
         ));
     }
-    let default_port = if scheme == "https" { 443 } else { 80 };
     let host = authority.host().to_ascii_lowercase();
     Ok(match authority.port_u16() {
         Some(p) if p != default_port => format!("{scheme}://{host}:{p}"),
