@@ -81,6 +81,48 @@ impl Proc {
     }
 }
 
+impl Proc {
+    /// CPU time the process has used so far (user and system, every thread), in
+    /// seconds: what a phase costs, read before and after it, steadier than its wall
+    /// time on a host that other work shares.
+    pub fn cpu_secs(&self) -> f64 {
+        stat_cpu_secs(&format!("/proc/{}/stat", self.child.id()))
+    }
+
+    /// CPU time the process's threads named `thread` have used so far, in seconds
+    /// (the embedded store's writer is `hg-sqlite-write`).
+    pub fn thread_cpu_secs(&self, thread: &str) -> f64 {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        std::fs::read_dir(&tasks)
+            .map(|dir| {
+                dir.flatten()
+                    .filter(|t| {
+                        std::fs::read_to_string(t.path().join("comm"))
+                            .is_ok_and(|c| c.trim() == thread)
+                    })
+                    .map(|t| stat_cpu_secs(&t.path().join("stat").to_string_lossy()))
+                    .sum()
+            })
+            .unwrap_or(0.0)
+    }
+}
+
+/// The user and system time in a `/proc/.../stat` file, in seconds (fields 14 and
+/// 15, after the parenthesised command name); 0 when unreadable.
+fn stat_cpu_secs(path: &str) -> f64 {
+    let ticks = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1.to_string();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
+        })
+        .unwrap_or(0.0);
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz.max(1.0)
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();

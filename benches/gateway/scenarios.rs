@@ -449,27 +449,30 @@ pub async fn forward_drain(report: &mut Report, s: Settings) {
     let three = drain(s, 3, false).await;
     let ordered = drain(s, 1, true).await;
     report.add(format!(
-        "forward drain, embedded, 1 route: {} entries in {:.2} s = {:.0} deliveries/s (concurrency 64; peak RSS {:.1} MiB)",
+        "forward drain, embedded, 1 route: {} entries in {:.2} s = {:.0} deliveries/s, gateway CPU {} per delivery (concurrency 64; peak RSS {:.1} MiB)",
         s.drain_entries,
         one.secs,
         s.drain_entries as f64 / one.secs,
+        one.cpu_us_per_delivery(s.drain_entries),
         one.rss_mib
     ));
     let per_delivery = |d: &Drained, routes: usize| d.secs / (s.drain_entries * routes) as f64;
     report.add(format!(
-        "forward drain, embedded, 3 routes: {} entries = {} deliveries in {:.2} s = {:.0} deliveries/s (peak RSS {:.1} MiB); time per delivery {:.2}× that of one route",
+        "forward drain, embedded, 3 routes: {} entries = {} deliveries in {:.2} s = {:.0} deliveries/s, gateway CPU {} per delivery (peak RSS {:.1} MiB); time per delivery {:.2}× that of one route",
         s.drain_entries,
         3 * s.drain_entries,
         three.secs,
         (3 * s.drain_entries) as f64 / three.secs,
+        three.cpu_us_per_delivery(3 * s.drain_entries),
         three.rss_mib,
         per_delivery(&three, 3) / per_delivery(&one, 1)
     ));
     report.add(format!(
-        "forward drain, embedded, 1 ordered route (a key per entry): {} entries in {:.2} s = {:.0} deliveries/s (peak RSS {:.1} MiB); {:.2}× the unordered route's rate",
+        "forward drain, embedded, 1 ordered route (a key per entry): {} entries in {:.2} s = {:.0} deliveries/s, gateway CPU {} per delivery (peak RSS {:.1} MiB); {:.2}× the unordered route's rate",
         s.drain_entries,
         ordered.secs,
         s.drain_entries as f64 / ordered.secs,
+        ordered.cpu_us_per_delivery(s.drain_entries),
         ordered.rss_mib,
         one.secs / ordered.secs
     ));
@@ -477,7 +480,25 @@ pub async fn forward_drain(report: &mut Report, s: Settings) {
 
 struct Drained {
     secs: f64,
+    /// The gateway's CPU time during the drain.
+    cpu_secs: f64,
+    /// Its store writer's, the one thread every delivery's writes go through.
+    writer_secs: f64,
     rss_mib: f64,
+}
+
+/// The embedded store's writer thread.
+const WRITER_THREAD: &str = "hg-sqlite-write";
+
+impl Drained {
+    /// The gateway's CPU time per delivery, and its store writer's, in microseconds.
+    fn cpu_us_per_delivery(&self, deliveries: usize) -> String {
+        format!(
+            "{:.1} µs (writer {:.1} µs)",
+            self.cpu_secs * 1e6 / deliveries as f64,
+            self.writer_secs * 1e6 / deliveries as f64
+        )
+    }
 }
 
 /// Store `s.drain_entries` while the source is paused, resume, and time until the
@@ -531,11 +552,14 @@ async fn drain(s: Settings, routes: usize, ordered: bool) -> Drained {
         s.connections,
     )
     .await;
+    let (cpu, writer) = (gw.cpu_secs(), gw.thread_cpu_secs(WRITER_THREAD));
     let start = Instant::now();
     pause("resume").await;
     sink.wait_for(s.drain_entries * routes, "drain").await;
     Drained {
         secs: start.elapsed().as_secs_f64(),
+        cpu_secs: gw.cpu_secs() - cpu,
+        writer_secs: gw.thread_cpu_secs(WRITER_THREAD) - writer,
         rss_mib: gw.peak_rss_mib(),
     }
 }
