@@ -9,7 +9,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::lines::settle_delivery;
+use super::lines::{head_left, settle_delivery};
 use super::queries::{bump_activity, load_entry};
 use crate::store::activity::{Counted, minute_of};
 use crate::store::{
@@ -84,6 +84,16 @@ fn refresh_entry(conn: &Connection, id: &str, now: i64) -> Result<(), StoreError
             .map(|s| parse_status(id, s))
             .collect::<Result<Vec<_>, _>>()?,
     );
+    set_entry_status(conn, id, status, now)
+}
+
+/// Set the entry's status, and `updated_at` when that changes it.
+fn set_entry_status(
+    conn: &Connection,
+    id: &str,
+    status: Status,
+    now: i64,
+) -> Result<(), StoreError> {
     conn.prepare_cached(
         "UPDATE entries SET status = ?2, updated_at = ?3 WHERE id = ?1 AND status != ?2",
     )?
@@ -112,8 +122,9 @@ fn entry_status(conn: &Connection, id: &str) -> Result<Option<Status>, StoreErro
 /// route paused, and, for an ordered delivery, the head of its key's line (`behind`
 /// is 0: no earlier delivery of its key is pending or dead with `block`; see
 /// `lines::settle_line`) while none of its key is leased (a replay or discard waits for
-/// the attempt in flight; `deliveries_leased` holds only leased ordered
-/// deliveries). (A macro, so that the queries below are constants.)
+/// the attempt in flight; `deliveries_leased` holds only the leases that may hold a
+/// head back: of a delivery discarded, or put behind, while its attempt was in
+/// flight). (A macro, so that the queries below are constants.)
 macro_rules! claimable {
     () => {
         "source = ?1 AND route = ?2 AND status = 'pending' AND behind = 0
@@ -124,15 +135,15 @@ macro_rules! claimable {
            AND (deliveries.order_key IS NULL OR NOT EXISTS (
                SELECT 1 FROM deliveries o INDEXED BY deliveries_leased
                WHERE o.source = ?1 AND o.route = ?2 AND o.order_key = deliveries.order_key
-                 AND o.lease_until > ?3 AND o.entry_id != deliveries.entry_id))"
+                 AND o.lease_until > ?3 AND (o.status != 'pending' OR o.behind = 1)))"
     };
 }
 
-/// Up to `?4` claimable deliveries, due first, through `deliveries_due`: the
-/// pending deliveries not behind a head, so a claim never reads a line's waiting
-/// deliveries.
+/// Up to `?4` claimable deliveries, due first, through `deliveries_route`, where
+/// the pending deliveries not behind a head are one range in due order, so a claim
+/// never reads a line's waiting deliveries.
 const DUE: &str = concat!(
-    "SELECT entry_id FROM deliveries INDEXED BY deliveries_due WHERE ",
+    "SELECT entry_id FROM deliveries INDEXED BY deliveries_route WHERE ",
     claimable!(),
     " ORDER BY next_attempt_at LIMIT ?4"
 );
@@ -248,17 +259,47 @@ fn insert_attempt(conn: &Connection, id: &str, route: &str, a: &Attempt) -> Resu
     Ok(())
 }
 
+/// The claim a completion finishes, as [`Claim`] tells it: what the completion needs
+/// to know about the delivery without reading it again.
+pub(super) struct Finished {
+    pub(super) source: String,
+    pub(super) id: String,
+    pub(super) route: String,
+    pub(super) token: String,
+    /// The delivery's ordering (which never changes).
+    pub(super) order: Option<DeliveryOrder>,
+    /// The entry has this one delivery (its routes never change): its status is
+    /// this delivery's.
+    pub(super) sole: bool,
+}
+
+impl Finished {
+    pub(super) fn of(claim: &Claim) -> Finished {
+        Finished {
+            source: claim.entry.source.clone(),
+            id: claim.entry.id.clone(),
+            route: claim.delivery.route.clone(),
+            token: claim.token.clone(),
+            order: claim.delivery.order.clone(),
+            sole: claim.entry.deliveries.len() == 1,
+        }
+    }
+}
+
 /// Record what happened to a claimed delivery (`Store::complete`); `true` when
 /// applied: the delivery through `route` is pending and leased to `token`.
 pub(super) fn complete(
     conn: &Connection,
-    source: &str,
-    id: &str,
-    route: &str,
-    token: &str,
+    f: &Finished,
     completion: &Completion,
     now: i64,
 ) -> Result<bool, StoreError> {
+    let (source, id, route, token) = (
+        f.source.as_str(),
+        f.id.as_str(),
+        f.route.as_str(),
+        f.token.as_str(),
+    );
     let attempt = match completion {
         Completion::Delivered { attempt } | Completion::Retry { attempt, .. } => Some(attempt),
         Completion::Dead { attempt, .. } => attempt.as_ref(),
@@ -274,7 +315,8 @@ pub(super) fn complete(
         conn.prepare_cached(
             "UPDATE deliveries SET status = ?1, next_attempt_at = ?2,
                  last_error = coalesce(?3, last_error), attempts = attempts + ?4,
-                 lease_owner = NULL, lease_until = NULL, updated_at = ?5
+                 lease_owner = NULL, lease_until = NULL, updated_at = ?5,
+                 behind = behind AND ?1 = 'pending'
              WHERE entry_id = ?6 AND route = ?7 AND lease_owner = ?8 AND status = 'pending'",
         )?
         .execute(params![
@@ -305,7 +347,13 @@ pub(super) fn complete(
         if let Some(a) = attempt {
             insert_attempt(conn, id, route, a)?;
         }
-        refresh_entry(conn, id, now)?;
+        match (applied, f.sole) {
+            // Its one delivery's status is the entry's (a discarded one's did not
+            // change).
+            (true, true) => set_entry_status(conn, id, status, now)?,
+            (false, true) => {}
+            (_, false) => refresh_entry(conn, id, now)?,
+        }
     }
     if applied && let Some(counted) = Counted::of(completion) {
         let column = match counted {
@@ -315,24 +363,17 @@ pub(super) fn complete(
         bump_activity(conn, source, minute_of(now), column)?;
     }
     // A delivery that ended (delivered, or dead with `skip`) leaves its line: the
-    // next one becomes the head.
+    // next one becomes the head (a dead one with `block` stays first, and the line
+    // waits). A dead head of an ordered line that lets the next one go says so.
     if applied
         && matches!(
             completion,
             Completion::Delivered { .. } | Completion::Dead { .. }
         )
+        && let Some(order) = &f.order
     {
-        settle_delivery(conn, id, route)?;
-    }
-    // A dead head of an ordered line that lets the next one go says so.
-    if applied && matches!(completion, Completion::Dead { .. }) {
-        let skips: bool = conn
-            .prepare_cached(
-                "SELECT order_key IS NOT NULL AND order_block = 0 FROM deliveries
-                 WHERE entry_id = ?1 AND route = ?2",
-            )?
-            .query_row(params![id, route], |r| r.get(0))?;
-        if skips {
+        head_left(conn, source, route, &order.key)?;
+        if !order.block && matches!(completion, Completion::Dead { .. }) {
             audit(
                 conn,
                 id,
@@ -477,7 +518,8 @@ pub(super) fn discard(
     for r in &routes {
         // The lease stays: a worker delivering it right now records its attempt.
         conn.prepare_cached(
-            "UPDATE deliveries SET status = 'discarded', next_attempt_at = NULL, updated_at = ?3
+            "UPDATE deliveries SET status = 'discarded', next_attempt_at = NULL, updated_at = ?3,
+                 behind = 0
              WHERE entry_id = ?1 AND route = ?2",
         )?
         .execute(params![id, r, now])?;
@@ -500,166 +542,4 @@ pub(super) fn release_leases(conn: &Connection) -> Result<usize, StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::sqlite::schema;
-
-    /// What SQLite plans for `sql` (a claim query), one line per step.
-    fn plan(conn: &Connection, sql: &str) -> Vec<String> {
-        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let args: Vec<rusqlite::types::Value> = vec![
-            String::from("s").into(),
-            String::from("r").into(),
-            0i64.into(),
-            1i64.into(),
-        ];
-        let n = stmt.parameter_count();
-        stmt.query_map(rusqlite::params_from_iter(args.into_iter().take(n)), |r| {
-            r.get::<_, String>(3)
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
-    }
-
-    /// Claims and probes walk an index in due order from the route's first due
-    /// delivery (no sort, no scan of the table): a claim only the deliveries that
-    /// are not behind a line's head, a probe only deliveries attempted before.
-    #[test]
-    fn claims_read_the_route_index_in_due_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = schema::open_connection(&dir.path().join(schema::DB_FILE)).unwrap();
-        schema::migrate(&mut conn).unwrap();
-        let due = plan(&conn, DUE);
-        assert!(
-            due[0].contains(
-                "USING INDEX deliveries_due (source=? AND route=? AND next_attempt_at<?)"
-            ),
-            "{due:?}"
-        );
-        let retried = plan(&conn, RETRIED);
-        assert!(
-            retried[0].contains(
-                "USING INDEX deliveries_retried (source=? AND route=? AND next_attempt_at<?)"
-            ),
-            "{retried:?}"
-        );
-        for p in [&due, &retried] {
-            assert!(!p.iter().any(|l| l.contains("TEMP B-TREE")), "{p:?}");
-        }
-    }
-
-    /// A new entry of source `s` through route `r`, stored at `at`; ordered by `key`
-    /// (`block`ing its line when dead) when there is one.
-    fn accept(conn: &Connection, id: &str, key: Option<&str>, at: i64) {
-        let e = crate::store::NewEntry {
-            id: id.to_string(),
-            source: "s".into(),
-            event_id: Some(id.to_string()),
-            event_type: None,
-            dedupe_key: id.to_string(),
-            dedupe_ttl: std::time::Duration::from_secs(3600),
-            received_at: at,
-            headers: Vec::new(),
-            body: bytes::Bytes::from_static(b"{}"),
-            routes: vec!["r".into()],
-            ordering: key
-                .map(|k| crate::store::RouteOrder {
-                    route: "r".into(),
-                    key: k.to_string(),
-                    block: true,
-                })
-                .into_iter()
-                .collect(),
-        };
-        super::super::queries::apply_accept(conn, &e, "[]", at).unwrap();
-    }
-
-    /// What one claim reads, with `waiting` deliveries behind the dead (blocking)
-    /// head of key `blocked` and as many behind the retrying head of key `retrying`
-    /// (due in an hour), beside one due unordered delivery: the claim hands out
-    /// that one alone. Answers the virtual machine steps of the claim's query and
-    /// the rows it read by walking a table or index from one end (full-scan steps).
-    fn claim_reads(waiting: usize) -> (i32, i32) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = schema::open_connection(&dir.path().join(schema::DB_FILE)).unwrap();
-        schema::migrate(&mut conn).unwrap();
-        let tx = conn.transaction().unwrap();
-        accept(&tx, "b0000000", Some("blocked"), 1_000);
-        accept(&tx, "r0000000", Some("retrying"), 1_000);
-        let heads = claim(&tx, "s", "r", 2_000, 60_000, 10).unwrap();
-        assert_eq!(heads.len(), 2);
-        for head in heads {
-            let completion = match head.entry.id.as_str() {
-                "b0000000" => Completion::Dead {
-                    attempt: None,
-                    reason: "gone".into(),
-                },
-                _ => Completion::Release { at: 3_600_000 },
-            };
-            let done = complete(
-                &tx,
-                "s",
-                &head.entry.id,
-                "r",
-                &head.token,
-                &completion,
-                2_000,
-            );
-            assert!(done.unwrap());
-        }
-        for n in 1..=waiting {
-            accept(&tx, &format!("b{n:07}"), Some("blocked"), 3_000);
-            accept(&tx, &format!("r{n:07}"), Some("retrying"), 3_000);
-        }
-        accept(&tx, "u0000000", None, 3_000);
-        tx.commit().unwrap();
-        let stmt = conn.prepare_cached(DUE).unwrap();
-        stmt.reset_status(rusqlite::StatementStatus::VmStep);
-        stmt.reset_status(rusqlite::StatementStatus::FullscanStep);
-        drop(stmt);
-        let claimed = claim(&conn, "s", "r", 4_000, 70_000, 10).unwrap();
-        let ids: Vec<&str> = claimed.iter().map(|c| c.entry.id.as_str()).collect();
-        assert_eq!(ids, ["u0000000"]);
-        let stmt = conn.prepare_cached(DUE).unwrap();
-        (
-            stmt.get_status(rusqlite::StatementStatus::VmStep),
-            stmt.get_status(rusqlite::StatementStatus::FullscanStep),
-        )
-    }
-
-    /// A claim reads no delivery that waits behind a line's head: with 20,000
-    /// behind a blocked head and 20,000 behind a retrying one, it does the work it
-    /// does with one behind each (before, it read every one of them and looked for
-    /// an earlier delivery of its key, on the writer thread).
-    #[test]
-    fn a_claim_reads_no_delivery_waiting_behind_a_head() {
-        let (short_steps, short_scans) = claim_reads(1);
-        let (long_steps, long_scans) = claim_reads(20_000);
-        assert_eq!((short_scans, long_scans), (0, 0));
-        assert!(short_steps < 200, "{short_steps} steps");
-        assert_eq!(
-            long_steps, short_steps,
-            "the line's length costs the claim nothing"
-        );
-    }
-
-    /// A retention pass reads the entries past their cutoff through `entries_done`
-    /// (status and `updated_at`), never every delivered entry's row: on the writer
-    /// thread, that walk stalled ingest at each maintenance pass.
-    #[test]
-    fn retention_reads_only_the_entries_past_their_cutoff() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = schema::open_connection(&dir.path().join(schema::DB_FILE)).unwrap();
-        schema::migrate(&mut conn).unwrap();
-        let purge = plan(&conn, super::super::retention::PURGE_CANDIDATES);
-        let searches: Vec<&String> = purge.iter().filter(|l| l.contains("entries")).collect();
-        assert_eq!(searches.len(), 2, "{purge:?}");
-        for s in searches {
-            assert!(
-                s.contains("USING INDEX entries_done (status=? AND updated_at<?)"),
-                "{purge:?}"
-            );
-        }
-    }
-}
+mod tests;

@@ -2,11 +2,11 @@
 //! route wait in one line, in arrival (entry id) order, and only its head may be
 //! claimed (`Store::claim`). The rows of a line are the deliveries of the key that
 //! are pending or dead with `block` (`deliveries_line`, see `schema::LINES`); each
-//! pending one but the first is marked `behind`, which keeps it out of
-//! `deliveries_due`, the index claims read. [`settle_line`] keeps the marks in step
-//! at every change of a line, in the same transaction, reading the line's first two
-//! members only: what a claim, an accept or a completion costs does not grow with
-//! the line.
+//! pending one but the first is marked `behind`, which keeps it out of the range of
+//! `deliveries_route` claims walk (see `schema::LEAN_LINES`). [`settle_line`] keeps
+//! the marks in step at every change of a line, in the same transaction, reading the
+//! line's first two members only: what a claim, an accept or a completion costs
+//! does not grow with the line.
 //!
 //! Like `queries`, every function takes the connection it runs on and none commits.
 
@@ -117,6 +117,29 @@ pub(super) fn settle_line(
     if head != Some(changed) {
         set_behind(conn, changed, route, true)?;
     }
+    Ok(())
+}
+
+/// [`settle_line`] after a completion that ended a claimed delivery of the line of
+/// `key` (delivered, or dead): the line's first member, if pending, is its head.
+/// The delivery that ended was the head (or, claimed before a replay put an earlier
+/// one in front of it, behind it); either way the others keep their marks, so one
+/// statement, a seek and a write at most, does what [`settle_line`] would.
+pub(super) fn head_left(
+    conn: &Connection,
+    source: &str,
+    route: &str,
+    key: &str,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(concat!(
+        "UPDATE deliveries SET behind = 0
+         WHERE route = ?2 AND status = 'pending' AND behind = 1 AND entry_id = (
+             SELECT entry_id FROM deliveries INDEXED BY deliveries_line
+             WHERE source = ?1 AND route = ?2 AND order_key = ?3 AND ",
+        in_line!(),
+        " ORDER BY entry_id LIMIT 1)"
+    ))?
+    .execute(params![source, route, key])?;
     Ok(())
 }
 

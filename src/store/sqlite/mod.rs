@@ -339,14 +339,11 @@ impl Store for SqliteStore {
         completion: Completion,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let source = claim.entry.source.clone();
-        let id = claim.entry.id.clone();
-        let route = claim.delivery.route.clone();
-        let token = claim.token.clone();
-        let wake =
-            matches!(completion, Completion::Release { .. }).then(|| Wake::route(&source, &route));
+        let finished = delivery::Finished::of(claim);
+        let wake = matches!(completion, Completion::Release { .. })
+            .then(|| Wake::route(&finished.source, &finished.route));
         self.write_answered_at_commit(WriteKind::Complete, wake, move |conn, _| {
-            delivery::complete(conn, &source, &id, &route, &token, &completion, now)
+            delivery::complete(conn, &finished, &completion, now)
         })
         .await
     }

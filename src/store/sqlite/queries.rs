@@ -151,7 +151,7 @@ fn row_to_listed(r: &rusqlite::Row<'_>) -> Result<ListedEntry, StoreError> {
 ///
 /// With a route, the entries that have a delivery through it, and `status` is that
 /// delivery's. With a source and a status too, the page is read from the deliveries'
-/// index (`deliveries_route`: source, route, status, next attempt), newest first
+/// index (`deliveries_route`: source, route, status, behind, next attempt), newest first
 /// (pending deliveries are sorted: they are in due order there); otherwise the
 /// entries are scanned newest first and each is looked up in `deliveries` by its
 /// primary key, which stops as soon as the page is full when most entries qualify.
@@ -167,11 +167,12 @@ fn list_sql(q: &ListQuery, columns: &str, limit: usize) -> (String, Vec<rusqlite
     match (&q.route, &q.source, q.status) {
         (Some(route), Some(source), Some(status)) => {
             let (source, route) = (arg(source.clone().into()), arg(route.clone().into()));
-            // A delivery that is not pending has no next attempt: naming that lets the
-            // index (source, route, status, next attempt) give the rows in id order.
+            // A delivery that is not pending has no next attempt and is not behind:
+            // naming that lets the index (source, route, status, behind, next attempt)
+            // give the rows in id order.
             let ended = match status {
                 Status::Pending => "",
-                _ => " AND d.next_attempt_at IS NULL",
+                _ => " AND d.behind = 0 AND d.next_attempt_at IS NULL",
             };
             let status = arg(status.as_str().to_string().into());
             sql = format!(
@@ -665,9 +666,8 @@ mod tests {
                 latency_ms: 1,
             },
         };
-        assert!(
-            delivery::complete(&conn, "s", "0001", "default", &claim.token, &done, 2_000).unwrap()
-        );
+        let finished = delivery::Finished::of(&claim);
+        assert!(delivery::complete(&conn, &finished, &done, 2_000).unwrap());
         assert_eq!(load_entry(&conn, "0001").unwrap().unwrap().body, e.body);
 
         let purged = super::super::retention::purge(&conn, 10_000, 5_000, 5_000, 100).unwrap();

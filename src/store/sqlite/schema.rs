@@ -23,7 +23,15 @@ pub(super) const DB_FILE: &str = "hookgate.db";
 /// 4. Payloads in a table of their own ([`PAYLOADS`]).
 /// 5. The session and client of an audit event ([`AUDIT_ORIGIN`]).
 /// 6. Only the heads of ordered lines are scheduled ([`LINES`]).
-const MIGRATIONS: &[&str] = &[V1_ENTRIES, ROUTES, ORDERING, PAYLOADS, AUDIT_ORIGIN, LINES];
+const MIGRATIONS: &[&str] = &[
+    V1_ENTRIES,
+    ROUTES,
+    ORDERING,
+    PAYLOADS,
+    AUDIT_ORIGIN,
+    LINES,
+    LEAN_LINES,
+];
 
 /// Where an operator action came from: the console session (a hash of its nonce)
 /// and the client address. Older events have neither.
@@ -227,6 +235,8 @@ CREATE TABLE payloads (
 /// key delivered before. `deliveries_leased` holds the ordered deliveries with a
 /// lease: a head waits while another delivery of its key is leased (a replay or
 /// discard while an attempt is in flight), and that check reads only those.
+/// ([`LEAN_LINES`] folds `deliveries_due` into `deliveries_route` and narrows
+/// `deliveries_leased`.)
 ///
 /// Existing lines get their heads at once: a pending member with an earlier member
 /// of its key is behind (the first member of a line keeps 0, so each row finds it in
@@ -248,6 +258,34 @@ CREATE INDEX deliveries_due ON deliveries(source, route, next_attempt_at)
     WHERE status = 'pending' AND behind = 0;
 CREATE INDEX deliveries_leased ON deliveries(source, route, order_key, lease_until)
     WHERE order_key IS NOT NULL AND lease_until IS NOT NULL;
+"#;
+
+/// Lines at the cost of no line: [`LINES`] gave every delivery two more index
+/// entries to write and remove (`deliveries_due` beside `deliveries_route`, and on
+/// an ordered route `deliveries_leased` at every claim and completion), which slowed
+/// the drain of an ordered route by 15-20 % and of the others by 6-15 %
+/// (BENCHMARKS.md, a long blocked line).
+///
+/// `deliveries_route` takes `behind` before the due time and is again the one index
+/// claims walk: the pending deliveries not behind a head are one range of it, in due
+/// order. A delivery that is not pending is never behind (`delivery` clears the mark
+/// when a delivery leaves `pending`), so within a status that is not `pending` the
+/// index stays in entry id order, as listings need.
+///
+/// `deliveries_leased` holds only the leases that may hold a line's head back: of a
+/// delivery discarded while its attempt was in flight, and of one that a replay put
+/// behind an earlier entry of its key while its attempt was in flight. The head's own
+/// lease, the one every claim takes, is not in it, so an ordered delivery claimed and
+/// delivered writes it nothing.
+const LEAN_LINES: &str = r#"
+UPDATE deliveries SET behind = 0 WHERE behind = 1 AND status != 'pending';
+DROP INDEX deliveries_due;
+DROP INDEX deliveries_route;
+CREATE INDEX deliveries_route ON deliveries(source, route, status, behind, next_attempt_at);
+DROP INDEX deliveries_leased;
+CREATE INDEX deliveries_leased ON deliveries(source, route, order_key, lease_until)
+    WHERE order_key IS NOT NULL AND lease_until IS NOT NULL
+      AND (status != 'pending' OR behind = 1);
 "#;
 
 /// Indexes created at open when missing, outside [`MIGRATIONS`]: an index changes no
@@ -428,174 +466,4 @@ pub(super) fn writer_settings(conn: &Connection) -> Result<(), rusqlite::Error> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The move to routes spells the default route out in its SQL.
-    #[test]
-    fn the_route_migration_moves_entries_to_the_default_route() {
-        assert_eq!(DEFAULT_ROUTE, "default");
-        assert_eq!(ROUTES.matches("'default'").count(), 2);
-    }
-
-    /// An index outside the migrations is created on a store that lacks it (one an
-    /// older release wrote), and leaves its schema version as it is.
-    #[test]
-    fn missing_indexes_are_created_at_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
-        let has = |conn: &Connection, name: &str| -> bool {
-            conn.query_row(
-                "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'index' AND name = ?1)",
-                [name],
-                |r| r.get(0),
-            )
-            .unwrap()
-        };
-        let version = |conn: &Connection| -> i64 {
-            conn.pragma_query_value(None, "user_version", |r| r.get(0))
-                .unwrap()
-        };
-        migrate(&mut conn).unwrap();
-        let current = version(&conn);
-        for (name, _) in INDEXES {
-            assert!(has(&conn, name), "{name}");
-            conn.execute_batch(&format!("DROP INDEX {name}")).unwrap();
-        }
-        migrate(&mut conn).unwrap();
-        for (name, _) in INDEXES {
-            assert!(has(&conn, name), "{name} created again");
-        }
-        assert_eq!(version(&conn), current);
-    }
-
-    /// A statement the cache keeps runs with new values without being compiled
-    /// again. The cache clears a statement's bindings after each use; without the
-    /// planner's stability guarantee, a statement whose plan SQLite tied to a bound
-    /// value (the outer join to `payloads`, a delivery's routes in order) is then
-    /// compiled again at its next use: a third of the writer's time went there while
-    /// it delivered.
-    #[test]
-    fn cached_statements_are_not_compiled_again_for_new_values() {
-        use rusqlite::StatementStatus;
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
-        migrate(&mut conn).unwrap();
-        for sql in [
-            "SELECT e.id, coalesce(p.body, e.body) FROM entries e
-             LEFT JOIN payloads p ON p.n = e.payload WHERE e.id = ?1",
-            "SELECT route, status FROM deliveries WHERE entry_id = ?1 ORDER BY position",
-        ] {
-            for id in ["a", "b", "c", "d"] {
-                let mut stmt = conn.prepare_cached(sql).unwrap();
-                let mut rows = stmt.query([id]).unwrap();
-                while rows.next().unwrap().is_some() {}
-            }
-            let stmt = conn.prepare_cached(sql).unwrap();
-            assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
-        }
-    }
-
-    /// A store written before lines keeps its lines: each pending ordered delivery
-    /// with an earlier pending or blocking one of its key is behind, every other is
-    /// not (a line's first member, whatever ended before it; unordered deliveries;
-    /// another route's or key's), and what waits behind is out of the claims' index.
-    #[test]
-    fn the_lines_migration_finds_the_head_of_every_existing_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
-        let before_lines = MIGRATIONS.len() - 1;
-        for sql in &MIGRATIONS[..before_lines] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", i64::try_from(before_lines).unwrap())
-            .unwrap();
-        // (entry, route, key, status, block): key k of route r is delivered, then
-        // skipped (dead), then blocked (dead), then waits; key j's head retries.
-        let rows = [
-            ("01", "r", Some("k"), "delivered", 1),
-            ("02", "r", Some("k"), "dead", 0),
-            ("03", "r", Some("k"), "pending", 1),
-            ("04", "r", Some("k"), "dead", 1),
-            ("05", "r", Some("k"), "pending", 1),
-            ("06", "r", Some("k"), "pending", 1),
-            ("07", "r", Some("j"), "pending", 0),
-            ("08", "q", Some("k"), "pending", 0),
-            ("09", "r", None, "pending", 0),
-            ("10", "r", Some("j"), "pending", 0),
-            ("11", "r", Some("m"), "dead", 1),
-            ("12", "r", Some("m"), "pending", 1),
-        ];
-        for (id, route, key, status, block) in rows {
-            conn.execute(
-                "INSERT INTO deliveries (entry_id, route, position, source, status,
-                     next_attempt_at, budget_start, updated_at, order_key, order_block)
-                 VALUES (?1, ?2, 0, 's', ?3, CASE WHEN ?3 = 'pending' THEN 5 END, 0, 0, ?4, ?5)",
-                rusqlite::params![id, route, status, key, block],
-            )
-            .unwrap();
-        }
-        migrate(&mut conn).unwrap();
-        let behind: Vec<(String, bool)> = conn
-            .prepare("SELECT entry_id, behind FROM deliveries ORDER BY entry_id")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let expected = [
-            ("01", false),
-            ("02", false),
-            ("03", false),
-            ("04", false),
-            ("05", true),
-            ("06", true),
-            ("07", false),
-            ("08", false),
-            ("09", false),
-            ("10", true),
-            ("11", false),
-            ("12", true),
-        ];
-        let expected: Vec<(String, bool)> = expected
-            .iter()
-            .map(|(id, b)| (id.to_string(), *b))
-            .collect();
-        assert_eq!(behind, expected);
-        let due: Vec<String> = conn
-            .prepare(
-                "SELECT entry_id FROM deliveries INDEXED BY deliveries_due
-                 WHERE source = 's' AND route = 'r' AND status = 'pending' AND behind = 0
-                 ORDER BY next_attempt_at, entry_id",
-            )
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(due, ["03", "07", "09"]);
-    }
-
-    /// A store a newer release migrated is refused, and left as it is.
-    #[test]
-    fn a_newer_schema_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
-        migrate(&mut conn).unwrap();
-        let newer = i64::try_from(MIGRATIONS.len() + 1).unwrap();
-        conn.pragma_update(None, "user_version", newer).unwrap();
-        let refused = migrate(&mut conn).unwrap_err().to_string();
-        assert!(
-            refused.contains("newer than this hookgate knows"),
-            "{refused}"
-        );
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, newer);
-        // The current schema opens again and again.
-        conn.pragma_update(None, "user_version", newer - 1).unwrap();
-        migrate(&mut conn).unwrap();
-        migrate(&mut conn).unwrap();
-    }
-}
+mod tests;
