@@ -29,7 +29,7 @@ enum State {
 
 /// Whether an attempt may go out now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub(super) enum Gate {
     Allow,
     /// Half-open: exactly this one attempt tests the destination.
     Probe,
@@ -67,7 +67,7 @@ impl Breaker {
     }
 
     /// Ask before claiming or sending.
-    pub fn gate(&self, now: i64) -> Gate {
+    pub(super) fn gate(&self, now: i64) -> Gate {
         let mut s = self.lock();
         match *s {
             State::Closed { .. } => Gate::Allow,
@@ -81,9 +81,10 @@ impl Breaker {
         }
     }
 
-    /// A probe was granted but nothing was sent (no entry was due): let the next
-    /// gate grant a probe again.
-    pub fn release_probe(&self, now: i64) {
+    /// A probe was granted but ended without a verdict (nothing was sent, or its
+    /// task was cancelled): let the next gate grant a probe again. Only
+    /// `admission::ProbePermit`'s drop calls it.
+    pub(super) fn release_probe(&self, now: i64) {
         let mut s = self.lock();
         if let State::HalfOpen { cooldown_ms } = *s {
             *s = State::Open {

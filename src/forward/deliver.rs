@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::admission::{self, Admission, InFlight, ProbePermit};
 use super::ahead::{NotSent, Place};
-use super::breaker::Gate;
 use super::retry::{self, Decision, Outcome};
 use super::route::{Route, origin};
 use super::{Forwarder, request};
@@ -121,22 +121,20 @@ pub(super) async fn deliver(
     fwd: &Forwarder,
     route: &Route,
     claim: Claim,
-    probe: bool,
+    mut permit: Option<ProbePermit>,
     queued: Queued,
 ) {
     let entry = &claim.entry;
     let claim_delivery = &claim.delivery;
     let attempt_no = claim_delivery.attempts + 1;
     // Watched from the claim on: a discard while it waits or while it is sent stops it.
-    let discarded = CancellationToken::new();
-    if let Ok(mut m) = fwd.in_flight.lock() {
-        m.insert((entry.id.clone(), route.name.clone()), discarded.clone());
-    }
-    let give_back = async |at: i64| {
-        if probe {
-            route.breaker.release_probe(at);
-        }
-        forget_in_flight(fwd, &entry.id, &route.name);
+    let in_flight = InFlight::register(&fwd.in_flight, &entry.id, &route.name);
+    let discarded = in_flight.discarded.clone();
+    // Given back untouched: the probe (if it was one) and the in-flight mark end
+    // first, then the lease goes back.
+    let give_back = async |permit: Option<ProbePermit>, in_flight: InFlight<'_>, at: i64| {
+        drop(permit);
+        drop(in_flight);
         complete(fwd, &claim, Completion::Release { at }).await;
     };
     let sending = queued.place.sending(&queued.shutdown, &discarded).await;
@@ -154,22 +152,29 @@ pub(super) async fn deliver(
                     "no destination slot within the lease; the delivery is claimed again"
                 );
             }
-            give_back(now).await;
+            give_back(permit, in_flight, now).await;
             return;
         }
     };
     // The breaker may have opened since the claim: give the entry back untouched.
-    // (A probe is the one attempt the half-open breaker lets through.)
-    if !probe && let Gate::Deny(until) = route.breaker.gate(now) {
-        drop(sending);
-        give_back(until).await;
-        return;
+    // (A probe is the one attempt the half-open breaker lets through; an attempt
+    // that finds it half-open becomes the probe.)
+    if permit.is_none() {
+        match admission::admit(&route.breaker, &fwd.clock, now) {
+            Admission::Allow => {}
+            Admission::Probe(p) => permit = Some(p),
+            Admission::Deny(until) => {
+                drop(sending);
+                give_back(permit, in_flight, until).await;
+                return;
+            }
+        }
     }
     // Paused since the claim (here or, seen at the last poll, elsewhere): give the
     // entry back untouched; it is sent after the resume.
     if fwd.is_paused(route) {
         drop(sending);
-        give_back(now).await;
+        give_back(permit, in_flight, now).await;
         return;
     }
     let started = Instant::now();
@@ -177,24 +182,19 @@ pub(super) async fn deliver(
         o = send(route, &claim, attempt_no, now) => Some(o),
         _ = discarded.cancelled() => None,
         _ = fwd.abort.cancelled() => {
-            if probe {
-                route.breaker.release_probe(fwd.clock.now_ms());
-            }
-            forget_in_flight(fwd, &entry.id, &route.name);
-            complete(fwd, &claim, Completion::Release { at: fwd.clock.now_ms() }).await;
+            give_back(permit, in_flight, fwd.clock.now_ms()).await;
             return;
         }
     };
-    forget_in_flight(fwd, &entry.id, &route.name);
+    drop(in_flight);
     drop(sending);
     let elapsed = started.elapsed();
     let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let Some(outcome) = outcome else {
-        // Discarded while it was being sent: the request is abandoned, the attempt
-        // recorded against the discarded entry (its status stays discarded).
-        if probe {
-            route.breaker.release_probe(fwd.clock.now_ms());
-        }
+        // Discarded while it was being sent: the request is abandoned (the probe, if
+        // it was one, goes back without a verdict), the attempt recorded against the
+        // discarded entry (its status stays discarded).
+        drop(permit);
         tracing::info!(
             source = %route.source,
             route = %route.name,
@@ -242,9 +242,11 @@ pub(super) async fn deliver(
             }
         }
     }
-    let opened = route
-        .breaker
-        .record(!retry::is_destination_failure(&outcome), done_at);
+    let healthy = !retry::is_destination_failure(&outcome);
+    let opened = match permit {
+        Some(probe) => probe.record(healthy, done_at),
+        None => route.breaker.record(healthy, done_at),
+    };
     breaker_gauge(route);
     if opened {
         tracing::warn!(
@@ -355,12 +357,6 @@ pub(super) async fn deliver(
         );
     }
     complete(fwd, &claim, completion).await;
-}
-
-fn forget_in_flight(fwd: &Forwarder, id: &str, route: &str) {
-    if let Ok(mut m) = fwd.in_flight.lock() {
-        m.remove(&(id.to_string(), route.to_string()));
-    }
 }
 
 /// Record a completion, retrying while the store is unreachable. If it never

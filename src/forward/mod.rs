@@ -16,6 +16,7 @@
 //! deliveries get `shutdown_grace` to finish, and whatever is left gives its lease
 //! back. Time comes from an injected [`Clock`].
 
+mod admission;
 mod ahead;
 pub mod breaker;
 mod deliver;
@@ -37,7 +38,7 @@ use crate::config::{ForwarderConfig, RetentionConfig};
 use crate::pressure::IngestPressure;
 use crate::routing::rate::Pace;
 use crate::store::{Control, HousekeepingPass, PauseTarget, Store};
-use breaker::Gate;
+use admission::{Admission, InFlightMap};
 pub use route::{ProviderFacts, Route, client, origin, routes};
 
 /// Told about every delivery that goes dead: (source, route, reason). Must not
@@ -77,7 +78,7 @@ struct Forwarder {
     paused: RwLock<HashSet<PauseTarget>>,
     /// The attempts in flight, by (entry id, route): cancelled when that delivery is
     /// discarded.
-    in_flight: Mutex<HashMap<(String, String), CancellationToken>>,
+    in_flight: InFlightMap,
     /// Cancelled when in-flight deliveries must give up (after the grace period).
     abort: CancellationToken,
     on_dead: Option<OnDead>,
@@ -365,16 +366,17 @@ async fn route_loop(
         }
         let now = fwd.clock.now_ms();
         let mut limit = CLAIM_BATCH;
-        let mut probe = false;
-        let gate = route.breaker.gate(now);
+        // A probe's permit goes back to the breaker wherever it is dropped unused.
+        let mut permit = None;
+        let admission = admission::admit(&route.breaker, &fwd.clock, now);
         deliver::breaker_gauge(&route);
-        match gate {
-            Gate::Allow => {}
-            Gate::Probe => {
+        match admission {
+            Admission::Allow => {}
+            Admission::Probe(p) => {
                 limit = 1;
-                probe = true;
+                permit = Some(p);
             }
-            Gate::Deny(until) => {
+            Admission::Deny(until) => {
                 let wait = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -383,6 +385,7 @@ async fn route_loop(
                 continue;
             }
         }
+        let probe = permit.is_some();
         // Slow start after a recovery: no more claimed than the breaker allows.
         let held = ahead.held();
         let allowed = route.breaker.ramp(now, route.concurrency);
@@ -403,12 +406,6 @@ async fn route_loop(
         let Some(mut places) = ahead.room(limit, &shutdown).await else {
             return;
         };
-        // From here on, a granted probe that sends nothing must be handed back.
-        let unused_probe = |route: &Route| {
-            if probe {
-                route.breaker.release_probe(fwd.clock.now_ms());
-            }
-        };
         // Ingest first (`crate::pressure`): while ingest is saturated, claim only
         // once the webhooks stored meanwhile have earned a share of a few
         // deliveries (each claim is a write), and look again shortly until then. A
@@ -418,7 +415,7 @@ async fn route_loop(
         }
         let mut shared = fwd.pressure.share(places.len());
         if shared == 0 {
-            unused_probe(&route);
+            drop(permit);
             drop(places);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -438,7 +435,7 @@ async fn route_loop(
                 }
                 Err(wait) => {
                     fwd.pressure.give_back(shared);
-                    unused_probe(&route);
+                    drop(permit);
                     drop(places);
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
@@ -480,7 +477,7 @@ async fn route_loop(
             }
             Err(e) => {
                 store_errors += 1;
-                unused_probe(&route);
+                drop(permit);
                 const MSG: &str = "claim failed; retrying";
                 let kind = format!("{}/{} {}", route.source, route.name, e.kind());
                 if crate::telemetry::throttle::hit(MSG, &kind) {
@@ -498,7 +495,7 @@ async fn route_loop(
             next_claim = Some(tokio::time::Instant::now() + CLAIM_COALESCE);
         }
         if claims.is_empty() {
-            unused_probe(&route);
+            drop(permit);
             drop(places);
             idle(&mut signal, poll, &shutdown).await;
             continue;
@@ -506,13 +503,15 @@ async fn route_loop(
         // One place per claim (the store returns at most as many as asked); the
         // room left over goes back at once. Each delivery waits for its destination
         // slot in claim order.
+        // (A probe claims one delivery, which takes the permit.)
         for (claim, place) in claims.into_iter().zip(places.drain(..)) {
             let fwd = fwd.clone();
             let route = route.clone();
             let shutdown = shutdown.clone();
+            let permit = permit.take();
             deliveries.spawn(async move {
                 let queued = deliver::Queued { place, shutdown };
-                deliver::deliver(&fwd, &route, claim, probe, queued).await;
+                deliver::deliver(&fwd, &route, claim, permit, queued).await;
             });
         }
     }
