@@ -214,35 +214,31 @@ pub(super) async fn deliver(
         complete(fwd, &claim, Completion::Retry { attempt, at }).await;
         return;
     };
+    let completion = record(fwd, route, &claim, permit, &outcome, now, elapsed).await;
+    complete(fwd, &claim, completion).await;
+}
+
+/// What an attempt's outcome means, told to the meters, the route's pace, the
+/// breaker (the probe's verdict, when it was one) and the log: the completion to
+/// record. `now` is when the attempt started.
+async fn record(
+    fwd: &Forwarder,
+    route: &Route,
+    claim: &Claim,
+    permit: Option<ProbePermit>,
+    outcome: &Outcome,
+    now: i64,
+    elapsed: Duration,
+) -> Completion {
+    let entry = &claim.entry;
+    let claim_delivery = &claim.delivery;
+    let attempt_no = claim_delivery.attempts + 1;
+    let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let done_at = fwd.clock.now_ms();
-    route.meters.attempt(DeliveryResult::of(&outcome));
+    route.meters.attempt(DeliveryResult::of(outcome));
     route.meters.delivery_seconds.record(elapsed.as_secs_f64());
-    if let Some(pace) = &route.pace {
-        let answer = match &outcome {
-            Outcome::Status { code, retry_after } => Answer::of_status(*code, *retry_after),
-            _ => Answer::Other,
-        };
-        let hold = pace.lock().ok().and_then(|mut pace| {
-            pace.record(answer, done_at);
-            let slowed = matches!(answer, Answer::SlowDown { .. });
-            slowed.then(|| (pace.hold_until(), pace.spacing(), pace.burst()))
-        });
-        // Every process sharing the store holds the route too: the send slots are
-        // the store's.
-        if let Some((until, spacing, burst)) = hold
-            && let Err(e) = fwd
-                .store
-                .hold_send_slots(&route.source, &route.name, done_at, until, spacing, burst)
-                .await
-        {
-            const MSG: &str = "cannot share the route's hold through the store";
-            let kind = format!("{}/{} {}", route.source, route.name, e.kind());
-            if crate::telemetry::throttle::hit(MSG, &kind) {
-                tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
-            }
-        }
-    }
-    let healthy = !retry::is_destination_failure(&outcome);
+    share_hold(fwd, route, outcome, done_at).await;
+    let healthy = !retry::is_destination_failure(outcome);
     let opened = match permit {
         Some(probe) => probe.record(healthy, done_at),
         None => route.breaker.record(healthy, done_at),
@@ -256,7 +252,7 @@ pub(super) async fn deliver(
             "circuit breaker opened: deliveries to this destination wait"
         );
     }
-    let (status_code, error) = match &outcome {
+    let (status_code, error) = match outcome {
         Outcome::Status { code, .. } => (Some(*code), None),
         Outcome::Timeout => (
             None,
@@ -285,12 +281,11 @@ pub(super) async fn deliver(
     let decision = route.policy.decide(
         attempt_no.saturating_sub(claim_delivery.budget_attempts),
         claim_delivery.budget_start,
-        &outcome,
+        outcome,
         done_at,
         fastrand::f64(),
     );
     let delivery_outcome = DeliveryOutcome::of(&decision);
-    let outcome_label = delivery_outcome.label();
     route.meters.outcome(delivery_outcome);
     if matches!(decision, Decision::RetryAt(_)) {
         route.meters.retries_scheduled.increment(1);
@@ -318,8 +313,30 @@ pub(super) async fn deliver(
             }
         }
     };
-    // One line per attempt: INFO when delivered, WARN when it failed and will be
-    // retried, ERROR when the entry is dead; a failure says what went wrong.
+    log_attempt(
+        route,
+        claim,
+        delivery_outcome,
+        status_code,
+        failure,
+        latency_ms,
+    );
+    completion
+}
+
+/// One line per attempt: INFO when delivered, WARN when it failed and will be
+/// retried, ERROR when the entry is dead; a failure says what went wrong.
+fn log_attempt(
+    route: &Route,
+    claim: &Claim,
+    delivery_outcome: DeliveryOutcome,
+    status_code: Option<u16>,
+    failure: Option<String>,
+    latency_ms: u64,
+) {
+    let entry = &claim.entry;
+    let attempt_no = claim.delivery.attempts + 1;
+    let outcome_label = delivery_outcome.label();
     let failure = failure.as_deref().unwrap_or("");
     match delivery_outcome {
         DeliveryOutcome::Delivered => tracing::info!(
@@ -356,7 +373,36 @@ pub(super) async fn deliver(
             }
         );
     }
-    complete(fwd, &claim, completion).await;
+}
+
+/// A paced route told to slow down (429 or 503 with `Retry-After`) holds its send
+/// slots, in the store, so every process sharing it holds the route too.
+async fn share_hold(fwd: &Forwarder, route: &Route, outcome: &Outcome, done_at: i64) {
+    if let Some(pace) = &route.pace {
+        let answer = match outcome {
+            Outcome::Status { code, retry_after } => Answer::of_status(*code, *retry_after),
+            _ => Answer::Other,
+        };
+        let hold = pace.lock().ok().and_then(|mut pace| {
+            pace.record(answer, done_at);
+            let slowed = matches!(answer, Answer::SlowDown { .. });
+            slowed.then(|| (pace.hold_until(), pace.spacing(), pace.burst()))
+        });
+        // Every process sharing the store holds the route too: the send slots are
+        // the store's.
+        if let Some((until, spacing, burst)) = hold
+            && let Err(e) = fwd
+                .store
+                .hold_send_slots(&route.source, &route.name, done_at, until, spacing, burst)
+                .await
+        {
+            const MSG: &str = "cannot share the route's hold through the store";
+            let kind = format!("{}/{} {}", route.source, route.name, e.kind());
+            if crate::telemetry::throttle::hit(MSG, &kind) {
+                tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
+            }
+        }
+    }
 }
 
 /// Record a completion, retrying while the store is unreachable. If it never

@@ -37,8 +37,9 @@ use crate::clock::Clock;
 use crate::config::{ForwarderConfig, RetentionConfig};
 use crate::pressure::IngestPressure;
 use crate::routing::rate::Pace;
-use crate::store::{Control, HousekeepingPass, PauseTarget, Store};
-use admission::{Admission, InFlightMap};
+use crate::store::{Claim, Control, HousekeepingPass, PauseTarget, Store, StoreError};
+use admission::{Admission, InFlightMap, ProbePermit};
+use ahead::Place;
 pub use route::{ProviderFacts, Route, client, origin, routes};
 
 /// Told about every delivery that goes dead: (source, route, reason). Must not
@@ -330,7 +331,8 @@ async fn send_slots(
 }
 
 /// Claims and delivers the due deliveries of one route, for as long as the
-/// forwarder runs.
+/// forwarder runs: admit (the breaker, its slow start), reserve (room among the
+/// route's slots, ingest's share, a paced route's send slots), claim, dispatch.
 async fn route_loop(
     fwd: Arc<Forwarder>,
     route: Arc<Route>,
@@ -345,11 +347,17 @@ async fn route_loop(
         route.pace.is_some(),
     );
     let mut signal = fwd.store.work_signal(&route.source, &route.name);
-    let lease = fwd.cfg.lease;
     let poll = fwd.cfg.poll_interval;
     let mut store_errors = 0u32;
     // Set after a claim that caught up: the next claim waits until then.
     let mut next_claim: Option<tokio::time::Instant> = None;
+    // Sleep, unless shutdown comes first (then the loop ends).
+    let pause = async |wait: Duration| -> bool {
+        tokio::select! {
+            _ = shutdown.cancelled() => false,
+            _ = tokio::time::sleep(wait) => true,
+        }
+    };
     loop {
         if shutdown.is_cancelled() {
             return;
@@ -358,116 +366,34 @@ async fn route_loop(
             idle(&mut signal, poll, &shutdown).await;
             continue;
         }
-        if let Some(at) = next_claim.take() {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep_until(at) => {}
-            }
+        if let Some(at) = next_claim.take()
+            && !pause(at.saturating_duration_since(tokio::time::Instant::now())).await
+        {
+            return;
         }
-        let now = fwd.clock.now_ms();
-        let mut limit = CLAIM_BATCH;
         // A probe's permit goes back to the breaker wherever it is dropped unused.
-        let mut permit = None;
-        let admission = admission::admit(&route.breaker, &fwd.clock, now);
-        deliver::breaker_gauge(&route);
-        match admission {
-            Admission::Allow => {}
-            Admission::Probe(p) => {
-                limit = 1;
-                permit = Some(p);
-            }
-            Admission::Deny(until) => {
-                let wait = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(wait.min(poll)) => {}
-                }
-                continue;
-            }
-        }
-        let probe = permit.is_some();
-        // Slow start after a recovery: no more claimed than the breaker allows.
-        let held = ahead.held();
-        let allowed = route.breaker.ramp(now, route.concurrency);
-        // (Only while ramping: at full concurrency, waiting for room below is enough.)
-        if !probe && allowed < route.concurrency && held >= allowed {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-            }
-            continue;
-        }
-        if !probe && allowed < route.concurrency {
-            limit = limit.min(allowed.saturating_sub(held).max(1));
-        }
+        let (limit, mut permit) = match admit(&fwd, &route, &ahead) {
+            Ok(admitted) => admitted,
+            Err(wait) if pause(wait).await => continue,
+            Err(_) => return,
+        };
         // Wait for room to claim (see `ahead`): nothing is claimed beyond what the
         // route's slots will send next, and a claimed delivery never waits for a slot
         // longer than its lease allows.
         let Some(mut places) = ahead.room(limit, &shutdown).await else {
             return;
         };
-        // Ingest first (`crate::pressure`): while ingest is saturated, claim only
-        // once the webhooks stored meanwhile have earned a share of a few
-        // deliveries (each claim is a write), and look again shortly until then. A
-        // share not claimed is given back.
-        if fwd.pressure.saturated() {
-            places.truncate(SATURATED_CLAIM);
-        }
-        let mut shared = fwd.pressure.share(places.len());
-        if shared == 0 {
-            drop(permit);
-            drop(places);
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(SHARE_POLL) => {}
-            }
-            continue;
-        }
-        // A paced route sends only as many as it has send slots for: take them
-        // before claiming (a claimed entry must not wait), and wait for the next
-        // one when there is none.
-        if let Some(pace) = &route.pace {
-            match send_slots(&fwd, &route, pace, places.len()).await {
-                Ok(n) => {
-                    places.truncate(n);
-                    fwd.pressure.give_back(shared.saturating_sub(n));
-                    shared = places.len();
+        let shared = match reserve(&fwd, &route, &mut places).await {
+            Ok(shared) => shared,
+            Err(wait) => {
+                drop((permit, places));
+                match pause(wait).await {
+                    true => continue,
+                    false => return,
                 }
-                Err(wait) => {
-                    fwd.pressure.give_back(shared);
-                    drop(permit);
-                    drop(places);
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(wait.min(poll)) => {}
-                    }
-                    continue;
-                }
-            }
-        }
-        // The lease runs from now: read the clock after waiting for the permit.
-        let now = fwd.clock.now_ms();
-        // A probe prefers a delivery that failed before: a destination that fails
-        // only first attempts then accepts it, and the breaker closes.
-        let claimed = match probe {
-            true => fwd
-                .store
-                .claim_probe(&route.source, &route.name, &fwd.worker, now, lease)
-                .await
-                .map(Vec::from_iter),
-            false => {
-                fwd.store
-                    .claim(
-                        &route.source,
-                        &route.name,
-                        &fwd.worker,
-                        now,
-                        places.len(),
-                        lease,
-                    )
-                    .await
             }
         };
+        let claimed = claim(&fwd, &route, places.len(), permit.is_some()).await;
         fwd.pressure
             .give_back(shared.saturating_sub(claimed.as_ref().map_or(0, Vec::len)));
         let claims = match claimed {
@@ -477,33 +403,29 @@ async fn route_loop(
             }
             Err(e) => {
                 store_errors += 1;
-                drop(permit);
                 const MSG: &str = "claim failed; retrying";
                 let kind = format!("{}/{} {}", route.source, route.name, e.kind());
                 if crate::telemetry::throttle::hit(MSG, &kind) {
                     tracing::warn!(source = %route.source, route = %route.name, error = %e, consecutive = store_errors, "{MSG}");
                 }
-                drop(places);
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(poll) => {}
+                drop((permit, places));
+                match pause(poll).await {
+                    true => continue,
+                    false => return,
                 }
-                continue;
             }
         };
         if claims.len() < places.len() {
             next_claim = Some(tokio::time::Instant::now() + CLAIM_COALESCE);
         }
         if claims.is_empty() {
-            drop(permit);
-            drop(places);
+            drop((permit, places));
             idle(&mut signal, poll, &shutdown).await;
             continue;
         }
         // One place per claim (the store returns at most as many as asked); the
         // room left over goes back at once. Each delivery waits for its destination
-        // slot in claim order.
-        // (A probe claims one delivery, which takes the permit.)
+        // slot in claim order. (A probe claims one delivery, which takes the permit.)
         for (claim, place) in claims.into_iter().zip(places.drain(..)) {
             let fwd = fwd.clone();
             let route = route.clone();
@@ -513,6 +435,99 @@ async fn route_loop(
                 let queued = deliver::Queued { place, shutdown };
                 deliver::deliver(&fwd, &route, claim, permit, queued).await;
             });
+        }
+    }
+}
+
+/// What the breaker lets the route claim now: how many, and the probe's permit
+/// when the breaker is half-open (then one); `Err` is how long to wait first
+/// (open, or the slow start after a recovery has as many in flight as it allows).
+fn admit(
+    fwd: &Forwarder,
+    route: &Route,
+    ahead: &ahead::Ahead,
+) -> Result<(usize, Option<ProbePermit>), Duration> {
+    let now = fwd.clock.now_ms();
+    let admission = admission::admit(&route.breaker, &fwd.clock, now);
+    deliver::breaker_gauge(route);
+    match admission {
+        Admission::Allow => {}
+        Admission::Probe(p) => return Ok((1, Some(p))),
+        Admission::Deny(until) => {
+            let wait = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
+            return Err(wait.min(fwd.cfg.poll_interval));
+        }
+    }
+    // Slow start after a recovery: no more claimed than the breaker allows.
+    // (Only while ramping: at full concurrency, waiting for room below is enough.)
+    let held = ahead.held();
+    let allowed = route.breaker.ramp(now, route.concurrency);
+    if allowed >= route.concurrency {
+        return Ok((CLAIM_BATCH, None));
+    }
+    if held >= allowed {
+        return Err(Duration::from_millis(20));
+    }
+    Ok((CLAIM_BATCH.min(allowed.saturating_sub(held).max(1)), None))
+}
+
+/// Narrow the route's places to what it may claim now: ingest first
+/// (`crate::pressure`: while ingest is saturated, only once the webhooks stored
+/// meanwhile have earned a share of a few deliveries, each claim being a write), and
+/// on a paced route the send slots it has (taken before claiming: a claimed entry
+/// must not wait). `Ok` is the share of ingest's pressure taken (what a claim that
+/// takes fewer gives back); `Err` how long to wait before looking again, the share
+/// given back.
+async fn reserve(
+    fwd: &Forwarder,
+    route: &Route,
+    places: &mut Vec<Place>,
+) -> Result<usize, Duration> {
+    if fwd.pressure.saturated() {
+        places.truncate(SATURATED_CLAIM);
+    }
+    let shared = fwd.pressure.share(places.len());
+    if shared == 0 {
+        return Err(SHARE_POLL);
+    }
+    let Some(pace) = &route.pace else {
+        return Ok(shared);
+    };
+    match send_slots(fwd, route, pace, places.len()).await {
+        Ok(n) => {
+            places.truncate(n);
+            fwd.pressure.give_back(shared.saturating_sub(n));
+            Ok(places.len())
+        }
+        Err(wait) => {
+            fwd.pressure.give_back(shared);
+            Err(wait.min(fwd.cfg.poll_interval))
+        }
+    }
+}
+
+/// Claim up to `n` due deliveries of the route; a probe claims one, preferably a
+/// delivery that failed before: a destination that fails only first attempts then
+/// accepts it, and the breaker closes.
+async fn claim(
+    fwd: &Forwarder,
+    route: &Route,
+    n: usize,
+    probe: bool,
+) -> Result<Vec<Claim>, StoreError> {
+    // The lease runs from now: read the clock after waiting for room and slots.
+    let now = fwd.clock.now_ms();
+    let lease = fwd.cfg.lease;
+    match probe {
+        true => fwd
+            .store
+            .claim_probe(&route.source, &route.name, &fwd.worker, now, lease)
+            .await
+            .map(Vec::from_iter),
+        false => {
+            fwd.store
+                .claim(&route.source, &route.name, &fwd.worker, now, n, lease)
+                .await
         }
     }
 }
