@@ -11,17 +11,15 @@
 use std::sync::Arc;
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 
 use super::cross_site::FORM_TOKEN_FIELD;
 use super::entries::PATH as ENTRIES;
-use super::form::Form;
 use super::format::{self, count, rfc3339_seconds};
 use super::page::{self, Nav};
+use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor};
 use crate::admin::{self, dto::DeadLetterGroups};
 use crate::error::ApiError;
@@ -60,13 +58,8 @@ pub async fn show(
 /// `POST /console/dead-letters/replay`: replay one group, then back to the page.
 pub async fn replay(
     State(console): State<Arc<ConsoleState>>,
-    Extension(visitor): Extension<Visitor>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Bytes,
+    Posted { visitor, form }: Posted,
 ) -> Result<Response, ConsoleError> {
-    let form = Form::parse(&headers, &body)?;
-    console.check_post(&visitor, &headers, &uri, &form)?;
     let field = |name: &'static str| form.get(name).ok_or(ConsoleError::BadForm(name));
     let done = admin::replay_group(
         &console.admin,

@@ -14,18 +14,17 @@ mod json_view;
 use std::sync::Arc;
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine as _;
 use maud::{Markup, html};
 
 use super::cross_site::FORM_TOKEN_FIELD;
 use super::entries::PATH as ENTRIES;
-use super::form::Form;
 use super::page::{self, Nav};
+use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor, format};
 use crate::admin::{self, dto::EntryDetail};
 use crate::error::ApiError;
@@ -86,17 +85,12 @@ async fn render_page(
 /// `POST /console/entries/{id}/replay` and `…/discard`.
 pub async fn action(
     State(console): State<Arc<ConsoleState>>,
-    Extension(visitor): Extension<Visitor>,
     path: Result<Path<(String, String)>, PathRejection>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Bytes,
+    Posted { visitor, form }: Posted,
 ) -> Result<Response, ConsoleError> {
     let Ok(Path((id, action))) = path else {
         return Err(ConsoleError::NotFound);
     };
-    let form = Form::parse(&headers, &body)?;
-    console.check_post(&visitor, &headers, &uri, &form)?;
     let route = form.get("route").filter(|r| !r.is_empty());
     let (done, result) = match action.as_str() {
         "replay" => (

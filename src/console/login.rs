@@ -19,6 +19,7 @@ use maud::{Markup, html};
 
 use super::cross_site::{self, CrossSite, FORM_TOKEN_FIELD};
 use super::form::Form;
+use super::posted::Posted;
 use super::session::{self, Bound, Signer};
 use super::{Auth, ConsoleError, ConsoleState, HOME_PATH, LOGIN_PATH, Visitor, assets, page};
 use crate::admin::{self, throttle::LockedOut};
@@ -96,13 +97,8 @@ pub async fn submit(
 /// `POST /console/logout`: revoke the session, clear its cookie.
 pub async fn logout(
     State(console): State<Arc<ConsoleState>>,
-    Extension(visitor): Extension<Visitor>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Bytes,
+    Posted { visitor, .. }: Posted,
 ) -> Result<Response, ConsoleError> {
-    let form = Form::parse(&headers, &body)?;
-    console.check_post(&visitor, &headers, &uri, &form)?;
     let Visitor::LoggedIn(session, client) = &visitor else {
         return Ok(Redirect::to(HOME_PATH).into_response());
     };
@@ -124,13 +120,8 @@ pub async fn logout(
 /// included, on every gateway sharing the store.
 pub async fn logout_all(
     State(console): State<Arc<ConsoleState>>,
-    Extension(visitor): Extension<Visitor>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Bytes,
+    Posted { visitor, .. }: Posted,
 ) -> Result<Response, ConsoleError> {
-    let form = Form::parse(&headers, &body)?;
-    console.check_post(&visitor, &headers, &uri, &form)?;
     let Visitor::LoggedIn(session, client) = &visitor else {
         return Ok(Redirect::to(HOME_PATH).into_response());
     };

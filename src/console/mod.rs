@@ -36,6 +36,7 @@ mod headers;
 mod login;
 mod overview;
 mod page;
+mod posted;
 mod session;
 mod sources;
 

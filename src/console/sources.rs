@@ -15,16 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 
 use super::cross_site::FORM_TOKEN_FIELD;
-use super::form::Form;
 use super::page::{self, Nav};
+use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor, format};
 use crate::admin::{self, dto::ControlEvent, dto::SourceState};
 use crate::config::{OrderBy, RateLimit, SourceConfig, redact_url};
@@ -137,47 +135,32 @@ pub async fn show(
 /// `POST /console/sources/{name}/pause` and `…/resume`.
 pub async fn source_action(
     State(console): State<Arc<ConsoleState>>,
-    Extension(visitor): Extension<Visitor>,
     path: Result<Path<(String, String)>, PathRejection>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Bytes,
+    Posted { visitor, .. }: Posted,
 ) -> Result<Response, ConsoleError> {
     let Ok(Path((name, action))) = path else {
         return Err(ConsoleError::NotFound);
     };
-    act(
-        &console,
-        &visitor,
-        (&headers, &uri, &body),
-        &name,
-        None,
-        &action,
-    )
-    .await
+    act(&console, &visitor, &name, None, &action).await
 }
 
 /// `POST /console/sources/{name}/routes/{route}/pause` and `…/resume`.
 pub async fn route_action(
     State(console): State<Arc<ConsoleState>>,
-    Extension(visitor): Extension<Visitor>,
     path: Result<Path<(String, String, String)>, PathRejection>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Bytes,
+    Posted { visitor, .. }: Posted,
 ) -> Result<Response, ConsoleError> {
     let Ok(Path((name, route, action))) = path else {
         return Err(ConsoleError::NotFound);
     };
-    let request = (&headers, &uri, &body);
-    act(&console, &visitor, request, &name, Some(&route), &action).await
+    act(&console, &visitor, &name, Some(&route), &action).await
 }
 
-/// Check the form, pause or resume as the admin API does, and go back to the page.
+/// Pause or resume as the admin API does (the form was checked), and go back to the
+/// page.
 async fn act(
     console: &ConsoleState,
     visitor: &Visitor,
-    (headers, uri, body): (&HeaderMap, &Uri, &Bytes),
     name: &str,
     route: Option<&str>,
     action: &str,
@@ -187,8 +170,6 @@ async fn act(
         "resume" => false,
         _ => return Err(ConsoleError::NotFound),
     };
-    let form = Form::parse(headers, body)?;
-    console.check_post(visitor, headers, uri, &form)?;
     admin::set_paused(&console.admin, name, route, paused, &visitor.actor())
         .await
         .map_err(|e| match e {
