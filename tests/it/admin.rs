@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use crate::both_stores;
 use crate::forward::{FAST_RETRY, ingest_many, source};
+use crate::support::*;
 use crate::upstream::{Reply, Upstream};
-use crate::util::*;
 
 pub const TOKEN: &str = "admin-token-0123456789";
 
@@ -353,7 +353,7 @@ async fn wrong_or_missing_tokens_are_refused_and_change_nothing() {
     }
     let store = h.open().await;
     assert!(
-        crate::util::paused_sources(&*store).await.is_empty(),
+        crate::support::paused_sources(&*store).await.is_empty(),
         "a refused request paused"
     );
     // Probes and metrics need no token; the document does.

@@ -10,7 +10,7 @@ use hookgate::store::{Completion, ListQuery, NewEntry, Status, Store};
 
 use crate::both_fresh_stores;
 use crate::conformance::entry;
-use crate::util::*;
+use crate::support::*;
 
 /// A new entry of `source` with event id `key`, of `event_type`, holding `body`.
 fn new_entry(source: &str, key: &str, event_type: &str, body: Bytes) -> NewEntry {

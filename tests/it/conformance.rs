@@ -11,7 +11,7 @@ use hookgate::store::{
     HousekeepingPass, ListQuery, NewEntry, SourceStats, Status, Store, Transition,
 };
 
-use crate::util::{
+use crate::support::{
     Backend, StoreHandle, assert_listed_as_stored, first_page_of_source, first_page_with_status,
 };
 use crate::{both_fresh_stores, both_stores};
@@ -66,7 +66,7 @@ async fn dedupe_ttl_expires(store: &dyn Store) {
     e.dedupe_ttl = Duration::from_millis(300);
     let first = store.accept(e).await.unwrap();
     // Until the TTL runs out the event is a duplicate; then it is new.
-    let second = crate::util::wait_until_ok(
+    let second = crate::support::wait_until_ok(
         "the dedupe key expires",
         Duration::from_secs(5),
         async || {
@@ -183,12 +183,12 @@ both_stores!(
 async fn pause_is_durable(backend: Backend) {
     let h = StoreHandle::new(backend);
     let store = h.open().await;
-    assert!(crate::util::paused_sources(&*store).await.is_empty());
+    assert!(crate::support::paused_sources(&*store).await.is_empty());
     store.set_paused("a", None, true).await.unwrap();
     store.set_paused("b", None, true).await.unwrap();
     store.set_paused("b", None, false).await.unwrap();
     assert_eq!(
-        crate::util::paused_sources(&*store).await,
+        crate::support::paused_sources(&*store).await,
         vec!["a".to_string()]
     );
     store.ping().await.unwrap();
@@ -196,7 +196,7 @@ async fn pause_is_durable(backend: Backend) {
     drop(store);
     let reopened = h.open().await;
     assert_eq!(
-        crate::util::paused_sources(&*reopened).await,
+        crate::support::paused_sources(&*reopened).await,
         vec!["a".to_string()]
     );
 }
@@ -285,7 +285,7 @@ async fn accepted_and_claimed(store: &dyn Store, key: &str) -> (String, i64, Cla
 /// Claim at the current time until the store hands an entry out (a lease that has to
 /// expire first), at most until `DEADLINE`.
 pub(crate) async fn claim_when_due(store: &dyn Store, source: &str, worker: &str) -> Claim {
-    crate::util::wait_until_ok(
+    crate::support::wait_until_ok(
         &format!("{worker} gets a claim of {source}"),
         DEADLINE,
         async || {
@@ -1070,7 +1070,7 @@ both_fresh_stores!(
 async fn paused_source_is_accepted_not_claimed(store: &dyn Store) {
     store.set_paused("s", None, true).await.unwrap();
     assert_eq!(
-        crate::util::paused_sources(store).await,
+        crate::support::paused_sources(store).await,
         vec!["s".to_string()]
     );
     let id = accept_new(store, entry("s", "evt_paused")).await;
@@ -1081,7 +1081,7 @@ async fn paused_source_is_accepted_not_claimed(store: &dyn Store) {
     let other = accept_new(store, entry("t", "evt_other")).await;
     assert_eq!(claim_one(store, "t", "w", now_ms()).await.entry.id, other);
     store.set_paused("s", None, false).await.unwrap();
-    assert!(crate::util::paused_sources(store).await.is_empty());
+    assert!(crate::support::paused_sources(store).await.is_empty());
     assert_eq!(claim_one(store, "s", "w", now_ms()).await.entry.id, id);
 }
 both_fresh_stores!(
@@ -1248,7 +1248,7 @@ async fn purge_lets_an_expired_event_in_again(store: &dyn Store) {
     };
     let first = accept_new(store, with_ttl()).await;
     let mut purged_keys = 0;
-    let second = crate::util::wait_until_ok(
+    let second = crate::support::wait_until_ok(
         "the dedupe key expires and is purged",
         DEADLINE,
         async || {

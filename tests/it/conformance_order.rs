@@ -161,7 +161,7 @@ async fn a_reclaimed_head_stays_the_head(store: &dyn Store) {
     assert_eq!(ids(&c), vec![a[0].clone()]);
     // Nothing until the lease runs out (the store decides when: Redis counts a
     // message's idle time from its own delivery of it); then the head, alone.
-    let again = crate::util::wait_until_ok(
+    let again = crate::support::wait_until_ok(
         "the head handed out again once its lease ran out",
         crate::conformance::DEADLINE,
         async || {

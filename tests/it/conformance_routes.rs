@@ -14,7 +14,7 @@ use hookgate::store::{
 use crate::conformance::{
     DEADLINE, LEASE, accept_new, entry, entry_at, next, page_through, stored,
 };
-use crate::util::{Backend, StoreHandle, wait_until_ok};
+use crate::support::{Backend, StoreHandle, wait_until_ok};
 use crate::{both_fresh_stores, both_stores};
 
 // ---------------------------------------------------------------------------
@@ -1175,7 +1175,7 @@ async fn pause_a_route(store: &dyn Store) {
     store.set_paused("s", Some("a"), true).await.unwrap();
     assert_eq!(next(&mut rx).await, paused("s", Some("a"), true));
     assert_eq!(store.paused().await.unwrap(), vec![target("s", Some("a"))]);
-    assert!(crate::util::paused_sources(store).await.is_empty());
+    assert!(crate::support::paused_sources(store).await.is_empty());
     let t = now_ms();
     // Only that route of that source stops.
     assert!(claimable(store, "s", "a", t).await.is_empty());

@@ -9,7 +9,7 @@ use hookgate::store::{
 };
 
 use crate::both_fresh_stores;
-use crate::util::wait_until;
+use crate::support::wait_until;
 
 const HOUR: i64 = 3_600_000;
 

@@ -13,8 +13,8 @@ use hookgate::store::{Attempt, Completion, Status};
 use crate::both_stores;
 use crate::conformance::claim_when_due;
 use crate::forward::source;
+use crate::support::*;
 use crate::upstream::{Reply, Upstream, reached};
-use crate::util::*;
 
 fn delivered(n: u32) -> Completion {
     Completion::Delivered {

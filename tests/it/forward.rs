@@ -11,8 +11,8 @@ use hookgate::provider::Registry;
 use hookgate::store::Status;
 
 use crate::both_stores;
+use crate::support::*;
 use crate::upstream::{Reply, Upstream, reached};
-use crate::util::*;
 
 pub const FAST: &str = r#"
 [forwarder]
@@ -48,7 +48,7 @@ pub async fn ingest_many(
     prefix: &str,
     n: usize,
 ) -> HashMap<String, String> {
-    let client = crate::util::http();
+    let client = crate::support::http();
     let mut tasks = Vec::new();
     let per = n.div_ceil(16);
     for w in 0..16 {
@@ -842,7 +842,7 @@ async fn redis_restarted_empty_does_not_wedge_and_logs_the_loss() {
     })
     .await;
     redis.restart(); // no persistence: it comes back empty
-    let client = crate::util::http();
+    let client = crate::support::http();
     let mut ids = Vec::new();
     let mut i = 0;
     wait_until(

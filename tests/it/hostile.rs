@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::both_stores;
-use crate::util::*;
+use crate::support::*;
 
 fn addr(base: &str) -> String {
     base.trim_start_matches("http://").to_string()
@@ -51,7 +51,7 @@ async fn hostile(backend: Backend) {
     let store = h.open().await;
     // No connection reuse: with a 1 s header read timeout, idle keep-alive connections
     // are closed by the server between the slow steps below.
-    let c = crate::util::http_builder()
+    let c = crate::support::http_builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();

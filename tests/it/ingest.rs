@@ -6,7 +6,7 @@ use std::time::Duration;
 use hookgate::store::Status;
 
 use crate::both_stores;
-use crate::util::*;
+use crate::support::*;
 
 fn shift_timestamp(headers: &mut [(String, String)], provider: &str) {
     match provider {
@@ -47,7 +47,7 @@ async fn answers_table(backend: Backend) {
     let mut h = StoreHandle::new(backend);
     let gw = Gateway::start(config(&h, "[server]\nmax_body_bytes = 4096\n")).await;
     let store = h.open().await;
-    let c = crate::util::http();
+    let c = crate::support::http();
 
     // verified, new -> 200 {id, duplicate: false}, stored
     let body = event_body("stripe", "evt_table_1");
@@ -176,7 +176,7 @@ async fn answers_table(backend: Backend) {
     let e = answered_entry(&*store, &json).await;
     assert_eq!(e.status, Status::Pending);
     assert!(
-        crate::util::paused_sources(&*store)
+        crate::support::paused_sources(&*store)
             .await
             .contains(&"paused".to_string())
     );
@@ -202,7 +202,7 @@ async fn provider_signatures(backend: Backend) {
     let h = StoreHandle::new(backend);
     let gw = Gateway::start(config(&h, "")).await;
     let store = h.open().await;
-    let c = crate::util::http();
+    let c = crate::support::http();
     for source in [
         "stripe",
         "github",
@@ -315,7 +315,7 @@ async fn concurrent_redeliveries(backend: Backend) {
     let h = StoreHandle::new(backend);
     let gw = Gateway::start(config(&h, "")).await;
     let store = h.open().await;
-    let c = crate::util::http();
+    let c = crate::support::http();
     let body = event_body("stripe", "evt_concurrent");
     let mut tasks = Vec::new();
     for _ in 0..50 {
@@ -356,7 +356,7 @@ both_stores!(
 async fn redis_outage(_: Backend) {
     let mut h = StoreHandle::new(Backend::Redis);
     let gw = Gateway::start(config(&h, "")).await;
-    let c = crate::util::http_builder()
+    let c = crate::support::http_builder()
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();

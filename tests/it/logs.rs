@@ -1,7 +1,7 @@
 //! Secrets, signatures and bodies never appear in logs, even at trace level.
 
 use crate::both_stores;
-use crate::util::*;
+use crate::support::*;
 
 async fn logs_never_leak(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -24,7 +24,7 @@ async fn logs_never_leak(backend: Backend) {
         ],
         &log_path,
     );
-    let c = crate::util::http();
+    let c = crate::support::http();
     let marker = "BODYMARKER9d41e7";
     let body = format!(r#"{{"id":"evt_log_1","type":"x","data":"{marker}"}}"#).into_bytes();
     let good = sign_headers("stripe", secret, &body, now_secs(), "x");

@@ -2,8 +2,6 @@
 //! ephemeral ports, a private redis-server per test, the embedded store in a temp dir.
 
 mod support;
-// The harness's former name, while call sites move to `support`.
-use support as util;
 
 mod admin;
 mod admin_guard;

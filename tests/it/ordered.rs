@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::both_stores;
 use crate::forward::source;
-use crate::util::*;
+use crate::support::*;
 
 /// What the keyed upstream decides for one delivery: `(key, seq, attempt of this
 /// event)` → status.

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::both_stores;
 use crate::forward::{fwd_config, ingest_many, source};
+use crate::support::*;
 use crate::upstream::{Received, Reply, Upstream};
-use crate::util::*;
 
 const LIMITED: &str = "[sources.delivery]\nrate_limit = \"20/s\"\n";
 

@@ -13,7 +13,7 @@ use hookgate::provider::{Registry, request_url};
 
 use crate::both_stores;
 use crate::cli::{run, sign_output};
-use crate::util::*;
+use crate::support::*;
 
 /// What a request is signed with.
 #[derive(Clone)]

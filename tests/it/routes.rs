@@ -15,8 +15,8 @@ use hookgate::store::Status;
 use crate::both_stores;
 use crate::forward::{DEST_SECRET, FAST, FAST_RETRY, ingest_many};
 use crate::pacing::assert_paced_at_20;
+use crate::support::*;
 use crate::upstream::{Received, Reply, Upstream};
-use crate::util::*;
 
 /// One `[[sources.routes]]` entry: name, destination and extra keys (TOML lines).
 struct R<'a>(&'a str, &'a str, &'a str);
