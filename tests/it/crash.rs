@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::both_stores;
+use crate::for_each_store;
 use crate::support::*;
 
 async fn sigkill_under_load(backend: Backend) {
@@ -92,7 +92,7 @@ async fn sigkill_under_load(backend: Backend) {
         acked.len()
     );
 }
-both_stores!(
+for_each_store!(
     sigkill_under_load_loses_no_acknowledged_entry,
     super::sigkill_under_load
 );

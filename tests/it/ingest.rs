@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hookgate::store::Status;
 
-use crate::both_stores;
+use crate::for_each_store;
 use crate::support::*;
 
 fn shift_timestamp(headers: &mut [(String, String)], provider: &str) {
@@ -196,7 +196,7 @@ async fn answers_table(backend: Backend) {
     }
     gw.stop().await;
 }
-both_stores!(every_row_of_the_answers_table, super::answers_table);
+for_each_store!(every_row_of_the_answers_table, super::answers_table);
 
 async fn provider_signatures(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -306,7 +306,7 @@ async fn provider_signatures(backend: Backend) {
     assert_eq!(store.count("rotated").await.unwrap(), 2);
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     real_provider_signatures_and_tampering,
     super::provider_signatures
 );
@@ -348,7 +348,7 @@ async fn concurrent_redeliveries(backend: Backend) {
     assert_eq!(store.count("stripe").await.unwrap(), 1);
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     fifty_concurrent_deliveries_store_one_entry,
     super::concurrent_redeliveries
 );

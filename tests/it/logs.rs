@@ -1,6 +1,6 @@
 //! Secrets, signatures and bodies never appear in logs, even at trace level.
 
-use crate::both_stores;
+use crate::for_each_store;
 use crate::support::*;
 
 async fn logs_never_leak(backend: Backend) {
@@ -69,7 +69,7 @@ async fn logs_never_leak(backend: Backend) {
         assert!(!log.contains(needle), "the log contains {needle:?}");
     }
 }
-both_stores!(
+for_each_store!(
     logs_hold_no_secret_signature_or_body,
     super::logs_never_leak
 );

@@ -12,31 +12,41 @@ use super::{Backend, RedisServer};
 /// Whatever keeps a backend alive for the duration of a test.
 pub struct StoreHandle {
     pub backend: Backend,
+    /// The server of the Redis backend; `None` for the others.
     pub redis: Option<RedisServer>,
+    /// A directory of the test's own; the embedded store keeps its data in `data`.
     pub dir: tempfile::TempDir,
+    /// The `[store]` section naming this store.
+    section: String,
 }
 
 impl StoreHandle {
+    /// Start what `backend` needs and write the `[store]` section that names it: the
+    /// one place that knows, per backend, how its store is brought up.
     pub fn new(backend: Backend) -> StoreHandle {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut redis = None;
+        let section = match backend {
+            Backend::Embedded => format!(
+                "[store]\nkind = \"embedded\"\npath = \"{}\"\n",
+                dir.path().join("data").display()
+            ),
+            Backend::Redis => format!(
+                "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n",
+                redis.insert(RedisServer::start()).url()
+            ),
+        };
         StoreHandle {
             backend,
-            redis: (backend == Backend::Redis).then(RedisServer::start),
-            dir: tempfile::tempdir().expect("tempdir"),
+            redis,
+            dir,
+            section,
         }
     }
 
     /// The `[store]` section for this backend.
     pub fn toml(&self) -> String {
-        match &self.redis {
-            Some(r) => format!(
-                "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n",
-                r.url()
-            ),
-            None => format!(
-                "[store]\nkind = \"embedded\"\npath = \"{}\"\n",
-                self.dir.path().join("data").display()
-            ),
-        }
+        self.section.clone()
     }
 
     pub async fn open(&self) -> Arc<dyn Store> {
@@ -52,7 +62,7 @@ impl StoreHandle {
 }
 
 /// Open a fresh store of `backend`, run `body` on it, and close it: the frame of every
-/// test that needs nothing but a store (see [`both_fresh_stores!`]).
+/// test that needs nothing but a store (see [`for_each_fresh_store!`]).
 pub async fn on_a_fresh_store(backend: Backend, body: impl AsyncFnOnce(&dyn Store)) {
     let h = StoreHandle::new(backend);
     let store = h.open().await;
