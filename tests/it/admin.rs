@@ -10,10 +10,10 @@ use std::time::Duration;
 use hookgate::config::{self, Config};
 use serde_json::{Value, json};
 
-use crate::both_stores;
+use crate::for_each_store;
 use crate::forward::{FAST_RETRY, ingest_many, source};
+use crate::support::*;
 use crate::upstream::{Reply, Upstream};
-use crate::util::*;
 
 pub const TOKEN: &str = "admin-token-0123456789";
 
@@ -132,7 +132,7 @@ async fn lifecycle(backend: Backend) {
     assert_eq!(st, 404);
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     dead_entry_lifecycle_replay_keeps_the_webhook_id,
     super::lifecycle
 );
@@ -206,7 +206,7 @@ async fn bulk_replay(backend: Backend) {
     );
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     bulk_replay_of_500_dead_entries_stays_under_the_rate,
     super::bulk_replay
 );
@@ -268,7 +268,7 @@ async fn discard(backend: Backend) {
     );
     gw.stop().await;
 }
-both_stores!(discard_needs_a_note_and_is_never_delivered, super::discard);
+for_each_store!(discard_needs_a_note_and_is_never_delivered, super::discard);
 
 async fn pause_survives_restart(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -312,7 +312,7 @@ async fn pause_survives_restart(backend: Backend) {
     .await;
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     pause_holds_delivery_across_a_restart,
     super::pause_survives_restart
 );
@@ -353,7 +353,7 @@ async fn wrong_or_missing_tokens_are_refused_and_change_nothing() {
     }
     let store = h.open().await;
     assert!(
-        crate::util::paused_sources(&*store).await.is_empty(),
+        crate::support::paused_sources(&*store).await.is_empty(),
         "a refused request paused"
     );
     // Probes and metrics need no token; the document does.
@@ -442,7 +442,7 @@ async fn pagination(backend: Backend) {
     assert_eq!(st, 400);
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     pagination_lists_each_entry_once_while_new_ones_arrive,
     super::pagination
 );

@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::admin::{TOKEN, admin_config};
 use crate::forward::source;
-use crate::util::*;
+use crate::support::*;
 
 /// One exchange on a fresh connection: `head` is the request line and headers
 /// (without the blank line); answers the status and the JSON (or text) body.

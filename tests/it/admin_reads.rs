@@ -8,9 +8,9 @@ use bytes::Bytes;
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{Completion, ListQuery, NewEntry, Status, Store};
 
-use crate::both_fresh_stores;
 use crate::conformance::entry;
-use crate::util::*;
+use crate::for_each_fresh_store;
+use crate::support::*;
 
 /// A new entry of `source` with event id `key`, of `event_type`, holding `body`.
 fn new_entry(source: &str, key: &str, event_type: &str, body: Bytes) -> NewEntry {
@@ -113,7 +113,7 @@ async fn listings_and_id_pages_agree(store: &dyn Store) {
         );
     }
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     listed_entries_and_id_pages_agree,
     super::listings_and_id_pages_agree
 );

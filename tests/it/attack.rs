@@ -5,8 +5,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use crate::upstream::Upstream;
-use crate::util::*;
 
 fn addr(base: &str) -> String {
     base.trim_start_matches("http://").to_string()

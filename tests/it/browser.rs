@@ -12,7 +12,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
 use crate::admin::TOKEN;
-use crate::util::*;
+use crate::support::*;
 
 /// How long a browser step may take.
 pub const WAIT: Duration = Duration::from_secs(20);

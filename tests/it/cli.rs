@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::util::*;
+use crate::support::*;
 
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(bin());
@@ -151,7 +151,7 @@ fn example_configs_are_valid() {
 async fn sign_output_is_accepted_by_the_gateway() {
     let h = StoreHandle::new(Backend::Embedded);
     let gw = Gateway::start(config(&h, "")).await;
-    let c = crate::util::http();
+    let c = crate::support::http();
     for (source, provider, secret) in [
         ("stripe", "stripe", STRIPE_SECRET),
         ("standard-webhooks", "standard-webhooks", SW_SECRET),

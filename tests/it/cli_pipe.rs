@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::util::*;
+use crate::support::*;
 
 /// Run the binary with stdout a pipe whose read end is already closed, so its first
 /// write fails with `EPIPE`; its exit code and stderr.

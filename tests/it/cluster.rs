@@ -14,8 +14,8 @@ use hookgate::store::{
 
 use crate::admin::{Admin, TOKEN};
 use crate::forward::{FAST, FAST_RETRY, ingest_many, source};
+use crate::support::*;
 use crate::upstream::Upstream;
-use crate::util::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_a_three_master_cluster() {

@@ -1,5 +1,6 @@
 //! The store conformance suite: one backend-agnostic function per behaviour, run
-//! against the embedded store and against a private redis-server.
+//! against every backend of `support::backends` (the embedded store, a private
+//! redis-server).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,10 +12,10 @@ use hookgate::store::{
     HousekeepingPass, ListQuery, NewEntry, SourceStats, Status, Store, Transition,
 };
 
-use crate::util::{
+use crate::support::{
     Backend, StoreHandle, assert_listed_as_stored, first_page_of_source, first_page_with_status,
 };
-use crate::{both_fresh_stores, both_stores};
+use crate::{for_each_fresh_store, for_each_store};
 
 /// A new entry of `source` with event id `key`.
 pub(crate) fn entry(source: &str, key: &str) -> NewEntry {
@@ -56,7 +57,7 @@ async fn accept_then_duplicate(store: &dyn Store) {
         Accepted::New(_)
     ));
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     accept_then_duplicate_stores_once,
     super::accept_then_duplicate
 );
@@ -66,7 +67,7 @@ async fn dedupe_ttl_expires(store: &dyn Store) {
     e.dedupe_ttl = Duration::from_millis(300);
     let first = store.accept(e).await.unwrap();
     // Until the TTL runs out the event is a duplicate; then it is new.
-    let second = crate::util::wait_until_ok(
+    let second = crate::support::wait_until_ok(
         "the dedupe key expires",
         Duration::from_secs(5),
         async || {
@@ -82,7 +83,7 @@ async fn dedupe_ttl_expires(store: &dyn Store) {
     assert_ne!(first.id(), second.id());
     assert_eq!(store.count("s").await.unwrap(), 2);
 }
-both_fresh_stores!(dedupe_key_expires_after_its_ttl, super::dedupe_ttl_expires);
+for_each_fresh_store!(dedupe_key_expires_after_its_ttl, super::dedupe_ttl_expires);
 
 async fn entry_round_trip(store: &dyn Store) {
     let mut e = entry("s", "evt_rt");
@@ -109,7 +110,7 @@ async fn entry_round_trip(store: &dyn Store) {
     assert_eq!(got.body, e.body);
     assert!(store.get("no-such-id").await.unwrap().is_none());
 }
-both_fresh_stores!(entries_round_trip_byte_for_byte, super::entry_round_trip);
+for_each_fresh_store!(entries_round_trip_byte_for_byte, super::entry_round_trip);
 
 async fn list_pages(store: &dyn Store) {
     let mut ids = Vec::new();
@@ -150,7 +151,7 @@ async fn list_pages(store: &dyn Store) {
     let dead = first_page_with_status(store, Status::Dead, 100).await;
     assert!(dead.entries.is_empty());
 }
-both_fresh_stores!(list_is_newest_first_with_stable_cursors, super::list_pages);
+for_each_fresh_store!(list_is_newest_first_with_stable_cursors, super::list_pages);
 
 async fn concurrent_same_key(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -175,7 +176,7 @@ async fn concurrent_same_key(backend: Backend) {
     assert!(results.iter().all(|r| r.id() == id));
     assert_eq!(store.count("s").await.unwrap(), 1);
 }
-both_stores!(
+for_each_store!(
     concurrent_accepts_of_one_event_store_one,
     super::concurrent_same_key
 );
@@ -183,12 +184,12 @@ both_stores!(
 async fn pause_is_durable(backend: Backend) {
     let h = StoreHandle::new(backend);
     let store = h.open().await;
-    assert!(crate::util::paused_sources(&*store).await.is_empty());
+    assert!(crate::support::paused_sources(&*store).await.is_empty());
     store.set_paused("a", None, true).await.unwrap();
     store.set_paused("b", None, true).await.unwrap();
     store.set_paused("b", None, false).await.unwrap();
     assert_eq!(
-        crate::util::paused_sources(&*store).await,
+        crate::support::paused_sources(&*store).await,
         vec!["a".to_string()]
     );
     store.ping().await.unwrap();
@@ -196,11 +197,11 @@ async fn pause_is_durable(backend: Backend) {
     drop(store);
     let reopened = h.open().await;
     assert_eq!(
-        crate::util::paused_sources(&*reopened).await,
+        crate::support::paused_sources(&*reopened).await,
         vec!["a".to_string()]
     );
 }
-both_stores!(pause_state_survives_reopen, super::pause_is_durable);
+for_each_store!(pause_state_survives_reopen, super::pause_is_durable);
 
 // ---------------------------------------------------------------------------
 // Claims and completions.
@@ -285,7 +286,7 @@ async fn accepted_and_claimed(store: &dyn Store, key: &str) -> (String, i64, Cla
 /// Claim at the current time until the store hands an entry out (a lease that has to
 /// expire first), at most until `DEADLINE`.
 pub(crate) async fn claim_when_due(store: &dyn Store, source: &str, worker: &str) -> Claim {
-    crate::util::wait_until_ok(
+    crate::support::wait_until_ok(
         &format!("{worker} gets a claim of {source}"),
         DEADLINE,
         async || {
@@ -347,7 +348,7 @@ async fn delivered_completion_ends_the_entry(store: &dyn Store) {
     assert_eq!(store.count_status("s", Status::Delivered).await.unwrap(), 1);
     assert_eq!(store.count_status("s", Status::Pending).await.unwrap(), 0);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_delivered_completion_ends_the_entry,
     super::delivered_completion_ends_the_entry
 );
@@ -400,7 +401,7 @@ async fn claims_hand_out_each_entry_once(store: &dyn Store) {
             .is_empty()
     );
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     claims_hand_out_each_due_entry_once_up_to_the_limit,
     super::claims_hand_out_each_entry_once
 );
@@ -432,7 +433,7 @@ async fn retry_is_due_again_at_its_time(store: &dyn Store) {
     assert_eq!(e.status, Status::Delivered);
     assert_eq!(e.attempts, 2);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_retry_is_due_again_at_its_time_and_not_before,
     super::retry_is_due_again_at_its_time
 );
@@ -467,7 +468,7 @@ async fn dead_completion_lists_the_entry_as_dead(store: &dyn Store) {
     assert!(store.attempts(&id2).await.unwrap().is_empty());
     assert_eq!(store.stats("s").await.unwrap().dead, 2);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_dead_completion_lists_the_entry_as_dead,
     super::dead_completion_lists_the_entry_as_dead
 );
@@ -493,7 +494,7 @@ async fn release_records_no_attempt(store: &dyn Store) {
         (id.as_str(), 0)
     );
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_release_records_no_attempt_and_is_due_again,
     super::release_records_no_attempt
 );
@@ -533,7 +534,7 @@ async fn stale_completion_changes_nothing(store: &dyn Store) {
     assert_eq!((e.status, e.attempts), (Status::Delivered, 1));
     assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_stale_completion_changes_nothing_for_the_new_holder,
     super::stale_completion_changes_nothing
 );
@@ -551,7 +552,7 @@ async fn abandoned_lease_is_claimed_again(store: &dyn Store) {
     assert!(store.complete(&c, "w2", done, t).await.unwrap());
     assert_eq!(status_of(store, &id).await, Status::Delivered);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     an_abandoned_lease_is_claimed_again_and_delivered,
     super::abandoned_lease_is_claimed_again
 );
@@ -600,7 +601,7 @@ async fn repeated_completion_records_nothing_more(store: &dyn Store) {
     assert_eq!(store.attempts(&id).await.unwrap().len(), 2);
     assert_eq!(store.stats("s").await.unwrap().dead, 1);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_repeated_completion_records_nothing_more,
     super::repeated_completion_records_nothing_more
 );
@@ -633,7 +634,7 @@ async fn attempt_while_discarded_is_recorded(store: &dyn Store) {
     // Nothing to claim, now or later.
     assert!(claim_at(store, "s", "w2", t + 3_600_000).await.is_empty());
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     an_attempt_that_ran_while_discarded_is_recorded_and_stays_discarded,
     super::attempt_while_discarded_is_recorded
 );
@@ -715,7 +716,7 @@ async fn probe_prefers_a_retry(store: &dyn Store) {
     assert!(probe_at(store, "s", "w4", later).await.is_none());
     assert!(claim_at(store, "s", "w4", later).await.is_empty());
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_probe_takes_a_due_retry_before_a_new_delivery,
     super::probe_prefers_a_retry
 );
@@ -736,7 +737,7 @@ async fn probe_waits_for_the_retry_time(store: &dyn Store) {
     // Nothing at all: none.
     assert!(probe_at(store, "t", "w1", at).await.is_none());
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_probe_never_takes_a_retry_before_its_time,
     super::probe_waits_for_the_retry_time
 );
@@ -758,7 +759,7 @@ async fn probe_of_a_paused_source(store: &dyn Store) {
         .expect("a probe after the resume");
     assert_eq!(c.entry.id, retried);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_paused_source_or_route_gives_no_probe,
     super::probe_of_a_paused_source
 );
@@ -833,7 +834,7 @@ async fn probe_lease(store: &dyn Store) {
             .is_empty()
     );
 }
-both_fresh_stores!(a_probe_is_leased_like_a_claim, super::probe_lease);
+for_each_fresh_store!(a_probe_is_leased_like_a_claim, super::probe_lease);
 
 // ---------------------------------------------------------------------------
 // Operators: replay, discard, audit, pause, controls.
@@ -911,7 +912,7 @@ async fn transitions_by_status(store: &dyn Store) {
     discard_done(store, &pending, t).await;
     assert_eq!(status_of(store, &pending).await, Status::Discarded);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     replay_and_discard_answer_by_status,
     super::transitions_by_status
 );
@@ -949,7 +950,7 @@ async fn unknown_ids_are_not_found(store: &dyn Store) {
         SourceStats::default()
     );
 }
-both_fresh_stores!(unknown_ids_are_not_found, super::unknown_ids_are_not_found);
+for_each_fresh_store!(unknown_ids_are_not_found, super::unknown_ids_are_not_found);
 
 async fn replay_queues_with_a_fresh_budget(store: &dyn Store) {
     for from in [Status::Dead, Status::Discarded, Status::Delivered] {
@@ -995,7 +996,7 @@ async fn replay_queues_with_a_fresh_budget(store: &dyn Store) {
         assert_eq!((e.status, e.attempts), (Status::Delivered, n));
     }
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     replay_queues_the_same_entry_again_with_a_fresh_budget,
     super::replay_queues_with_a_fresh_budget
 );
@@ -1062,7 +1063,7 @@ async fn audit_trail_oldest_first(store: &dyn Store) {
     ];
     assert_eq!(trail, expect);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     the_audit_trail_records_replays_and_discards_oldest_first,
     super::audit_trail_oldest_first
 );
@@ -1070,7 +1071,7 @@ both_fresh_stores!(
 async fn paused_source_is_accepted_not_claimed(store: &dyn Store) {
     store.set_paused("s", None, true).await.unwrap();
     assert_eq!(
-        crate::util::paused_sources(store).await,
+        crate::support::paused_sources(store).await,
         vec!["s".to_string()]
     );
     let id = accept_new(store, entry("s", "evt_paused")).await;
@@ -1081,10 +1082,10 @@ async fn paused_source_is_accepted_not_claimed(store: &dyn Store) {
     let other = accept_new(store, entry("t", "evt_other")).await;
     assert_eq!(claim_one(store, "t", "w", now_ms()).await.entry.id, other);
     store.set_paused("s", None, false).await.unwrap();
-    assert!(crate::util::paused_sources(store).await.is_empty());
+    assert!(crate::support::paused_sources(store).await.is_empty());
     assert_eq!(claim_one(store, "s", "w", now_ms()).await.entry.id, id);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_paused_source_is_accepted_but_not_claimed,
     super::paused_source_is_accepted_not_claimed
 );
@@ -1139,7 +1140,7 @@ async fn controls_announce_changes(store: &dyn Store) {
         Err(tokio::sync::broadcast::error::TryRecvError::Empty)
     ));
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     controls_announce_pauses_and_discards,
     super::controls_announce_changes
 );
@@ -1217,7 +1218,7 @@ async fn purge_by_cutoff(store: &dyn Store) {
     assert_eq!(p.entries, 0);
     assert_eq!(status_of(store, &pending).await, Status::Pending);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     purge_removes_what_ended_before_its_cutoff,
     super::purge_by_cutoff
 );
@@ -1234,7 +1235,7 @@ async fn purge_respects_its_limit(store: &dyn Store) {
     assert_eq!(store.purge(far, far, far, 2).await.unwrap().entries, 1);
     assert_eq!(store.count("s").await.unwrap(), 0);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     purge_removes_at_most_its_limit,
     super::purge_respects_its_limit
 );
@@ -1248,7 +1249,7 @@ async fn purge_lets_an_expired_event_in_again(store: &dyn Store) {
     };
     let first = accept_new(store, with_ttl()).await;
     let mut purged_keys = 0;
-    let second = crate::util::wait_until_ok(
+    let second = crate::support::wait_until_ok(
         "the dedupe key expires and is purged",
         DEADLINE,
         async || {
@@ -1275,7 +1276,7 @@ async fn purge_lets_an_expired_event_in_again(store: &dyn Store) {
         Accepted::Duplicate(second.clone())
     );
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     purge_lets_an_event_in_again_once_its_dedupe_key_expired,
     super::purge_lets_an_expired_event_in_again
 );
@@ -1370,7 +1371,7 @@ async fn stats_count_what_happened(store: &dyn Store) {
         (0, 3, None)
     );
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     stats_count_what_happened_to_a_source,
     super::stats_count_what_happened
 );
@@ -1539,7 +1540,7 @@ async fn list_filters(store: &dyn Store) {
         assert_eq!(page_through(store, &query).await, want, "{name}");
     }
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     list_filters_by_source_status_type_and_time,
     super::list_filters
 );
@@ -1581,7 +1582,7 @@ async fn list_pages_stay_stable(store: &dyn Store) {
         .unwrap();
     assert_eq!(one.entries.len(), 1);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     list_pages_are_stable_without_duplicates_or_gaps,
     super::list_pages_stay_stable
 );
@@ -1636,7 +1637,7 @@ async fn attempts_in_order(store: &dyn Store) {
     let e = stored(store, &id).await;
     assert_eq!((e.status, e.attempts), (Status::Dead, 3));
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     attempts_come_oldest_first_as_recorded,
     super::attempts_in_order
 );
@@ -1684,7 +1685,7 @@ async fn work_signal_moves(store: &dyn Store) {
     assert!(store.get(&id).await.unwrap().is_some());
     other_source.borrow_and_update();
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     work_signal_moves_after_an_accept_and_a_replay,
     super::work_signal_moves
 );
@@ -1697,7 +1698,7 @@ async fn healthy_store(store: &dyn Store) {
     assert!(!*stopped.borrow());
     assert!(!*store.stopped().borrow());
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_healthy_store_answers_ping_and_never_stops,
     super::healthy_store
 );
@@ -1727,7 +1728,7 @@ async fn leases_of_a_previous_run(backend: Backend) {
     assert_eq!(status_of(&*store, &id).await, Status::Delivered);
     store.close().await;
 }
-both_stores!(
+for_each_store!(
     work_leased_by_a_previous_run_is_delivered_after_a_restart,
     super::leases_of_a_previous_run
 );
@@ -1774,7 +1775,7 @@ async fn send_slots(store: &dyn Store) {
     }
     assert_eq!(granted.len(), 41, "{granted:?}");
 }
-both_fresh_stores!(send_slots_keep_one_pace_per_route, super::send_slots);
+for_each_fresh_store!(send_slots_keep_one_pace_per_route, super::send_slots);
 
 /// Two gateways on one Redis: their sends to one route share one pace.
 #[tokio::test]
@@ -1825,7 +1826,7 @@ async fn held_send_slots(store: &dyn Store) {
     assert_eq!(take("h", t0 + 2_049).await, Some(t0 + 2_050));
     assert_eq!(take("other", t0).await, None);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_held_route_opens_no_send_slot_before_the_hold_ends,
     super::held_send_slots
 );

@@ -1,4 +1,4 @@
-//! The store reads the console stands on, on both backends: event-id search in
+//! The store reads the console stands on, on every backend: event-id search in
 //! listings, a route's dead letters, and the per-minute activity counters.
 
 use hookgate::clock::system_now_ms as now_ms;
@@ -6,8 +6,8 @@ use hookgate::store::{
     Attempt, Claim, Completion, ListQuery, MinuteActivity, NewEntry, Store, Transition,
 };
 
-use crate::both_fresh_stores;
 use crate::conformance::{LEASE, accept_new, entry};
+use crate::for_each_fresh_store;
 
 const MINUTE: i64 = 60_000;
 
@@ -79,7 +79,7 @@ async fn event_id_search(store: &dyn Store) {
             .is_empty()
     );
 }
-both_fresh_stores!(event_id_search_finds_the_entry, super::event_id_search);
+for_each_fresh_store!(event_id_search_finds_the_entry, super::event_id_search);
 
 /// A new entry of `s` through routes `a` and `b`.
 fn two_routes(key: &str) -> NewEntry {
@@ -174,7 +174,7 @@ async fn dead_letters_of_a_route(store: &dyn Store) {
     assert!(store.dead_letters("t", "a", 10).await.unwrap().is_empty());
     assert!(store.dead_letters("s", "zzz", 10).await.unwrap().is_empty());
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     dead_letters_are_per_route_newest_first,
     super::dead_letters_of_a_route
 );
@@ -303,4 +303,4 @@ async fn activity_per_minute(store: &dyn Store) {
             .is_empty()
     );
 }
-both_fresh_stores!(activity_counts_each_minute, super::activity_per_minute);
+for_each_fresh_store!(activity_counts_each_minute, super::activity_per_minute);

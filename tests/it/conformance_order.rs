@@ -2,15 +2,15 @@
 //! key go one at a time, in arrival order, whatever happens to them (retries,
 //! leases that run out, dead heads with `skip` or `block`, replays, discards);
 //! other keys and unordered deliveries are not held back. One backend-agnostic
-//! function per behaviour, run against both stores, as in `conformance`.
+//! function per behaviour, run against every backend, as in `conformance`.
 
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
     Attempt, Claim, Completion, NewEntry, RouteOrder, SKIP_ACTOR, Store, Transition,
 };
 
-use crate::both_fresh_stores;
 use crate::conformance::{LEASE, accept_new, entry};
+use crate::for_each_fresh_store;
 
 const ROUTE: &str = "default";
 
@@ -118,7 +118,7 @@ async fn only_the_head_of_a_line_is_handed_out(store: &dyn Store) {
     }
     assert_eq!(ids(&claim_all(store, now).await), vec![a[2].clone()]);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     only_the_head_of_a_line_is_handed_out,
     super::only_the_head_of_a_line_is_handed_out
 );
@@ -147,7 +147,7 @@ async fn a_retrying_head_holds_its_line(store: &dyn Store) {
     assert_eq!(ids(&next), vec![a[1].clone()]);
     assert_eq!(next[0].delivery.attempts, 0, "it burnt no attempt waiting");
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_retrying_head_holds_its_line,
     super::a_retrying_head_holds_its_line
 );
@@ -161,7 +161,7 @@ async fn a_reclaimed_head_stays_the_head(store: &dyn Store) {
     assert_eq!(ids(&c), vec![a[0].clone()]);
     // Nothing until the lease runs out (the store decides when: Redis counts a
     // message's idle time from its own delivery of it); then the head, alone.
-    let again = crate::util::wait_until_ok(
+    let again = crate::support::wait_until_ok(
         "the head handed out again once its lease ran out",
         crate::conformance::DEADLINE,
         async || {
@@ -184,7 +184,7 @@ async fn a_reclaimed_head_stays_the_head(store: &dyn Store) {
     deliver(store, &again[0], now_ms()).await;
     assert_eq!(ids(&claim_all(store, now_ms()).await), vec![a[1].clone()]);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_reclaimed_head_stays_the_head,
     super::a_reclaimed_head_stays_the_head
 );
@@ -206,7 +206,7 @@ async fn a_dead_head_is_skipped_and_says_so(store: &dyn Store) {
     );
     assert_eq!(store.route_stats("s", ROUTE).await.unwrap().blocked_keys, 0);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_dead_head_is_skipped_and_says_so,
     super::a_dead_head_is_skipped_and_says_so
 );
@@ -249,7 +249,7 @@ async fn a_blocking_dead_head_waits_for_a_replay(store: &dyn Store) {
     deliver(store, &again[0], now).await;
     assert_eq!(ids(&claim_all(store, now).await), vec![a[1].clone()]);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_blocking_dead_head_waits_for_a_replay,
     super::a_blocking_dead_head_waits_for_a_replay
 );
@@ -271,7 +271,7 @@ async fn discarding_a_blocking_dead_head_lets_its_line_go(store: &dyn Store) {
     assert_eq!(store.route_stats("s", ROUTE).await.unwrap().blocked_keys, 0);
     assert_eq!(ids(&claim_all(store, now).await), vec![a[1].clone()]);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     discarding_a_blocking_dead_head_lets_its_line_go,
     super::discarding_a_blocking_dead_head_lets_its_line_go
 );
@@ -311,7 +311,7 @@ async fn a_replay_takes_its_place_in_the_line(store: &dyn Store) {
     deliver(store, &third[0], now).await;
     assert_eq!(ids(&claim_all(store, now).await), vec![a[2].clone()]);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_replay_takes_its_place_in_the_line,
     super::a_replay_takes_its_place_in_the_line
 );
@@ -339,7 +339,7 @@ async fn a_discard_in_flight_holds_the_line_until_the_attempt_ends(store: &dyn S
     assert!(!store.complete(&c[0], "w", done, now).await.unwrap());
     assert_eq!(ids(&claim_all(store, now).await), vec![a[1].clone()]);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_discard_in_flight_holds_the_line_until_the_attempt_ends,
     super::a_discard_in_flight_holds_the_line_until_the_attempt_ends
 );

@@ -2,7 +2,7 @@
 //! its routes on its own (a delivery per route, with its own status, attempts,
 //! budget, lease and dead letter), and claims, completions, replays, discards,
 //! pauses, listings, statistics and retention follow each delivery. One
-//! backend-agnostic function per behaviour, run against both stores, as in
+//! backend-agnostic function per behaviour, run against every backend, as in
 //! `conformance` (whose helpers it shares).
 
 use hookgate::clock::system_now_ms as now_ms;
@@ -14,8 +14,8 @@ use hookgate::store::{
 use crate::conformance::{
     DEADLINE, LEASE, accept_new, entry, entry_at, next, page_through, stored,
 };
-use crate::util::{Backend, StoreHandle, wait_until_ok};
-use crate::{both_fresh_stores, both_stores};
+use crate::support::{Backend, StoreHandle, wait_until_ok};
+use crate::{for_each_fresh_store, for_each_store};
 
 // ---------------------------------------------------------------------------
 // Helpers.
@@ -273,7 +273,7 @@ async fn accept_stores_a_delivery_per_route(store: &dyn Store) {
     assert_eq!(store.count_status("s", Status::Pending).await.unwrap(), 2);
     assert_eq!(store.stats("s").await.unwrap().pending, 2);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     accept_stores_one_pending_delivery_per_route_in_route_order,
     super::accept_stores_a_delivery_per_route
 );
@@ -361,7 +361,7 @@ async fn filtered_entry_is_never_delivered(store: &dyn Store) {
     assert!(store.audit(&id).await.unwrap().is_empty());
     assert_eq!(got(store, &id).await.status, Status::Filtered);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     an_entry_no_route_selected_is_filtered_and_never_delivered,
     super::filtered_entry_is_never_delivered
 );
@@ -453,7 +453,7 @@ async fn deliveries_are_claimed_independently(store: &dyn Store) {
     assert_eq!(got(store, &id2).await.attempts, 3);
     assert_eq!(store.count_status("s", Status::Delivered).await.unwrap(), 1);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     deliveries_are_claimed_and_completed_independently,
     super::deliveries_are_claimed_independently
 );
@@ -504,7 +504,7 @@ async fn attempts_of_every_route(store: &dyn Store) {
         ]
     );
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     attempts_of_every_route_come_oldest_first_numbered_per_route,
     super::attempts_of_every_route
 );
@@ -562,7 +562,7 @@ async fn retry_through_one_route(store: &dyn Store) {
     assert_eq!(e.last_error.as_deref(), Some("refused"), "a was delivered");
     assert_eq!(e.next_attempt_at, None);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_retry_through_one_route_leaves_the_others_alone,
     super::retry_through_one_route
 );
@@ -623,7 +623,7 @@ async fn stale_completion_per_delivery(store: &dyn Store) {
     assert_eq!((e.status, e.attempts), (Status::Delivered, 2));
     assert_eq!(store.attempts(&id).await.unwrap().len(), 2);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_stale_completion_changes_nothing_per_delivery,
     super::stale_completion_per_delivery
 );
@@ -680,7 +680,7 @@ async fn discard_during_an_attempt_per_delivery(store: &dyn Store) {
         );
     }
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     an_attempt_through_a_discarded_route_is_recorded_and_stays_discarded,
     super::discard_during_an_attempt_per_delivery
 );
@@ -767,7 +767,7 @@ async fn probes_are_per_route(store: &dyn Store) {
         assert_eq!((e.status, e.attempts), (Status::Delivered, 3), "{id}");
     }
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_probe_takes_a_retry_of_its_own_route_only,
     super::probes_are_per_route
 );
@@ -880,7 +880,7 @@ async fn replay_one_route(store: &dyn Store) {
     );
     assert_eq!(delivery(store, &id, "c").await.status, Status::Dead);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_replay_through_a_route_queues_that_delivery_alone,
     super::replay_one_route
 );
@@ -1023,7 +1023,7 @@ async fn replay_every_route(store: &dyn Store) {
         "a was not replayed"
     );
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_replay_without_a_route_queues_every_dead_or_discarded_delivery,
     super::replay_every_route
 );
@@ -1159,7 +1159,7 @@ async fn discard_by_route(store: &dyn Store) {
     );
     assert_eq!(store.count_status("s", Status::Discarded).await.unwrap(), 2);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     discard_ends_the_named_delivery_or_every_pending_or_dead_one,
     super::discard_by_route
 );
@@ -1175,7 +1175,7 @@ async fn pause_a_route(store: &dyn Store) {
     store.set_paused("s", Some("a"), true).await.unwrap();
     assert_eq!(next(&mut rx).await, paused("s", Some("a"), true));
     assert_eq!(store.paused().await.unwrap(), vec![target("s", Some("a"))]);
-    assert!(crate::util::paused_sources(store).await.is_empty());
+    assert!(crate::support::paused_sources(store).await.is_empty());
     let t = now_ms();
     // Only that route of that source stops.
     assert!(claimable(store, "s", "a", t).await.is_empty());
@@ -1203,7 +1203,7 @@ async fn pause_a_route(store: &dyn Store) {
     // Paused deliveries are still accepted and counted.
     assert_eq!(store.count_status("s", Status::Pending).await.unwrap(), 1);
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_paused_route_yields_no_claims_and_outlives_its_source_pause,
     super::pause_a_route
 );
@@ -1242,7 +1242,7 @@ async fn route_pauses_are_durable(backend: Backend) {
     assert!(claimable(&*store, "s", "b", t).await.is_empty());
     store.close().await;
 }
-both_stores!(
+for_each_store!(
     route_pause_state_survives_reopen,
     super::route_pauses_are_durable
 );
@@ -1365,7 +1365,7 @@ async fn list_by_route(store: &dyn Store) {
     };
     assert_eq!(page_through(store, &since).await, ids(&[&e2]));
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     listings_by_route_filter_by_that_delivery,
     super::list_by_route
 );
@@ -1447,7 +1447,7 @@ async fn route_stats_count_deliveries(store: &dyn Store) {
     let a = store.route_stats("s", "a").await.unwrap();
     assert_eq!((a.pending, a.delivered, a.oldest_pending_at), (0, 2, None));
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     route_stats_count_each_routes_deliveries_by_status,
     super::route_stats_count_deliveries
 );
@@ -1498,7 +1498,7 @@ async fn purge_by_derived_status(store: &dyn Store) {
         "an entry pending through one route is never purged"
     );
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     purge_goes_by_the_entrys_derived_status,
     super::purge_by_derived_status
 );

@@ -1,4 +1,4 @@
-//! The store's console records, on both backends: revoked console sessions (one,
+//! The store's console records, on every backend: revoked console sessions (one,
 //! or every one issued until a time) and the control audit of pauses and resumes.
 
 use std::time::Duration;
@@ -8,8 +8,8 @@ use hookgate::store::{
     Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, HousekeepingPass, Store,
 };
 
-use crate::both_fresh_stores;
-use crate::util::wait_until;
+use crate::for_each_fresh_store;
+use crate::support::wait_until;
 
 const HOUR: i64 = 3_600_000;
 
@@ -48,7 +48,7 @@ async fn a_revoked_session_stays_revoked_until_it_expires(store: &dyn Store) {
     .await;
     assert!(store.session_revoked("a", t).await.unwrap());
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     a_revoked_session_is_refused_until_it_would_have_expired,
     super::a_revoked_session_stays_revoked_until_it_expires
 );
@@ -66,7 +66,7 @@ async fn every_session_issued_until_a_time_is_revoked(store: &dyn Store) {
     assert!(store.session_revoked("new", t + 1).await.unwrap());
     assert!(!store.session_revoked("newer", t + 11).await.unwrap());
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     log_out_every_session_revokes_those_issued_until_then,
     super::every_session_issued_until_a_time_is_revoked
 );
@@ -111,7 +111,7 @@ async fn controls_are_audited_newest_first(store: &dyn Store) {
     assert_eq!(kept.len(), CONTROL_AUDIT_KEEP);
     assert!(kept.iter().all(|e| e.by.name == "bulk"), "the oldest went");
 }
-both_fresh_stores!(
+for_each_fresh_store!(
     pauses_and_resumes_are_audited_with_their_actor,
     super::controls_are_audited_newest_first
 );

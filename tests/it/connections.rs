@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
-use crate::util::*;
+use crate::support::*;
 
 /// How long a signed webhook may take to be answered under connection pressure.
 pub(crate) const ANSWERED_WITHIN: Duration = Duration::from_secs(1);

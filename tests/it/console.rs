@@ -8,8 +8,8 @@ use fantoccini::Locator;
 
 use crate::admin::{Admin, TOKEN, admin_config};
 use crate::browser::{Browser, WAIT, other_site};
+use crate::support::*;
 use crate::upstream::{Reply, Upstream};
-use crate::util::*;
 
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 

@@ -13,8 +13,8 @@ use hookgate::store::{Accepted, Attempt, Completion, NewEntry, Store};
 use crate::admin::admin_config;
 use crate::browser::Browser;
 use crate::conformance::entry;
+use crate::support::*;
 use crate::upstream::Upstream;
-use crate::util::*;
 
 const MINUTE: i64 = 60_000;
 const HOUR: i64 = 3_600_000;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::admin::TOKEN;
-use crate::util::*;
+use crate::support::*;
 
 /// A kB figure of `/proc/<pid>/status` (`VmHWM`, `VmRSS`), in bytes.
 fn status_bytes(pid: u32, field: &str) -> u64 {

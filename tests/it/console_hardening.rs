@@ -8,7 +8,7 @@
 use crate::admin::{Admin, TOKEN, admin_config};
 use crate::browser::Browser;
 use crate::console::{form_token, log_in, no_redirects};
-use crate::util::*;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_https_the_session_cookie_is_host_prefixed_and_secure() {

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::admin::{Admin, admin_config};
 use crate::console::{form_token, log_in, no_redirects};
-use crate::util::*;
+use crate::support::*;
 
 /// The page at `path` with `cookie`: its status, and its body.
 async fn page(client: &reqwest::Client, admin: &str, path: &str, cookie: &str) -> (u16, String) {

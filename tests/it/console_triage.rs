@@ -12,8 +12,8 @@ use fantoccini::Locator;
 
 use crate::admin::{Admin, admin_config};
 use crate::browser::{Browser, WAIT, other_site};
+use crate::support::*;
 use crate::upstream::Upstream;
-use crate::util::*;
 
 /// A config with one Stripe source delivering to `destination` through route
 /// `orders`, replays paced fast enough for a test.

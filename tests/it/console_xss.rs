@@ -9,8 +9,8 @@ use fantoccini::Locator;
 
 use crate::admin::{Admin, admin_config};
 use crate::browser::{Browser, WAIT};
+use crate::support::*;
 use crate::upstream::{Reply, Upstream};
-use crate::util::*;
 
 /// What the page's title is while nothing ran.
 const TITLE_END: &str = " · hookgate console";

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::both_stores;
-use crate::util::*;
+use crate::for_each_store;
+use crate::support::*;
 
 async fn sigkill_under_load(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -15,7 +15,7 @@ async fn sigkill_under_load(backend: Backend) {
     let mut gw = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("stderr.log"));
 
     let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let client = crate::util::http_builder()
+    let client = crate::support::http_builder()
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();
@@ -92,7 +92,7 @@ async fn sigkill_under_load(backend: Backend) {
         acked.len()
     );
 }
-both_stores!(
+for_each_store!(
     sigkill_under_load_loses_no_acknowledged_entry,
     super::sigkill_under_load
 );

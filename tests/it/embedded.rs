@@ -10,7 +10,7 @@ use bytes::Bytes;
 use hookgate::store::{Accepted, NewEntry};
 
 use crate::conformance::entry;
-use crate::util::*;
+use crate::support::*;
 
 /// Writers that never let up must not grow the WAL without bound. SQLite restarts
 /// the WAL only when a write begins after every frame was checkpointed, which never

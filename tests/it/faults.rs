@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use hookgate::config;
 use hookgate::store::{Attempt, Completion, Status};
 
-use crate::both_stores;
 use crate::conformance::claim_when_due;
+use crate::for_each_store;
 use crate::forward::source;
+use crate::support::*;
 use crate::upstream::{Reply, Upstream, reached};
-use crate::util::*;
 
 fn delivered(n: u32) -> Completion {
     Completion::Delivered {
@@ -189,11 +189,11 @@ async fn shared_origin(backend: Backend, lease: &str, claims_ahead: bool) {
     }
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     sources_sharing_an_origin_never_overrun_their_lease,
     |backend| super::shared_origin(backend, "1500ms", false)
 );
-both_stores!(
+for_each_store!(
     sources_sharing_an_origin_never_overrun_their_lease_when_claiming_ahead,
     |backend| super::shared_origin(backend, "4s", true)
 );
@@ -250,7 +250,7 @@ async fn pause_at_once(backend: Backend) {
     pause_then_resume(&gw, &gw, &gw, &up).await;
     gw.stop().await;
 }
-both_stores!(a_pause_takes_effect_at_once, super::pause_at_once);
+for_each_store!(a_pause_takes_effect_at_once, super::pause_at_once);
 
 /// Two gateways on one Redis: a pause made through one holds in the other (the
 /// claim itself refuses a paused source).
@@ -314,7 +314,7 @@ async fn discard_in_flight(backend: Backend) {
     assert_eq!((e.status, e.attempts), (Status::Discarded, 1));
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     a_discard_cancels_the_attempt_in_flight,
     super::discard_in_flight
 );

@@ -10,9 +10,9 @@ use hookgate::config::{self, Config};
 use hookgate::provider::Registry;
 use hookgate::store::Status;
 
-use crate::both_stores;
+use crate::for_each_store;
+use crate::support::*;
 use crate::upstream::{Reply, Upstream, reached};
-use crate::util::*;
 
 pub const FAST: &str = r#"
 [forwarder]
@@ -48,7 +48,7 @@ pub async fn ingest_many(
     prefix: &str,
     n: usize,
 ) -> HashMap<String, String> {
-    let client = crate::util::http();
+    let client = crate::support::http();
     let mut tasks = Vec::new();
     let per = n.div_ceil(16);
     for w in 0..16 {
@@ -169,7 +169,7 @@ async fn healthy(backend: Backend) {
     }
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     healthy_upstream_gets_each_entry_exactly_once,
     super::healthy
 );
@@ -235,7 +235,7 @@ async fn outage_then_recovery(backend: Backend) {
     assert_eq!(unique.len(), n);
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     outage_then_recovery_delivers_all_spread_by_jitter,
     super::outage_then_recovery
 );
@@ -319,7 +319,7 @@ async fn non_retryable(backend: Backend) {
     wait_status(&h, "s429", Status::Delivered, 1, Duration::from_secs(5)).await;
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     non_retryable_answers_go_dead_after_one_attempt,
     super::non_retryable
 );
@@ -384,7 +384,7 @@ async fn budget(backend: Backend) {
     .await;
     gw.stop().await;
 }
-both_stores!(budget_of_attempts_and_age, super::budget);
+for_each_store!(budget_of_attempts_and_age, super::budget);
 
 async fn hanging_destination(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -424,7 +424,7 @@ async fn hanging_destination(backend: Backend) {
     );
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     a_hanging_destination_does_not_starve_others,
     super::hanging_destination
 );
@@ -503,7 +503,7 @@ async fn graceful_shutdown(backend: Backend) {
     }
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     graceful_shutdown_releases_unfinished_leases,
     super::graceful_shutdown
 );
@@ -567,7 +567,7 @@ async fn retention(backend: Backend) {
     }
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     retention_purges_delivered_and_dead_never_pending,
     super::retention
 );
@@ -648,7 +648,7 @@ async fn breaker(backend: Backend) {
     wait_status(&h, "stripe", Status::Delivered, 20, Duration::from_secs(10)).await;
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     circuit_breaker_stops_burning_attempts_and_recovers,
     super::breaker
 );
@@ -737,7 +737,7 @@ async fn breaker_probe_retries(backend: Backend) {
     .await;
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     a_breaker_probe_retries_a_failed_delivery_so_a_destination_failing_first_attempts_recovers,
     super::breaker_probe_retries
 );
@@ -788,7 +788,7 @@ async fn sigkill_in_flight(backend: Backend) {
     );
     assert_eq!(unique.len(), 300, "none lost");
 }
-both_stores!(
+for_each_store!(
     sigkill_during_deliveries_loses_nothing,
     super::sigkill_in_flight
 );
@@ -842,7 +842,7 @@ async fn redis_restarted_empty_does_not_wedge_and_logs_the_loss() {
     })
     .await;
     redis.restart(); // no persistence: it comes back empty
-    let client = crate::util::http();
+    let client = crate::support::http();
     let mut ids = Vec::new();
     let mut i = 0;
     wait_until(

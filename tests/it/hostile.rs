@@ -5,8 +5,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::both_stores;
-use crate::util::*;
+use crate::for_each_store;
+use crate::support::*;
 
 fn addr(base: &str) -> String {
     base.trim_start_matches("http://").to_string()
@@ -51,7 +51,7 @@ async fn hostile(backend: Backend) {
     let store = h.open().await;
     // No connection reuse: with a 1 s header read timeout, idle keep-alive connections
     // are closed by the server between the slow steps below.
-    let c = crate::util::http_builder()
+    let c = crate::support::http_builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
@@ -199,7 +199,7 @@ async fn hostile(backend: Backend) {
     assert_eq!(st, 200);
     gw.stop().await;
 }
-both_stores!(hostile_input_is_refused_and_stores_nothing, super::hostile);
+for_each_store!(hostile_input_is_refused_and_stores_nothing, super::hostile);
 
 /// A client that sends its whole request and then closes its sending side (a
 /// half-close, `shutdown(SHUT_WR)`) still reads the answer, and the webhook is stored
@@ -251,7 +251,7 @@ async fn half_closed_request_is_answered(backend: Backend) {
     );
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     a_half_closed_request_gets_its_answer,
     super::half_closed_request_is_answered
 );

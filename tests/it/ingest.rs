@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use hookgate::store::Status;
 
-use crate::both_stores;
-use crate::util::*;
+use crate::for_each_store;
+use crate::support::*;
 
 fn shift_timestamp(headers: &mut [(String, String)], provider: &str) {
     match provider {
@@ -47,7 +47,7 @@ async fn answers_table(backend: Backend) {
     let mut h = StoreHandle::new(backend);
     let gw = Gateway::start(config(&h, "[server]\nmax_body_bytes = 4096\n")).await;
     let store = h.open().await;
-    let c = crate::util::http();
+    let c = crate::support::http();
 
     // verified, new -> 200 {id, duplicate: false}, stored
     let body = event_body("stripe", "evt_table_1");
@@ -176,7 +176,7 @@ async fn answers_table(backend: Backend) {
     let e = answered_entry(&*store, &json).await;
     assert_eq!(e.status, Status::Pending);
     assert!(
-        crate::util::paused_sources(&*store)
+        crate::support::paused_sources(&*store)
             .await
             .contains(&"paused".to_string())
     );
@@ -196,13 +196,13 @@ async fn answers_table(backend: Backend) {
     }
     gw.stop().await;
 }
-both_stores!(every_row_of_the_answers_table, super::answers_table);
+for_each_store!(every_row_of_the_answers_table, super::answers_table);
 
 async fn provider_signatures(backend: Backend) {
     let h = StoreHandle::new(backend);
     let gw = Gateway::start(config(&h, "")).await;
     let store = h.open().await;
-    let c = crate::util::http();
+    let c = crate::support::http();
     for source in [
         "stripe",
         "github",
@@ -306,7 +306,7 @@ async fn provider_signatures(backend: Backend) {
     assert_eq!(store.count("rotated").await.unwrap(), 2);
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     real_provider_signatures_and_tampering,
     super::provider_signatures
 );
@@ -315,7 +315,7 @@ async fn concurrent_redeliveries(backend: Backend) {
     let h = StoreHandle::new(backend);
     let gw = Gateway::start(config(&h, "")).await;
     let store = h.open().await;
-    let c = crate::util::http();
+    let c = crate::support::http();
     let body = event_body("stripe", "evt_concurrent");
     let mut tasks = Vec::new();
     for _ in 0..50 {
@@ -348,7 +348,7 @@ async fn concurrent_redeliveries(backend: Backend) {
     assert_eq!(store.count("stripe").await.unwrap(), 1);
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     fifty_concurrent_deliveries_store_one_entry,
     super::concurrent_redeliveries
 );
@@ -356,7 +356,7 @@ both_stores!(
 async fn redis_outage(_: Backend) {
     let mut h = StoreHandle::new(Backend::Redis);
     let gw = Gateway::start(config(&h, "")).await;
-    let c = crate::util::http_builder()
+    let c = crate::support::http_builder()
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();

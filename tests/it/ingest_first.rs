@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::admin_config;
 use crate::conformance::entry;
+use crate::support::*;
 use crate::upstream::Upstream;
-use crate::util::*;
 
 const ENTRIES: usize = 200;
 

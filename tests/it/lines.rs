@@ -12,8 +12,8 @@ use hookgate::config;
 use hookgate::store::{self, Completion, NewEntry, RouteOrder, Store};
 
 use crate::forward::{FAST, source};
+use crate::support::*;
 use crate::upstream::Upstream;
-use crate::util::*;
 
 /// Deliveries waiting behind the blocked head.
 const WAITING: usize = 20_000;

@@ -1,7 +1,7 @@
 //! Secrets, signatures and bodies never appear in logs, even at trace level.
 
-use crate::both_stores;
-use crate::util::*;
+use crate::for_each_store;
+use crate::support::*;
 
 async fn logs_never_leak(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -24,7 +24,7 @@ async fn logs_never_leak(backend: Backend) {
         ],
         &log_path,
     );
-    let c = crate::util::http();
+    let c = crate::support::http();
     let marker = "BODYMARKER9d41e7";
     let body = format!(r#"{{"id":"evt_log_1","type":"x","data":"{marker}"}}"#).into_bytes();
     let good = sign_headers("stripe", secret, &body, now_secs(), "x");
@@ -69,7 +69,7 @@ async fn logs_never_leak(backend: Backend) {
         assert!(!log.contains(needle), "the log contains {needle:?}");
     }
 }
-both_stores!(
+for_each_store!(
     logs_hold_no_secret_signature_or_body,
     super::logs_never_leak
 );

@@ -1,7 +1,7 @@
 //! The one integration test binary. Every test runs the real thing: the gateway on
 //! ephemeral ports, a private redis-server per test, the embedded store in a temp dir.
 
-mod util;
+mod support;
 
 mod admin;
 mod admin_guard;

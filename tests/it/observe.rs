@@ -12,8 +12,8 @@ use hookgate::config;
 use yaml_rust2::YamlLoader;
 
 use crate::forward::source;
+use crate::support::*;
 use crate::upstream::{Reply, Upstream};
-use crate::util::*;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -10,8 +10,8 @@ use hookgate::config;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::forward::{FAST_RETRY, ingest_many, source};
+use crate::support::*;
 use crate::upstream::{Reply, Upstream};
-use crate::util::*;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -13,9 +13,9 @@ use axum::http::StatusCode;
 use hookgate::config;
 use tokio::net::TcpListener;
 
-use crate::both_stores;
+use crate::for_each_store;
 use crate::forward::source;
-use crate::util::*;
+use crate::support::*;
 
 /// What the keyed upstream decides for one delivery: `(key, seq, attempt of this
 /// event)` → status.
@@ -245,7 +245,7 @@ async fn each_key_in_order(backend: Backend) {
         two.stop().await;
     }
 }
-both_stores!(each_key_arrives_in_received_order, super::each_key_in_order);
+for_each_store!(each_key_arrives_in_received_order, super::each_key_in_order);
 
 /// The 3rd event of one key fails five times, then is accepted: that key's later
 /// events wait and then arrive in order; the other keys are not held back. (The
@@ -297,7 +297,7 @@ async fn a_failing_head_holds_only_its_key(backend: Backend) {
     assert_eq!(up.overlaps(), vec![]);
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     a_failing_head_holds_only_its_key,
     super::a_failing_head_holds_only_its_key
 );
@@ -393,7 +393,7 @@ async fn dead_heads(backend: Backend) {
         gw.stop().await;
     }
 }
-both_stores!(a_dead_head_blocks_or_is_skipped, super::dead_heads);
+for_each_store!(a_dead_head_blocks_or_is_skipped, super::dead_heads);
 
 /// Two gateways on one Redis; one is killed (SIGKILL) in the middle of deliveries:
 /// the deliveries it held are taken back when their leases run out and go before

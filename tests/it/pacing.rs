@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::both_stores;
+use crate::for_each_store;
 use crate::forward::{fwd_config, ingest_many, source};
+use crate::support::*;
 use crate::upstream::{Received, Reply, Upstream};
-use crate::util::*;
 
 const LIMITED: &str = "[sources.delivery]\nrate_limit = \"20/s\"\n";
 
@@ -103,7 +103,7 @@ async fn backlog_at_the_limit(backend: Backend) {
     received_at_the_limit(&up).await;
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     a_backlog_reaches_the_app_at_its_rate_limit,
     super::backlog_at_the_limit
 );
@@ -188,7 +188,7 @@ async fn retry_after_holds_the_source(backend: Backend) {
     );
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     a_429_with_retry_after_holds_its_source_only,
     super::retry_after_holds_the_source
 );

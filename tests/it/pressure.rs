@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use hookgate::config;
 
 use crate::forward::source;
+use crate::support::*;
 use crate::upstream::{Upstream, reached};
-use crate::util::*;
 
 /// Redis stopped (`kill -STOP`) for 15 s under 50 webhooks a second: every answer,
 /// 200 or 503, comes within `store.timeout` plus half a second; 503s while it is

@@ -11,9 +11,9 @@ use hookgate::config::{self, Secret};
 use hookgate::provider::sign::{SignInput, sign};
 use hookgate::provider::{Registry, request_url};
 
-use crate::both_stores;
 use crate::cli::{run, sign_output};
-use crate::util::*;
+use crate::for_each_store;
+use crate::support::*;
 
 /// What a request is signed with.
 #[derive(Clone)]
@@ -554,7 +554,7 @@ async fn every_provider(backend: Backend) {
     }
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     every_provider_verifies_refuses_and_dedupes,
     super::every_provider
 );

@@ -11,7 +11,7 @@ use std::time::Duration;
 use hookgate::config;
 use hookgate::store::StoreError;
 
-use crate::util::*;
+use crate::support::*;
 
 fn redis_toml(url: &str, extra: &str) -> String {
     format!("[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout = \"2s\"\n{extra}\n")

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use redis::AsyncCommands;
 
-use crate::util::{Backend, StoreHandle};
+use crate::support::{Backend, StoreHandle};
 
 /// A Redis store handle (not opened yet) and a plain connection to its Redis, to
 /// look at what the store wrote.
@@ -93,19 +93,19 @@ async fn the_gateway_stores_through_a_unix_socket() {
     let text = format!(
         "[store]\nkind = \"redis\"\nurl = \"{}\"\n{}",
         redis.unix_url(),
-        crate::util::sources_toml()
+        crate::support::sources_toml()
     );
     let cfg = hookgate::config::from_toml_str(&text, &|_| None).expect("config");
-    let gw = crate::util::Gateway::start(cfg).await;
-    let client = crate::util::http();
-    let body = crate::util::event_body("stripe", "evt_unix_1");
+    let gw = crate::support::Gateway::start(cfg).await;
+    let client = crate::support::http();
+    let body = crate::support::event_body("stripe", "evt_unix_1");
 
     let (status, first) =
-        crate::util::post_signed(&client, &gw, "stripe", &body, "evt_unix_1").await;
+        crate::support::post_signed(&client, &gw, "stripe", &body, "evt_unix_1").await;
     assert_eq!(status, 200, "{first}");
     assert_eq!(first["duplicate"], false);
     let (status, again) =
-        crate::util::post_signed(&client, &gw, "stripe", &body, "evt_unix_1").await;
+        crate::support::post_signed(&client, &gw, "stripe", &body, "evt_unix_1").await;
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["duplicate"], true);
     assert_eq!(again["id"], first["id"]);
@@ -491,7 +491,7 @@ pub(crate) async fn deliver_old_pending(
     use hookgate::store::{Attempt, Completion, Status};
     let lease = std::time::Duration::from_millis(200);
     let mut claimed = Vec::new();
-    crate::util::wait_until("the three pending entries claimed", DEADLINE, async || {
+    crate::support::wait_until("the three pending entries claimed", DEADLINE, async || {
         let t = hookgate::clock::system_now_ms();
         for claim in store
             .claim("old", "default", "w", t, 10, lease)

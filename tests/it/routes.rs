@@ -12,11 +12,11 @@ use hookgate::provider::Registry;
 use hookgate::provider::sign::{SignInput, sign};
 use hookgate::store::Status;
 
-use crate::both_stores;
+use crate::for_each_store;
 use crate::forward::{DEST_SECRET, FAST, FAST_RETRY, ingest_many};
 use crate::pacing::assert_paced_at_20;
+use crate::support::*;
 use crate::upstream::{Received, Reply, Upstream};
-use crate::util::*;
 
 /// One `[[sources.routes]]` entry: name, destination and extra keys (TOML lines).
 struct R<'a>(&'a str, &'a str, &'a str);
@@ -129,7 +129,7 @@ async fn one_failing_route(backend: Backend) {
     store.close().await;
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     three_routes_one_failing_for_a_while_each_app_gets_everything_once,
     super::one_failing_route
 );
@@ -389,7 +389,7 @@ async fn filters_select(backend: Backend) {
     store.close().await;
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     filters_give_each_route_exactly_its_selection_of_1000_events,
     super::filters_select
 );
@@ -508,7 +508,7 @@ async fn replay_one_route(backend: Backend) {
     assert_eq!(routes, BTreeSet::from(["easy", "strict"]));
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     replaying_one_route_of_a_dead_entry_reaches_only_that_app,
     super::replay_one_route
 );
@@ -568,7 +568,7 @@ async fn rate_limited_route(backend: Backend) {
     assert_paced_at_20(&slow.received(), Duration::from_secs(23));
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     a_route_at_20_per_second_drains_500_entries_within_its_limit,
     super::rate_limited_route
 );
@@ -677,7 +677,7 @@ async fn retry_after_holds_one_route(backend: Backend) {
     );
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     a_429_with_retry_after_holds_its_route_while_the_others_go_on,
     super::retry_after_holds_one_route
 );
@@ -741,7 +741,7 @@ async fn pause_one_route(backend: Backend) {
     assert_eq!(resp.status(), 404);
     gw.stop().await;
 }
-both_stores!(
+for_each_store!(
     pausing_one_route_holds_only_that_route,
     super::pause_one_route
 );

@@ -18,7 +18,7 @@ use crate::connections::{
     ANSWERED_WITHIN, client_from, closed_by_server, idle_from, ingest_addr, metric, room_for_files,
     timed_webhook,
 };
-use crate::util::*;
+use crate::support::*;
 
 /// A request head for `path` that declares `length` body bytes and carries a
 /// signature header that will not verify.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::admin::{TOKEN, admin_config};
 use crate::cli::run;
+use crate::support::*;
 use crate::upstream::Upstream;
-use crate::util::*;
 
 /// GitHub routed by event type (unsigned), Shopify ordered by a header (unsigned)
 /// and by its body id (signed), Stripe routed by event type (signed).

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
 
-use crate::util::wait_until_ok;
+use crate::support::wait_until_ok;
 
 /// One request as the upstream saw it.
 #[derive(Debug, Clone)]

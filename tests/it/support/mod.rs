@@ -1,0 +1,35 @@
+//! The integration tests' harness, one concern per module: free ports, waiting on
+//! conditions, Redis servers and clusters, stores of each backend, configurations,
+//! signed webhooks, HTTP, the gateway in process and as a child process, and the
+//! lock for timed tests. Everything is re-exported here, so a test needs only
+//! `use crate::support::*`.
+
+#![allow(dead_code)]
+
+mod backends;
+mod child_gateway;
+mod configs;
+mod gateway;
+mod http;
+mod ports;
+mod redis;
+mod redis_cluster;
+mod signing;
+mod store_reads;
+mod stores;
+mod timing;
+mod waits;
+
+pub use backends::*;
+pub use child_gateway::*;
+pub use configs::*;
+pub use gateway::*;
+pub use http::*;
+pub use ports::*;
+pub use redis::*;
+pub use redis_cluster::*;
+pub use signing::*;
+pub use store_reads::*;
+pub use stores::*;
+pub use timing::*;
+pub use waits::*;
