@@ -179,64 +179,49 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     // Everything below stops on the caller's shutdown or on a stopped store.
     let shutdown = outer.child_token();
+    let gateway = build(&cfg, listeners.probes.is_some()).await?;
+    serve_until_shutdown(&cfg, gateway, listeners, shutdown).await
+}
+
+/// Everything the gateway serves and runs, built from the configuration before a
+/// listener serves anything.
+struct Gateway {
+    store: Arc<dyn store::Store>,
+    /// One clock for everything that needs the time.
+    clock: crate::clock::Clock,
+    /// How many sources ingest serves.
+    sources: usize,
+    ingest: axum::Router,
+    ingest_limits: HttpLimits,
+    /// Telemetry, the admin API and the console.
+    admin: axum::Router,
+    admin_limits: HttpLimits,
+    /// The probes' own listener's, when one was bound.
+    probes: Option<axum::Router>,
+    probe_limits: HttpLimits,
+    /// The forwarder's routes.
+    routes: Vec<forward::Route>,
+    alerts: Arc<Alerts>,
+    on_dead: Option<forward::OnDead>,
+    pressure: Arc<crate::pressure::IngestPressure>,
+    unverified: Arc<ingest::UnverifiedCounts>,
+}
+
+/// Build every part of the gateway: the metrics, the sources, the store, the
+/// routers of the listeners (the probes' when `with_probes`) and the forwarder's
+/// routes. Nothing serves yet.
+async fn build(cfg: &Config, with_probes: bool) -> anyhow::Result<Gateway> {
     telemetry::install_metrics();
-    register_metric_families(&cfg);
-    let registry = registry(&cfg)?;
+    register_metric_families(cfg);
+    let registry = registry(cfg)?;
     let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
-    let sources = build_sources(&cfg, &registry, &body_budget)?;
-    // One clock for everything that needs the time.
+    let sources = build_sources(cfg, &registry, &body_budget)?;
     let clock = crate::clock::Clock::system();
     let store = store::open(&cfg.store, &clock).await.context("store")?;
+    let unsigned = warn_about_setup(cfg, &sources);
 
-    if cfg.admin.token.is_none() {
-        tracing::warn!(
-            listen = %cfg.admin.listen,
-            "no admin token configured: the admin listener is bound to loopback only and refuses cross-site requests"
-        );
-    }
-    if cfg.admin.token.as_ref().is_some_and(admin::token_is_short) {
-        tracing::warn!(
-            min_chars = admin::MIN_TOKEN_CHARS,
-            "the admin token is short: use at least 24 random characters (e.g. `openssl rand -hex 32`); failed attempts are throttled per client, not per token"
-        );
-    }
-    if sources.is_empty() {
-        tracing::warn!("no sources configured: every ingest request will answer 404");
-    }
-    let unsigned: Vec<routing::signed::UnsignedValue> = cfg
-        .sources
-        .iter()
-        .zip(&sources)
-        .flat_map(|(c, s)| routing::signed::unsigned_values(c, &s.verifier.spec))
-        .collect();
-    for w in &unsigned {
-        tracing::warn!(source = %w.source, route = %w.route, "{}", w.warning());
-    }
-
-    let admin_sources: Vec<crate::admin::AdminSource> = sources
-        .iter()
-        .map(|s| crate::admin::AdminSource {
-            name: s.name.clone(),
-            signature_header: s
-                .verifier
-                .spec
-                .signature_header()
-                .map(|h| h.as_str().to_string())
-                .unwrap_or_default(),
-            routes: s.routes.iter().map(|r| r.name.clone()).collect(),
-        })
-        .collect();
-    let provider_facts: HashMap<String, forward::ProviderFacts> = sources
-        .iter()
-        .map(|s| {
-            let facts = forward::ProviderFacts {
-                credential_headers: s.verifier.spec.credential_headers.clone(),
-                body_signed: s.verifier.spec.signs_whole_body(),
-                event_type_signed: s.verifier.spec.event_type_is_signed(),
-            };
-            (s.name.clone(), facts)
-        })
-        .collect();
+    let admin_sources = admin_sources(&sources);
+    let provider_facts = provider_facts(&sources);
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
     let readiness = Arc::new(crate::store::Readiness::new());
     let pressure = Arc::new(crate::pressure::IngestPressure::new(
@@ -260,6 +245,146 @@ pub async fn run(
         readiness: readiness.clone(),
         pressure: pressure.clone(),
     });
+    let source_count = state.sources.len();
+    let (ingest_limits, admin_limits, probe_limits) = http_limits(cfg);
+    // Outermost: a bug in a handler answers 500 instead of dropping the connection.
+    let ingest = ingest::router(state).layer(CatchPanicLayer::custom(error::panic_response));
+    let admin_state = Arc::new(AdminState::new(
+        store.clone(),
+        cfg.admin.token.as_ref(),
+        admin_sources,
+        cfg.admin.replay_rate,
+        cfg.admin.failed_auth_allowance,
+        clock.clone(),
+    ));
+    let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts)
+        .context("delivery client")?;
+    let console_state = Arc::new(
+        ConsoleState::new(
+            admin_state.clone(),
+            cfg.admin.token.as_ref(),
+            cfg.sources
+                .iter()
+                .map(|c| {
+                    let mine = unsigned.iter().filter(|w| w.source == c.name);
+                    console::SourceView::of(c)
+                        .with_unsigned(mine.map(|w| (w.route.clone(), w.warning())).collect())
+                })
+                .collect(),
+            breaker_states(&routes),
+            cfg.admin.public_origin.clone(),
+        )
+        .context("console")?,
+    );
+    let probes = with_probes.then(|| {
+        telemetry::router(store.clone(), readiness.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                admin_state.clone(),
+                admin::guard,
+            ))
+            .layer(CatchPanicLayer::custom(error::panic_response))
+    });
+    let admin = telemetry::router(store.clone(), readiness)
+        .merge(admin::router(admin_state.clone()))
+        .merge(console::router(console_state))
+        // Around everything the admin listener serves, not inside `admin::router`:
+        // a page in a local browser must not read `/metrics`, the probes or the
+        // console through a rebound DNS name either, and each route needs no check
+        // of its own.
+        .layer(axum::middleware::from_fn_with_state(
+            admin_state,
+            admin::guard,
+        ))
+        .layer(CatchPanicLayer::custom(error::panic_response));
+    let alerts = Arc::new(Alerts::default());
+    let on_dead: Option<forward::OnDead> = cfg.alerts.webhook_url.as_ref().map(|_| {
+        let alerts = alerts.clone();
+        Arc::new(move |source: &str, route: &str, reason: &str| alerts.dead(source, route, reason))
+            as forward::OnDead
+    });
+    Ok(Gateway {
+        store,
+        clock,
+        sources: source_count,
+        ingest,
+        ingest_limits,
+        admin,
+        admin_limits,
+        probes,
+        probe_limits,
+        routes,
+        alerts,
+        on_dead,
+        pressure,
+        unverified,
+    })
+}
+
+/// Warn about what the operator may not have meant: no admin token or a short one,
+/// no source, route filters and ordering keys that read unsigned values. The
+/// unsigned values, for the console to show.
+fn warn_about_setup(cfg: &Config, sources: &[Source]) -> Vec<routing::signed::UnsignedValue> {
+    if cfg.admin.token.is_none() {
+        tracing::warn!(
+            listen = %cfg.admin.listen,
+            "no admin token configured: the admin listener is bound to loopback only and refuses cross-site requests"
+        );
+    }
+    if cfg.admin.token.as_ref().is_some_and(admin::token_is_short) {
+        tracing::warn!(
+            min_chars = admin::MIN_TOKEN_CHARS,
+            "the admin token is short: use at least 24 random characters (e.g. `openssl rand -hex 32`); failed attempts are throttled per client, not per token"
+        );
+    }
+    if sources.is_empty() {
+        tracing::warn!("no sources configured: every ingest request will answer 404");
+    }
+    let unsigned: Vec<routing::signed::UnsignedValue> = cfg
+        .sources
+        .iter()
+        .zip(sources)
+        .flat_map(|(c, s)| routing::signed::unsigned_values(c, &s.verifier.spec))
+        .collect();
+    for w in &unsigned {
+        tracing::warn!(source = %w.source, route = %w.route, "{}", w.warning());
+    }
+    unsigned
+}
+
+/// What the admin API tells about each source.
+fn admin_sources(sources: &[Source]) -> Vec<crate::admin::AdminSource> {
+    sources
+        .iter()
+        .map(|s| crate::admin::AdminSource {
+            name: s.name.clone(),
+            signature_header: s
+                .verifier
+                .spec
+                .signature_header()
+                .map(|h| h.as_str().to_string())
+                .unwrap_or_default(),
+            routes: s.routes.iter().map(|r| r.name.clone()).collect(),
+        })
+        .collect()
+}
+
+/// What the forwarder needs to know of each source's provider, by source name.
+fn provider_facts(sources: &[Source]) -> HashMap<String, forward::ProviderFacts> {
+    sources
+        .iter()
+        .map(|s| {
+            let facts = forward::ProviderFacts {
+                credential_headers: s.verifier.spec.credential_headers.clone(),
+                body_signed: s.verifier.spec.signs_whole_body(),
+                event_type_signed: s.verifier.spec.event_type_is_signed(),
+            };
+            (s.name.clone(), facts)
+        })
+        .collect()
+}
+
+/// The connection limits of the ingest, admin and probe listeners.
+fn http_limits(cfg: &Config) -> (HttpLimits, HttpLimits, HttpLimits) {
     let limits = HttpLimits {
         header_read_timeout: cfg.server.header_read_timeout,
         max_headers: cfg.server.max_headers,
@@ -294,58 +419,53 @@ pub async fn run(
         max_connections_per_client: Some(PROBE_MAX_CONNECTIONS / 4),
         ..admin_limits.clone()
     };
+    (limits, admin_limits, probe_limits)
+}
+
+/// Serve the built gateway on `listeners` and run its background tasks until
+/// `shutdown` is cancelled or the store stops for good; then wait for every task,
+/// close the store, and say whether it stopped.
+async fn serve_until_shutdown(
+    cfg: &Config,
+    gateway: Gateway,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let Gateway {
+        store,
+        clock,
+        sources,
+        ingest,
+        ingest_limits,
+        admin,
+        admin_limits,
+        probes,
+        probe_limits,
+        routes,
+        alerts,
+        on_dead,
+        pressure,
+        unverified,
+    } = gateway;
     tracing::info!(
         ingest = %listeners.ingest.local_addr()?,
         admin = %listeners.admin.local_addr()?,
         store = match cfg.store { crate::config::StoreConfig::Embedded(_) => "embedded", crate::config::StoreConfig::Redis(_) => "redis" },
-        sources = state.sources.len(),
+        sources,
         "hookgate listening"
     );
     let ingest_task = tokio::spawn(serve(
         "ingest",
         listeners.ingest,
-        // Outermost: a bug in a handler answers 500 instead of dropping the connection.
-        ingest::router(state).layer(CatchPanicLayer::custom(error::panic_response)),
-        limits.clone(),
+        ingest,
+        ingest_limits,
         shutdown.clone(),
     ));
-    let admin_state = Arc::new(AdminState::new(
-        store.clone(),
-        cfg.admin.token.as_ref(),
-        admin_sources,
-        cfg.admin.replay_rate,
-        cfg.admin.failed_auth_allowance,
-        clock.clone(),
-    ));
-    let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts)
-        .context("delivery client")?;
-    let console_state = Arc::new(
-        ConsoleState::new(
-            admin_state.clone(),
-            cfg.admin.token.as_ref(),
-            cfg.sources
-                .iter()
-                .map(|c| {
-                    let mine = unsigned.iter().filter(|w| w.source == c.name);
-                    console::SourceView::of(c)
-                        .with_unsigned(mine.map(|w| (w.route.clone(), w.warning())).collect())
-                })
-                .collect(),
-            breaker_states(&routes),
-            cfg.admin.public_origin.clone(),
-        )
-        .context("console")?,
-    );
-    let probe_task = listeners.probes.map(|probes| {
+    let probe_task = listeners.probes.zip(probes).map(|(listener, router)| {
         tokio::spawn(serve(
             "probes",
-            probes,
-            telemetry::router(store.clone(), readiness.clone())
-                .layer(axum::middleware::from_fn_with_state(
-                    admin_state.clone(),
-                    admin::guard,
-                ))
-                .layer(CatchPanicLayer::custom(error::panic_response)),
+            listener,
+            router,
             probe_limits,
             shutdown.clone(),
         ))
@@ -353,27 +473,10 @@ pub async fn run(
     let admin_task = tokio::spawn(serve(
         "admin",
         listeners.admin,
-        telemetry::router(store.clone(), readiness)
-            .merge(admin::router(admin_state.clone()))
-            .merge(console::router(console_state))
-            // Around everything the admin listener serves, not inside `admin::router`:
-            // a page in a local browser must not read `/metrics`, the probes or the
-            // console through a rebound DNS name either, and each route needs no check
-            // of its own.
-            .layer(axum::middleware::from_fn_with_state(
-                admin_state,
-                admin::guard,
-            ))
-            .layer(CatchPanicLayer::custom(error::panic_response)),
+        admin,
         admin_limits,
         shutdown.clone(),
     ));
-    let alerts = Arc::new(Alerts::default());
-    let on_dead: Option<forward::OnDead> = cfg.alerts.webhook_url.as_ref().map(|_| {
-        let alerts = alerts.clone();
-        Arc::new(move |source: &str, route: &str, reason: &str| alerts.dead(source, route, reason))
-            as forward::OnDead
-    });
     let throttle_task = tokio::spawn(telemetry::throttle::run(shutdown.clone()));
     let alerts_task = tokio::spawn(alerts::run(alerts, cfg.alerts.clone(), shutdown.clone()));
     let pressure_task = tokio::spawn(crate::pressure::run(pressure.clone(), shutdown.clone()));
@@ -391,37 +494,7 @@ pub async fn run(
         store.clone(),
         shutdown.clone(),
     ));
-    let store_stopped = {
-        let mut stopped = store.stopped();
-        let shutdown = shutdown.clone();
-        // Keep answering (503 for every write, /readyz 503) for the grace period, so
-        // that load balancers take this instance out and providers' retries hear a
-        // 503 rather than a refused connection; then drain and exit.
-        let linger = cfg.server.shutdown_grace;
-        tokio::spawn(async move {
-            loop {
-                if *stopped.borrow_and_update() {
-                    tracing::error!(
-                        linger = ?linger,
-                        "the store stopped for good: answering 503, then exiting"
-                    );
-                    tokio::select! {
-                        _ = shutdown.cancelled() => {}
-                        _ = tokio::time::sleep(linger) => shutdown.cancel(),
-                    }
-                    return true;
-                }
-                tokio::select! {
-                    _ = shutdown.cancelled() => return false,
-                    changed = stopped.changed() => if changed.is_err() {
-                        // The store can never stop: wait for the shutdown.
-                        shutdown.cancelled().await;
-                        return false;
-                    },
-                }
-            }
-        })
-    };
+    let store_stopped = watch_store(store.as_ref(), cfg.server.shutdown_grace, shutdown);
     let _ = ingest_task.await;
     let _ = flush_task.await;
     let _ = admin_task.await;
@@ -439,6 +512,41 @@ pub async fn run(
         return Err(StoreStopped.into());
     }
     Ok(())
+}
+
+/// Watch for the store stopping for good: then keep answering (503 for every write,
+/// /readyz 503) for `linger`, so that load balancers take this instance out and
+/// providers' retries hear a 503 rather than a refused connection, and cancel
+/// `shutdown` to drain and exit. The task's result: whether the store stopped.
+fn watch_store(
+    store: &dyn store::Store,
+    linger: std::time::Duration,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<bool> {
+    let mut stopped = store.stopped();
+    tokio::spawn(async move {
+        loop {
+            if *stopped.borrow_and_update() {
+                tracing::error!(
+                    linger = ?linger,
+                    "the store stopped for good: answering 503, then exiting"
+                );
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(linger) => shutdown.cancel(),
+                }
+                return true;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return false,
+                changed = stopped.changed() => if changed.is_err() {
+                    // The store can never stop: wait for the shutdown.
+                    shutdown.cancelled().await;
+                    return false;
+                },
+            }
+        }
+    })
 }
 
 /// What the console's overview asks of this process's circuit breakers: the state

@@ -22,10 +22,11 @@ use axum::http::StatusCode;
 
 use super::AdminState;
 use super::actor::ApiActor;
+use super::bulk_replay::replay_paced;
 use super::dto::{
     DeadLetterGroup, DeadLetterGroups, DeadLetterReplay, DeadLetterSample, ReplayResult,
 };
-use super::entries::{json_object, query_map, replay_paced, rfc3339};
+use super::entries::{json_object, query_map, rfc3339};
 use crate::error::ApiError;
 use crate::store::{Actor, DeadLetter};
 

@@ -1,6 +1,7 @@
 //! The admin API on its own listener: the router, the bearer-token check, the guard
 //! around the whole listener, and the state the handlers share. The handlers live in
-//! `entries` (inspect, replay, discard), `dead_letters` (dead deliveries grouped by
+//! `entries` (inspect, replay, discard), `bulk_replay` (replay what a filter
+//! selects, paced), `dead_letters` (dead deliveries grouped by
 //! failure, and a group's paced replay) and `sources` (pause and resume sources and
 //! routes, stats);
 //! their wire types in [`dto`], which is all the CLI uses of this module.
@@ -22,6 +23,7 @@
 
 mod actor;
 mod audit;
+mod bulk_replay;
 mod dead_letters;
 pub mod dto;
 mod entries;
@@ -52,10 +54,10 @@ use throttle::{LockedOut, Throttle};
 
 pub use actor::client_address;
 pub use audit::control_events;
+pub use bulk_replay::{BULK_REPLAY_MAX, replay_paced};
 pub use dead_letters::{GROUPED_MAX, dead_letter_groups, failure_of, replay_group};
 pub use entries::{
-    BULK_REPLAY_MAX, DEFAULT_LIMIT, MAX_NOTE_CHARS, discard_entry, entry_detail, parse_time,
-    replay_entry, replay_paced, rfc3339,
+    DEFAULT_LIMIT, MAX_NOTE_CHARS, discard_entry, entry_detail, parse_time, replay_entry, rfc3339,
 };
 pub use sources::{current_stats, set_paused, source_states};
 
@@ -166,7 +168,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/admin/entries/{id}", get(entries::show))
         .route("/admin/entries/{id}/replay", post(entries::replay))
         .route("/admin/entries/{id}/discard", post(entries::discard))
-        .route("/admin/replay", post(entries::bulk_replay))
+        .route("/admin/replay", post(bulk_replay::bulk_replay))
         .route("/admin/dead-letters", get(dead_letters::list))
         .route("/admin/dead-letters/replay", post(dead_letters::replay))
         .route("/admin/sources", get(sources::list))

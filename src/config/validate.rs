@@ -5,7 +5,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::raw::RawConfig;
+use super::raw::{
+    RawAdmin, RawAlerts, RawConfig, RawForwarder, RawLog, RawRetention, RawServer, RawSource,
+    RawStore,
+};
 use super::source::validate_source;
 use super::{
     AdminConfig, AlertsConfig, Config, ConfigError, EmbeddedConfig, ForwarderConfig, LogConfig,
@@ -33,14 +36,38 @@ fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
 }
 
 /// Check every section of `raw` and build the [`Config`]; `env` reads the secrets
-/// that `*_env` keys name.
+/// that `*_env` keys name. The sections are checked one after the other, in this
+/// order, and the first problem found is the one reported.
 pub(super) fn validate(
     raw: RawConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    let server = validate_server(&raw.server)?;
+    let admin = validate_admin(&raw.admin, env)?;
+    let store = validate_store(&raw.store)?;
+    let forwarder = validate_forwarder(&raw.forwarder)?;
+    let retention = validate_retention(&raw.retention)?;
+    let alerts = validate_alerts(raw.alerts, env)?;
+    let log = validate_log(&raw.log)?;
+    let sources = validate_sources(raw.sources, &forwarder, env)?;
+    Ok(Config {
+        server,
+        admin,
+        store,
+        forwarder,
+        retention,
+        alerts,
+        log,
+        providers_dir: raw.providers_dir,
+        sources,
+    })
+}
+
+/// `[server]`: the ingest listener, its body bounds, timeouts and connection caps.
+fn validate_server(raw: &RawServer) -> Result<ServerConfig, ConfigError> {
     let server = ServerConfig {
-        listen: parse_addr("server.listen", &raw.server.listen)?,
-        max_body_bytes: match raw.server.max_body_bytes {
+        listen: parse_addr("server.listen", &raw.listen)?,
+        max_body_bytes: match raw.max_body_bytes {
             0 => {
                 return Err(ConfigError::invalid(
                     "server.max_body_bytes",
@@ -51,29 +78,26 @@ pub(super) fn validate(
                 ConfigError::invalid("server.max_body_bytes", "too large for this platform")
             })?,
         },
-        body_budget_bytes: usize::try_from(raw.server.body_budget_bytes).map_err(|_| {
+        body_budget_bytes: usize::try_from(raw.body_budget_bytes).map_err(|_| {
             ConfigError::invalid("server.body_budget_bytes", "too large for this platform")
         })?,
         header_read_timeout: parse_duration(
             "server.header_read_timeout",
-            &raw.server.header_read_timeout,
+            &raw.header_read_timeout,
         )?,
-        body_read_timeout: parse_duration(
-            "server.body_read_timeout",
-            &raw.server.body_read_timeout,
-        )?,
+        body_read_timeout: parse_duration("server.body_read_timeout", &raw.body_read_timeout)?,
         body_first_byte_timeout: parse_duration(
             "server.body_first_byte_timeout",
-            &raw.server.body_first_byte_timeout,
+            &raw.body_first_byte_timeout,
         )?,
-        min_body_rate: raw.server.min_body_rate,
-        max_headers: raw.server.max_headers,
-        max_connections: raw.server.max_connections.max(1),
-        max_connections_per_client: match raw.server.max_connections_per_client {
+        min_body_rate: raw.min_body_rate,
+        max_headers: raw.max_headers,
+        max_connections: raw.max_connections.max(1),
+        max_connections_per_client: match raw.max_connections_per_client {
             0 => None,
             n => Some(n),
         },
-        client_ipv6_prefix: match raw.server.client_ipv6_prefix {
+        client_ipv6_prefix: match raw.client_ipv6_prefix {
             p @ 16..=128 => p,
             _ => {
                 return Err(ConfigError::invalid(
@@ -82,7 +106,7 @@ pub(super) fn validate(
                 ));
             }
         },
-        shutdown_grace: parse_duration("server.shutdown_grace", &raw.server.shutdown_grace)?,
+        shutdown_grace: parse_duration("server.shutdown_grace", &raw.shutdown_grace)?,
     };
     if server.body_budget_bytes < server.max_body_bytes {
         return Err(ConfigError::invalid(
@@ -105,9 +129,17 @@ pub(super) fn validate(
             "must be greater than 0",
         ));
     }
+    Ok(server)
+}
 
-    let admin_listen = parse_addr("admin.listen", &raw.admin.listen)?;
-    let token = match raw.admin.token_env.as_deref() {
+/// `[admin]`: the admin listener (loopback unless a token is set), the probes'
+/// listener, the request timeout, the replay rate and the console's origin.
+fn validate_admin(
+    raw: &RawAdmin,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<AdminConfig, ConfigError> {
+    let admin_listen = parse_addr("admin.listen", &raw.listen)?;
+    let token = match raw.token_env.as_deref() {
         Some(var) if !var.is_empty() => env(var).filter(|t| !t.is_empty()).map(Secret::new),
         _ => None,
     };
@@ -117,11 +149,11 @@ pub(super) fn validate(
             format!(
                 "{admin_listen} is not a loopback address and no admin token is set; \
                  set the variable named by admin.token_env ({}) or bind 127.0.0.1",
-                raw.admin.token_env.as_deref().unwrap_or("unset")
+                raw.token_env.as_deref().unwrap_or("unset")
             ),
         ));
     }
-    let probe_listen = match raw.admin.probe_listen.as_deref() {
+    let probe_listen = match raw.probe_listen.as_deref() {
         None | Some("") => None,
         Some(addr) => Some(parse_addr("admin.probe_listen", addr)?),
     };
@@ -137,68 +169,71 @@ pub(super) fn validate(
             ),
         ));
     }
-    let request_timeout = parse_duration("admin.request_timeout", &raw.admin.request_timeout)?;
+    let request_timeout = parse_duration("admin.request_timeout", &raw.request_timeout)?;
     if request_timeout.is_zero() {
         return Err(ConfigError::invalid(
             "admin.request_timeout",
             "must be more than 0",
         ));
     }
-    if raw.admin.replay_rate == 0 {
+    if raw.replay_rate == 0 {
         return Err(ConfigError::invalid(
             "admin.replay_rate",
             "must be at least 1 entry per second",
         ));
     }
-    let admin = AdminConfig {
+    Ok(AdminConfig {
         listen: admin_listen,
         probe_listen,
         request_timeout,
         token,
-        replay_rate: raw.admin.replay_rate,
-        public_origin: match raw.admin.public_origin.as_deref() {
+        replay_rate: raw.replay_rate,
+        public_origin: match raw.public_origin.as_deref() {
             None | Some("") => None,
             Some(o) => Some(public_origin(o)?),
         },
-        failed_auth_allowance: raw.admin.failed_auth_allowance,
-    };
+        failed_auth_allowance: raw.failed_auth_allowance,
+    })
+}
 
-    let store_timeout = parse_duration("store.timeout", &raw.store.timeout)?;
+/// `[store]`: the embedded store or Redis, and the timeout of a store call.
+fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
+    let store_timeout = parse_duration("store.timeout", &raw.timeout)?;
     if store_timeout.is_zero() {
         return Err(ConfigError::invalid("store.timeout", "must be more than 0"));
     }
-    let store = match raw.store.kind.as_str() {
+    let store = match raw.kind.as_str() {
         "embedded" => StoreConfig::Embedded(EmbeddedConfig {
-            path: raw.store.path.clone(),
-            batch_max: raw.store.batch_max.clamp(1, 4096),
-            min_free_bytes: raw.store.min_free_bytes,
+            path: raw.path.clone(),
+            batch_max: raw.batch_max.clamp(1, 4096),
+            min_free_bytes: raw.min_free_bytes,
             timeout: store_timeout,
         }),
         "redis" => {
-            if !(raw.store.url.starts_with("redis://")
-                || raw.store.url.starts_with("rediss://")
-                || raw.store.url.starts_with("redis+unix://")
-                || raw.store.url.starts_with("unix://"))
+            if !(raw.url.starts_with("redis://")
+                || raw.url.starts_with("rediss://")
+                || raw.url.starts_with("redis+unix://")
+                || raw.url.starts_with("unix://"))
             {
                 return Err(ConfigError::invalid(
                     "store.url",
                     format!(
                         "{:?} is not a redis URL; use redis://host:port",
-                        redact_url(&raw.store.url)
+                        redact_url(&raw.url)
                     ),
                 ));
             }
-            if raw.store.prefix.is_empty() || raw.store.prefix.contains(['{', '}']) {
+            if raw.prefix.is_empty() || raw.prefix.contains(['{', '}']) {
                 return Err(ConfigError::invalid(
                     "store.prefix",
                     "must be non-empty and must not contain '{' or '}'",
                 ));
             }
             StoreConfig::Redis(RedisConfig {
-                url: raw.store.url.clone(),
-                cluster: raw.store.cluster,
-                prefix: raw.store.prefix.clone(),
-                connections: raw.store.connections.clamp(1, 64),
+                url: raw.url.clone(),
+                cluster: raw.cluster,
+                prefix: raw.prefix.clone(),
+                connections: raw.connections.clamp(1, 64),
                 timeout: store_timeout,
             })
         }
@@ -209,21 +244,22 @@ pub(super) fn validate(
             ));
         }
     };
+    Ok(store)
+}
 
+/// `[forwarder]`: the lease, the polling and maintenance intervals, the breaker.
+fn validate_forwarder(raw: &RawForwarder) -> Result<ForwarderConfig, ConfigError> {
     let forwarder = ForwarderConfig {
-        lease: parse_duration("forwarder.lease", &raw.forwarder.lease)?,
-        poll_interval: parse_duration("forwarder.poll_interval", &raw.forwarder.poll_interval)?,
-        shutdown_grace: parse_duration("forwarder.shutdown_grace", &raw.forwarder.shutdown_grace)?,
-        breaker_failures: raw.forwarder.breaker_failures.max(1),
-        breaker_cooldown: parse_duration(
-            "forwarder.breaker_cooldown",
-            &raw.forwarder.breaker_cooldown,
-        )?,
+        lease: parse_duration("forwarder.lease", &raw.lease)?,
+        poll_interval: parse_duration("forwarder.poll_interval", &raw.poll_interval)?,
+        shutdown_grace: parse_duration("forwarder.shutdown_grace", &raw.shutdown_grace)?,
+        breaker_failures: raw.breaker_failures.max(1),
+        breaker_cooldown: parse_duration("forwarder.breaker_cooldown", &raw.breaker_cooldown)?,
         maintenance_interval: parse_duration(
             "forwarder.maintenance_interval",
-            &raw.forwarder.maintenance_interval,
+            &raw.maintenance_interval,
         )?,
-        ingest_first: raw.forwarder.ingest_first,
+        ingest_first: raw.ingest_first,
     };
     if forwarder.poll_interval.is_zero() || forwarder.maintenance_interval.is_zero() {
         return Err(ConfigError::invalid(
@@ -231,13 +267,24 @@ pub(super) fn validate(
             "poll_interval and maintenance_interval must be greater than 0",
         ));
     }
+    Ok(forwarder)
+}
 
-    let retention = RetentionConfig {
-        delivered: parse_duration("retention.delivered", &raw.retention.delivered)?,
-        dead: parse_duration("retention.dead", &raw.retention.dead)?,
-    };
+/// `[retention]`: how long delivered and dead entries are kept.
+fn validate_retention(raw: &RawRetention) -> Result<RetentionConfig, ConfigError> {
+    Ok(RetentionConfig {
+        delivered: parse_duration("retention.delivered", &raw.delivered)?,
+        dead: parse_duration("retention.dead", &raw.dead)?,
+    })
+}
 
-    let alerts_url = match (raw.alerts.webhook_url, raw.alerts.webhook_url_env) {
+/// `[alerts]`: the webhook dead deliveries are announced to (written, or read from
+/// the environment), and the interval of the announcements.
+fn validate_alerts(
+    raw: RawAlerts,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<AlertsConfig, ConfigError> {
+    let alerts_url = match (raw.webhook_url, raw.webhook_url_env) {
         (Some(url), None) => Some(url),
         (None, Some(var)) => match env(&var) {
             Some(v) if !v.is_empty() => Some(v),
@@ -266,7 +313,7 @@ pub(super) fn validate(
     }
     let alerts = AlertsConfig {
         webhook_url: alerts_url.map(Secret::new),
-        interval: parse_duration("alerts.interval", &raw.alerts.interval)?,
+        interval: parse_duration("alerts.interval", &raw.interval)?,
     };
     if alerts.interval.is_zero() {
         return Err(ConfigError::invalid(
@@ -274,9 +321,13 @@ pub(super) fn validate(
             "must be greater than 0",
         ));
     }
+    Ok(alerts)
+}
 
-    let log = LogConfig {
-        format: match raw.log.format.as_str() {
+/// `[log]`: the log format.
+fn validate_log(raw: &RawLog) -> Result<LogConfig, ConfigError> {
+    Ok(LogConfig {
+        format: match raw.format.as_str() {
             "human" => LogFormat::Human,
             "json" => LogFormat::Json,
             other => {
@@ -286,10 +337,18 @@ pub(super) fn validate(
                 ));
             }
         },
-    };
+    })
+}
 
-    let mut sources = Vec::with_capacity(raw.sources.len());
-    for (index, raw_source) in raw.sources.into_iter().enumerate() {
+/// `[[sources]]`: each source and its routes (see [`validate_source`]), with unique
+/// names, and a forwarder lease longer than every route's delivery timeout.
+fn validate_sources(
+    raw_sources: Vec<RawSource>,
+    forwarder: &ForwarderConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<SourceConfig>, ConfigError> {
+    let mut sources = Vec::with_capacity(raw_sources.len());
+    for (index, raw_source) in raw_sources.into_iter().enumerate() {
         let source = validate_source(index, raw_source, env)?;
         if sources
             .iter()
@@ -317,18 +376,7 @@ pub(super) fn validate(
         }
         sources.push(source);
     }
-
-    Ok(Config {
-        server,
-        admin,
-        store,
-        forwarder,
-        retention,
-        alerts,
-        log,
-        providers_dir: raw.providers_dir,
-        sources,
-    })
+    Ok(sources)
 }
 
 /// `admin.public_origin` as a browser's `Origin` header names it: the scheme and

@@ -13,7 +13,7 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sha2::Digest as _;
 
-use super::spec::{HeaderFormat, Segment, Spec, TimeUnit, ValueSource};
+use super::spec::{Algorithm, HeaderFormat, Segment, Spec, TimeUnit, ValueSource};
 use super::verify::{self, Context, ParsedSignature, Request};
 use crate::config::Secret;
 
@@ -106,122 +106,64 @@ fn write_pointer(root: &mut serde_json::Value, pointer: &str, value: serde_json:
 }
 
 /// The headers (and, where needed, the body) the provider would send with
-/// `input.body`, signed with `secret`.
+/// `input.body`, signed with `secret`, by the scheme of the spec's first algorithm.
 pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signed, SignError> {
-    let provider = || spec.name.clone();
-    let not_json = || SignError::BodyNotJson {
-        provider: provider(),
-    };
-    let unfillable = |what: &ValueSource| SignError::Unfillable {
-        provider: provider(),
-        what: what.to_string(),
-    };
     let algorithm = spec.algorithm();
-    if algorithm.is_public_key() {
-        return Err(SignError::PublicKey {
-            provider: provider(),
+    match algorithm {
+        Algorithm::HmacSha256 | Algorithm::HmacSha1 | Algorithm::HmacSha512 => {
+            sign_hmac(spec, secret, input)
+        }
+        Algorithm::Token => sign_token(spec, secret, input),
+        Algorithm::Ed25519 | Algorithm::EcdsaP256Sha256 => Err(SignError::PublicKey {
+            provider: spec.name.clone(),
             algorithm: algorithm.name(),
-        });
+        }),
     }
+}
+
+/// An HMAC scheme: the MAC of the signed content under the secret, encoded as the
+/// spec says.
+fn sign_hmac(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signed, SignError> {
     let keys = verify::prepare_keys(spec, std::slice::from_ref(secret))?;
     let key = &keys[0];
-    let mut out: Vec<(HeaderName, String)> = Vec::new();
-    let mut fields: Vec<(String, String)> = Vec::new();
-    // The body as JSON, once something has to be written into it.
-    let mut json: Option<serde_json::Value> = None;
-    // Whether something was written into `json` (else the input body is sent as is).
-    let mut modified = false;
-    let body_json = |json: &mut Option<serde_json::Value>| -> Result<(), SignError> {
-        if json.is_none() {
-            match serde_json::from_slice::<serde_json::Value>(input.body) {
-                Ok(v) if v.is_object() => *json = Some(v),
-                _ => {
-                    return Err(not_json());
-                }
-            }
-        }
-        Ok(())
-    };
+    sign_with(spec, input, |ctx, timestamp, url| {
+        let mac = verify::compute(spec, key, ctx, timestamp, url)
+            .map_err(|_| unfilled_content(spec, ctx))?;
+        Ok(verify::encode_sig(spec.encoding, &mac))
+    })
+}
 
-    let ts_text = match &spec.timestamp {
-        None => None,
-        Some(rule) => {
-            let text = match rule.unit {
-                TimeUnit::Seconds => input.timestamp.to_string(),
-                TimeUnit::Milliseconds => input.timestamp.saturating_mul(1000).to_string(),
-            };
-            match &rule.from {
-                ValueSource::Header(h) => out.push((h.clone(), text.clone())),
-                ValueSource::Signature(k) => fields.push((k.clone(), text.clone())),
-                ValueSource::Json(ptr) => {
-                    body_json(&mut json)?;
-                    let doc = json.as_mut().ok_or_else(not_json)?;
-                    // Keep the type the body already uses (Mailgun sends a string,
-                    // Linear a number); leave the body alone when it already holds
-                    // this time.
-                    let value = match doc.pointer(ptr) {
-                        Some(serde_json::Value::String(_)) => {
-                            serde_json::Value::String(text.clone())
-                        }
-                        _ => serde_json::Value::Number(
-                            text.parse::<i64>().unwrap_or_default().into(),
-                        ),
-                    };
-                    if doc.pointer(ptr) != Some(&value) {
-                        if !write_pointer(doc, ptr, value) {
-                            return Err(not_json());
-                        }
-                        modified = true;
-                    }
-                }
-                other => {
-                    return Err(unfillable(other));
-                }
-            }
-            Some(text)
-        }
-    };
-    match spec.event_id.first().and_then(|t| t.single()) {
-        Some(ValueSource::Header(h)) if !out.iter().any(|(n, _)| n == h) => {
-            out.push((h.clone(), input.id.to_string()));
-        }
-        // A signed id the body lacks (Mailgun's token) is filled in with the id.
-        Some(src @ ValueSource::Json(ptr))
-            if spec.content.contains(&Segment::Value(src.clone())) =>
-        {
-            body_json(&mut json)?;
-            let doc = json.as_mut().ok_or_else(not_json)?;
-            if doc.pointer(ptr).is_none() {
-                if !write_pointer(doc, ptr, serde_json::Value::String(input.id.to_string())) {
-                    return Err(not_json());
-                }
-                modified = true;
-            }
-        }
-        _ => {}
-    }
-    if let (Some(ValueSource::Header(h)), Some(t)) = (
-        spec.event_type.first().and_then(|t| t.single()),
-        input.event_type,
-    ) && !out.iter().any(|(n, _)| n == h)
-    {
-        out.push((h.clone(), t.to_string()));
-    }
+/// The token scheme: the signature is the secret itself.
+fn sign_token(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signed, SignError> {
+    // The secret must still be one the verifier accepts (decodable, not empty).
+    verify::prepare_keys(spec, std::slice::from_ref(secret))?;
+    sign_with(spec, input, |_, _, _| Ok(secret.expose().to_string()))
+}
+
+/// What every scheme does around its signature: write the timestamp and the event
+/// id and type where the spec reads them, build the request the signature covers,
+/// ask `signature` for the signature of it, and write that where the spec reads it.
+fn sign_with(
+    spec: &Spec,
+    input: &SignInput<'_>,
+    signature: impl FnOnce(&Context<'_>, Option<&str>, Option<&str>) -> Result<String, SignError>,
+) -> Result<Signed, SignError> {
+    let mut draft = Draft::new(spec, input);
+    let ts_text = draft.place_timestamp()?;
+    draft.place_event_id()?;
+    draft.place_event_type();
 
     let mut headers = HeaderMap::new();
-    for (n, v) in &out {
+    for (n, v) in &draft.headers {
         headers.insert(
             n.clone(),
             HeaderValue::from_str(v).map_err(|_| SignError::HeaderValue(n.to_string()))?,
         );
     }
-    let body: Vec<u8> = match &json {
-        Some(doc) if modified => serde_json::to_vec(doc).unwrap_or_default(),
-        _ => input.body.to_vec(),
-    };
+    let body = draft.body();
     let url = if spec.signs_url() {
         Some(input.url.ok_or(SignError::NeedsUrl {
-            provider: provider(),
+            provider: spec.name.clone(),
         })?)
     } else {
         input.url
@@ -243,7 +185,7 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
         },
         ParsedSignature {
             signatures: Vec::new(),
-            fields: fields.clone(),
+            fields: draft.fields.clone(),
         },
     );
     if let Some(src) = &spec.body_sha256
@@ -251,41 +193,21 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
     {
         if !claimed.eq_ignore_ascii_case(&hex::encode(sha2::Sha256::digest(&body))) {
             return Err(SignError::BodyDigest {
-                provider: provider(),
+                provider: spec.name.clone(),
             });
         }
         ctx.digest_bound = true;
     }
-    let mac = verify::compute(spec, key, &ctx, ts_text.as_deref(), url).map_err(|_| {
-        // Find which placeholder could not be filled, for a useful message.
-        for seg in &spec.content {
-            if let Segment::Value(src) = seg
-                && ctx.value(src).is_none()
-            {
-                return match src {
-                    ValueSource::Header(h) => SignError::UnfillableHeader {
-                        provider: provider(),
-                        header: h.to_string(),
-                    },
-                    other => SignError::MissingBodyValue {
-                        provider: provider(),
-                        what: other.to_string(),
-                    },
-                };
-            }
-        }
-        SignError::MissingBodyValue {
-            provider: provider(),
-            what: "the form parameters (the body is not a UTF-8 form)".into(),
-        }
-    })?;
-    let sig = if algorithm.is_hmac() {
-        verify::encode_sig(spec.encoding, &mac)
-    } else {
-        // A token scheme sends the secret itself.
-        secret.expose().to_string()
-    };
-    let value = match &spec.format {
+    let sig = signature(&ctx, ts_text.as_deref(), url)?;
+    let value = signature_value(&spec.format, &draft.fields, &sig);
+    draft.place_signature(value)?;
+    Ok(draft.finish())
+}
+
+/// The signature as the spec's format writes it: after the prefix, or as the last
+/// item of a `kv` list after the other items.
+fn signature_value(format: &HeaderFormat, fields: &[(String, String)], sig: &str) -> String {
+    match format {
         HeaderFormat::Plain { prefix } => format!("{prefix}{sig}"),
         HeaderFormat::Kv {
             pair_separator,
@@ -299,25 +221,194 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
             parts.push(format!("{}{kv_separator}{sig}", signature_keys[0]));
             parts.join(pair_separator)
         }
-    };
-    match &spec.signature_from {
-        ValueSource::Header(h) => out.push((h.clone(), value)),
-        ValueSource::Json(ptr) => {
-            body_json(&mut json)?;
-            let doc = json.as_mut().ok_or_else(not_json)?;
-            if !write_pointer(doc, ptr, serde_json::Value::String(value)) {
-                return Err(not_json());
-            }
-            modified = true;
-        }
-        other => {
-            return Err(unfillable(other));
+    }
+}
+
+/// Why the signed content could not be built: the first placeholder that could not
+/// be filled, for a useful message.
+fn unfilled_content(spec: &Spec, ctx: &Context<'_>) -> SignError {
+    for seg in &spec.content {
+        if let Segment::Value(src) = seg
+            && ctx.value(src).is_none()
+        {
+            return match src {
+                ValueSource::Header(h) => SignError::UnfillableHeader {
+                    provider: spec.name.clone(),
+                    header: h.to_string(),
+                },
+                other => SignError::MissingBodyValue {
+                    provider: spec.name.clone(),
+                    what: other.to_string(),
+                },
+            };
         }
     }
-    Ok(Signed {
-        headers: out,
-        body: json
-            .filter(|_| modified)
-            .map(|doc| serde_json::to_vec(&doc).unwrap_or_default()),
-    })
+    SignError::MissingBodyValue {
+        provider: spec.name.clone(),
+        what: "the form parameters (the body is not a UTF-8 form)".into(),
+    }
+}
+
+/// The request being signed: the headers and `kv` items written so far, and the
+/// body as JSON once something has to be written into it.
+struct Draft<'s, 'i> {
+    spec: &'s Spec,
+    input: &'i SignInput<'i>,
+    /// The headers, in order.
+    headers: Vec<(HeaderName, String)>,
+    /// The non-signature items of a `kv` signature.
+    fields: Vec<(String, String)>,
+    /// The body as JSON, once something has to be written into it.
+    json: Option<serde_json::Value>,
+    /// Whether something was written into `json` (else the input body is sent as is).
+    modified: bool,
+}
+
+impl<'s, 'i> Draft<'s, 'i> {
+    fn new(spec: &'s Spec, input: &'i SignInput<'i>) -> Self {
+        Draft {
+            spec,
+            input,
+            headers: Vec::new(),
+            fields: Vec::new(),
+            json: None,
+            modified: false,
+        }
+    }
+
+    fn not_json(&self) -> SignError {
+        SignError::BodyNotJson {
+            provider: self.spec.name.clone(),
+        }
+    }
+
+    fn unfillable(&self, what: &ValueSource) -> SignError {
+        SignError::Unfillable {
+            provider: self.spec.name.clone(),
+            what: what.to_string(),
+        }
+    }
+
+    /// The body as a JSON object, parsed the first time it is asked for.
+    fn json(&mut self) -> Result<&mut serde_json::Value, SignError> {
+        if self.json.is_none() {
+            match serde_json::from_slice::<serde_json::Value>(self.input.body) {
+                Ok(v) if v.is_object() => self.json = Some(v),
+                _ => {
+                    return Err(self.not_json());
+                }
+            }
+        }
+        let spec = self.spec;
+        self.json.as_mut().ok_or_else(|| SignError::BodyNotJson {
+            provider: spec.name.clone(),
+        })
+    }
+
+    /// Write `value` at `ptr` in the JSON body.
+    fn write_json(&mut self, ptr: &str, value: serde_json::Value) -> Result<(), SignError> {
+        let doc = self.json()?;
+        if !write_pointer(doc, ptr, value) {
+            return Err(self.not_json());
+        }
+        self.modified = true;
+        Ok(())
+    }
+
+    /// Write the timestamp where the spec reads it; its text, as signed.
+    fn place_timestamp(&mut self) -> Result<Option<String>, SignError> {
+        let Some(rule) = &self.spec.timestamp else {
+            return Ok(None);
+        };
+        let text = match rule.unit {
+            TimeUnit::Seconds => self.input.timestamp.to_string(),
+            TimeUnit::Milliseconds => self.input.timestamp.saturating_mul(1000).to_string(),
+        };
+        match &rule.from {
+            ValueSource::Header(h) => self.headers.push((h.clone(), text.clone())),
+            ValueSource::Signature(k) => self.fields.push((k.clone(), text.clone())),
+            ValueSource::Json(ptr) => {
+                let doc = self.json()?;
+                // Keep the type the body already uses (Mailgun sends a string,
+                // Linear a number); leave the body alone when it already holds
+                // this time.
+                let value = match doc.pointer(ptr) {
+                    Some(serde_json::Value::String(_)) => serde_json::Value::String(text.clone()),
+                    _ => serde_json::Value::Number(text.parse::<i64>().unwrap_or_default().into()),
+                };
+                if doc.pointer(ptr) != Some(&value) {
+                    self.write_json(ptr, value)?;
+                }
+            }
+            other => {
+                return Err(self.unfillable(other));
+            }
+        }
+        Ok(Some(text))
+    }
+
+    /// Write the event id where the spec reads it: a header, or a signed id the
+    /// body lacks (Mailgun's token).
+    fn place_event_id(&mut self) -> Result<(), SignError> {
+        match self.spec.event_id.first().and_then(|t| t.single()) {
+            Some(ValueSource::Header(h)) if !self.headers.iter().any(|(n, _)| n == h) => {
+                self.headers.push((h.clone(), self.input.id.to_string()));
+            }
+            // A signed id the body lacks (Mailgun's token) is filled in with the id.
+            Some(src @ ValueSource::Json(ptr))
+                if self.spec.content.contains(&Segment::Value(src.clone())) =>
+            {
+                let doc = self.json()?;
+                if doc.pointer(ptr).is_none() {
+                    let id = serde_json::Value::String(self.input.id.to_string());
+                    self.write_json(ptr, id)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Write the event type in its header, when the spec reads it from one and the
+    /// input has one.
+    fn place_event_type(&mut self) {
+        if let (Some(ValueSource::Header(h)), Some(t)) = (
+            self.spec.event_type.first().and_then(|t| t.single()),
+            self.input.event_type,
+        ) && !self.headers.iter().any(|(n, _)| n == h)
+        {
+            self.headers.push((h.clone(), t.to_string()));
+        }
+    }
+
+    /// Write the signature's value where the spec reads it.
+    fn place_signature(&mut self, value: String) -> Result<(), SignError> {
+        match &self.spec.signature_from {
+            ValueSource::Header(h) => self.headers.push((h.clone(), value)),
+            ValueSource::Json(ptr) => self.write_json(ptr, serde_json::Value::String(value))?,
+            other => {
+                return Err(self.unfillable(other));
+            }
+        }
+        Ok(())
+    }
+
+    /// The body as it stands: the JSON written into, or the input body.
+    fn body(&self) -> Vec<u8> {
+        match &self.json {
+            Some(doc) if self.modified => serde_json::to_vec(doc).unwrap_or_default(),
+            _ => self.input.body.to_vec(),
+        }
+    }
+
+    /// The signed request.
+    fn finish(self) -> Signed {
+        Signed {
+            headers: self.headers,
+            body: self
+                .json
+                .filter(|_| self.modified)
+                .map(|doc| serde_json::to_vec(&doc).unwrap_or_default()),
+        }
+    }
 }

@@ -42,16 +42,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::{label_values, throttle};
 use body::{CutCounters, Reading, Watch};
-use clients::ClientSlots;
+use clients::{ClientSlot, ClientSlots};
 use idle::IdleConnections;
 use tracked::Tracked;
 
@@ -149,17 +150,71 @@ pub async fn serve(
     limits: HttpLimits,
     shutdown: CancellationToken,
 ) {
-    let metrics = ListenerMetrics::register(name);
+    let state = ListenerState::new(name, router, limits);
     let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let clients = limits
-        .max_connections_per_client
-        .map(|cap| ClientSlots::new(cap, limits.client_ipv6_prefix));
-    let idle = IdleConnections::new(metrics.idle.clone());
-    let reading = Reading::new();
-    let cut = CutCounters::register(name);
-    let shed_margin = limits.max_connections / SHED_MARGIN_DIVISOR;
-    let mut builder = hyper::server::conn::http1::Builder::new();
+    loop {
+        let Some((stream, peer)) = accept(&listener, name, &shutdown).await else {
+            break;
+        };
+        // Over its client's cap: closed before a byte is read, and before it could
+        // wait for (or shed anything to get) a connection slot.
+        let client_slot = match &state.clients {
+            None => None,
+            Some(clients) => match clients.try_take(peer.ip()) {
+                Some(slot) => Some(slot),
+                None => {
+                    drop(stream);
+                    state.refused_per_client(peer.ip());
+                    continue;
+                }
+            },
+        };
+        let Some(permit) = state.connection_slot(&shutdown).await else {
+            break;
+        };
+        state.spawn_connection(stream, peer, permit, client_slot, &graceful);
+    }
+    drop(listener);
+    tracing::info!(
+        listener = name,
+        "stopped accepting; draining in-flight requests"
+    );
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!(listener = name, "drained"),
+        _ = tokio::time::sleep(state.limits.grace) => {
+            tracing::warn!(listener = name, grace = ?state.limits.grace, "drain timed out; closing remaining connections")
+        }
+    }
+}
+
+/// The next connection, or `None` once `shutdown` is cancelled. A failed accept
+/// (EMFILE and friends) is logged and retried after a pause instead of spinning.
+async fn accept(
+    listener: &TcpListener,
+    name: &'static str,
+    shutdown: &CancellationToken,
+) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            r = listener.accept() => match r {
+                Ok(s) => return Some(s),
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    const MSG: &str = "accept failed";
+                    if throttle::hit(MSG, name) {
+                        tracing::warn!(listener = name, error = %e, "{MSG}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+/// The HTTP/1.1 connection settings of a listener with `limits`.
+fn http1_builder(limits: &HttpLimits) -> http1::Builder {
+    let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
@@ -174,120 +229,162 @@ pub async fn serve(
         // handler goes on to store.
         .half_close(true)
         .keep_alive(true);
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    const MSG: &str = "accept failed";
-                    if throttle::hit(MSG, name) {
-                        tracing::warn!(listener = name, error = %e, "{MSG}");
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        // Over its client's cap: closed before a byte is read, and before it could
-        // wait for (or shed anything to get) a connection slot.
-        let client_slot = match &clients {
-            None => None,
-            Some(clients) => match clients.try_take(peer.ip()) {
-                Some(slot) => Some(slot),
-                None => {
-                    drop(stream);
-                    metrics.refused_per_client.increment(1);
-                    const MSG: &str =
-                        "closed a connection over server.max_connections_per_client at accept";
-                    if throttle::hit(MSG, name) {
-                        tracing::warn!(
-                            listener = name,
-                            client = %peer.ip(),
-                            cap = limits.max_connections_per_client,
-                            "{MSG}"
-                        );
-                    }
-                    continue;
-                }
-            },
-        };
-        // A connection slot. Near the cap, the connection idle the longest is shed
-        // (once per accept) rather than let this one wait; at the cap with every
-        // connection busy, the most stalled body is shed, else this one waits for a
-        // connection to end, to become idle, or for a body to stall, so that it can
-        // be shed.
+    builder
+}
+
+/// What one listener's accept loop keeps across connections: the router, the
+/// connection settings, and the bookkeeping of its slots, clients, idle
+/// connections and bodies being read.
+struct ListenerState {
+    name: &'static str,
+    router: Router,
+    limits: HttpLimits,
+    builder: http1::Builder,
+    metrics: ListenerMetrics,
+    /// One per open connection, `limits.max_connections` in all.
+    permits: Arc<Semaphore>,
+    /// The per-client caps, when there is one.
+    clients: Option<Arc<ClientSlots>>,
+    idle: Arc<IdleConnections>,
+    reading: Arc<Reading>,
+    cut: Arc<CutCounters>,
+    /// Free connection slots at or below which an idle connection is shed.
+    shed_margin: usize,
+}
+
+impl ListenerState {
+    fn new(name: &'static str, router: Router, limits: HttpLimits) -> ListenerState {
+        let metrics = ListenerMetrics::register(name);
+        let permits = Arc::new(Semaphore::new(limits.max_connections));
+        let clients = limits
+            .max_connections_per_client
+            .map(|cap| ClientSlots::new(cap, limits.client_ipv6_prefix));
+        let idle = IdleConnections::new(metrics.idle.clone());
+        let reading = Reading::new();
+        let cut = CutCounters::register(name);
+        let shed_margin = limits.max_connections / SHED_MARGIN_DIVISOR;
+        let builder = http1_builder(&limits);
+        ListenerState {
+            name,
+            router,
+            limits,
+            builder,
+            metrics,
+            permits,
+            clients,
+            idle,
+            reading,
+            cut,
+            shed_margin,
+        }
+    }
+
+    /// Count (and log, throttled) a connection closed at accept because its client
+    /// already held its share.
+    fn refused_per_client(&self, client: IpAddr) {
+        let name = self.name;
+        self.metrics.refused_per_client.increment(1);
+        const MSG: &str = "closed a connection over server.max_connections_per_client at accept";
+        if throttle::hit(MSG, name) {
+            tracing::warn!(
+                listener = name,
+                client = %client,
+                cap = self.limits.max_connections_per_client,
+                "{MSG}"
+            );
+        }
+    }
+
+    /// A connection slot, or `None` once `shutdown` is cancelled. Near the cap, the
+    /// connection idle the longest is shed (once per accept) rather than let this
+    /// one wait; at the cap with every connection busy, the most stalled body is
+    /// shed, else this one waits for a connection to end, to become idle, or for a
+    /// body to stall, so that it can be shed.
+    async fn connection_slot(&self, shutdown: &CancellationToken) -> Option<OwnedSemaphorePermit> {
+        let name = self.name;
         let mut shed = false;
         let mut shed_body = false;
-        let permit = loop {
-            let became_idle = idle.became_idle();
+        loop {
+            let became_idle = self.idle.became_idle();
             tokio::pin!(became_idle);
             became_idle.as_mut().enable();
             let now = tokio::time::Instant::now();
-            if !shed && permits.available_permits() <= shed_margin && idle.shed_oldest(now) {
+            if !shed
+                && self.permits.available_permits() <= self.shed_margin
+                && self.idle.shed_oldest(now)
+            {
                 shed = true;
-                metrics.shed.increment(1);
+                self.metrics.shed.increment(1);
                 const MSG: &str =
                     "closed the longest idle connection to make room near server.max_connections";
                 if throttle::hit(MSG, name) {
                     tracing::warn!(
                         listener = name,
-                        max_connections = limits.max_connections,
+                        max_connections = self.limits.max_connections,
                         "{MSG}"
                     );
                 }
             }
-            if let Ok(p) = permits.clone().try_acquire_owned() {
-                break Some(p);
+            if let Ok(p) = self.permits.clone().try_acquire_owned() {
+                return Some(p);
             }
-            if !shed && !shed_body && reading.shed_stalled(now) {
+            if !shed && !shed_body && self.reading.shed_stalled(now) {
                 shed_body = true;
-                cut.count(BodyDeadline::Shed);
+                self.cut.count(BodyDeadline::Shed);
                 const MSG: &str =
                     "closed the most stalled request body to make room at server.max_connections";
                 if throttle::hit(MSG, name) {
                     tracing::warn!(
                         listener = name,
-                        max_connections = limits.max_connections,
+                        max_connections = self.limits.max_connections,
                         "{MSG}"
                     );
                 }
             }
             tokio::select! {
-                _ = shutdown.cancelled() => break None,
-                p = permits.clone().acquire_owned() => break p.ok(),
+                _ = shutdown.cancelled() => return None,
+                p = self.permits.clone().acquire_owned() => return p.ok(),
                 _ = became_idle, if !shed => {}
                 // A connection may have waited long enough meanwhile.
                 _ = tokio::time::sleep(SHED_AFTER / 4), if !shed && !shed_body => {}
             }
-        };
-        let Some(permit) = permit else {
-            break;
-        };
+        }
+    }
+
+    /// Serve one accepted connection on a task of its own, watched by `graceful`;
+    /// its slots are given back when it ends or is shed.
+    fn spawn_connection(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        permit: OwnedSemaphorePermit,
+        client_slot: Option<ClientSlot>,
+        graceful: &GracefulShutdown,
+    ) {
+        let name = self.name;
         let _ = stream.set_nodelay(true);
-        let connection = idle.accepted();
+        let connection = self.idle.accepted();
         let shed_token = connection.shed().clone();
         let peer_ext = Peer {
             addr: peer,
-            client: client_of(peer.ip(), limits.client_ipv6_prefix),
+            client: client_of(peer.ip(), self.limits.client_ipv6_prefix),
         };
         let watch = Watch {
-            reading: reading.clone(),
+            reading: self.reading.clone(),
             client: peer_ext.client,
             shed: shed_token.clone(),
-            limits: limits.body,
-            cut: cut.clone(),
+            limits: self.limits.body,
+            cut: self.cut.clone(),
         };
         let service = Tracked::new(
-            TowerToHyperService::new(router.clone()),
+            TowerToHyperService::new(self.router.clone()),
             connection.clone(),
             peer_ext,
             watch,
         );
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let conn = self.builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
-        let open = metrics.open.clone();
+        let open = self.metrics.open.clone();
         open.increment(1.0);
         tokio::spawn(async move {
             tokio::select! {
@@ -302,16 +399,5 @@ pub async fn serve(
             open.decrement(1.0);
             drop((permit, client_slot));
         });
-    }
-    drop(listener);
-    tracing::info!(
-        listener = name,
-        "stopped accepting; draining in-flight requests"
-    );
-    tokio::select! {
-        _ = graceful.shutdown() => tracing::info!(listener = name, "drained"),
-        _ = tokio::time::sleep(limits.grace) => {
-            tracing::warn!(listener = name, grace = ?limits.grace, "drain timed out; closing remaining connections")
-        }
     }
 }

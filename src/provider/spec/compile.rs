@@ -4,11 +4,11 @@
 //! covers the body, one algorithm family, …). Every error names the provider and
 //! the key.
 
-use super::raw::RawSpec;
+use super::raw::{RawEvent, RawHandshake, RawSignature, RawSpec, RawTimestamp};
 use super::template::{parse_source, parse_template, parse_value_template};
 use super::{
     Algorithm, Encoding, Handshake, HeaderFormat, SecretEncoding, Segment, Spec, SpecError,
-    TimeUnit, TimestampRule, UrlPort, ValueSource,
+    TimeUnit, TimestampRule, UrlPort, ValueSource, ValueTemplate,
 };
 use crate::config::raw::OneOrMany;
 
@@ -40,20 +40,127 @@ impl Spec {
     }
 }
 
-/// Check a spec and build its compiled form.
+/// Builds the error of one key of one provider's spec.
+#[derive(Debug, Clone, Copy)]
+struct Invalid<'a> {
+    provider: &'a str,
+}
+
+impl Invalid<'_> {
+    /// `key`'s value is not usable: `problem` says why.
+    fn at(self, key: &'static str, problem: String) -> SpecError {
+        SpecError::Invalid {
+            provider: self.provider.to_string(),
+            key,
+            problem,
+        }
+    }
+}
+
+/// The `[signature]` section, compiled.
+struct CompiledSignature {
+    algorithms: Vec<Algorithm>,
+    from: ValueSource,
+    format: HeaderFormat,
+    encoding: Encoding,
+    secret_encoding: SecretEncoding,
+    content: Vec<Segment>,
+    url_port: UrlPort,
+    body_sha256: Option<ValueSource>,
+}
+
+/// The `[event]` section, compiled.
+struct CompiledEvent {
+    id: Vec<ValueTemplate>,
+    kind: Vec<ValueTemplate>,
+    object: Vec<ValueTemplate>,
+    digest: Option<String>,
+}
+
+/// Check a spec and build its compiled form, section by section, in the order the
+/// checks report their first error.
 fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
     let provider = raw.name.clone();
-    let invalid = |key: &'static str, problem: String| SpecError::Invalid {
-        provider: provider.clone(),
-        key,
-        problem,
+    let invalid = Invalid {
+        provider: &provider,
     };
-    let signature = &raw.signature;
+    let signature = compile_signature(&raw.signature, invalid)?;
+    let algorithm = signature.algorithms[0];
+    let timestamp = compile_timestamp(
+        raw.timestamp.as_ref(),
+        algorithm,
+        &signature.content,
+        invalid,
+    )?;
+    check_signature_items(
+        &signature.content,
+        timestamp.as_ref(),
+        &signature.format,
+        invalid,
+    )?;
+    let event = compile_event(&raw.event, &signature.content, invalid)?;
+    let handshake = compile_handshake(raw.handshake.as_ref(), &signature.algorithms, invalid)?;
+    let credential_headers =
+        compile_credential_headers(&raw.credential_headers, algorithm, &signature.from, invalid)?;
+    Ok(Spec {
+        name: raw.name,
+        summary: raw.summary,
+        algorithms: signature.algorithms,
+        signature_from: signature.from,
+        format: signature.format,
+        encoding: signature.encoding,
+        secret_encoding: signature.secret_encoding,
+        content: signature.content,
+        url_port: signature.url_port,
+        body_sha256: signature.body_sha256,
+        timestamp,
+        event_id: event.id,
+        event_type: event.kind,
+        event_object: event.object,
+        event_digest: event.digest,
+        handshake,
+        credential_headers,
+        vectors: raw.vectors,
+    })
+}
+
+/// `[signature]`: the algorithms, where the signature is and how it is written, the
+/// secret's encoding and the signed content, each checked against the others.
+fn compile_signature(
+    signature: &RawSignature,
+    invalid: Invalid<'_>,
+) -> Result<CompiledSignature, SpecError> {
+    let algorithms = signature_algorithms(signature, invalid)?;
+    let algorithm = algorithms[0];
+    let from = signature_from(signature, invalid)?;
+    let format = signature_format(signature, invalid)?;
+    let encoding = signature_encoding(signature, algorithm, invalid)?;
+    let secret_encoding = signature_secret_encoding(signature, algorithm, invalid)?;
+    let content = signature_content(signature, &from, invalid)?;
+    let url_port = signature_url_port(signature, invalid)?;
+    let body_sha256 = signature_body_sha256(signature, &content, invalid)?;
+    Ok(CompiledSignature {
+        algorithms,
+        from,
+        format,
+        encoding,
+        secret_encoding,
+        content,
+        url_port,
+        body_sha256,
+    })
+}
+
+/// `signature.algorithm`: one algorithm, or several HMAC ones, without repeats.
+fn signature_algorithms(
+    signature: &RawSignature,
+    invalid: Invalid<'_>,
+) -> Result<Vec<Algorithm>, SpecError> {
     let names = signature.algorithm.clone().into_vec();
     let mut algorithms = Vec::with_capacity(names.len());
     for name in &names {
         let parsed = Algorithm::parse(name).ok_or_else(|| {
-            invalid(
+            invalid.at(
                 "signature.algorithm",
                 format!(
                     "unknown algorithm {name:?}; use hmac-sha256, hmac-sha1, hmac-sha512, token, ed25519 or ecdsa-p256-sha256"
@@ -65,30 +172,38 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
         }
     }
     if algorithms.is_empty() {
-        return Err(invalid(
+        return Err(invalid.at(
             "signature.algorithm",
             "the list of algorithms is empty".into(),
         ));
     }
     if algorithms.len() > 1 && !algorithms.iter().all(|a| a.is_hmac()) {
-        return Err(invalid(
+        return Err(invalid.at(
             "signature.algorithm",
             "only HMAC algorithms can be listed together".into(),
         ));
     }
-    let signature_from = match (&signature.header, &signature.from) {
+    Ok(algorithms)
+}
+
+/// `signature.header` or `signature.from`: where the signature is (exactly one).
+fn signature_from(
+    signature: &RawSignature,
+    invalid: Invalid<'_>,
+) -> Result<ValueSource, SpecError> {
+    Ok(match (&signature.header, &signature.from) {
         (Some(header), None) => ValueSource::Header(
             http::HeaderName::from_bytes(header.as_bytes()).map_err(|_| {
-                invalid(
+                invalid.at(
                     "signature.header",
                     format!("{header:?} is not a header name"),
                 )
             })?,
         ),
         (None, Some(from)) => {
-            match parse_source(from).map_err(|problem| invalid("signature.from", problem))? {
+            match parse_source(from).map_err(|problem| invalid.at("signature.from", problem))? {
                 ValueSource::Signature(_) => {
-                    return Err(invalid(
+                    return Err(invalid.at(
                         "signature.from",
                         "the signature cannot be read from itself".into(),
                     ));
@@ -97,32 +212,39 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
             }
         }
         (None, None) => {
-            return Err(invalid(
+            return Err(invalid.at(
                 "signature.header",
                 "set signature.header, or signature.from for a signature outside the headers"
                     .into(),
             ));
         }
         (Some(_), Some(_)) => {
-            return Err(invalid(
+            return Err(invalid.at(
                 "signature.from",
                 "set signature.header or signature.from, not both".into(),
             ));
         }
-    };
-    let format = match signature.format.as_str() {
+    })
+}
+
+/// `signature.format` (`plain` or `kv`) and the keys that go with it.
+fn signature_format(
+    signature: &RawSignature,
+    invalid: Invalid<'_>,
+) -> Result<HeaderFormat, SpecError> {
+    Ok(match signature.format.as_str() {
         "plain" => HeaderFormat::Plain {
             prefix: signature.prefix.clone(),
         },
         "kv" => {
             if signature.pair_separator.is_empty() || signature.kv_separator.is_empty() {
-                return Err(invalid(
+                return Err(invalid.at(
                     "signature.pair_separator",
                     "separators must not be empty".into(),
                 ));
             }
             if signature.signature_keys.is_empty() {
-                return Err(invalid(
+                return Err(invalid.at(
                     "signature.signature_keys",
                     "a kv header needs at least one signature key".into(),
                 ));
@@ -134,33 +256,40 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
             }
         }
         other => {
-            return Err(invalid(
+            return Err(invalid.at(
                 "signature.format",
                 format!("unknown format {other:?}; use plain or kv"),
             ));
         }
-    };
+    })
+}
+
+/// `signature.encoding`: `raw` for a token, and only for a token.
+fn signature_encoding(
+    signature: &RawSignature,
+    algorithm: Algorithm,
+    invalid: Invalid<'_>,
+) -> Result<Encoding, SpecError> {
     let encoding = match signature.encoding.as_str() {
         "hex" => Encoding::Hex,
         "base64" => Encoding::Base64,
         "raw" => Encoding::Raw,
         other => {
-            return Err(invalid(
+            return Err(invalid.at(
                 "signature.encoding",
                 format!("unknown encoding {other:?}; use hex, base64 or raw"),
             ));
         }
     };
-    let algorithm = algorithms[0];
     if algorithm == Algorithm::Token && encoding != Encoding::Raw {
-        return Err(invalid(
+        return Err(invalid.at(
             "signature.encoding",
             "the token algorithm compares the header with the secret; use encoding = \"raw\""
                 .into(),
         ));
     }
     if algorithm != Algorithm::Token && encoding == Encoding::Raw {
-        return Err(invalid(
+        return Err(invalid.at(
             "signature.encoding",
             format!(
                 "{} signatures are binary; use hex or base64",
@@ -168,78 +297,123 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
             ),
         ));
     }
+    Ok(encoding)
+}
+
+/// `signature.secret_encoding`: a public key is never read as UTF-8 text.
+fn signature_secret_encoding(
+    signature: &RawSignature,
+    algorithm: Algorithm,
+    invalid: Invalid<'_>,
+) -> Result<SecretEncoding, SpecError> {
     let secret_encoding = match signature.secret_encoding.as_str() {
         "utf8" => SecretEncoding::Utf8,
         "whsec-base64" => SecretEncoding::WhsecBase64,
         "base64" => SecretEncoding::Base64,
         "hex" => SecretEncoding::Hex,
         other => {
-            return Err(invalid(
+            return Err(invalid.at(
                 "signature.secret_encoding",
                 format!("unknown secret encoding {other:?}; use utf8, whsec-base64, base64 or hex"),
             ));
         }
     };
     if algorithm.is_public_key() && secret_encoding == SecretEncoding::Utf8 {
-        return Err(invalid(
+        return Err(invalid.at(
             "signature.secret_encoding",
             format!("{} takes a public key; use hex or base64", algorithm.name()),
         ));
     }
+    Ok(secret_encoding)
+}
+
+/// `signature.content`: the signed-content template; a signature carried in the
+/// body cannot sign the whole body.
+fn signature_content(
+    signature: &RawSignature,
+    from: &ValueSource,
+    invalid: Invalid<'_>,
+) -> Result<Vec<Segment>, SpecError> {
     let content = parse_template(&signature.content)
-        .map_err(|problem| invalid("signature.content", problem))?;
-    if !matches!(signature_from, ValueSource::Header(_))
+        .map_err(|problem| invalid.at("signature.content", problem))?;
+    if !matches!(from, ValueSource::Header(_))
         && (content.contains(&Segment::Body) || content.contains(&Segment::FormSorted))
     {
-        return Err(invalid(
+        return Err(invalid.at(
             "signature.from",
             "a signature carried in the body cannot sign the whole body".into(),
         ));
     }
-    let url_port = match signature.url_port.as_str() {
-        "as-is" => UrlPort::AsIs,
-        "either" => UrlPort::Either,
-        other => {
-            return Err(invalid(
-                "signature.url_port",
-                format!("unknown url_port {other:?}; use as-is or either"),
-            ));
-        }
-    };
+    Ok(content)
+}
+
+/// `signature.url_port`: how `{url}` treats the port.
+fn signature_url_port(
+    signature: &RawSignature,
+    invalid: Invalid<'_>,
+) -> Result<UrlPort, SpecError> {
+    match signature.url_port.as_str() {
+        "as-is" => Ok(UrlPort::AsIs),
+        "either" => Ok(UrlPort::Either),
+        other => Err(invalid.at(
+            "signature.url_port",
+            format!("unknown url_port {other:?}; use as-is or either"),
+        )),
+    }
+}
+
+/// `signature.body_sha256`: a body digest, which must be covered by the signature.
+fn signature_body_sha256(
+    signature: &RawSignature,
+    content: &[Segment],
+    invalid: Invalid<'_>,
+) -> Result<Option<ValueSource>, SpecError> {
     let body_sha256 = signature
         .body_sha256
         .as_deref()
         .map(parse_source)
         .transpose()
-        .map_err(|problem| invalid("signature.body_sha256", problem))?;
+        .map_err(|problem| invalid.at("signature.body_sha256", problem))?;
     if let Some(src) = &body_sha256 {
         // The digest stands in for the body only if the signature covers it.
         let covered = content.contains(&Segment::Value(src.clone()))
             || matches!(src, ValueSource::Query(_))
                 && (content.contains(&Segment::Url) || content.contains(&Segment::Path));
         if !covered {
-            return Err(invalid(
+            return Err(invalid.at(
                 "signature.body_sha256",
                 format!("{src} must be covered by signature.content"),
             ));
         }
     }
-    let timestamp = match &raw.timestamp {
+    Ok(body_sha256)
+}
+
+/// `[timestamp]`: where the timestamp is, its unit and tolerance. The content may
+/// sign `{timestamp}` only when the section is there, and the section is refused
+/// when the signature does not cover the timestamp.
+fn compile_timestamp(
+    raw_timestamp: Option<&RawTimestamp>,
+    algorithm: Algorithm,
+    content: &[Segment],
+    invalid: Invalid<'_>,
+) -> Result<Option<TimestampRule>, SpecError> {
+    let timestamp = match raw_timestamp {
         Some(raw_timestamp) => Some(TimestampRule {
             from: parse_source(&raw_timestamp.from)
-                .map_err(|problem| invalid("timestamp.from", problem))?,
+                .map_err(|problem| invalid.at("timestamp.from", problem))?,
             unit: match raw_timestamp.unit.as_str() {
                 "seconds" => TimeUnit::Seconds,
                 "milliseconds" => TimeUnit::Milliseconds,
                 other => {
-                    return Err(invalid(
+                    return Err(invalid.at(
                         "timestamp.unit",
                         format!("unknown unit {other:?}; use seconds or milliseconds"),
                     ));
                 }
             },
             tolerance: humantime::parse_duration(&raw_timestamp.tolerance).map_err(|e| {
-                invalid(
+                invalid.at(
                     "timestamp.tolerance",
                     format!("invalid duration {:?}: {e}", raw_timestamp.tolerance),
                 )
@@ -248,7 +422,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
         None => None,
     };
     if content.contains(&Segment::Timestamp) && timestamp.is_none() {
-        return Err(invalid(
+        return Err(invalid.at(
             "signature.content",
             "uses {timestamp} but the spec has no [timestamp] section".into(),
         ));
@@ -270,7 +444,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
                     ValueSource::Header(_) | ValueSource::Signature(_) => false,
                 });
         if !covered {
-            return Err(invalid(
+            return Err(invalid.at(
                 "timestamp.from",
                 format!(
                     "{} is not covered by signature.content; sign {{timestamp}} (or what the timestamp is read from), or drop the [timestamp] section",
@@ -279,58 +453,96 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
             ));
         }
     }
+    Ok(timestamp)
+}
+
+/// `{signature:key}` values (in the content or as the timestamp) exist only in a
+/// `kv` signature.
+fn check_signature_items(
+    content: &[Segment],
+    timestamp: Option<&TimestampRule>,
+    format: &HeaderFormat,
+    invalid: Invalid<'_>,
+) -> Result<(), SpecError> {
     let uses_signature_items = content
         .iter()
         .any(|seg| matches!(seg, Segment::Value(ValueSource::Signature(_))))
-        || matches!(
-            timestamp.as_ref().map(|t| &t.from),
-            Some(ValueSource::Signature(_))
-        );
+        || matches!(timestamp.map(|t| &t.from), Some(ValueSource::Signature(_)));
     if uses_signature_items && !matches!(format, HeaderFormat::Kv { .. }) {
-        return Err(invalid(
+        return Err(invalid.at(
             "signature.content",
             "{signature:key} needs format = \"kv\"".into(),
         ));
     }
-    let templates = |key: &'static str, written: &Option<OneOrMany>| {
-        written
-            .clone()
-            .map(OneOrMany::into_vec)
-            .unwrap_or_default()
-            .iter()
-            .map(|text| parse_value_template(text).map_err(|problem| invalid(key, problem)))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    let event_id = templates("event.id", &raw.event.id)?;
-    let event_type = templates("event.type", &raw.event.kind)?;
-    let event_object = templates("event.object", &raw.event.object)?;
-    let event_digest = match raw.event.digest.as_deref().map(parse_source).transpose() {
-        Err(problem) => return Err(invalid("event.digest", problem)),
+    Ok(())
+}
+
+/// `[event]`: the id, type and object templates, and the digested part of a body
+/// the signature does not cover whole.
+fn compile_event(
+    raw_event: &RawEvent,
+    content: &[Segment],
+    invalid: Invalid<'_>,
+) -> Result<CompiledEvent, SpecError> {
+    let id = value_templates("event.id", &raw_event.id, invalid)?;
+    let kind = value_templates("event.type", &raw_event.kind, invalid)?;
+    let object = value_templates("event.object", &raw_event.object, invalid)?;
+    let digest = match raw_event.digest.as_deref().map(parse_source).transpose() {
+        Err(problem) => return Err(invalid.at("event.digest", problem)),
         Ok(None) => None,
         Ok(Some(ValueSource::Json(ptr))) => Some(ptr),
         Ok(Some(other)) => {
-            return Err(invalid(
+            return Err(invalid.at(
                 "event.digest",
                 format!("{other} is not a JSON part of the body; use json:/pointer"),
             ));
         }
     };
-    if event_digest.is_some()
+    if digest.is_some()
         && (content.contains(&Segment::Body) || content.contains(&Segment::FormSorted))
     {
-        return Err(invalid(
+        return Err(invalid.at(
             "event.digest",
             "the signature covers the whole body, which is what dedupe digests; drop event.digest"
                 .into(),
         ));
     }
-    let handshake = match &raw.handshake {
+    Ok(CompiledEvent {
+        id,
+        kind,
+        object,
+        digest,
+    })
+}
+
+/// One value template or a list of them, as `key` is written (none when absent).
+fn value_templates(
+    key: &'static str,
+    written: &Option<OneOrMany>,
+    invalid: Invalid<'_>,
+) -> Result<Vec<ValueTemplate>, SpecError> {
+    written
+        .clone()
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default()
+        .iter()
+        .map(|text| parse_value_template(text).map_err(|problem| invalid.at(key, problem)))
+        .collect()
+}
+
+/// `[handshake]`: the kind of endpoint check the provider sends; Zoom's needs HMAC.
+fn compile_handshake(
+    raw_handshake: Option<&RawHandshake>,
+    algorithms: &[Algorithm],
+    invalid: Invalid<'_>,
+) -> Result<Option<Handshake>, SpecError> {
+    let handshake = match raw_handshake {
         Some(raw_handshake) => Some(match raw_handshake.kind.as_str() {
             "slack-url-verification" => Handshake::SlackUrlVerification,
             "zoom-url-validation" => Handshake::ZoomUrlValidation,
             "discord-ping" => Handshake::DiscordPing,
             other => {
-                return Err(invalid(
+                return Err(invalid.at(
                     "handshake.kind",
                     format!(
                         "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation or discord-ping"
@@ -341,21 +553,31 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
         None => None,
     };
     if handshake == Some(Handshake::ZoomUrlValidation) && !algorithms.iter().any(|a| a.is_hmac()) {
-        return Err(invalid(
+        return Err(invalid.at(
             "handshake.kind",
             "zoom-url-validation answers with an HMAC of the secret; it needs an HMAC algorithm"
                 .into(),
         ));
     }
+    Ok(handshake)
+}
+
+/// `credential_headers`, after a token scheme's signature header, without repeats.
+fn compile_credential_headers(
+    names: &[String],
+    algorithm: Algorithm,
+    signature_from: &ValueSource,
+    invalid: Invalid<'_>,
+) -> Result<Vec<http::HeaderName>, SpecError> {
     let mut credential_headers = Vec::new();
     if algorithm == Algorithm::Token
-        && let ValueSource::Header(header) = &signature_from
+        && let ValueSource::Header(header) = signature_from
     {
         credential_headers.push(header.clone());
     }
-    for name in &raw.credential_headers {
+    for name in names {
         let header = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-            invalid(
+            invalid.at(
                 "credential_headers",
                 format!("{name:?} is not a header name"),
             )
@@ -364,26 +586,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
             credential_headers.push(header);
         }
     }
-    Ok(Spec {
-        name: raw.name,
-        summary: raw.summary,
-        algorithms,
-        signature_from,
-        format,
-        encoding,
-        secret_encoding,
-        content,
-        url_port,
-        body_sha256,
-        timestamp,
-        event_id,
-        event_type,
-        event_object,
-        event_digest,
-        handshake,
-        credential_headers,
-        vectors: raw.vectors,
-    })
+    Ok(credential_headers)
 }
 
 #[cfg(test)]
