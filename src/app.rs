@@ -20,9 +20,8 @@ use crate::error;
 use crate::forward;
 use crate::header_policy::HeaderPolicy;
 use crate::ingest::{self, IngestState, Source};
-use crate::provider::{Registry, Verifier};
-use crate::routing;
-use crate::serve::{BodyLimits, HttpLimits, serve};
+use crate::provider::{self, Registry, Verifier};
+use crate::serve::{self, BodyLimits, HttpLimits, serve};
 
 /// Connections the probe listener (`admin.probe_listen`) holds at most.
 pub const PROBE_MAX_CONNECTIONS: usize = 64;
@@ -103,17 +102,17 @@ pub fn build_sources(
 }
 
 /// Every route filter and ordering key of `cfg` that reads a value its source's
-/// provider does not sign (see [`routing::signed`]).
+/// provider does not sign (see [`provider::signed`]).
 pub fn unsigned_values(
     cfg: &Config,
     registry: &Registry,
-) -> anyhow::Result<Vec<routing::signed::UnsignedValue>> {
+) -> anyhow::Result<Vec<provider::signed::UnsignedValue>> {
     let mut out = Vec::new();
     for (i, s) in cfg.sources.iter().enumerate() {
         let spec = registry
             .resolve(&s.provider, s.provider_options.as_ref())
             .with_context(|| format!("sources[{i}].provider"))?;
-        out.extend(routing::signed::unsigned_values(s, &spec));
+        out.extend(provider::signed::unsigned_values(s, &spec));
     }
     Ok(out)
 }
@@ -137,6 +136,9 @@ fn register_metric_families(cfg: &Config) {
     destinations.sort();
     destinations.dedup();
     telemetry::register_families(&sources, &destinations);
+    provider::register_metrics(sources.iter().map(|s| s.source.as_str()));
+    serve::register_metrics();
+    store::register_metrics();
 }
 
 /// Bind the configured addresses.
@@ -277,14 +279,14 @@ async fn build(cfg: &Config, with_probes: bool) -> anyhow::Result<Gateway> {
         .context("console")?,
     );
     let probes = with_probes.then(|| {
-        telemetry::router(store.clone(), readiness.clone())
+        admin::probes::router(store.clone(), readiness.clone())
             .layer(axum::middleware::from_fn_with_state(
                 admin_state.clone(),
                 admin::guard,
             ))
             .layer(CatchPanicLayer::custom(error::panic_response))
     });
-    let admin = telemetry::router(store.clone(), readiness)
+    let admin = admin::probes::router(store.clone(), readiness)
         .merge(admin::router(admin_state.clone()))
         .merge(console::router(console_state))
         // Around everything the admin listener serves, not inside `admin::router`:
@@ -323,7 +325,7 @@ async fn build(cfg: &Config, with_probes: bool) -> anyhow::Result<Gateway> {
 /// Warn about what the operator may not have meant: no admin token or a short one,
 /// no source, route filters and ordering keys that read unsigned values. The
 /// unsigned values, for the console to show.
-fn warn_about_setup(cfg: &Config, sources: &[Source]) -> Vec<routing::signed::UnsignedValue> {
+fn warn_about_setup(cfg: &Config, sources: &[Source]) -> Vec<provider::signed::UnsignedValue> {
     if cfg.admin.token.is_none() {
         tracing::warn!(
             listen = %cfg.admin.listen,
@@ -339,11 +341,11 @@ fn warn_about_setup(cfg: &Config, sources: &[Source]) -> Vec<routing::signed::Un
     if sources.is_empty() {
         tracing::warn!("no sources configured: every ingest request will answer 404");
     }
-    let unsigned: Vec<routing::signed::UnsignedValue> = cfg
+    let unsigned: Vec<provider::signed::UnsignedValue> = cfg
         .sources
         .iter()
         .zip(sources)
-        .flat_map(|(c, s)| routing::signed::unsigned_values(c, &s.verifier.spec))
+        .flat_map(|(c, s)| provider::signed::unsigned_values(c, &s.verifier.spec))
         .collect();
     for w in &unsigned {
         tracing::warn!(source = %w.source, route = %w.route, "{}", w.warning());

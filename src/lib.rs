@@ -47,6 +47,7 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod forward;
+pub mod header;
 pub mod header_policy;
 pub mod ingest;
 pub mod pressure;

@@ -27,6 +27,7 @@ mod bulk_replay;
 mod dead_letters;
 pub mod dto;
 mod entries;
+pub mod probes;
 mod sources;
 pub mod throttle;
 

@@ -226,7 +226,7 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
 
 /// One warning line per route filter or ordering key on a value its provider does
 /// not sign.
-fn print_unsigned(warnings: &[crate::routing::signed::UnsignedValue]) -> anyhow::Result<()> {
+fn print_unsigned(warnings: &[crate::provider::signed::UnsignedValue]) -> anyhow::Result<()> {
     for w in warnings {
         outln!("warning: {w}")?;
     }

@@ -355,11 +355,8 @@ pub struct AlertsConfig {
     pub interval: Duration,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Human,
-    Json,
-}
+/// How log lines are written (the telemetry leaf owns the type).
+pub use crate::telemetry::LogFormat;
 
 #[derive(Debug, Clone)]
 pub struct LogConfig {

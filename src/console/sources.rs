@@ -62,7 +62,7 @@ pub struct RouteView {
     /// Ordered delivery: the key, and whether a dead delivery blocks its key.
     pub order: Option<(String, bool)>,
     /// Warnings: a filter part or the ordering key reads a value the provider's
-    /// signature does not cover (`routing::signed`), one sentence each.
+    /// signature does not cover (`provider::signed`), one sentence each.
     pub unsigned: Vec<String>,
 }
 

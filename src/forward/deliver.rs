@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::{self, Admission, InFlight, ProbePermit};
 use super::ahead::{NotSent, Place};
+use super::pace::Answer;
 use super::retry::{self, Decision, Outcome};
 use super::route::{Route, origin};
-use super::{Forwarder, request};
-use crate::routing::rate::Answer;
+use super::{Forwarder, meters, request};
 use crate::store::{Attempt, Claim, Completion};
-use crate::telemetry::{DeliveryOutcome, DeliveryResult};
+use crate::telemetry::DeliveryOutcome;
 
 /// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
 pub(super) fn breaker_gauge(route: &Route) {
@@ -235,7 +235,7 @@ async fn record(
     let attempt_no = claim_delivery.attempts + 1;
     let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let done_at = fwd.clock.now_ms();
-    route.meters.attempt(DeliveryResult::of(outcome));
+    route.meters.attempt(meters::result_of(outcome));
     route.meters.delivery_seconds.record(elapsed.as_secs_f64());
     share_hold(fwd, route, outcome, done_at).await;
     let healthy = !retry::is_destination_failure(outcome);
@@ -285,7 +285,7 @@ async fn record(
         done_at,
         fastrand::f64(),
     );
-    let delivery_outcome = DeliveryOutcome::of(&decision);
+    let delivery_outcome = meters::outcome_of(&decision);
     route.meters.outcome(delivery_outcome);
     if matches!(decision, Decision::RetryAt(_)) {
         route.meters.retries_scheduled.increment(1);

@@ -8,6 +8,7 @@
 
 use metrics::{Counter, Gauge, Histogram};
 
+use super::retry::{Decision, Outcome};
 use crate::telemetry::{DeliveryOutcome, DeliveryResult};
 
 pub struct RouteMeters {
@@ -61,5 +62,49 @@ impl RouteMeters {
         if let Some(c) = self.outcomes.get(outcome as usize) {
             c.increment(1);
         }
+    }
+}
+
+/// What one attempt got, as label `result` of `hookgate_delivery_attempts_total`.
+pub fn result_of(outcome: &Outcome) -> DeliveryResult {
+    match outcome {
+        Outcome::Status { code, .. } => match code {
+            200..=299 => DeliveryResult::Status2xx,
+            300..=399 => DeliveryResult::Status3xx,
+            400..=499 => DeliveryResult::Status4xx,
+            500..=599 => DeliveryResult::Status5xx,
+            _ => DeliveryResult::OtherStatus,
+        },
+        Outcome::Timeout => DeliveryResult::Timeout,
+        Outcome::Connect(_) => DeliveryResult::Connect,
+        Outcome::Io(_) => DeliveryResult::Io,
+    }
+}
+
+/// What became of the delivery, as label `outcome` of `hookgate_deliveries_total`.
+pub fn outcome_of(decision: &Decision) -> DeliveryOutcome {
+    match decision {
+        Decision::MarkDelivered => DeliveryOutcome::Delivered,
+        Decision::RetryAt(_) => DeliveryOutcome::Retry,
+        Decision::DeadLetter(_) => DeliveryOutcome::Dead,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_results_cover_every_status_class() {
+        let status = |code| Outcome::Status {
+            code,
+            retry_after: None,
+        };
+        assert_eq!(result_of(&status(204)).label(), "2xx");
+        assert_eq!(result_of(&status(302)).label(), "3xx");
+        assert_eq!(result_of(&status(429)).label(), "4xx");
+        assert_eq!(result_of(&status(503)).label(), "5xx");
+        assert_eq!(result_of(&status(700)).label(), "other");
+        assert_eq!(result_of(&Outcome::Timeout).label(), "timeout");
     }
 }

@@ -22,6 +22,7 @@ pub mod breaker;
 mod deliver;
 mod maintenance;
 mod meters;
+pub mod pace;
 pub mod request;
 pub mod retry;
 mod route;
@@ -36,10 +37,10 @@ use tokio_util::task::TaskTracker;
 use crate::clock::Clock;
 use crate::config::{ForwarderConfig, RetentionConfig};
 use crate::pressure::IngestPressure;
-use crate::routing::rate::Pace;
 use crate::store::{Claim, Control, HousekeepingPass, PauseTarget, Store, StoreError};
 use admission::{Admission, InFlightMap, ProbePermit};
 use ahead::Place;
+use pace::Pace;
 pub use route::{ProviderFacts, Route, client, origin, routes};
 
 /// Told about every delivery that goes dead: (source, route, reason). Must not

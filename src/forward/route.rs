@@ -11,11 +11,11 @@ use tokio::sync::Semaphore;
 
 use super::breaker::Breaker;
 use super::meters::RouteMeters;
+use super::pace::Pace;
 use super::request;
 use super::retry::RetryPolicy;
 use crate::config::ForwarderConfig;
 use crate::header_policy::HeaderPolicy;
-use crate::routing::rate::Pace;
 
 /// Where and how the entries of one source are delivered through one of its routes.
 pub struct Route {

@@ -11,6 +11,7 @@
 //! I/O in `provider`, and nothing in it reads the clock: the caller passes `now`.
 
 pub mod sign;
+pub mod signed;
 pub mod spec;
 pub mod verify;
 
@@ -20,6 +21,16 @@ use std::sync::Arc;
 
 pub use spec::{Spec, SpecError};
 pub use verify::{EventIdentity, HandshakeReply, Key, Request, Verified, VerifyError, request_url};
+
+/// Register `hookgate_ingest_unverified_total` with a zero series for every source
+/// and reason a verification can fail for, so that the first scrape lists them all.
+pub fn register_metrics<'a>(sources: impl IntoIterator<Item = &'a str>) {
+    for source in sources {
+        for reason in VerifyError::ALL {
+            metrics::counter!("hookgate_ingest_unverified_total", "source" => source.to_string(), "reason" => reason.label()).increment(0);
+        }
+    }
+}
 
 use crate::config::Secret;
 

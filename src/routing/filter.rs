@@ -14,7 +14,7 @@
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 
-use crate::store::Header;
+use crate::header::Header;
 
 /// A filter as the configuration writes it (`[sources.routes.filter]`).
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -37,6 +37,26 @@ mod tracked;
 pub use body::{BodyDeadline, BodyLimits};
 pub use clients::client_of;
 
+/// The listeners whose connections and request bodies are counted.
+pub const LISTENERS: [&str; 3] = ["ingest", "admin", "probes"];
+
+/// Register the listeners' metric families with their zero series, for every
+/// listener and reason, so that the first scrape lists them all.
+pub fn register_metrics() {
+    use metrics::{counter, gauge};
+    for listener in LISTENERS {
+        for reason in BodyDeadline::ALL {
+            counter!("hookgate_request_bodies_cut_total", "listener" => listener, "reason" => reason.label()).increment(0);
+        }
+        gauge!("hookgate_connections_open", "listener" => listener).increment(0.0);
+        gauge!("hookgate_connections_idle", "listener" => listener).increment(0.0);
+        counter!("hookgate_connections_shed_total", "listener" => listener).increment(0);
+        for reason in RefusalReason::ALL {
+            counter!("hookgate_connections_refused_total", "listener" => listener, "reason" => reason.label()).increment(0);
+        }
+    }
+}
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;

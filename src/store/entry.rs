@@ -99,12 +99,8 @@ pub enum Retention {
     Dead,
 }
 
-/// One request header as received. Values are bytes: header values need not be UTF-8.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Header {
-    pub name: String,
-    pub value: Vec<u8>,
-}
+/// One request header as received (the leaf `header` owns the type).
+pub use crate::header::Header;
 
 /// An entry to persist, built by ingest after verification.
 #[derive(Debug, Clone)]

@@ -539,6 +539,12 @@ pub trait Store: Send + Sync + 'static {
     async fn close(&self);
 }
 
+/// Register the store's metric families with their zero series (the embedded store's
+/// write waits, by kind), so that the first scrape lists them all.
+pub fn register_metrics() {
+    sqlite::register_metrics();
+}
+
 /// Open the configured backend. The only place that matches on the store kind.
 ///
 /// A store written before routes existed is migrated once, at open, and logged: each

@@ -2,8 +2,6 @@
 //! an enum declared with [`label_values!`], so the enum's `ALL` lists them for
 //! registration at start and `label()` is the one spelling of each.
 
-use crate::forward::retry::{Decision, Outcome};
-
 /// An enum of metric label values, with `ALL` (every variant, in declaration order)
 /// and `label()`. Declared through this macro, a variant cannot lack its label nor be
 /// left out of `ALL`, so [`register_families`] registers every value the code emits.
@@ -113,23 +111,6 @@ label_values! {
     }
 }
 
-impl DeliveryResult {
-    pub fn of(outcome: &Outcome) -> DeliveryResult {
-        match outcome {
-            Outcome::Status { code, .. } => match code {
-                200..=299 => DeliveryResult::Status2xx,
-                300..=399 => DeliveryResult::Status3xx,
-                400..=499 => DeliveryResult::Status4xx,
-                500..=599 => DeliveryResult::Status5xx,
-                _ => DeliveryResult::OtherStatus,
-            },
-            Outcome::Timeout => DeliveryResult::Timeout,
-            Outcome::Connect(_) => DeliveryResult::Connect,
-            Outcome::Io(_) => DeliveryResult::Io,
-        }
-    }
-}
-
 label_values! {
     /// What became of an entry after an attempt: label `outcome` of
     /// `hookgate_deliveries_total`.
@@ -141,57 +122,11 @@ label_values! {
     }
 }
 
-impl DeliveryOutcome {
-    pub fn of(decision: &Decision) -> DeliveryOutcome {
-        match decision {
-            Decision::MarkDelivered => DeliveryOutcome::Delivered,
-            Decision::RetryAt(_) => DeliveryOutcome::Retry,
-            Decision::DeadLetter(_) => DeliveryOutcome::Dead,
-        }
-    }
-}
-
 label_values! {
     /// Label `result` of `hookgate_alerts_sent_total`.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum AlertResult {
         Sent => "sent",
         Failed => "failed",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delivery_results_cover_every_status_class() {
-        let status = |code| Outcome::Status {
-            code,
-            retry_after: None,
-        };
-        assert_eq!(DeliveryResult::of(&status(204)).label(), "2xx");
-        assert_eq!(DeliveryResult::of(&status(302)).label(), "3xx");
-        assert_eq!(DeliveryResult::of(&status(429)).label(), "4xx");
-        assert_eq!(DeliveryResult::of(&status(503)).label(), "5xx");
-        assert_eq!(DeliveryResult::of(&status(700)).label(), "other");
-        assert_eq!(DeliveryResult::of(&Outcome::Timeout).label(), "timeout");
-    }
-}
-
-label_values! {
-    /// What a write of the embedded store is for: label `kind` of
-    /// `hookgate_store_write_wait_seconds`, how long a write waited in the writer's
-    /// queue before its batch began.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum WriteKind {
-        /// A new webhook: its 2xx waits for this write.
-        Accept => "accept",
-        /// A claim of due deliveries (their leases).
-        Claim => "claim",
-        /// A delivery's completion.
-        Complete => "complete",
-        /// Everything else (operator actions, retention, housekeeping).
-        Other => "other",
     }
 }

@@ -1,7 +1,9 @@
-//! Logs, metrics and health: the only module that installs a tracing subscriber or a
-//! metrics exporter. Serves `/metrics` (Prometheus text), `/healthz` (process up) and
-//! `/readyz` (the store takes writes) on the admin listener, open even when an admin token
-//! is configured (see [`router`]).
+//! Logs and metrics: the only module that installs a tracing subscriber or a
+//! metrics exporter. A leaf: it imports no other room of hookgate, so every room may
+//! record through it. Each room registers its own label vocabularies' zero series
+//! (`provider::register_metrics`, `serve::register_metrics`,
+//! `store::register_metrics`), beside the families registered here; `/metrics` and
+//! the probes are served by `admin::probes`.
 //!
 //! Modules record through the `metrics` facade; names follow Prometheus conventions
 //! (`hookgate_…_total`, `…_seconds`) and labels are bounded (source and destination
@@ -11,7 +13,6 @@
 //! secrets, signatures or bodies, and dependencies are capped at `info` unless
 //! `RUST_LOG` names them, so their trace output cannot leak a header either.
 
-mod endpoints;
 mod labels;
 pub mod throttle;
 
@@ -21,15 +22,19 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
-use crate::provider::VerifyError;
-pub use endpoints::router;
 pub(crate) use labels::label_values;
 pub use labels::*;
 
 /// Log lines that may wait for stderr (a few MiB at most): beyond them new lines are
 /// dropped and counted (`hookgate_log_lines_dropped_total`), never waited for.
 pub const LOG_QUEUE_LINES: usize = 16_384;
+
+/// How log lines are written: for people, or one JSON object per line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
 
 /// The dropped-line counter of the installed log writer.
 static LOG_DROPS: OnceLock<ErrorCounter> = OnceLock::new();
@@ -128,9 +133,6 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
     counter!("hookgate_ingest_requests_total", "source" => UNKNOWN_SOURCE, "outcome" => RequestOutcome::UnknownSource.label()).increment(0);
     for SourceRoutes { source, routes } in sources {
         let s = source;
-        for reason in VerifyError::ALL {
-            counter!("hookgate_ingest_unverified_total", "source" => s.clone(), "reason" => reason.label()).increment(0);
-        }
         // Registered, not observed: rendered with a zero count.
         let _ = histogram!("hookgate_ingest_ack_seconds", "source" => s.clone());
         counter!("hookgate_entries_filtered_total", "source" => s.clone()).increment(0);
@@ -170,22 +172,8 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
         counter!("hookgate_alerts_sent_total", "result" => result.label()).increment(0);
     }
     counter!("hookgate_log_lines_dropped_total").increment(0);
-    for kind in WriteKind::ALL {
-        let _ = histogram!("hookgate_store_write_wait_seconds", "kind" => kind.label());
-    }
     for ready in ["true", "false"] {
         counter!("hookgate_store_readiness_changes_total", "ready" => ready).increment(0);
-    }
-    for listener in ["ingest", "admin", "probes"] {
-        for reason in crate::serve::BodyDeadline::ALL {
-            counter!("hookgate_request_bodies_cut_total", "listener" => listener, "reason" => reason.label()).increment(0);
-        }
-        gauge!("hookgate_connections_open", "listener" => listener).increment(0.0);
-        gauge!("hookgate_connections_idle", "listener" => listener).increment(0.0);
-        counter!("hookgate_connections_shed_total", "listener" => listener).increment(0);
-        for reason in crate::serve::RefusalReason::ALL {
-            counter!("hookgate_connections_refused_total", "listener" => listener, "reason" => reason.label()).increment(0);
-        }
     }
     // Set to 1 when the store opens (`store::Readiness`); registering keeps its value.
     gauge!("hookgate_store_ready").increment(0.0);
@@ -450,6 +438,10 @@ mod tests {
     fn readme_table_lists_every_registered_family_and_label_value() {
         let handle = install_metrics().expect("recorder");
         register_families(&[one_route("unit_src")], &["http://127.0.0.1:9".into()]);
+        // The rooms that register their own vocabularies, as `app` calls them.
+        crate::provider::register_metrics(["unit_src"]);
+        crate::serve::register_metrics();
+        crate::store::register_metrics();
         let rendered: BTreeSet<String> = handle
             .render()
             .lines()
@@ -478,7 +470,10 @@ mod tests {
         );
         check(
             "hookgate_ingest_unverified_total",
-            VerifyError::ALL.iter().map(|r| r.label()).collect(),
+            crate::provider::VerifyError::ALL
+                .iter()
+                .map(|r| r.label())
+                .collect(),
         );
         check(
             "hookgate_delivery_attempts_total",

@@ -117,11 +117,13 @@ fn backend_types_stay_in_their_store_folder() {
         redis.is_empty(),
         "the redis crate or the Redis store's internals used in {redis:?}"
     );
-    // The store's own module names each backend once, to open it.
+    // The store's own module names each backend once, to open it, and the embedded
+    // store once more, to register its metric families.
     let store_mod = violations(
         |p| p != "store/mod.rs",
         |_, code| {
             code.replace("sqlite::SqliteStore::open", "")
+                .replace("sqlite::register_metrics", "")
                 .contains("sqlite::")
         },
     );
@@ -183,6 +185,149 @@ fn layers_point_down_only() {
     assert!(
         provider_store.is_empty(),
         "provider imports the store: {provider_store:?}"
+    );
+}
+
+/// The declared order of the top-level modules, read from ARCHITECTURE.md's
+/// "Layers" section: the line of backticked names joined by arrows.
+fn declared_layers() -> Vec<String> {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md"))
+            .expect("read ARCHITECTURE.md");
+    let section = doc
+        .split("\n## ")
+        .find(|s| s.starts_with("Layers"))
+        .expect("ARCHITECTURE.md has a Layers section");
+    let line = section
+        .lines()
+        .find(|l| l.starts_with('`') && l.contains(" → "))
+        .expect("the Layers section declares the order as `a → b → …`");
+    line.trim()
+        .trim_matches('`')
+        .split(" → ")
+        .map(|m| m.trim().to_string())
+        .collect()
+}
+
+/// The top-level modules of `src/` and, for each, the top-level modules its files
+/// name through `crate::` (outside unit-test folders and `mod tests`), with the
+/// first file that does.
+fn import_graph() -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>
+{
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+        std::collections::BTreeMap::new();
+    let files = sources();
+    let top = |path: &str| -> String {
+        path.split('/')
+            .next()
+            .unwrap_or(path)
+            .trim_end_matches(".rs")
+            .to_string()
+    };
+    for (path, _) in &files {
+        let m = top(path);
+        if m != "main" && m != "lib" {
+            graph.entry(m).or_default();
+        }
+    }
+    let modules: Vec<String> = graph.keys().cloned().collect();
+    for (path, code) in files {
+        let from = top(&path);
+        if path.contains("/tests/") || !graph.contains_key(&from) {
+            continue;
+        }
+        let code = match code.find("#[cfg(test)]\nmod tests") {
+            Some(i) => &code[..i],
+            None => &code[..],
+        };
+        // `crate::x` and `crate::{x, y::z}`.
+        let mut named: Vec<&str> = Vec::new();
+        for (i, _) in code.match_indices("crate::") {
+            let rest = &code[i + "crate::".len()..];
+            match rest.strip_prefix('{') {
+                Some(group) => {
+                    let group = group.split('}').next().unwrap_or("");
+                    named.extend(
+                        group
+                            .split(',')
+                            .map(|p| p.trim().split("::").next().unwrap_or("")),
+                    );
+                }
+                None => named.push(
+                    rest.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .next()
+                        .unwrap_or(""),
+                ),
+            }
+        }
+        for to in named {
+            if to != from && modules.iter().any(|m| m == to) {
+                graph
+                    .get_mut(&from)
+                    .expect("known module")
+                    .entry(to.to_string())
+                    .or_insert_with(|| path.clone());
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_top_level_modules_form_a_line() {
+    let order = declared_layers();
+    let graph = import_graph();
+    assert!(
+        graph.len() > 15 && graph.values().any(|to| to.contains_key("store")),
+        "the import graph came out empty: {graph:?}"
+    );
+    let undeclared: Vec<&String> = graph.keys().filter(|m| !order.contains(m)).collect();
+    assert!(
+        undeclared.is_empty(),
+        "top-level modules missing from ARCHITECTURE.md's Layers line: {undeclared:?}"
+    );
+    // A loop is an arrow against the order somewhere along it; naming the loop
+    // itself says what to untie.
+    let mut loops = Vec::new();
+    for start in graph.keys() {
+        let mut path = vec![start.clone()];
+        let mut seen = std::collections::BTreeSet::new();
+        fn walk(
+            graph: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+            start: &str,
+            path: &mut Vec<String>,
+            seen: &mut std::collections::BTreeSet<String>,
+            loops: &mut Vec<String>,
+        ) {
+            let at = path.last().cloned().unwrap_or_default();
+            for to in graph.get(&at).map(|t| t.keys()).into_iter().flatten() {
+                if to == start {
+                    loops.push(format!("{} → {start}", path.join(" → ")));
+                } else if seen.insert(to.clone()) {
+                    path.push(to.clone());
+                    walk(graph, start, path, seen, loops);
+                    path.pop();
+                }
+            }
+        }
+        walk(&graph, start, &mut path, &mut seen, &mut loops);
+    }
+    assert!(
+        loops.is_empty(),
+        "the top-level modules import in a loop: {loops:?}"
+    );
+    let rank = |m: &str| order.iter().position(|o| o == m).unwrap_or(usize::MAX);
+    let against: Vec<String> = graph
+        .iter()
+        .flat_map(|(from, to)| {
+            to.iter()
+                .filter(|(t, _)| rank(t) <= rank(from))
+                .map(move |(t, file)| format!("{from} → {t} (src/{file})"))
+        })
+        .collect();
+    assert!(
+        against.is_empty(),
+        "imports against ARCHITECTURE.md's order of layers: {against:?}"
     );
 }
 

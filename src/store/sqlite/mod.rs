@@ -23,6 +23,8 @@ mod schema;
 mod space;
 mod writer;
 
+pub(crate) use writer::register_metrics;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -40,7 +40,23 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::checkpoint::{Checkpointer, Checkpointing, copy_wal_tail};
 use crate::clock::Clock;
 use crate::store::{Backend, StoreError, Wake, WorkSignals};
-pub(super) use crate::telemetry::WriteKind;
+
+crate::telemetry::label_values! {
+    /// What a write of the embedded store is for: label `kind` of
+    /// `hookgate_store_write_wait_seconds`, how long a write waited in the writer's
+    /// queue before its batch began.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum WriteKind {
+        /// A new webhook: its 2xx waits for this write.
+        Accept => "accept",
+        /// A claim of due deliveries (their leases).
+        Claim => "claim",
+        /// A delivery's completion.
+        Complete => "complete",
+        /// Everything else (operator actions, retention, housekeeping).
+        Other => "other",
+    }
+}
 
 /// Queue depth in front of the writer; a full queue pushes back on ingest.
 const QUEUE_DEPTH: usize = 8192;
@@ -543,4 +559,12 @@ fn commit_batch(
         answers.push((job.reply, outcome));
     }
     answers
+}
+
+/// Register `hookgate_store_write_wait_seconds` for every kind of write, so that the
+/// first scrape lists them all (see `telemetry::register_families`).
+pub(crate) fn register_metrics() {
+    for kind in WriteKind::ALL {
+        let _ = metrics::histogram!("hookgate_store_write_wait_seconds", "kind" => kind.label());
+    }
 }

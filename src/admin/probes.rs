@@ -1,6 +1,7 @@
-//! The admin listener's probes and scrape endpoint: `/healthz` (the process is up),
-//! `/readyz` (the store takes writes: see `store::Readiness`) and `/metrics`
-//! (Prometheus text).
+//! The probes and scrape endpoint: `/healthz` (the process is up), `/readyz` (the
+//! store takes writes: see `store::Readiness`) and `/metrics` (Prometheus text),
+//! served on the admin listener and on `admin.probe_listen`. They live with the
+//! admin API, above the store, so that `telemetry` stays a leaf every room may use.
 
 use std::sync::Arc;
 
@@ -11,8 +12,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use super::{dropped_log_lines, install_metrics};
 use crate::store::{Readiness, Store, StoreError};
+use crate::telemetry::{dropped_log_lines, install_metrics};
 
 /// The probes and `/metrics`. None of them needs the admin token: probes say only
 /// ok or ready, and Prometheus scrapers are configured per target, without the

@@ -15,8 +15,8 @@
 
 use std::fmt;
 
+use super::spec::{Spec, ValueSource, ValueTemplate, parse_value_template};
 use crate::config::{OrderBy, SourceConfig};
-use crate::provider::spec::{Spec, ValueSource, ValueTemplate, parse_value_template};
 
 /// One route setting that reads a value the signature does not cover.
 #[derive(Debug, Clone, PartialEq, Eq)]
