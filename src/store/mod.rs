@@ -219,8 +219,10 @@ pub struct Purged {
     pub dedupe_keys: u64,
 }
 
-/// The store contract. Both backends pass the conformance suite
-/// (`tests/it/conformance.rs`), which holds each promise below:
+/// The store contract: every part below, as one trait object (`Arc<dyn Store>`).
+/// A backend implements the parts ([`Queue`], [`Reads`], [`Records`], [`Pacing`],
+/// [`Lifecycle`]) and is a `Store` by the blanket impl; the conformance suite
+/// (`tests/it/conformance*.rs`) holds each promise below:
 ///
 /// * `accept` is durable when it answers, and atomic: no dedupe key without its
 ///   entry; a duplicate writes nothing but the `duplicates` counter.
@@ -230,7 +232,7 @@ pub struct Purged {
 ///   derived from them ([`Status::of_entry`]).
 /// * Claims are leases on a delivery: a claimed delivery goes to no other claim
 ///   until its lease expires, and then it does (at-least-once). Only the claim
-///   holding the delivery's current lease completes it (see [`Store::complete`]).
+///   holding the delivery's current lease completes it (see [`Queue::complete`]).
 /// * Listings are newest first, and a cursor page never repeats or skips an entry
 ///   (ids are UUIDv7: they sort by arrival).
 /// * Replay and discard are checked against the entry's status and audited, with
@@ -239,25 +241,17 @@ pub struct Purged {
 /// * A revoked console session stays revoked, for every process on the store, until
 ///   it would have expired.
 /// * Pending entries are never purged.
+pub trait Store: Queue + Reads + Records + Pacing + Lifecycle {}
+
+impl<T: Queue + Reads + Records + Pacing + Lifecycle + ?Sized> Store for T {}
+
+/// The queue: what makes a webhook delivered at least once. Entries are accepted
+/// (deduped, durable), their deliveries claimed under leases and completed, replayed,
+/// discarded, paused and purged; each route's ordered deliveries wait in lines.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Queue: Send + Sync + 'static {
     /// Dedupe and persist atomically; durable when it returns `Ok`.
     async fn accept(&self, entry: NewEntry) -> Result<Accepted, StoreError>;
-
-    /// One entry by id.
-    async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError>;
-
-    /// Entries, newest first, filtered, without their headers and bodies: a listing
-    /// never reads a body (see [`ListedEntry`]).
-    async fn list(&self, query: &ListQuery) -> Result<Page, StoreError>;
-
-    /// The ids `list` would return for `query`, in the same order and with the same
-    /// cursor, reading as little as the backend can (only the indexes when no filter
-    /// needs the entries themselves). For bulk operations that need nothing else.
-    async fn list_ids(&self, query: &ListQuery) -> Result<IdPage, StoreError>;
-
-    /// Count entries of a source (all statuses).
-    async fn count(&self, source: &str) -> Result<u64, StoreError>;
 
     /// Pause or resume delivery for a source (`route: None`) or for one of its
     /// routes. Ingest is unaffected; the state is durable. Pausing a source and
@@ -300,7 +294,7 @@ pub trait Store: Send + Sync + 'static {
     /// Claim the one delivery through `route` of `source` that a half-open circuit
     /// breaker tests its destination with: of the due deliveries that were attempted
     /// before (`attempts > 0`: a retry, or a replay of one that failed), the one due
-    /// first; only when there is none, the one [`Store::claim`] would hand out first.
+    /// first; only when there is none, the one [`Queue::claim`] would hand out first.
     /// A destination that fails some first attempts but accepts retries (one that
     /// answers an event's first delivery 503) then sees a probe it accepts, and the
     /// breaker closes.
@@ -342,13 +336,6 @@ pub trait Store: Send + Sync + 'static {
         completion: Completion,
         now: i64,
     ) -> Result<bool, StoreError>;
-
-    /// Every attempt of an entry, through every route, oldest first (by start time;
-    /// ties by route, then `n`).
-    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError>;
-
-    /// How many entries of `source` have `status`.
-    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError>;
 
     /// Remove up to `limit` delivered and filtered entries that reached their status
     /// before `delivered_before`, up to `limit` dead and discarded ones that reached
@@ -435,32 +422,37 @@ pub trait Store: Send + Sync + 'static {
         route: &str,
         key: &str,
     ) -> Result<Vec<String>, StoreError>;
+}
+
+/// The read models the admin API and the console show: entries, their attempts and
+/// audit trails, dead letters, activity and counts. None changes what is delivered.
+#[async_trait]
+pub trait Reads: Send + Sync + 'static {
+    /// One entry by id.
+    async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError>;
+
+    /// Entries, newest first, filtered, without their headers and bodies: a listing
+    /// never reads a body (see [`ListedEntry`]).
+    async fn list(&self, query: &ListQuery) -> Result<Page, StoreError>;
+
+    /// The ids `list` would return for `query`, in the same order and with the same
+    /// cursor, reading as little as the backend can (only the indexes when no filter
+    /// needs the entries themselves). For bulk operations that need nothing else.
+    async fn list_ids(&self, query: &ListQuery) -> Result<IdPage, StoreError>;
+
+    /// Count entries of a source (all statuses).
+    async fn count(&self, source: &str) -> Result<u64, StoreError>;
+
+    /// How many entries of `source` have `status`.
+    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError>;
+
+    /// Every attempt of an entry, through every route, oldest first (by start time;
+    /// ties by route, then `n`).
+    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError>;
 
     /// The audit trail of an entry, oldest first; each event names its actor's
     /// session and client when the action carried them.
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError>;
-
-    /// Add `event` to the control audit, shared by every process on the store. The
-    /// newest [`CONTROL_AUDIT_KEEP`] events are kept.
-    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError>;
-
-    /// The newest `limit` control events (at most [`CONTROL_AUDIT_KEEP`]), newest
-    /// first.
-    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError>;
-
-    /// Revoke the console session `id` (a hash of its nonce) until `expires_at`
-    /// (unix ms, when the session would have expired anyway): every process on the
-    /// store refuses it from now on. Housekeeping (or Redis itself) forgets the
-    /// revocation once it has expired.
-    async fn revoke_session(&self, id: &str, expires_at: i64, now: i64) -> Result<(), StoreError>;
-
-    /// Revoke every console session issued at or before `at` (unix ms): "log out
-    /// every session". A later call with an earlier `at` changes nothing.
-    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError>;
-
-    /// Whether the console session `id`, issued at `issued_at` (unix ms), was
-    /// revoked: by itself, or with every session issued until then.
-    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError>;
 
     /// The dead deliveries through `route` of `source`, newest entry first, at most
     /// `limit`; no header or body is read.
@@ -492,7 +484,38 @@ pub trait Store: Send + Sync + 'static {
 
     /// The deliveries through `route` of `source`, by status.
     async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError>;
+}
 
+/// What operators leave behind, shared by every process on the store: the control
+/// audit (pauses and resumes) and the revoked console sessions.
+#[async_trait]
+pub trait Records: Send + Sync + 'static {
+    /// Add `event` to the control audit, shared by every process on the store. The
+    /// newest [`CONTROL_AUDIT_KEEP`] events are kept.
+    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError>;
+
+    /// The newest `limit` control events (at most [`CONTROL_AUDIT_KEEP`]), newest
+    /// first.
+    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError>;
+
+    /// Revoke the console session `id` (a hash of its nonce) until `expires_at`
+    /// (unix ms, when the session would have expired anyway): every process on the
+    /// store refuses it from now on. Housekeeping (or Redis itself) forgets the
+    /// revocation once it has expired.
+    async fn revoke_session(&self, id: &str, expires_at: i64, now: i64) -> Result<(), StoreError>;
+
+    /// Revoke every console session issued at or before `at` (unix ms): "log out
+    /// every session". A later call with an earlier `at` changes nothing.
+    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError>;
+
+    /// Whether the console session `id`, issued at `issued_at` (unix ms), was
+    /// revoked: by itself, or with every session issued until then.
+    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError>;
+}
+
+/// The send slots of paced routes (GCRA), shared by every process on the store.
+#[async_trait]
+pub trait Pacing: Send + Sync + 'static {
     /// Take the next send slot of `route` of `source`, paced at one send per
     /// `spacing` with up to `burst` at once (GCRA): `Ok(None)` when a send may go
     /// now (the slot is taken), `Ok(Some(at))` when the next slot opens at `at` (unix
@@ -512,7 +535,7 @@ pub trait Store: Send + Sync + 'static {
     /// no slot
     /// opens before then for any process sharing the store (a destination's 429 or
     /// 503 with `Retry-After`), and the route is paced as before afterwards
-    /// (`spacing`, `burst` as for [`Store::take_send_slot`]). A hold never shortens
+    /// (`spacing`, `burst` as for [`Pacing::take_send_slot`]). A hold never shortens
     /// one already in place. Like the pace, it is not durable.
     async fn hold_send_slots(
         &self,
@@ -523,7 +546,11 @@ pub trait Store: Send + Sync + 'static {
         spacing: Duration,
         burst: u32,
     ) -> Result<(), StoreError>;
+}
 
+/// Whether the store answers, whether it stopped for good, and its close.
+#[async_trait]
+pub trait Lifecycle: Send + Sync + 'static {
     /// Whether the store answers, reads and writes (for `/readyz`).
     async fn ping(&self) -> Result<(), StoreError>;
 

@@ -87,9 +87,9 @@ use self::scripts::Scripts;
 use self::transition::{Action, audit_event};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, ControlEvent, Controls,
-    DeadLetter, Entry, HousekeepingPass, IdPage, ListQuery, MinuteActivity, NewEntry, Page,
-    PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError, Transition,
-    WorkSignals,
+    DeadLetter, Entry, HousekeepingPass, IdPage, Lifecycle, ListQuery, MinuteActivity, NewEntry,
+    Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RouteStats, SourceStats, Status,
+    StoreError, Transition, WorkSignals,
 };
 use crate::config::RedisConfig;
 
@@ -315,38 +315,10 @@ fn pause_target(member: String) -> PauseTarget {
 }
 
 #[async_trait]
-impl Store for RedisStore {
+impl Queue for RedisStore {
     async fn accept(&self, e: NewEntry) -> Result<Accepted, StoreError> {
         self.remember_source(&e.source).await?;
         self.accept_batched(e).await
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
-        if id.is_empty() || id.len() > 64 {
-            return Ok(None);
-        }
-        for source in self.sources().await? {
-            if let Some(e) = self.load(&source, id).await? {
-                return Ok(Some(e));
-            }
-        }
-        Ok(None)
-    }
-
-    async fn list(&self, q: &ListQuery) -> Result<Page, StoreError> {
-        self.list_page(q).await
-    }
-
-    async fn list_ids(&self, q: &ListQuery) -> Result<IdPage, StoreError> {
-        self.list_id_page(q).await
-    }
-
-    async fn count(&self, source: &str) -> Result<u64, StoreError> {
-        let mut total = 0;
-        for status in Status::ALL {
-            total += self.count_status(source, status).await?;
-        }
-        Ok(total)
     }
 
     async fn set_paused(
@@ -379,33 +351,6 @@ impl Store for RedisStore {
         let mut targets: Vec<PauseTarget> = members.into_iter().map(pause_target).collect();
         targets.sort();
         Ok(targets)
-    }
-
-    async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError> {
-        let mut c = self.conn();
-        let mut pipe = redis::pipe();
-        for status in [
-            Status::Pending,
-            Status::Delivered,
-            Status::Dead,
-            Status::Discarded,
-        ] {
-            pipe.zcard(self.route_status_key(source, route, status));
-        }
-        pipe.scard(self.route_key(source, "blocked", route));
-        let (pending, delivered, dead, discarded, blocked_keys): (u64, u64, u64, u64, u64) =
-            self.timed(pipe.query_async(&mut c)).await?;
-        let oldest = self
-            .oldest_in(self.route_status_key(source, route, Status::Pending))
-            .await?;
-        Ok(RouteStats {
-            pending,
-            delivered,
-            dead,
-            discarded,
-            oldest_pending_at: self.received_at(source, oldest).await?,
-            blocked_keys,
-        })
     }
 
     async fn order_line(
@@ -452,20 +397,6 @@ impl Store for RedisStore {
         now: i64,
     ) -> Result<bool, StoreError> {
         self.complete_claim(claim, completion, now).await
-    }
-
-    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
-        let Some(source) = self.source_of(id).await? else {
-            return Ok(Vec::new());
-        };
-        let mut out: Vec<Attempt> = self.json_list(&source, &format!("a:{id}")).await?;
-        out.sort_by(|a, b| (a.at, &a.route, a.n).cmp(&(b.at, &b.route, b.n)));
-        Ok(out)
-    }
-
-    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError> {
-        let mut c = self.conn();
-        self.timed(c.zcard(self.status_key(source, status))).await
     }
 
     async fn purge(
@@ -553,32 +484,84 @@ impl Store for RedisStore {
         }
         Ok(t)
     }
+}
+
+#[async_trait]
+impl Reads for RedisStore {
+    async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
+        if id.is_empty() || id.len() > 64 {
+            return Ok(None);
+        }
+        for source in self.sources().await? {
+            if let Some(e) = self.load(&source, id).await? {
+                return Ok(Some(e));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn list(&self, q: &ListQuery) -> Result<Page, StoreError> {
+        self.list_page(q).await
+    }
+
+    async fn list_ids(&self, q: &ListQuery) -> Result<IdPage, StoreError> {
+        self.list_id_page(q).await
+    }
+
+    async fn count(&self, source: &str) -> Result<u64, StoreError> {
+        let mut total = 0;
+        for status in Status::ALL {
+            total += self.count_status(source, status).await?;
+        }
+        Ok(total)
+    }
+
+    async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError> {
+        let mut c = self.conn();
+        let mut pipe = redis::pipe();
+        for status in [
+            Status::Pending,
+            Status::Delivered,
+            Status::Dead,
+            Status::Discarded,
+        ] {
+            pipe.zcard(self.route_status_key(source, route, status));
+        }
+        pipe.scard(self.route_key(source, "blocked", route));
+        let (pending, delivered, dead, discarded, blocked_keys): (u64, u64, u64, u64, u64) =
+            self.timed(pipe.query_async(&mut c)).await?;
+        let oldest = self
+            .oldest_in(self.route_status_key(source, route, Status::Pending))
+            .await?;
+        Ok(RouteStats {
+            pending,
+            delivered,
+            dead,
+            discarded,
+            oldest_pending_at: self.received_at(source, oldest).await?,
+            blocked_keys,
+        })
+    }
+
+    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let Some(source) = self.source_of(id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<Attempt> = self.json_list(&source, &format!("a:{id}")).await?;
+        out.sort_by(|a, b| (a.at, &a.route, a.n).cmp(&(b.at, &b.route, b.n)));
+        Ok(out)
+    }
+
+    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError> {
+        let mut c = self.conn();
+        self.timed(c.zcard(self.status_key(source, status))).await
+    }
 
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
         let Some(source) = self.source_of(id).await? else {
             return Ok(Vec::new());
         };
         self.json_list(&source, &format!("audit:{id}")).await
-    }
-
-    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError> {
-        self.push_control(event).await
-    }
-
-    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError> {
-        self.read_controls(limit).await
-    }
-
-    async fn revoke_session(&self, id: &str, expires_at: i64, now: i64) -> Result<(), StoreError> {
-        self.revoke(id, expires_at, now).await
-    }
-
-    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError> {
-        self.revoke_until(at).await
-    }
-
-    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
-        self.is_revoked(id, issued_at).await
     }
 
     async fn dead_letters(
@@ -605,6 +588,54 @@ impl Store for RedisStore {
             .await
     }
 
+    async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
+        let mut c = self.conn();
+        let counters: HashMap<String, u64> =
+            self.timed(c.hgetall(self.key(source, "stats"))).await?;
+        let mut stats = SourceStats {
+            received: counters.get("received").copied().unwrap_or(0),
+            duplicates: counters.get("duplicates").copied().unwrap_or(0),
+            unverified: counters.get("unverified").copied().unwrap_or(0),
+            ..Default::default()
+        };
+        stats.pending = self.count_status(source, Status::Pending).await?;
+        stats.delivered = self.count_status(source, Status::Delivered).await?;
+        stats.dead = self.count_status(source, Status::Dead).await?;
+        stats.discarded = self.count_status(source, Status::Discarded).await?;
+        stats.filtered = self.count_status(source, Status::Filtered).await?;
+        let oldest = self
+            .oldest_in(self.status_key(source, Status::Pending))
+            .await?;
+        stats.oldest_pending_at = self.received_at(source, oldest).await?;
+        Ok(stats)
+    }
+}
+
+#[async_trait]
+impl Records for RedisStore {
+    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError> {
+        self.push_control(event).await
+    }
+
+    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError> {
+        self.read_controls(limit).await
+    }
+
+    async fn revoke_session(&self, id: &str, expires_at: i64, now: i64) -> Result<(), StoreError> {
+        self.revoke(id, expires_at, now).await
+    }
+
+    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError> {
+        self.revoke_until(at).await
+    }
+
+    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
+        self.is_revoked(id, issued_at).await
+    }
+}
+
+#[async_trait]
+impl Pacing for RedisStore {
     async fn take_send_slot(
         &self,
         source: &str,
@@ -642,29 +673,10 @@ impl Store for RedisStore {
         let _: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         Ok(())
     }
+}
 
-    async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
-        let mut c = self.conn();
-        let counters: HashMap<String, u64> =
-            self.timed(c.hgetall(self.key(source, "stats"))).await?;
-        let mut stats = SourceStats {
-            received: counters.get("received").copied().unwrap_or(0),
-            duplicates: counters.get("duplicates").copied().unwrap_or(0),
-            unverified: counters.get("unverified").copied().unwrap_or(0),
-            ..Default::default()
-        };
-        stats.pending = self.count_status(source, Status::Pending).await?;
-        stats.delivered = self.count_status(source, Status::Delivered).await?;
-        stats.dead = self.count_status(source, Status::Dead).await?;
-        stats.discarded = self.count_status(source, Status::Discarded).await?;
-        stats.filtered = self.count_status(source, Status::Filtered).await?;
-        let oldest = self
-            .oldest_in(self.status_key(source, Status::Pending))
-            .await?;
-        stats.oldest_pending_at = self.received_at(source, oldest).await?;
-        Ok(stats)
-    }
-
+#[async_trait]
+impl Lifecycle for RedisStore {
     async fn ping(&self) -> Result<(), StoreError> {
         // Not ready while Redis may evict keys (see `preconditions`).
         self.preconditions.ensure()?;

@@ -39,9 +39,9 @@ use self::writer::{Syncing, WriteKind, Writer};
 use super::pace::{self, ceil_ms};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
-    Controls, DeadLetter, Entry, HousekeepingPass, IdPage, ListQuery, MAX_PAGE, MinuteActivity,
-    NewEntry, Page, PauseTarget, Purged, RouteStats, SourceStats, Status, Store, StoreError,
-    Transition, Wake, WorkSignals, encode_headers,
+    Controls, DeadLetter, Entry, HousekeepingPass, IdPage, Lifecycle, ListQuery, MAX_PAGE,
+    MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RouteStats,
+    SourceStats, Status, StoreError, Transition, Wake, WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::EmbeddedConfig;
@@ -221,7 +221,7 @@ async fn run_on<T: Send + 'static>(
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl Queue for SqliteStore {
     async fn accept(&self, entry: NewEntry) -> Result<Accepted, StoreError> {
         // Short of space: keep what is left for delivering what was acknowledged.
         self.space.ensure()?;
@@ -235,29 +235,6 @@ impl Store for SqliteStore {
             queries::apply_accept(conn, &entry, &headers, now)
         })
         .await
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
-        let id = id.to_string();
-        self.read(move |conn| queries::load_entry(conn, &id)).await
-    }
-
-    async fn list(&self, query: &ListQuery) -> Result<Page, StoreError> {
-        let q = query.clone();
-        let limit = q.limit.clamp(1, MAX_PAGE);
-        self.read(move |conn| queries::list(conn, &q, limit)).await
-    }
-
-    async fn list_ids(&self, query: &ListQuery) -> Result<IdPage, StoreError> {
-        let q = query.clone();
-        let limit = q.limit.clamp(1, MAX_PAGE);
-        self.read(move |conn| queries::list_ids(conn, &q, limit))
-            .await
-    }
-
-    async fn count(&self, source: &str) -> Result<u64, StoreError> {
-        let source = source.to_string();
-        self.read(move |conn| queries::count(conn, &source)).await
     }
 
     async fn set_paused(
@@ -291,12 +268,6 @@ impl Store for SqliteStore {
     ) -> Result<Vec<String>, StoreError> {
         let (source, route, key) = (source.to_string(), route.to_string(), key.to_string());
         self.read(move |conn| lines::order_line(conn, &source, &route, &key))
-            .await
-    }
-
-    async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError> {
-        let (source, route) = (source.to_string(), route.to_string());
-        self.read(move |conn| queries::route_stats(conn, &source, &route))
             .await
     }
 
@@ -348,17 +319,6 @@ impl Store for SqliteStore {
             delivery::complete(conn, &finished, &completion, now)
         })
         .await
-    }
-
-    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
-        let id = id.to_string();
-        self.read(move |conn| queries::attempts(conn, &id)).await
-    }
-
-    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError> {
-        let source = source.to_string();
-        self.read(move |conn| queries::count_status(conn, &source, status))
-            .await
     }
 
     async fn purge(
@@ -454,44 +414,53 @@ impl Store for SqliteStore {
         }
         Ok(t)
     }
+}
+
+#[async_trait]
+impl Reads for SqliteStore {
+    async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| queries::load_entry(conn, &id)).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Page, StoreError> {
+        let q = query.clone();
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        self.read(move |conn| queries::list(conn, &q, limit)).await
+    }
+
+    async fn list_ids(&self, query: &ListQuery) -> Result<IdPage, StoreError> {
+        let q = query.clone();
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        self.read(move |conn| queries::list_ids(conn, &q, limit))
+            .await
+    }
+
+    async fn count(&self, source: &str) -> Result<u64, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| queries::count(conn, &source)).await
+    }
+
+    async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError> {
+        let (source, route) = (source.to_string(), route.to_string());
+        self.read(move |conn| queries::route_stats(conn, &source, &route))
+            .await
+    }
+
+    async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| queries::attempts(conn, &id)).await
+    }
+
+    async fn count_status(&self, source: &str, status: Status) -> Result<u64, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| queries::count_status(conn, &source, status))
+            .await
+    }
 
     async fn audit(&self, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
         let id = id.to_string();
         self.read(move |conn| queries::audit(conn, &id)).await
-    }
-
-    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError> {
-        let event = event.clone();
-        self.write_durable(WriteKind::Other, None, move |conn, _| {
-            controls::record_control(conn, &event)
-        })
-        .await
-    }
-
-    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError> {
-        self.read(move |conn| controls::control_audit(conn, limit))
-            .await
-    }
-
-    async fn revoke_session(&self, id: &str, expires_at: i64, _now: i64) -> Result<(), StoreError> {
-        let id = id.to_string();
-        self.write_durable(WriteKind::Other, None, move |conn, _| {
-            controls::revoke_session(conn, &id, expires_at)
-        })
-        .await
-    }
-
-    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError> {
-        self.write_durable(WriteKind::Other, None, move |conn, _| {
-            controls::revoke_sessions_until(conn, at)
-        })
-        .await
-    }
-
-    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
-        let id = id.to_string();
-        self.read(move |conn| controls::session_revoked(conn, &id, issued_at))
-            .await
     }
 
     async fn dead_letters(
@@ -525,6 +494,51 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| queries::stats(conn, &source)).await
+    }
+}
+
+#[async_trait]
+impl Records for SqliteStore {
+    async fn record_control(&self, event: &ControlEvent) -> Result<(), StoreError> {
+        let event = event.clone();
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::record_control(conn, &event)
+        })
+        .await
+    }
+
+    async fn control_audit(&self, limit: usize) -> Result<Vec<ControlEvent>, StoreError> {
+        self.read(move |conn| controls::control_audit(conn, limit))
+            .await
+    }
+
+    async fn revoke_session(&self, id: &str, expires_at: i64, _now: i64) -> Result<(), StoreError> {
+        let id = id.to_string();
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::revoke_session(conn, &id, expires_at)
+        })
+        .await
+    }
+
+    async fn revoke_sessions_until(&self, at: i64) -> Result<(), StoreError> {
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::revoke_sessions_until(conn, at)
+        })
+        .await
+    }
+
+    async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| controls::session_revoked(conn, &id, issued_at))
+            .await
+    }
+}
+
+#[async_trait]
+impl Pacing for SqliteStore {
     async fn take_send_slot(
         &self,
         source: &str,
@@ -559,12 +573,10 @@ impl Store for SqliteStore {
             *tat = pace::held(*tat, until.saturating_mul(1000), spacing_us, burst);
         })
     }
+}
 
-    async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
-        let source = source.to_string();
-        self.read(move |conn| queries::stats(conn, &source)).await
-    }
-
+#[async_trait]
+impl Lifecycle for SqliteStore {
     async fn ping(&self) -> Result<(), StoreError> {
         if *self.stopped.borrow() {
             return Err(StoreError::Stopped);
