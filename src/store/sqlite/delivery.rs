@@ -10,61 +10,12 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::lines::{head_left, settle_delivery};
-use super::queries::{bump_activity, load_entry};
+use super::rows::{bump_activity, load_deliveries, load_entry, parse_status};
 use crate::store::activity::{Counted, minute_of};
 use crate::store::{
-    Actor, Attempt, Claim, Completion, Delivery, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE,
-    Status, StoreError, Transition, attempt_error,
+    Actor, Attempt, Claim, Completion, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status,
+    StoreError, Transition, attempt_error,
 };
-
-/// What a delivery row holds, in route order: the columns [`row_to_delivery`] reads.
-const DELIVERY_COLUMNS: &str = "route, status, attempts, next_attempt_at, last_error, \
-     budget_start, budget_attempts, order_key, order_block";
-
-fn parse_status(id: &str, status: &str) -> Result<Status, StoreError> {
-    match Status::parse(status) {
-        Some(Status::Filtered) | None => Err(StoreError::Corrupt {
-            id: id.to_string(),
-            problem: format!("a delivery with status {status:?}"),
-        }),
-        Some(s) => Ok(s),
-    }
-}
-
-fn row_to_delivery(id: &str, r: &rusqlite::Row<'_>) -> Result<Delivery, StoreError> {
-    let status: String = r.get(1)?;
-    Ok(Delivery {
-        route: r.get(0)?,
-        status: parse_status(id, &status)?,
-        attempts: u32::try_from(r.get::<_, i64>(2)?).unwrap_or(u32::MAX),
-        next_attempt_at: r.get(3)?,
-        last_error: r.get(4)?,
-        budget_start: r.get(5)?,
-        budget_attempts: u32::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
-        order: r
-            .get::<_, Option<String>>(7)?
-            .map(|key| -> Result<DeliveryOrder, rusqlite::Error> {
-                Ok(DeliveryOrder {
-                    key,
-                    block: r.get(8)?,
-                })
-            })
-            .transpose()?,
-    })
-}
-
-/// The deliveries of an entry, in the order of its routes.
-pub(super) fn load_deliveries(conn: &Connection, id: &str) -> Result<Vec<Delivery>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE entry_id = ?1 ORDER BY position"
-    ))?;
-    let mut rows = stmt.query(params![id])?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        out.push(row_to_delivery(id, row)?);
-    }
-    Ok(out)
-}
 
 /// Keep the entry's row in step with its deliveries: its status (derived with
 /// [`Status::of_entry`]) and, when that status changes, `updated_at` (since when the

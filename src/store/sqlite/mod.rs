@@ -19,6 +19,7 @@ mod lines;
 mod private;
 mod queries;
 mod retention;
+mod rows;
 mod schema;
 mod space;
 mod writer;
@@ -420,7 +421,7 @@ impl Queue for SqliteStore {
 impl Reads for SqliteStore {
     async fn get(&self, id: &str) -> Result<Option<Entry>, StoreError> {
         let id = id.to_string();
-        self.read(move |conn| queries::load_entry(conn, &id)).await
+        self.read(move |conn| rows::load_entry(conn, &id)).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Page, StoreError> {

@@ -1,21 +1,19 @@
 //! The embedded store's SQL for entries as a whole: accept, reads, listings,
-//! counters, pauses and retention, and how rows become entries. What changes a
-//! delivery (claims, completions, replays, discards) is in `delivery`.
+//! counters and pauses. What changes a delivery (claims, completions, replays,
+//! discards) is in `delivery`; how rows become entries and deliveries, in `rows`.
 //!
 //! Each function takes the connection it runs on: the writer's transaction (for
 //! writes, see `writer`) or the read connection. None of them commits; the writer
 //! commits the batch they are part of.
 
-use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::delivery::load_deliveries;
 use super::lines;
+use super::rows::bump_activity;
 use crate::store::activity::minute_of;
 use crate::store::{
-    Accepted, Attempt, AuditEvent, DeadLetter, Entry, IdPage, ListQuery, ListedEntry,
-    MinuteActivity, NewEntry, Page, PauseTarget, RouteStats, SourceStats, Status, StoreError,
-    decode_headers, id_floor,
+    Accepted, Attempt, AuditEvent, DeadLetter, IdPage, ListQuery, ListedEntry, MinuteActivity,
+    NewEntry, Page, PauseTarget, RouteStats, SourceStats, Status, StoreError, id_floor,
 };
 
 /// Dedupe and store a new entry with a pending delivery per route, due at once; an
@@ -110,11 +108,6 @@ pub(super) fn apply_accept(
     }
     Ok(Accepted::New(e.id.clone()))
 }
-
-/// What an entry is read with: its headers and body from its payload, or from its
-/// own row if it was stored before payloads (`schema::PAYLOADS`).
-const ENTRY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.dedupe_key, \
-     e.received_at, e.status, coalesce(p.headers, e.headers), coalesce(p.body, e.body)";
 
 /// What a listing reads: no headers, no body (neither the payloads nor, for an entry
 /// stored before them, the overflow pages of its row).
@@ -224,22 +217,6 @@ fn list_sql(q: &ListQuery, columns: &str, limit: usize) -> (String, Vec<rusqlite
     (sql, args)
 }
 
-/// Add one to `column` (`received`, `delivered` or `failed`) of `source`'s
-/// activity in `minute`.
-pub(super) fn bump_activity(
-    conn: &Connection,
-    source: &str,
-    minute: i64,
-    column: &'static str,
-) -> Result<(), StoreError> {
-    conn.prepare_cached(&format!(
-        "INSERT INTO activity (source, minute, {column}) VALUES (?1, ?2, 1)
-         ON CONFLICT(source, minute) DO UPDATE SET {column} = {column} + 1"
-    ))?
-    .execute(params![source, minute])?;
-    Ok(())
-}
-
 /// `source`'s activity in the minutes starting in `[since, until)` (`Store::activity`).
 pub(super) fn activity(
     conn: &Connection,
@@ -309,51 +286,6 @@ fn bump_stat(conn: &Connection, source: &str, column: &'static str) -> Result<()
     ))?
     .execute(params![source])?;
     Ok(())
-}
-
-fn row_to_entry(r: &rusqlite::Row<'_>) -> Result<Entry, StoreError> {
-    let id: String = r.get(0)?;
-    let status: String = r.get(6)?;
-    let headers: String = r.get(7)?;
-    let body: Vec<u8> = r.get(8)?;
-    Ok(Entry {
-        source: r.get(1)?,
-        event_id: r.get(2)?,
-        event_type: r.get(3)?,
-        dedupe_key: r.get(4)?,
-        received_at: r.get(5)?,
-        status: Status::parse(&status).ok_or_else(|| StoreError::Corrupt {
-            id: id.clone(),
-            problem: format!("unknown status {status:?}"),
-        })?,
-        // Filled in by `load_entry`, from the deliveries.
-        attempts: 0,
-        next_attempt_at: None,
-        last_error: None,
-        deliveries: Vec::new(),
-        headers: decode_headers(&id, &headers)?,
-        body: Bytes::from(body),
-        id,
-    })
-}
-
-/// One entry by id (`Store::get`).
-pub(super) fn load_entry(conn: &Connection, id: &str) -> Result<Option<Entry>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {ENTRY_COLUMNS} FROM entries e LEFT JOIN payloads p ON p.n = e.payload
-         WHERE e.id = ?1"
-    ))?;
-    let mut rows = stmt.query(params![id])?;
-    let Some(row) = rows.next()? else {
-        return Ok(None);
-    };
-    let mut entry = row_to_entry(row)?;
-    entry.deliveries = load_deliveries(conn, id)?;
-    let (_, attempts, next, last_error) = Entry::summary(&entry.deliveries);
-    entry.attempts = attempts;
-    entry.next_attempt_at = next;
-    entry.last_error = last_error;
-    Ok(Some(entry))
 }
 
 /// A page of listed entries, newest first (`Store::list`).
@@ -605,7 +537,9 @@ mod tests {
 
     use super::*;
     use crate::store::Header;
+    use crate::store::sqlite::rows::load_entry;
     use crate::store::sqlite::{delivery, schema};
+    use bytes::Bytes;
 
     fn new_entry(id: &str) -> NewEntry {
         NewEntry {
