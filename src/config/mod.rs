@@ -18,22 +18,26 @@
 //! `source` holds a source's validated form and the checks for one `[[sources]]`
 //! entry, the largest section; `route` one of its routes.
 
+mod defaults;
+mod durations;
 mod rate_limit;
 pub mod raw;
 mod route;
 mod source;
 mod validate;
 
+use defaults::DEFAULTS;
+pub use defaults::{
+    DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,
+};
 pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;
 pub use route::{
     DEFAULT_ROUTE, DeliveryConfig, MAX_ROUTES, OrderBy, OrderConfig, RetryConfig, RouteConfig,
     valid_route_name,
 };
-pub use source::{
-    DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT, SourceConfig,
-};
+pub use source::SourceConfig;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -42,61 +46,6 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
-
-/// The defaults every layer starts from. `deploy/hookgate.example.toml` spells out
-/// the same values with comments.
-const DEFAULTS: &str = r#"
-[server]
-listen = "0.0.0.0:8080"
-max_body_bytes = 1048576
-body_budget_bytes = 67108864
-header_read_timeout = "10s"
-body_read_timeout = "30s"
-body_first_byte_timeout = "5s"
-min_body_rate = 8192
-max_headers = 100
-max_connections = 4096
-max_connections_per_client = 256
-client_ipv6_prefix = 56
-shutdown_grace = "10s"
-
-[admin]
-listen = "127.0.0.1:8081"
-request_timeout = "10s"
-token_env = "HOOKGATE_ADMIN_TOKEN"
-replay_rate = 50
-failed_auth_allowance = 5
-
-[store]
-kind = "embedded"
-path = "./hookgate-data"
-url = "redis://127.0.0.1:6379"
-prefix = "hg"
-cluster = false
-connections = 4
-timeout = "5s"
-batch_max = 256
-min_free_bytes = 67108864
-
-[forwarder]
-lease = "60s"
-poll_interval = "1s"
-shutdown_grace = "10s"
-breaker_failures = 5
-breaker_cooldown = "30s"
-maintenance_interval = "10s"
-ingest_first = 40
-
-[retention]
-delivered = "7d"
-dead = "30d"
-
-[alerts]
-interval = "60s"
-
-[log]
-format = "human"
-"#;
 
 /// The top-level keys the environment layer may set.
 const TOP_LEVEL_KEYS: &[&str] = &[

@@ -8,12 +8,12 @@
 
 use std::time::Duration;
 
-use super::raw::{RawDelivery, RawOrder, RawRetry, RawRoute};
-use super::source::{
+use super::defaults::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,
 };
-use super::validate::parse_duration;
+use super::durations::parse_duration;
+use super::raw::{RawDelivery, RawOrder, RawRetry, RawRoute};
 use super::{ConfigError, RateLimit, Secret, redact_url};
 use crate::routing::filter::{Filter, RawFilter};
 

@@ -7,9 +7,10 @@
 
 use std::time::Duration;
 
+use super::defaults::DEFAULT_DEDUPE_TTL;
+use super::durations::parse_duration;
 use super::raw::{OneOrMany, RawSource};
 use super::route::{self, RouteConfig};
-use super::validate::parse_duration;
 use super::{ConfigError, Secret, redact_url};
 
 #[derive(Debug, Clone)]
@@ -42,15 +43,6 @@ impl SourceConfig {
         all
     }
 }
-
-pub const DEFAULT_DEDUPE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 12;
-pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
-pub const DEFAULT_RETRY_BASE: Duration = Duration::from_secs(60);
-pub const DEFAULT_RETRY_CAP: Duration = Duration::from_secs(12 * 3600);
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-pub const DEFAULT_CONCURRENCY: usize = 16;
 
 /// A source name is a URL path segment and part of store keys.
 fn valid_source_name(name: &str) -> bool {

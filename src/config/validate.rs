@@ -3,8 +3,8 @@
 //! problem it finds.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
+use super::durations::parse_duration;
 use super::raw::{
     RawAdmin, RawAlerts, RawConfig, RawForwarder, RawLog, RawRetention, RawServer, RawSource,
     RawStore,
@@ -15,16 +15,6 @@ use super::{
     LogFormat, RedisConfig, RetentionConfig, Secret, ServerConfig, SourceConfig, StoreConfig,
     redact_url,
 };
-
-/// A duration as operators write it (`30s`, `5m`, `7d`), or an error naming `key`.
-pub(super) fn parse_duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(value.trim()).map_err(|e| {
-        ConfigError::invalid(
-            key,
-            format!("invalid duration {value:?} ({e}); use e.g. \"30s\", \"5m\", \"24h\", \"7d\""),
-        )
-    })
-}
 
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     value.parse().map_err(|_| {
