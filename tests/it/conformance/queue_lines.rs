@@ -1,0 +1,344 @@
+//! The `Queue` part of the store contract for ordered routes, on every backend: the
+//! deliveries of one ordering key go one at a time, in arrival order, whatever
+//! happens to them (retries, leases that run out, dead heads with `skip` or `block`,
+//! replays, discards); other keys and unordered deliveries are not held back.
+
+use hookgate::clock::system_now_ms as now_ms;
+use hookgate::store::{
+    Attempt, Claim, Completion, NewEntry, RouteOrder, SKIP_ACTOR, Store, Transition,
+};
+
+use super::{DEADLINE, LEASE, accept_new, entry};
+use crate::for_each_fresh_store;
+
+const ROUTE: &str = "default";
+
+/// A new entry of source `s` (event id `event`) whose ordering key is `key` (`None`:
+/// unordered), `block`ing its line when dead.
+fn keyed(event: &str, key: Option<&str>, block: bool) -> NewEntry {
+    NewEntry {
+        ordering: key
+            .map(|k| RouteOrder {
+                route: ROUTE.into(),
+                key: k.into(),
+                block,
+            })
+            .into_iter()
+            .collect(),
+        ..entry("s", event)
+    }
+}
+
+/// Accept `n` entries of `key`, in order; their ids.
+async fn line(store: &dyn Store, key: &str, n: usize, block: bool) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(accept_new(store, keyed(&format!("evt_{key}{i}"), Some(key), block)).await);
+    }
+    ids
+}
+
+fn attempt(c: &Claim, at: i64, status_code: u16) -> Attempt {
+    Attempt {
+        route: ROUTE.into(),
+        n: c.delivery.attempts + 1,
+        at,
+        status_code: Some(status_code),
+        error: None,
+        latency_ms: 3,
+    }
+}
+
+/// Every delivery a claim at `now` hands out, sorted by entry id.
+async fn claim_all(store: &dyn Store, now: i64) -> Vec<Claim> {
+    let mut got = store.claim("s", ROUTE, "w", now, 100, LEASE).await.unwrap();
+    got.sort_by(|a, b| a.entry.id.cmp(&b.entry.id));
+    got
+}
+
+fn ids(claims: &[Claim]) -> Vec<String> {
+    claims.iter().map(|c| c.entry.id.clone()).collect()
+}
+
+async fn deliver(store: &dyn Store, c: &Claim, now: i64) {
+    let done = Completion::Delivered {
+        attempt: attempt(c, now, 200),
+    };
+    assert!(store.complete(c, "w", done, now).await.unwrap());
+}
+
+async fn kill(store: &dyn Store, c: &Claim, now: i64) {
+    let done = Completion::Dead {
+        attempt: Some(attempt(c, now, 400)),
+        reason: "refused".into(),
+    };
+    assert!(store.complete(c, "w", done, now).await.unwrap());
+}
+
+/// Only the head of each key's line is handed out; other keys and unordered
+/// deliveries go at once; each delivery lets the next of its key go.
+async fn only_the_head_of_a_line_is_handed_out(store: &dyn Store) {
+    let a = line(store, "a", 3, false).await;
+    let b = line(store, "b", 2, false).await;
+    let u = accept_new(store, keyed("evt_u", None, false)).await;
+    let now = now_ms();
+    let first = claim_all(store, now).await;
+    let mut want = vec![a[0].clone(), b[0].clone(), u.clone()];
+    want.sort();
+    assert_eq!(
+        ids(&first),
+        want,
+        "the heads of a and b, and the unordered one"
+    );
+    // Nothing more while the heads are in flight.
+    assert!(claim_all(store, now).await.is_empty());
+    for c in &first {
+        assert_eq!(
+            c.delivery.order.as_ref().map(|o| o.key.as_str()),
+            if c.entry.id == u {
+                None
+            } else if a.contains(&c.entry.id) {
+                Some("a")
+            } else {
+                Some("b")
+            }
+        );
+        deliver(store, c, now).await;
+    }
+    let second = claim_all(store, now).await;
+    assert_eq!(ids(&second), vec![a[1].clone(), b[1].clone()]);
+    assert_eq!(
+        store.order_line("s", ROUTE, "a").await.unwrap(),
+        vec![a[1].clone(), a[2].clone()],
+        "the line of a: its head in flight, then the rest"
+    );
+    for c in &second {
+        deliver(store, c, now).await;
+    }
+    assert_eq!(ids(&claim_all(store, now).await), vec![a[2].clone()]);
+}
+for_each_fresh_store!(
+    only_the_head_of_a_line_is_handed_out,
+    super::only_the_head_of_a_line_is_handed_out
+);
+
+/// A head that is retrying holds its line: the ones behind it wait, without an
+/// attempt, until it is delivered.
+async fn a_retrying_head_holds_its_line(store: &dyn Store) {
+    let a = line(store, "a", 2, false).await;
+    let now = now_ms();
+    let c = claim_all(store, now).await;
+    assert_eq!(ids(&c), vec![a[0].clone()]);
+    let later = now + 60_000;
+    let retry = Completion::Retry {
+        attempt: attempt(&c[0], now, 503),
+        at: later,
+    };
+    assert!(store.complete(&c[0], "w", retry, now).await.unwrap());
+    assert!(
+        claim_all(store, now + 1).await.is_empty(),
+        "the second waits behind the retrying head"
+    );
+    let again = claim_all(store, later).await;
+    assert_eq!(ids(&again), vec![a[0].clone()], "the head goes again first");
+    deliver(store, &again[0], later).await;
+    let next = claim_all(store, later).await;
+    assert_eq!(ids(&next), vec![a[1].clone()]);
+    assert_eq!(next[0].delivery.attempts, 0, "it burnt no attempt waiting");
+}
+for_each_fresh_store!(
+    a_retrying_head_holds_its_line,
+    super::a_retrying_head_holds_its_line
+);
+
+/// A head whose lease ran out (its worker died) is handed out again, before the
+/// rest of its line.
+async fn a_reclaimed_head_stays_the_head(store: &dyn Store) {
+    let a = line(store, "a", 2, false).await;
+    let now = now_ms();
+    let c = claim_all(store, now).await;
+    assert_eq!(ids(&c), vec![a[0].clone()]);
+    // Nothing until the lease runs out (the store decides when: Redis counts a
+    // message's idle time from its own delivery of it); then the head, alone.
+    let again = crate::support::wait_until_ok(
+        "the head handed out again once its lease ran out",
+        DEADLINE,
+        async || {
+            let got = claim_all(store, now_ms()).await;
+            if got.is_empty() {
+                Err("nothing yet".to_string())
+            } else {
+                Ok(got)
+            }
+        },
+    )
+    .await;
+    assert_eq!(ids(&again), vec![a[0].clone()], "the reclaimed head, alone");
+    // The first worker's late completion changes nothing.
+    let stale = Completion::Delivered {
+        attempt: attempt(&c[0], now, 200),
+    };
+    assert!(!store.complete(&c[0], "w", stale, now_ms()).await.unwrap());
+    assert!(claim_all(store, now_ms()).await.is_empty());
+    deliver(store, &again[0], now_ms()).await;
+    assert_eq!(ids(&claim_all(store, now_ms()).await), vec![a[1].clone()]);
+}
+for_each_fresh_store!(
+    a_reclaimed_head_stays_the_head,
+    super::a_reclaimed_head_stays_the_head
+);
+
+/// With `skip` (the default), a dead head lets the next go, and its audit trail
+/// says so.
+async fn a_dead_head_is_skipped_and_says_so(store: &dyn Store) {
+    let a = line(store, "a", 2, false).await;
+    let now = now_ms();
+    let c = claim_all(store, now).await;
+    kill(store, &c[0], now).await;
+    assert_eq!(ids(&claim_all(store, now).await), vec![a[1].clone()]);
+    let trail = store.audit(&a[0]).await.unwrap();
+    assert!(
+        trail.iter().any(|e| e.action == "skip"
+            && e.actor == SKIP_ACTOR
+            && e.route.as_deref() == Some(ROUTE)),
+        "{trail:?}"
+    );
+    assert_eq!(store.route_stats("s", ROUTE).await.unwrap().blocked_keys, 0);
+}
+for_each_fresh_store!(
+    a_dead_head_is_skipped_and_says_so,
+    super::a_dead_head_is_skipped_and_says_so
+);
+
+/// With `block`, a dead head holds its key (counted as blocked) until it is
+/// replayed, and then goes first; other keys go on meanwhile.
+async fn a_blocking_dead_head_waits_for_a_replay(store: &dyn Store) {
+    let a = line(store, "a", 2, true).await;
+    let b = line(store, "b", 1, true).await;
+    let now = now_ms();
+    let c = claim_all(store, now).await;
+    assert_eq!(ids(&c), vec![a[0].clone(), b[0].clone()]);
+    kill(store, &c[0], now).await;
+    deliver(store, &c[1], now).await;
+    assert!(claim_all(store, now).await.is_empty(), "a is blocked");
+    assert_eq!(store.route_stats("s", ROUTE).await.unwrap().blocked_keys, 1);
+    assert_eq!(
+        store.order_line("s", ROUTE, "a").await.unwrap(),
+        a,
+        "the dead head, then the one it holds back"
+    );
+    assert!(
+        store
+            .audit(&a[0])
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.action != "skip")
+    );
+    assert_eq!(
+        store
+            .replay(&a[0], Some(ROUTE), now, &"op".into(), now)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert_eq!(store.route_stats("s", ROUTE).await.unwrap().blocked_keys, 0);
+    let again = claim_all(store, now).await;
+    assert_eq!(ids(&again), vec![a[0].clone()], "the replayed head first");
+    deliver(store, &again[0], now).await;
+    assert_eq!(ids(&claim_all(store, now).await), vec![a[1].clone()]);
+}
+for_each_fresh_store!(
+    a_blocking_dead_head_waits_for_a_replay,
+    super::a_blocking_dead_head_waits_for_a_replay
+);
+
+/// With `block`, discarding the dead head lets its line go on.
+async fn discarding_a_blocking_dead_head_lets_its_line_go(store: &dyn Store) {
+    let a = line(store, "a", 2, true).await;
+    let now = now_ms();
+    let c = claim_all(store, now).await;
+    kill(store, &c[0], now).await;
+    assert!(claim_all(store, now).await.is_empty());
+    assert_eq!(
+        store
+            .discard(&a[0], Some(ROUTE), &"op".into(), "known bad", now)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert_eq!(store.route_stats("s", ROUTE).await.unwrap().blocked_keys, 0);
+    assert_eq!(ids(&claim_all(store, now).await), vec![a[1].clone()]);
+}
+for_each_fresh_store!(
+    discarding_a_blocking_dead_head_lets_its_line_go,
+    super::discarding_a_blocking_dead_head_lets_its_line_go
+);
+
+/// A delivered entry replayed while a later one of its key is in flight waits for
+/// it, then goes before the rest of the line (its place is its arrival).
+async fn a_replay_takes_its_place_in_the_line(store: &dyn Store) {
+    let a = line(store, "a", 3, false).await;
+    let now = now_ms();
+    let first = claim_all(store, now).await;
+    deliver(store, &first[0], now).await;
+    let second = claim_all(store, now).await;
+    assert_eq!(ids(&second), vec![a[1].clone()]);
+    assert_eq!(
+        store
+            .replay(&a[0], None, now, &"op".into(), now)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert!(
+        claim_all(store, now).await.is_empty(),
+        "the replayed one waits for the one in flight"
+    );
+    assert_eq!(
+        store.order_line("s", ROUTE, "a").await.unwrap(),
+        a,
+        "back in its place, before the ones that arrived after it"
+    );
+    deliver(store, &second[0], now).await;
+    let third = claim_all(store, now).await;
+    assert_eq!(
+        ids(&third),
+        vec![a[0].clone()],
+        "the replayed one goes next"
+    );
+    deliver(store, &third[0], now).await;
+    assert_eq!(ids(&claim_all(store, now).await), vec![a[2].clone()]);
+}
+for_each_fresh_store!(
+    a_replay_takes_its_place_in_the_line,
+    super::a_replay_takes_its_place_in_the_line
+);
+
+/// A delivery discarded while its attempt is in flight holds its line until the
+/// attempt is recorded.
+async fn a_discard_in_flight_holds_the_line_until_the_attempt_ends(store: &dyn Store) {
+    let a = line(store, "a", 2, false).await;
+    let now = now_ms();
+    let c = claim_all(store, now).await;
+    assert_eq!(
+        store
+            .discard(&a[0], Some(ROUTE), &"op".into(), "stop it", now)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert!(
+        claim_all(store, now).await.is_empty(),
+        "the next waits for the attempt in flight"
+    );
+    let done = Completion::Delivered {
+        attempt: attempt(&c[0], now, 200),
+    };
+    assert!(!store.complete(&c[0], "w", done, now).await.unwrap());
+    assert_eq!(ids(&claim_all(store, now).await), vec![a[1].clone()]);
+}
+for_each_fresh_store!(
+    a_discard_in_flight_holds_the_line_until_the_attempt_ends,
+    super::a_discard_in_flight_holds_the_line_until_the_attempt_ends
+);
