@@ -20,6 +20,7 @@ use crate::error;
 use crate::forward;
 use crate::header_policy::HeaderPolicy;
 use crate::ingest::{self, IngestState, Source};
+use crate::operations::Operations;
 use crate::provider::{self, Registry, Verifier};
 use crate::serve::{self, BodyLimits, HttpLimits, serve};
 
@@ -251,13 +252,16 @@ async fn build(cfg: &Config, with_probes: bool) -> anyhow::Result<Gateway> {
     let (ingest_limits, admin_limits, probe_limits) = http_limits(cfg);
     // Outermost: a bug in a handler answers 500 instead of dropping the connection.
     let ingest = ingest::router(state).layer(CatchPanicLayer::custom(error::panic_response));
-    let admin_state = Arc::new(AdminState::new(
+    let ops = Operations::new(
         store.clone(),
-        cfg.admin.token.as_ref(),
         admin_sources,
         cfg.admin.replay_rate,
-        cfg.admin.failed_auth_allowance,
         clock.clone(),
+    );
+    let admin_state = Arc::new(AdminState::new(
+        ops,
+        cfg.admin.token.as_ref(),
+        cfg.admin.failed_auth_allowance,
     ));
     let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts)
         .context("delivery client")?;

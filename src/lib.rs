@@ -50,6 +50,7 @@ pub mod forward;
 pub mod header;
 pub mod header_policy;
 pub mod ingest;
+pub mod operations;
 pub mod pressure;
 pub mod provider;
 pub mod routing;

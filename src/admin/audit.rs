@@ -9,9 +9,9 @@ use axum::extract::{RawQuery, State};
 
 use super::AdminState;
 use super::dto::ControlEvent;
-use super::entries::{query_map, rfc3339};
+use super::entries::query_map;
 use crate::error::ApiError;
-use crate::store::{CONTROL_AUDIT_KEEP, StoreError};
+use crate::store::CONTROL_AUDIT_KEEP;
 
 /// How many events a request that names no `limit` gets.
 pub const DEFAULT_AUDIT_LIMIT: usize = 100;
@@ -33,27 +33,7 @@ pub(super) async fn list(
                 ))
             })?,
     };
-    Ok(Json(control_events(&admin, limit).await?))
-}
-
-/// The newest `limit` control events, newest first, as the API answers them.
-pub async fn control_events(
-    admin: &AdminState,
-    limit: usize,
-) -> Result<Vec<ControlEvent>, StoreError> {
-    Ok(admin
-        .store
-        .control_audit(limit)
-        .await?
-        .into_iter()
-        .map(|e| ControlEvent {
-            at: rfc3339(e.at),
-            action: e.action.as_str().to_string(),
-            source: e.source,
-            route: e.route,
-            actor: e.by.name,
-            session: e.by.session,
-            client: e.by.client,
-        })
-        .collect())
+    Ok(Json(
+        crate::operations::audit::control_events(&admin.ops, limit).await?,
+    ))
 }

@@ -1,10 +1,12 @@
 //! The admin API on its own listener: the router, the bearer-token check, the guard
 //! around the whole listener, and the state the handlers share. The handlers live in
 //! `entries` (inspect, replay, discard), `bulk_replay` (replay what a filter
-//! selects, paced), `dead_letters` (dead deliveries grouped by
-//! failure, and a group's paced replay) and `sources` (pause and resume sources and
-//! routes, stats);
-//! their wire types in [`dto`], which is all the CLI uses of this module.
+//! selects, paced), `dead_letters` (dead deliveries grouped by failure, and a
+//! group's paced replay), `sources` (pause and resume sources and routes, stats) and
+//! `audit`; each reads its request, calls the operation (`crate::operations`, which
+//! the console calls too) and answers JSON, an [`OpError`] becoming an [`ApiError`]
+//! in one place. The wire types are [`dto`] (`operations::dto`), which is all the
+//! CLI uses of this module.
 //!
 //! Every `/admin/*` route, the OpenAPI document included, needs `Authorization:
 //! Bearer <token>` when a token is configured; the comparison is over SHA-256
@@ -25,14 +27,13 @@ mod actor;
 mod audit;
 mod bulk_replay;
 mod dead_letters;
-pub mod dto;
 mod entries;
 pub mod probes;
 mod sources;
 pub mod throttle;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::HttpBody as _;
@@ -45,22 +46,16 @@ use axum::routing::{get, post};
 use sha2::Digest as _;
 use subtle::ConstantTimeEq;
 
-use crate::clock::Clock;
 use crate::config::Secret;
 use crate::error::{ApiError, Refusal};
+use crate::operations::{OpError, Operations};
 use crate::serve::Peer;
-use crate::store::Store;
 
 use throttle::{LockedOut, Throttle};
 
+pub use crate::operations::dto;
 pub use actor::client_address;
-pub use audit::control_events;
-pub use bulk_replay::{BULK_REPLAY_MAX, replay_paced};
-pub use dead_letters::{GROUPED_MAX, dead_letter_groups, failure_of, replay_group};
-pub use entries::{
-    DEFAULT_LIMIT, MAX_NOTE_CHARS, discard_entry, entry_detail, parse_time, replay_entry, rfc3339,
-};
-pub use sources::{current_stats, set_paused, source_states};
+pub use entries::{DEFAULT_LIMIT, parse_time};
 
 /// The OpenAPI document of this API (kept in the repository, served as is).
 pub const OPENAPI: &str = include_str!("../../openapi.json");
@@ -75,36 +70,19 @@ pub fn token_is_short(token: &Secret) -> bool {
 
 /// What the admin handlers share. Built once by `app`.
 pub struct AdminState {
-    pub store: Arc<dyn Store>,
+    /// The operations the API (and the console) performs.
+    pub ops: Operations,
     /// SHA-256 of the bearer token, when one is configured.
     pub token_digest: Option<[u8; 32]>,
-    /// The configured sources, in configuration order.
-    pub sources: Vec<AdminSource>,
-    pub replay_rate: u32,
-    /// The next free slot (unix ms) of bulk replays in this process.
-    pub replay_horizon: Mutex<i64>,
-    /// Replays and discards are stamped (and scheduled) at its time.
-    pub clock: Clock,
     /// Failed bearer checks and console logins, per client.
     pub throttle: Throttle,
 }
 
 impl AdminState {
-    pub fn new(
-        store: Arc<dyn Store>,
-        token: Option<&Secret>,
-        sources: Vec<AdminSource>,
-        replay_rate: u32,
-        failed_auth_allowance: u32,
-        clock: Clock,
-    ) -> AdminState {
+    pub fn new(ops: Operations, token: Option<&Secret>, failed_auth_allowance: u32) -> AdminState {
         AdminState {
-            store,
+            ops,
             token_digest: token.map(|t| sha2::Sha256::digest(t.expose().as_bytes()).into()),
-            sources,
-            replay_rate: replay_rate.max(1),
-            replay_horizon: Mutex::new(0),
-            clock,
             throttle: Throttle::new(failed_auth_allowance),
         }
     }
@@ -123,7 +101,7 @@ impl AdminState {
     /// token, `Ok(false)` for a wrong one (counted), `Err` while `client` is locked
     /// out (nothing checked). The bearer check and the console's login both ask this.
     pub fn check_token(&self, client: IpAddr, presented: &str) -> Result<bool, LockedOut> {
-        let now = self.clock.now_ms();
+        let now = self.ops.clock.now_ms();
         self.throttle.check(client, now)?;
         let ok = self.token_matches(presented);
         if ok {
@@ -133,31 +111,10 @@ impl AdminState {
         }
         Ok(ok)
     }
-
-    fn source(&self, name: &str) -> Option<&AdminSource> {
-        self.sources.iter().find(|s| s.name == name)
-    }
-
-    fn has_source(&self, name: &str) -> bool {
-        self.source(name).is_some()
-    }
 }
 
 /// What the admin API knows of a configured source.
-#[derive(Debug, Clone)]
-pub struct AdminSource {
-    pub name: String,
-    /// The provider's signature header (redacted on display).
-    pub signature_header: String,
-    /// Its route names, in configuration order.
-    pub routes: Vec<String>,
-}
-
-impl AdminSource {
-    fn has_route(&self, route: &str) -> bool {
-        self.routes.iter().any(|r| r == route)
-    }
-}
+pub use crate::operations::SourceFacts as AdminSource;
 
 pub fn router(state: Arc<AdminState>) -> Router {
     let protected = Router::new()
@@ -360,6 +317,26 @@ fn is_json(headers: &HeaderMap) -> bool {
 fn path_param<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     p.map(|Path(v)| v)
         .map_err(|e| ApiError::BadRequest(format!("invalid path: {e}")))
+}
+
+/// How the API answers a refused operation.
+impl From<OpError> for ApiError {
+    fn from(e: OpError) -> ApiError {
+        match e {
+            OpError::Invalid(why) => ApiError::BadRequest(why),
+            OpError::NoSuchEntry(id) => ApiError::NoSuchEntry(id),
+            OpError::NoSuchSource(name) => ApiError::NoSuchSource(name),
+            OpError::NoSuchRoute { name, route } => ApiError::NoSuchRoute { name, route },
+            OpError::NoDelivery { id, route } => ApiError::NoDelivery { id, route },
+            OpError::NotReplayable { id, route, status } => {
+                ApiError::NotReplayable { id, route, status }
+            }
+            OpError::NotDiscardable { id, route, status } => {
+                ApiError::NotDiscardable { id, route, status }
+            }
+            OpError::Store(cause) => ApiError::StoreUnavailable(cause),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! refused connection), with a count, when the group was first and last seen, and a
 //! sample entry to open; and **Replay group**, once the destination is fixed.
 //!
-//! It shows what `GET /admin/dead-letters` answers ([`admin::dead_letter_groups`]),
+//! It shows what `GET /admin/dead-letters` answers ([`crate::operations::dead_letters::dead_letter_groups`]),
 //! and its button does what `POST /admin/dead-letters/replay` does
-//! ([`admin::replay_group`]): the group's deliveries are queued oldest first at the
+//! ([`crate::operations::dead_letters::replay_group`]): the group's deliveries are queued oldest first at the
 //! configured replay rate, never all at once.
 
 use std::sync::Arc;
@@ -21,8 +21,8 @@ use super::format::{self, count, rfc3339_seconds};
 use super::page::{self, Nav};
 use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor};
-use crate::admin::{self, dto::DeadLetterGroups};
-use crate::error::ApiError;
+use crate::admin::dto::DeadLetterGroups;
+use crate::operations::OpError;
 
 /// Where the page is.
 const PATH: &str = "/console/dead-letters";
@@ -33,9 +33,10 @@ pub async fn show(
     Extension(visitor): Extension<Visitor>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ConsoleError> {
-    let groups = admin::dead_letter_groups(&console.admin, None, None)
-        .await
-        .map_err(store_or_not_found)?;
+    let groups =
+        crate::operations::dead_letters::dead_letter_groups(&console.admin.ops, None, None)
+            .await
+            .map_err(store_or_not_found)?;
     let q: Vec<(String, String)> = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
         .into_owned()
         .collect();
@@ -51,7 +52,7 @@ pub async fn show(
     Ok(page::html(page::page(
         "Dead letters",
         &chrome,
-        render(&groups, notice, console.admin.replay_rate, &token),
+        render(&groups, notice, console.admin.ops.replay_rate, &token),
     )))
 }
 
@@ -61,8 +62,8 @@ pub async fn replay(
     Posted { visitor, form }: Posted,
 ) -> Result<Response, ConsoleError> {
     let field = |name: &'static str| form.get(name).ok_or(ConsoleError::BadForm(name));
-    let done = admin::replay_group(
-        &console.admin,
+    let done = crate::operations::dead_letters::replay_group(
+        &console.admin.ops,
         field("source")?,
         field("route")?,
         field("failure")?,
@@ -78,9 +79,9 @@ pub async fn replay(
     Ok(Redirect::to(&format!("{PATH}?{}", to.finish())).into_response())
 }
 
-fn store_or_not_found(e: ApiError) -> ConsoleError {
+fn store_or_not_found(e: OpError) -> ConsoleError {
     match e {
-        ApiError::StoreUnavailable(cause) => ConsoleError::Store(cause),
+        OpError::Store(cause) => ConsoleError::Store(cause),
         // An unknown source or route: the form was not one of this page's.
         _ => ConsoleError::NotFound,
     }

@@ -182,9 +182,9 @@ pub async fn show(
     if !filters.cursor.is_empty() {
         filters.live = false;
     }
-    let now = console.admin.clock.now_ms();
+    let now = console.admin.ops.clock.now_ms();
     let (page, problem) = match filters.query(now, PAGE_SIZE) {
-        Ok(q) => (Some(console.admin.store.list(&q).await?), None),
+        Ok(q) => (Some(console.admin.ops.store.list(&q).await?), None),
         Err(why) => (None, Some(why)),
     };
     let chrome = console.chrome(&visitor, Nav::Entries);
@@ -213,13 +213,13 @@ pub async fn live(
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default();
     let mut q = filters
-        .query(console.admin.clock.now_ms(), LIVE_BATCH)
+        .query(console.admin.ops.clock.now_ms(), LIVE_BATCH)
         .map_err(|_| ConsoleError::BadForm("a filter of the live query"))?;
     q.cursor = None;
     if let Some(ms) = id_ms(&after) {
         q.since = Some(q.since.map_or(ms, |s| s.max(ms)));
     }
-    let page = console.admin.store.list(&q).await?;
+    let page = console.admin.ops.store.list(&q).await?;
     let fresh: Vec<&ListedEntry> = page
         .entries
         .iter()

@@ -4,8 +4,8 @@
 //! attempt as a timeline, the audit trail), and the actions: **Replay** (one route
 //! or all) and **Discard** (a note is required).
 //!
-//! It shows what `GET /admin/entries/{id}` answers ([`admin::entry_detail`]) and acts
-//! through the API's own [`admin::replay_entry`] and [`admin::discard_entry`]. An
+//! It shows what `GET /admin/entries/{id}` answers ([`crate::operations::entries::entry_detail`]) and acts
+//! through the API's own [`crate::operations::entries::replay_entry`] and [`crate::operations::entries::discard_entry`]. An
 //! action that is refused (nothing to replay, no note) shows the page again with the
 //! reason; one that succeeds redirects back to it (post/redirect/get).
 
@@ -26,8 +26,8 @@ use super::entries::PATH as ENTRIES;
 use super::page::{self, Nav};
 use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor, format};
-use crate::admin::{self, dto::EntryDetail};
-use crate::error::ApiError;
+use crate::admin::dto::EntryDetail;
+use crate::operations::OpError;
 use crate::store::Status;
 use json_view::json_indented;
 
@@ -71,9 +71,9 @@ async fn render_page(
     notice: Option<Notice>,
     status: StatusCode,
 ) -> Result<Response, ConsoleError> {
-    let detail = match admin::entry_detail(&console.admin, id).await {
+    let detail = match crate::operations::entries::entry_detail(&console.admin.ops, id).await {
         Ok(d) => d,
-        Err(ApiError::StoreUnavailable(cause)) => return Err(ConsoleError::Store(cause)),
+        Err(OpError::Store(cause)) => return Err(ConsoleError::Store(cause)),
         Err(_) => return Err(ConsoleError::NotFound),
     };
     let token = console.form_token(visitor);
@@ -95,14 +95,19 @@ pub async fn action(
     let (done, result) = match action.as_str() {
         "replay" => (
             "replayed",
-            admin::replay_entry(&console.admin, &id, route, &visitor.actor())
-                .await
-                .map(|_| ()),
+            crate::operations::entries::replay_entry(
+                &console.admin.ops,
+                &id,
+                route,
+                &visitor.actor(),
+            )
+            .await
+            .map(|_| ()),
         ),
         "discard" => (
             "discarded",
-            admin::discard_entry(
-                &console.admin,
+            crate::operations::entries::discard_entry(
+                &console.admin.ops,
                 &id,
                 route,
                 &visitor.actor(),
@@ -115,9 +120,9 @@ pub async fn action(
     };
     match result {
         Ok(()) => Ok(Redirect::to(&format!("{ENTRIES}/{id}?done={done}")).into_response()),
-        Err(ApiError::NoSuchEntry(_)) => Err(ConsoleError::NotFound),
-        Err(ApiError::StoreUnavailable(cause)) => Err(ConsoleError::Store(cause)),
-        Err(ApiError::BadRequest(why)) => {
+        Err(OpError::NoSuchEntry(_)) => Err(ConsoleError::NotFound),
+        Err(OpError::Store(cause)) => Err(ConsoleError::Store(cause)),
+        Err(OpError::Invalid(why)) => {
             let why = match form.get("note").unwrap_or_default().trim().is_empty() {
                 true => {
                     "A note is required to discard: say why these deliveries will never be sent."
@@ -202,7 +207,7 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
                     label for="discard-route" { "Discard" }
                     (route_select("discard-route", d, "Every pending or dead delivery"))
                     label for="discard-note" { "Note " span.muted { "(required: why it will never be delivered)" } }
-                    textarea #discard-note name="note" rows="2" maxlength=(admin::MAX_NOTE_CHARS) {}
+                    textarea #discard-note name="note" rows="2" maxlength=(crate::operations::entries::MAX_NOTE_CHARS) {}
                     button.danger type="submit" disabled[!discardable] { "Discard" }
                 }
             }

@@ -80,7 +80,7 @@ pub async fn submit(
     }
     let mut nonce = [0u8; 16];
     getrandom::fill(&mut nonce).map_err(ConsoleError::Random)?;
-    let session = signer.issue(console.admin.clock.now_ms(), nonce);
+    let session = signer.issue(console.admin.ops.clock.now_ms(), nonce);
     let client = admin::client_address(peer.as_ref());
     tracing::info!(
         session = session.id(),
@@ -102,9 +102,10 @@ pub async fn logout(
     let Visitor::LoggedIn(session, client) = &visitor else {
         return Ok(Redirect::to(HOME_PATH).into_response());
     };
-    let now = console.admin.clock.now_ms();
+    let now = console.admin.ops.clock.now_ms();
     console
         .admin
+        .ops
         .store
         .revoke_session(session.id(), session.expires_at(), now)
         .await?;
@@ -127,8 +128,9 @@ pub async fn logout_all(
     };
     console
         .admin
+        .ops
         .store
-        .revoke_sessions_until(console.admin.clock.now_ms())
+        .revoke_sessions_until(console.admin.ops.clock.now_ms())
         .await?;
     tracing::warn!(
         session = session.id(),

@@ -190,7 +190,7 @@ impl ConsoleState {
             Auth::Open(_) => return Ok(Visitor::Local(client)),
             Auth::Token(signer) => signer,
         };
-        let now = self.admin.clock.now_ms();
+        let now = self.admin.ops.clock.now_ms();
         let presented = cookies(headers, session::SECURE_COOKIE)
             .chain(cookies(headers, session::COOKIE))
             .filter_map(|v| signer.verify(v, now))
@@ -199,6 +199,7 @@ impl ConsoleState {
         for s in presented {
             if !self
                 .admin
+                .ops
                 .store
                 .session_revoked(s.id(), s.issued_at())
                 .await?

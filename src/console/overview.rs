@@ -1,5 +1,5 @@
 //! The overview (`GET /console/`): every source and each of its routes at a glance,
-//! from the same counters `/admin/stats` answers (`admin::current_stats`): what
+//! from the same counters `/admin/stats` answers (`crate::operations::sources::current_stats`): what
 //! arrived, what waits and since when, what was delivered, what died, what is paused
 //! and which ordering keys are blocked.
 
@@ -21,8 +21,8 @@ pub async fn show(
     State(console): State<Arc<ConsoleState>>,
     Extension(visitor): Extension<Visitor>,
 ) -> Result<Response, ConsoleError> {
-    let stats = crate::admin::current_stats(&console.admin).await?;
-    let now_ms = console.admin.clock.now_ms();
+    let stats = crate::operations::sources::current_stats(&console.admin.ops).await?;
+    let now_ms = console.admin.ops.clock.now_ms();
     let breakers: Breakers = stats
         .sources
         .iter()
@@ -37,6 +37,7 @@ pub async fn show(
     for s in &stats.sources {
         let minutes = console
             .admin
+            .ops
             .store
             .activity(&s.source, now_ms - chart::WINDOW_MS, now_ms + 60_000)
             .await?;

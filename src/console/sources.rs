@@ -8,7 +8,7 @@
 //! configuration without any secret: no signing secret, no destination secret (only
 //! whether there is one), destinations with their credentials redacted
 //! ([`redact_url`]). The buttons post forms checked as every console POST is, then
-//! call the admin API's own [`admin::set_paused`], and answer a redirect back to the
+//! call the admin API's own [`crate::operations::sources::set_paused`], and answer a redirect back to the
 //! page (post/redirect/get).
 
 use std::sync::Arc;
@@ -24,9 +24,9 @@ use super::cross_site::FORM_TOKEN_FIELD;
 use super::page::{self, Nav};
 use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor, format};
-use crate::admin::{self, dto::ControlEvent, dto::SourceState};
+use crate::admin::{dto::ControlEvent, dto::SourceState};
 use crate::config::{OrderBy, RateLimit, SourceConfig, redact_url};
-use crate::error::ApiError;
+use crate::operations::OpError;
 
 /// Where the page is.
 const PATH: &str = "/console/sources";
@@ -118,8 +118,9 @@ pub async fn show(
     State(console): State<Arc<ConsoleState>>,
     Extension(visitor): Extension<Visitor>,
 ) -> Result<Response, ConsoleError> {
-    let states = admin::source_states(&console.admin).await?;
-    let controls = admin::control_events(&console.admin, CONTROLS_SHOWN).await?;
+    let states = crate::operations::sources::source_states(&console.admin.ops).await?;
+    let controls =
+        crate::operations::audit::control_events(&console.admin.ops, CONTROLS_SHOWN).await?;
     let token = console.form_token(&visitor);
     let chrome = console.chrome(&visitor, Nav::Sources);
     Ok(page::html(page::page(
@@ -170,13 +171,19 @@ async fn act(
         "resume" => false,
         _ => return Err(ConsoleError::NotFound),
     };
-    admin::set_paused(&console.admin, name, route, paused, &visitor.actor())
-        .await
-        .map_err(|e| match e {
-            ApiError::StoreUnavailable(cause) => ConsoleError::Store(cause),
-            // The only other answers: no such source, no such route (nothing changed).
-            _ => ConsoleError::NotFound,
-        })?;
+    crate::operations::sources::set_paused(
+        &console.admin.ops,
+        name,
+        route,
+        paused,
+        &visitor.actor(),
+    )
+    .await
+    .map_err(|e| match e {
+        OpError::Store(cause) => ConsoleError::Store(cause),
+        // The only other answers: no such source, no such route (nothing changed).
+        _ => ConsoleError::NotFound,
+    })?;
     // The name is a configured source's: URL-safe by configuration.
     Ok(Redirect::to(&format!("{PATH}#{}", anchor(name))).into_response())
 }

@@ -1,0 +1,43 @@
+//! Why an operation was refused: the front ends turn each into their own answer
+//! (the admin API's status and JSON error, the console's page).
+
+use crate::store::{Status, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    /// A malformed parameter; the text names it and what it should be.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no entry {0:?}")]
+    NoSuchEntry(String),
+    #[error("no source {0:?}")]
+    NoSuchSource(String),
+    #[error("source {name:?} has no route {route:?}")]
+    NoSuchRoute { name: String, route: String },
+    #[error("entry {id:?} has no delivery through route {route:?}")]
+    NoDelivery { id: String, route: String },
+    /// The delivery's status does not allow a replay.
+    #[error("{} is {}; only delivered, dead or discarded deliveries can be replayed", what(.id, .route), .status.as_str())]
+    NotReplayable {
+        id: String,
+        route: Option<String>,
+        status: Status,
+    },
+    /// The delivery's status does not allow a discard.
+    #[error("{} is {}; only pending or dead deliveries can be discarded", what(.id, .route), .status.as_str())]
+    NotDiscardable {
+        id: String,
+        route: Option<String>,
+        status: Status,
+    },
+    #[error("store unavailable, retry later")]
+    Store(#[from] StoreError),
+}
+
+/// What a replay or discard applied to: an entry, or one route's delivery of it.
+fn what(id: &str, route: &Option<String>) -> String {
+    match route {
+        Some(r) => format!("the delivery of entry {id:?} through route {r:?}"),
+        None => format!("entry {id:?}"),
+    }
+}
