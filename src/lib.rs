@@ -23,7 +23,8 @@
 //! * [`console`]: the admin API in a browser, on the admin listener under
 //!   `/console/` (login, signed session, form tokens, strict CSP).
 //! * [`alerts`]: batched dead-letter alerts to a Slack-compatible webhook.
-//! * [`telemetry`]: logging, the Prometheus exporter and health endpoints.
+//! * [`telemetry`]: logging and the Prometheus recorder (a leaf; the probes and
+//!   `/metrics` are served by `admin::probes`).
 //! * [`clock`]: the one clock everything that needs the time is handed.
 //! * [`app`]: the composition root; [`cli`]: the command line, its admin commands
 //!   over HTTP included.

@@ -1,9 +1,9 @@
-//! Bulk replay: `POST /admin/replay` and the paced replay the dead-letter replays
-//! share, apart from the single-entry handlers in `entries` so that each file stays
-//! one concern.
+//! Bulk replay: `POST /admin/replay`, apart from the single-entry handlers in
+//! `entries` so that each file stays one concern; the paced replay itself, which the
+//! dead-letter replays share, is `crate::operations::bulk`.
 //!
 //! A bulk replay collects the ids of the entries its filter selects, then spreads
-//! their replays over time at `admin.ops.replay_rate` per second after whatever this
+//! their replays over time at `admin.replay_rate` per second after whatever this
 //! process already queued, so replaying a large dead-letter queue never stampedes
 //! the destination.
 

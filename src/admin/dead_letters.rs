@@ -1,14 +1,12 @@
-//! Dead letters grouped by failure: the dead deliveries of each route, grouped by
-//! what killed them (the HTTP status a destination answered, or the kind of error:
-//! a timeout, a refused connection), with a count, when the group was first and
-//! last seen, and a sample. `GET /admin/dead-letters` answers it, and the console's
-//! Dead letters page shows it.
+//! Dead letters grouped by failure (`crate::operations::dead_letters`): `GET
+//! /admin/dead-letters` answers the groups, and the console's Dead letters page
+//! shows them.
 //!
 //! A group is replayed as one bulk replay (`POST /admin/dead-letters/replay`): its
-//! deliveries are queued oldest first at `admin.ops.replay_rate` per second
-//! ([`replay_paced`]), never all at once.
+//! deliveries are queued oldest first at `admin.replay_rate` per second
+//! (`operations::bulk::replay_paced`), never all at once.
 //!
-//! Each route's newest [`GROUPED_MAX`] dead deliveries are grouped (the store reads
+//! Each route's newest `operations::dead_letters::GROUPED_MAX` dead deliveries are grouped (the store reads
 //! no body for them); a route with more says so (`scanned` < `dead`), and a replayed
 //! group makes room for the next.
 

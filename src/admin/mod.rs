@@ -11,7 +11,7 @@
 //! Every `/admin/*` route, the OpenAPI document included, needs `Authorization:
 //! Bearer <token>` when a token is configured; the comparison is over SHA-256
 //! digests in constant time, so neither content nor length leaks. `/healthz`,
-//! `/readyz` and `/metrics` (in `telemetry`) stay open.
+//! `/readyz` and `/metrics` (in `probes`) stay open.
 //!
 //! [`guard`] wraps the whole listener. Without a token, the listener is reachable by
 //! any web page open in a browser on the same host, so it refuses what a browser

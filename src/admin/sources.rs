@@ -1,7 +1,7 @@
 //! The source handlers of the admin API: list the configured sources and their
 //! routes, pause and resume the delivery of a source or of one route, and their
-//! counters (`/admin/stats`, and [`current_stats`], which the console shares). The
-//! console's Sources page shares [`source_states`] and [`set_paused`] too.
+//! counters (`/admin/stats`); the operations are `crate::operations::sources`,
+//! which the console's pages call too.
 
 use std::sync::Arc;
 

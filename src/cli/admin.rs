@@ -111,7 +111,7 @@ pub enum DlqCmd {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Replay every dead entry matching the filter (spread at admin.ops.replay_rate).
+    /// Replay every dead entry matching the filter (spread at admin.replay_rate).
     Replay {
         #[command(flatten)]
         filter: FilterArgs,

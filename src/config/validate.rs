@@ -168,7 +168,7 @@ fn validate_admin(
     }
     if raw.replay_rate == 0 {
         return Err(ConfigError::invalid(
-            "admin.ops.replay_rate",
+            "admin.replay_rate",
             "must be at least 1 entry per second",
         ));
     }

@@ -12,7 +12,7 @@ pub const BULK_REPLAY_MAX: usize = 100_000;
 
 /// Replay the entries `ids` (newest first, as listings give them) through `route` or
 /// every delivery that qualifies, as `by`: oldest first, spread at
-/// `ops.replay_rate` per second after whatever this process already queued, so a
+/// `admin.replay_rate` per second after whatever this process already queued, so a
 /// large dead-letter queue never stampedes the destination. Ids that no longer
 /// qualify (replayed or purged since) are skipped. Should writing the replays fall
 /// behind their schedule (a slow store), the rest of the schedule moves later

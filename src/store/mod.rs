@@ -9,7 +9,7 @@
 //!
 //! [`open`] is the only place that chooses a backend; everything else sees
 //! `Arc<dyn Store>`. Both backends pass the same conformance suite
-//! (`tests/it/conformance.rs`).
+//! (`tests/it/conformance/`, one file per part of the contract).
 
 mod activity;
 mod audit;
@@ -222,7 +222,7 @@ pub struct Purged {
 /// The store contract: every part below, as one trait object (`Arc<dyn Store>`).
 /// A backend implements the parts ([`Queue`], [`Reads`], [`Records`], [`Pacing`],
 /// [`Lifecycle`]) and is a `Store` by the blanket impl; the conformance suite
-/// (`tests/it/conformance*.rs`) holds each promise below:
+/// (`tests/it/conformance/`, by the same parts) holds each promise below:
 ///
 /// * `accept` is durable when it answers, and atomic: no dedupe key without its
 ///   entry; a duplicate writes nothing but the `duplicates` counter.
