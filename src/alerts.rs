@@ -15,7 +15,6 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AlertsConfig;
-use crate::telemetry::AlertResult;
 
 /// Reasons kept per route and interval.
 const MAX_REASONS: usize = 5;
@@ -156,6 +155,22 @@ async fn send(client: &reqwest::Client, url: &str, body: &serde_json::Value) -> 
         delay *= 2;
     }
     false
+}
+
+crate::telemetry::label_values! {
+    /// Label `result` of `hookgate_alerts_sent_total`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum AlertResult {
+        Sent => "sent",
+        Failed => "failed",
+    }
+}
+
+/// Register `hookgate_alerts_sent_total` with a zero series for every result.
+pub fn register_metrics() {
+    for result in AlertResult::ALL {
+        metrics::counter!("hookgate_alerts_sent_total", "result" => result.label()).increment(0);
+    }
 }
 
 #[cfg(test)]

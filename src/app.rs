@@ -136,7 +136,10 @@ fn register_metric_families(cfg: &Config) {
         .collect();
     destinations.sort();
     destinations.dedup();
-    telemetry::register_families(&sources, &destinations);
+    telemetry::register_families(&sources);
+    ingest::register_metrics(&sources);
+    forward::register_metrics(&sources, &destinations);
+    alerts::register_metrics();
     provider::register_metrics(sources.iter().map(|s| s.source.as_str()));
     serve::register_metrics();
     store::register_metrics();

@@ -12,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 
 use crate::provider::VerifyError;
 use crate::store::{Status, StoreError};
-use crate::telemetry::RequestOutcome;
 
 /// Why a request to either listener failed. The `Display` text is what the client
 /// reads in `{"error": "..."}`.
@@ -224,3 +223,65 @@ pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Respons
     )
         .into_response()
 }
+
+crate::telemetry::label_values! {
+    /// How a request to either listener ended: on the ingest listener, label `outcome`
+    /// of `hookgate_ingest_requests_total`; the admin API's outcomes are not counted.
+    /// One vocabulary for both, so that an error has one label (`ApiError::outcome`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum RequestOutcome {
+        Accepted => "accepted",
+        Duplicate => "duplicate",
+        /// A verified handshake (Slack's `url_verification`) was answered.
+        Handshake => "handshake",
+        Unverified => "unverified",
+        TooLarge => "too_large",
+        BodyTimeout => "body_timeout",
+        BodyRead => "body_read",
+        /// The body budget was spent (503).
+        Busy => "busy",
+        StoreError => "store_error",
+        /// Counted under the source `_unknown`.
+        UnknownSource => "unknown_source",
+        /// No such route (never counted: no source to count under), or no such entry
+        /// or source in the admin API.
+        NotFound => "not_found",
+        /// The routing fallback for a known path: answered, never counted.
+        MethodNotAllowed => "method_not_allowed",
+        // The admin API's own refusals (never counted).
+        /// A malformed parameter or body.
+        BadRequest => "bad_request",
+        /// A missing or wrong bearer token.
+        Unauthorized => "unauthorized",
+        /// Too many wrong tokens from one client: answered 429 unchecked.
+        Throttled => "throttled",
+        /// The entry's status does not allow the replay or discard.
+        Conflict => "conflict",
+        /// No admin token is set and a browser may have sent it for a web page.
+        Refused => "refused",
+        /// A request body that is not JSON.
+        NotJson => "not_json",
+    }
+}
+
+impl RequestOutcome {
+    /// Whether this outcome is counted under a configured source's name (the others
+    /// are counted under `_unknown`, or not at all).
+    pub fn counted_per_source(self) -> bool {
+        matches!(
+            self,
+            RequestOutcome::Accepted
+                | RequestOutcome::Duplicate
+                | RequestOutcome::Handshake
+                | RequestOutcome::Unverified
+                | RequestOutcome::TooLarge
+                | RequestOutcome::BodyTimeout
+                | RequestOutcome::BodyRead
+                | RequestOutcome::Busy
+                | RequestOutcome::StoreError
+        )
+    }
+}
+
+/// The `source` label of ingest requests to a name that is not configured.
+pub const UNKNOWN_SOURCE: &str = "_unknown";

@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::{self, Admission, InFlight, ProbePermit};
 use super::ahead::{NotSent, Place};
+use super::meters::DeliveryOutcome;
 use super::pace::Answer;
 use super::retry::{self, Decision, Outcome};
 use super::route::{Route, origin};
 use super::{Forwarder, meters, request};
 use crate::store::{Attempt, Claim, Completion};
-use crate::telemetry::DeliveryOutcome;
 
 /// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
 pub(super) fn breaker_gauge(route: &Route) {

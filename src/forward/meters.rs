@@ -9,7 +9,34 @@
 use metrics::{Counter, Gauge, Histogram};
 
 use super::retry::{Decision, Outcome};
-use crate::telemetry::{DeliveryOutcome, DeliveryResult};
+use crate::telemetry::SourceRoutes;
+
+crate::telemetry::label_values! {
+    /// What one delivery attempt got: label `result` of `hookgate_delivery_attempts_total`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum DeliveryResult {
+        Status2xx => "2xx",
+        Status3xx => "3xx",
+        Status4xx => "4xx",
+        Status5xx => "5xx",
+        /// A status outside 200–599.
+        OtherStatus => "other",
+        Timeout => "timeout",
+        Connect => "connect",
+        Io => "io",
+    }
+}
+
+crate::telemetry::label_values! {
+    /// What became of an entry after an attempt: label `outcome` of
+    /// `hookgate_deliveries_total`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum DeliveryOutcome {
+        Delivered => "delivered",
+        Retry => "retry",
+        Dead => "dead",
+    }
+}
 
 pub struct RouteMeters {
     /// `hookgate_delivery_attempts_total`, by `DeliveryResult` (its `ALL` order).
@@ -87,6 +114,42 @@ pub fn outcome_of(decision: &Decision) -> DeliveryOutcome {
         Decision::MarkDelivered => DeliveryOutcome::Delivered,
         Decision::RetryAt(_) => DeliveryOutcome::Retry,
         Decision::DeadLetter(_) => DeliveryOutcome::Dead,
+    }
+}
+
+/// Register the delivery families with a zero series for every configured route
+/// and every label value (`DeliveryResult`, `DeliveryOutcome`), and the breaker
+/// gauge of every destination, so that the first scrape lists them all.
+pub fn register_metrics(sources: &[SourceRoutes], destinations: &[String]) {
+    use metrics::{counter, gauge, histogram};
+    for SourceRoutes { source: s, routes } in sources {
+        for r in routes {
+            let route = || r.clone();
+            for result in DeliveryResult::ALL {
+                counter!("hookgate_delivery_attempts_total", "source" => s.clone(), "route" => route(), "result" => result.label()).increment(0);
+            }
+            for outcome in DeliveryOutcome::ALL {
+                counter!("hookgate_deliveries_total", "source" => s.clone(), "route" => route(), "outcome" => outcome.label()).increment(0);
+            }
+            counter!("hookgate_retries_scheduled_total", "source" => s.clone(), "route" => route())
+                .increment(0);
+            counter!("hookgate_dead_lettered_total", "source" => s.clone(), "route" => route())
+                .increment(0);
+            counter!("hookgate_slot_waits_expired_total", "source" => s.clone(), "route" => route())
+                .increment(0);
+            let _ =
+                histogram!("hookgate_delivery_seconds", "source" => s.clone(), "route" => route());
+            gauge!("hookgate_route_pending_deliveries", "source" => s.clone(), "route" => route())
+                .increment(0.0);
+            gauge!("hookgate_route_dead_deliveries", "source" => s.clone(), "route" => route())
+                .increment(0.0);
+            gauge!("hookgate_route_blocked_keys", "source" => s.clone(), "route" => route())
+                .increment(0.0);
+            gauge!("hookgate_route_oldest_pending_age_seconds", "source" => s.clone(), "route" => route()).increment(0.0);
+        }
+    }
+    for d in destinations {
+        gauge!("hookgate_circuit_breaker_state", "destination" => d.clone()).increment(0.0);
     }
 }
 

@@ -40,6 +40,7 @@ use crate::pressure::IngestPressure;
 use crate::store::{Claim, Control, HousekeepingPass, PauseTarget, Store, StoreError};
 use admission::{Admission, InFlightMap, ProbePermit};
 use ahead::Place;
+pub use meters::{DeliveryOutcome, DeliveryResult, register_metrics};
 use pace::Pace;
 pub use route::{ProviderFacts, Route, client, origin, routes};
 

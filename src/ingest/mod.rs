@@ -27,6 +27,7 @@ use tokio::sync::Semaphore;
 use crate::clock::Clock;
 use crate::config::{OrderBy, OrderConfig};
 use crate::error::ApiError;
+use crate::error::RequestOutcome;
 use crate::header_policy::HeaderPolicy;
 use crate::provider::Verifier;
 use crate::provider::spec::{Spec, ValueTemplate, parse_value_template};
@@ -35,7 +36,7 @@ use crate::routing::filter::{Filter, Subject};
 use crate::store::{
     Accepted, Header, MAX_ORDER_KEY, NewEntry, Readiness, RouteOrder, Store, StoreError,
 };
-use crate::telemetry::{self, RequestOutcome};
+use crate::telemetry;
 use body::BodyBudget;
 
 /// Bodies larger than this are verified on the blocking pool.
@@ -304,7 +305,7 @@ async fn ingest(
             source_name
         }
         None => {
-            metrics::counter!("hookgate_ingest_requests_total", "source" => telemetry::UNKNOWN_SOURCE, "outcome" => kind.label())
+            metrics::counter!("hookgate_ingest_requests_total", "source" => crate::error::UNKNOWN_SOURCE, "outcome" => kind.label())
                 .increment(1);
             let escaped: String = source_name.escape_debug().take(64).collect();
             format!("unknown:{escaped}")
@@ -604,4 +605,20 @@ async fn handle(
             })
         }
     }
+}
+
+/// Register `hookgate_ingest_requests_total` with a zero series for every configured
+/// source and every outcome counted per source, and the unknown source's, so that
+/// the first scrape lists them all.
+pub fn register_metrics(sources: &[crate::telemetry::SourceRoutes]) {
+    use crate::error::{RequestOutcome, UNKNOWN_SOURCE};
+    for outcome in RequestOutcome::ALL {
+        if !outcome.counted_per_source() {
+            continue;
+        }
+        for s in sources {
+            metrics::counter!("hookgate_ingest_requests_total", "source" => s.source.clone(), "outcome" => outcome.label()).increment(0);
+        }
+    }
+    metrics::counter!("hookgate_ingest_requests_total", "source" => UNKNOWN_SOURCE, "outcome" => RequestOutcome::UnknownSource.label()).increment(0);
 }

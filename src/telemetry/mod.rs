@@ -1,8 +1,8 @@
 //! Logs and metrics: the only module that installs a tracing subscriber or a
 //! metrics exporter. A leaf: it imports no other room of hookgate, so every room may
-//! record through it. Each room registers its own label vocabularies' zero series
-//! (`provider::register_metrics`, `serve::register_metrics`,
-//! `store::register_metrics`), beside the families registered here; `/metrics` and
+//! record through it. Each room declares its own label vocabularies and registers
+//! their zero series (`ingest`, `forward`, `alerts`, `provider`, `serve` and `store`
+//! each have a `register_metrics`), beside the per-source families registered here; `/metrics` and
 //! the probes are served by `admin::probes`.
 //!
 //! Modules record through the `metrics` facade; names follow Prometheus conventions
@@ -23,7 +23,6 @@ use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuild
 use tracing_subscriber::EnvFilter;
 
 pub(crate) use labels::label_values;
-pub use labels::*;
 
 /// Log lines that may wait for stderr (a few MiB at most): beyond them new lines are
 /// dropped and counted (`hookgate_log_lines_dropped_total`), never waited for.
@@ -112,27 +111,17 @@ pub struct SourceRoutes {
     pub routes: Vec<String>,
 }
 
-/// Register every metric family with a zero series for each configured source and
-/// route (and
-/// each destination origin), for every label value the code can emit. Without this a
+/// Register the per-source families that have no label vocabulary of their own with
+/// a zero series for each configured source (the rooms register theirs: see the
+/// module doc), and the process-wide ones. Without this a
 /// series is born at its first event, and Prometheus, having no earlier sample, sees
 /// no increase: `increase(hookgate_dead_lettered_total[15m]) > 0` would never fire
 /// on the first dead letter. Call after [`install_metrics`] (handles taken before it
 /// are no-ops). Registering never changes a value already there. Histograms
 /// registered without an observation are rendered with a zero count, sum and buckets.
-pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
+pub fn register_families(sources: &[SourceRoutes]) {
     use metrics::{counter, gauge, histogram};
-    for outcome in RequestOutcome::ALL {
-        if !outcome.counted_per_source() {
-            continue;
-        }
-        for s in sources {
-            counter!("hookgate_ingest_requests_total", "source" => s.source.clone(), "outcome" => outcome.label()).increment(0);
-        }
-    }
-    counter!("hookgate_ingest_requests_total", "source" => UNKNOWN_SOURCE, "outcome" => RequestOutcome::UnknownSource.label()).increment(0);
-    for SourceRoutes { source, routes } in sources {
-        let s = source;
+    for SourceRoutes { source: s, .. } in sources {
         // Registered, not observed: rendered with a zero count.
         let _ = histogram!("hookgate_ingest_ack_seconds", "source" => s.clone());
         counter!("hookgate_entries_filtered_total", "source" => s.clone()).increment(0);
@@ -140,36 +129,6 @@ pub fn register_families(sources: &[SourceRoutes], destinations: &[String]) {
         gauge!("hookgate_pending_entries", "source" => s.clone()).increment(0.0);
         gauge!("hookgate_dead_entries", "source" => s.clone()).increment(0.0);
         gauge!("hookgate_oldest_pending_age_seconds", "source" => s.clone()).increment(0.0);
-        for r in routes {
-            let route = || r.clone();
-            for result in DeliveryResult::ALL {
-                counter!("hookgate_delivery_attempts_total", "source" => s.clone(), "route" => route(), "result" => result.label()).increment(0);
-            }
-            for outcome in DeliveryOutcome::ALL {
-                counter!("hookgate_deliveries_total", "source" => s.clone(), "route" => route(), "outcome" => outcome.label()).increment(0);
-            }
-            counter!("hookgate_retries_scheduled_total", "source" => s.clone(), "route" => route())
-                .increment(0);
-            counter!("hookgate_dead_lettered_total", "source" => s.clone(), "route" => route())
-                .increment(0);
-            counter!("hookgate_slot_waits_expired_total", "source" => s.clone(), "route" => route())
-                .increment(0);
-            let _ =
-                histogram!("hookgate_delivery_seconds", "source" => s.clone(), "route" => route());
-            gauge!("hookgate_route_pending_deliveries", "source" => s.clone(), "route" => route())
-                .increment(0.0);
-            gauge!("hookgate_route_dead_deliveries", "source" => s.clone(), "route" => route())
-                .increment(0.0);
-            gauge!("hookgate_route_blocked_keys", "source" => s.clone(), "route" => route())
-                .increment(0.0);
-            gauge!("hookgate_route_oldest_pending_age_seconds", "source" => s.clone(), "route" => route()).increment(0.0);
-        }
-    }
-    for d in destinations {
-        gauge!("hookgate_circuit_breaker_state", "destination" => d.clone()).increment(0.0);
-    }
-    for result in AlertResult::ALL {
-        counter!("hookgate_alerts_sent_total", "result" => result.label()).increment(0);
     }
     counter!("hookgate_log_lines_dropped_total").increment(0);
     for ready in ["true", "false"] {
@@ -434,11 +393,18 @@ mod tests {
         }
     }
 
+    use crate::alerts::AlertResult;
+    use crate::error::RequestOutcome;
+    use crate::forward::{DeliveryOutcome, DeliveryResult};
+
     #[test]
     fn readme_table_lists_every_registered_family_and_label_value() {
         let handle = install_metrics().expect("recorder");
-        register_families(&[one_route("unit_src")], &["http://127.0.0.1:9".into()]);
+        register_families(&[one_route("unit_src")]);
         // The rooms that register their own vocabularies, as `app` calls them.
+        crate::ingest::register_metrics(&[one_route("unit_src")]);
+        crate::forward::register_metrics(&[one_route("unit_src")], &["http://127.0.0.1:9".into()]);
+        crate::alerts::register_metrics();
         crate::provider::register_metrics(["unit_src"]);
         crate::serve::register_metrics();
         crate::store::register_metrics();
@@ -492,11 +458,12 @@ mod tests {
     #[test]
     fn registered_series_start_at_zero_and_keep_later_values() {
         let handle = install_metrics().expect("recorder");
-        register_families(&[one_route("unit_keep")], &[]);
+        register_families(&[one_route("unit_keep")]);
+        crate::forward::register_metrics(&[one_route("unit_keep")], &[]);
         metrics::counter!("hookgate_dead_lettered_total", "source" => "unit_keep", "route" => "r1")
             .increment(3);
         // A second registration (another gateway in this process) changes nothing.
-        register_families(&[one_route("unit_keep")], &[]);
+        crate::forward::register_metrics(&[one_route("unit_keep")], &[]);
         let text = handle.render();
         assert!(
             text.contains("hookgate_dead_lettered_total{source=\"unit_keep\",route=\"r1\"} 3"),
