@@ -338,7 +338,6 @@ fn the_http_framework_and_anyhow_stay_at_the_edges() {
         p.starts_with("ingest/")
             || p.starts_with("admin/")
             || p.starts_with("console/")
-            || p.starts_with("telemetry/")
             || p.starts_with("serve/")
             || ["error.rs", "app.rs"].contains(&p)
     };
