@@ -1,5 +1,5 @@
 //! The integration tests' harness, one concern per module: free ports, waiting on
-//! conditions, Redis servers and clusters, stores of each backend, configurations,
+//! conditions, Redis servers and clusters, PostgreSQL servers, stores of each backend, configurations,
 //! signed webhooks, HTTP, the gateway in process and as a child process, and the
 //! lock for timed tests. Everything is re-exported here, so a test needs only
 //! `use crate::support::*`.
@@ -12,6 +12,7 @@ mod configs;
 mod gateway;
 mod http;
 mod ports;
+mod postgres;
 mod redis;
 mod redis_cluster;
 mod signing;
@@ -26,6 +27,7 @@ pub use configs::*;
 pub use gateway::*;
 pub use http::*;
 pub use ports::*;
+pub use postgres::*;
 pub use redis::*;
 pub use redis_cluster::*;
 pub use signing::*;

@@ -1,0 +1,277 @@
+//! A private PostgreSQL server per test: its own data directory (`initdb` in a temp
+//! dir), a free port, and its socket in that directory, never the machine's shared
+//! server. PostgreSQL refuses to run as root, so when the suite runs as root the
+//! server's commands run as the unprivileged `postgres` user (`runuser`), which owns
+//! the data directory. A test can SIGKILL, freeze and restart it, as it does Redis.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{free_port, poll_until_blocking};
+
+/// The unprivileged user the server runs as when the suite runs as root.
+const SERVER_USER: &str = "postgres";
+
+/// The directory of PostgreSQL's server programs (`initdb`, `postgres`,
+/// `pg_basebackup`): Debian keeps them out of `PATH`, under
+/// `/usr/lib/postgresql/<version>/bin`; elsewhere they are on `PATH`.
+pub fn postgres_bin_dir() -> PathBuf {
+    let debian = Path::new("/usr/lib/postgresql");
+    let newest = std::fs::read_dir(debian).ok().and_then(|dirs| {
+        dirs.flatten()
+            .filter_map(|d| {
+                let version: u32 = d.file_name().to_str()?.parse().ok()?;
+                let bin = d.path().join("bin");
+                bin.join("initdb").exists().then_some((version, bin))
+            })
+            .max_by_key(|(v, _)| *v)
+            .map(|(_, bin)| bin)
+    });
+    newest.unwrap_or_else(|| {
+        let which = Command::new("sh")
+            .args(["-c", "command -v initdb"])
+            .output()
+            .expect("sh");
+        let path = String::from_utf8_lossy(&which.stdout).trim().to_string();
+        assert!(
+            !path.is_empty(),
+            "PostgreSQL's initdb is missing: install it with `apt-get install -y postgresql` (.ci/run does)"
+        );
+        Path::new(&path)
+            .parent()
+            .expect("initdb has a directory")
+            .to_path_buf()
+    })
+}
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid only reads the process's effective user id.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A command for one of PostgreSQL's programs, run as [`SERVER_USER`] when the
+/// suite runs as root (PostgreSQL refuses root).
+fn server_command(program: &str) -> Command {
+    let path = postgres_bin_dir().join(program);
+    if running_as_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", SERVER_USER, "--"]).arg(path);
+        c
+    } else {
+        Command::new(path)
+    }
+}
+
+/// A private PostgreSQL server on a free port ([`free_port`]) with its own data
+/// directory; the database `hookgate` exists, and user `hookgate` owns it (trust
+/// authentication: the server listens on loopback and its own socket only).
+pub struct PostgresServer {
+    pub port: u16,
+    /// Holds the data directory (`data/`) and the server's socket.
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl PostgresServer {
+    /// `initdb`, start, and create the `hookgate` user and database. `fsync` stays on
+    /// and `synchronous_commit` at its default (`on`): what the durability promise
+    /// requires.
+    pub fn start() -> PostgresServer {
+        let dir = tempfile::Builder::new()
+            .prefix("hookgate-pg-")
+            .tempdir()
+            .expect("tempdir");
+        if running_as_root() {
+            // The server's user must reach and own its directory.
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+                .expect("chmod the server's directory");
+            let owned = Command::new("chown")
+                .arg(format!("{SERVER_USER}:"))
+                .arg(dir.path())
+                .status()
+                .expect("chown");
+            assert!(
+                owned.success(),
+                "cannot give the server's directory to {SERVER_USER}"
+            );
+        }
+        let data = dir.path().join("data");
+        let out = server_command("initdb")
+            .arg("-D")
+            .arg(&data)
+            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-locale"])
+            .stdout(Stdio::null())
+            .output()
+            .expect("run initdb");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut s = PostgresServer {
+            port: 0,
+            dir,
+            child: None,
+        };
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            s.port = free_port();
+            match s.spawn() {
+                Ok(()) => {
+                    s.create_database();
+                    return s;
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("cannot start postgres: {last_err}");
+    }
+
+    /// The server's data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// `postgres://hookgate@127.0.0.1:PORT/hookgate`.
+    pub fn url(&self) -> String {
+        format!("postgres://hookgate@127.0.0.1:{}/hookgate", self.port)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut cmd = server_command("postgres");
+        cmd.arg("-D")
+            .arg(self.data_dir())
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            .arg(format!(
+                "unix_socket_directories={}",
+                self.dir.path().display()
+            ))
+            .args(["-c", "fsync=on", "-c", "max_connections=200"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|e| format!("spawn postgres: {e}"))?;
+        self.child = Some(child);
+        let port = self.port;
+        let up =
+            poll_until_blocking(Duration::from_secs(20), || {
+                match std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && self.accepts() {
+                    true => Ok(()),
+                    false => Err(()),
+                }
+            });
+        if up.is_ok() {
+            Ok(())
+        } else {
+            self.kill();
+            Err(format!(
+                "postgres did not accept connections on port {port}"
+            ))
+        }
+    }
+
+    /// Whether the server accepts a session (not only the TCP connection).
+    fn accepts(&self) -> bool {
+        server_command("pg_isready")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    fn create_database(&self) {
+        for sql in [
+            "CREATE ROLE hookgate LOGIN",
+            "CREATE DATABASE hookgate OWNER hookgate",
+        ] {
+            let out = self.psql(sql);
+            assert!(out.0, "{sql}: {}", out.1);
+        }
+    }
+
+    /// Run `sql` as the superuser through `psql`: (success, output).
+    pub fn psql(&self, sql: &str) -> (bool, String) {
+        let out = Command::new(postgres_bin_dir().join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args(["-d", "postgres", "-tAc", sql])
+            .output();
+        match out {
+            Ok(o) => (
+                o.status.success(),
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+            ),
+            Err(e) => (false, e.to_string()),
+        }
+    }
+
+    /// SIGKILL the server (its children, the backends, go with it once the
+    /// postmaster is gone), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let pid = postmaster_pid(&self.data_dir()).unwrap_or(c.id());
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            // A fast shutdown: the backends end with the postmaster.
+            let pid = postmaster_pid(&self.data_dir()).unwrap_or(c.id());
+            let _ = Command::new("kill")
+                .args(["-INT", &pid.to_string()])
+                .status();
+            let pid_file = self.data_dir().join("postmaster.pid");
+            let gone = poll_until_blocking(Duration::from_secs(10), || match pid_file.exists() {
+                true => Err(()),
+                false => Ok(()),
+            });
+            if gone.is_err() {
+                self.kill();
+            }
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The postmaster's pid, from the first line of `postmaster.pid` (under `runuser`,
+/// the child we spawned is `runuser`, not the server).
+fn postmaster_pid(data: &Path) -> Option<u32> {
+    std::fs::read_to_string(data.join("postmaster.pid"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
