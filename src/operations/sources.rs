@@ -53,9 +53,11 @@ pub async fn source_states(ops: &Operations) -> Result<Vec<SourceState>, StoreEr
 /// the source's state afterwards. An unknown source or route changes nothing. The
 /// admin API's pause and resume handlers and the console's buttons both call this.
 ///
-/// The control audit records the change before it is made: a change is never
+/// The control audit records the change before it is made: a pause is never
 /// unaudited, though a record may name a change whose store write then failed (the
-/// caller was answered 503 and may try again).
+/// caller was answered 503 and may try again). A resume whose record the store
+/// refuses (a Redis out of memory) still resumes, the record in the log instead:
+/// refusing it would keep a full store from draining.
 pub async fn set_paused(
     ops: &Operations,
     name: &str,
@@ -74,7 +76,8 @@ pub async fn set_paused(
             route: r.to_string(),
         });
     }
-    ops.store
+    let recorded = ops
+        .store
         .record_control(&ControlEvent {
             at: ops.clock.now_ms(),
             action: ControlAction::of(paused),
@@ -82,7 +85,23 @@ pub async fn set_paused(
             route: route.map(str::to_string),
             by: by.clone(),
         })
-        .await?;
+        .await;
+    match (recorded, paused) {
+        (Ok(()), _) => {}
+        (Err(e), true) => return Err(e.into()),
+        // A resume is what lets a store that is full (Redis at `maxmemory` refuses
+        // every addition, the audit record included) drain: it goes ahead, and the
+        // log keeps the record the store refused.
+        (Err(e), false) => tracing::warn!(
+            source = %name,
+            route = route.unwrap_or(""),
+            actor = ?by.name,
+            session = by.session.as_deref().unwrap_or(""),
+            client = by.client.as_deref().unwrap_or(""),
+            error = %e,
+            "the store refused the control audit record of this resume; resuming anyway"
+        ),
+    }
     ops.store.set_paused(name, route, paused).await?;
     tracing::info!(
         source = %name,
