@@ -93,8 +93,9 @@ pub enum ApiError {
     StoreUnavailable(#[from] StoreError),
 }
 
-/// What a replay or discard applied to: an entry, or one route's delivery of it.
-fn what(id: &str, route: &Option<String>) -> String {
+/// What a replay or discard applied to: an entry, or one route's delivery of it
+/// (also how `operations::OpError` names it).
+pub(crate) fn what(id: &str, route: &Option<String>) -> String {
     match route {
         Some(r) => format!("the delivery of entry {id:?} through route {r:?}"),
         None => format!("entry {id:?}"),

@@ -1,6 +1,7 @@
 //! Why an operation was refused: the front ends turn each into their own answer
 //! (the admin API's status and JSON error, the console's page).
 
+use crate::error::what;
 use crate::store::{Status, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -32,12 +33,4 @@ pub enum OpError {
     },
     #[error("store unavailable, retry later")]
     Store(#[from] StoreError),
-}
-
-/// What a replay or discard applied to: an entry, or one route's delivery of it.
-fn what(id: &str, route: &Option<String>) -> String {
-    match route {
-        Some(r) => format!("the delivery of entry {id:?} through route {r:?}"),
-        None => format!("entry {id:?}"),
-    }
 }
