@@ -459,7 +459,7 @@ async fn serve_until_shutdown(
     tracing::info!(
         ingest = %listeners.ingest.local_addr()?,
         admin = %listeners.admin.local_addr()?,
-        store = match cfg.store { crate::config::StoreConfig::Embedded(_) => "embedded", crate::config::StoreConfig::Redis(_) => "redis" },
+        store = cfg.store.kind(),
         sources,
         "hookgate listening"
     );

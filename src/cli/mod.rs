@@ -189,6 +189,16 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
             config::redact_url(&r.url),
             r.prefix
         )?,
+        StoreConfig::Postgres(p) => outln!(
+            "store: postgres, {} (schema {}{})",
+            config::redact_url(&p.url),
+            p.schema,
+            if p.require_sync_standby {
+                ", a synchronous standby required"
+            } else {
+                ""
+            }
+        )?,
     }
     outln!("sources: {}", cfg.sources.len())?;
     for s in &cfg.sources {

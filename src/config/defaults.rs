@@ -39,6 +39,7 @@ connections = 4
 timeout = "5s"
 batch_max = 256
 min_free_bytes = 67108864
+require_sync_standby = false
 
 [forwarder]
 lease = "60s"

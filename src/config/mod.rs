@@ -229,15 +229,26 @@ pub struct AdminConfig {
 pub enum StoreConfig {
     Embedded(EmbeddedConfig),
     Redis(RedisConfig),
+    Postgres(PostgresConfig),
 }
 
 impl StoreConfig {
+    /// `store.kind` as configured.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreConfig::Embedded(_) => "embedded",
+            StoreConfig::Redis(_) => "redis",
+            StoreConfig::Postgres(_) => "postgres",
+        }
+    }
+
     /// How long ingest waits for the store before it answers 503 (`store.timeout`,
     /// both stores); on Redis also each command's own timeout.
     pub fn timeout(&self) -> Duration {
         match self {
             StoreConfig::Embedded(c) => c.timeout,
             StoreConfig::Redis(c) => c.timeout,
+            StoreConfig::Postgres(c) => c.timeout,
         }
     }
 }
@@ -266,6 +277,28 @@ pub struct RedisConfig {
     /// under `appendfsync always`).
     pub connections: usize,
     pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct PostgresConfig {
+    /// `postgres://user[:password]@host[:port][,host2[:port2]…]/db[?…]`: several
+    /// hosts with `target_session_attrs=read-write` follow the primary after a
+    /// failover; `sslmode` is `disable`, `prefer`, `require` or `verify-full`.
+    /// Holds a password: never logged (see `redact_url`).
+    pub url: String,
+    /// The PostgreSQL schema hookgate's tables live in (`store.prefix`): two
+    /// deployments with different prefixes share a database.
+    pub schema: String,
+    /// Connections in the pool (`store.connections`).
+    pub connections: usize,
+    /// Most accepts one group commit may carry (`store.batch_max`).
+    pub batch_max: usize,
+    /// `store.timeout`: the longest a store call waits (connect, pool, query).
+    pub timeout: Duration,
+    /// Refuse webhooks (and answer `/readyz` 503) unless at least one synchronous
+    /// standby is listed and streaming: an acknowledged webhook then survives the
+    /// primary's machine.
+    pub require_sync_standby: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -90,6 +90,7 @@ pub struct RawStore {
     pub timeout: String,
     pub batch_max: usize,
     pub min_free_bytes: u64,
+    pub require_sync_standby: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -12,8 +12,8 @@ use super::raw::{
 use super::source::validate_source;
 use super::{
     AdminConfig, AlertsConfig, Config, ConfigError, EmbeddedConfig, ForwarderConfig, LogConfig,
-    LogFormat, RedisConfig, RetentionConfig, Secret, ServerConfig, SourceConfig, StoreConfig,
-    redact_url,
+    LogFormat, PostgresConfig, RedisConfig, RetentionConfig, Secret, ServerConfig, SourceConfig,
+    StoreConfig, redact_url,
 };
 
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
@@ -192,6 +192,12 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
     if store_timeout.is_zero() {
         return Err(ConfigError::invalid("store.timeout", "must be more than 0"));
     }
+    if raw.require_sync_standby && raw.kind != "postgres" {
+        return Err(ConfigError::invalid(
+            "store.require_sync_standby",
+            "applies to store.kind = \"postgres\" only",
+        ));
+    }
     let store = match raw.kind.as_str() {
         "embedded" => StoreConfig::Embedded(EmbeddedConfig {
             path: raw.path.clone(),
@@ -227,14 +233,52 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
                 timeout: store_timeout,
             })
         }
+        "postgres" => {
+            if !(raw.url.starts_with("postgres://") || raw.url.starts_with("postgresql://")) {
+                return Err(ConfigError::invalid(
+                    "store.url",
+                    format!(
+                        "{:?} is not a PostgreSQL URL; use postgres://user@host:5432/db",
+                        redact_url(&raw.url)
+                    ),
+                ));
+            }
+            if !valid_schema_name(&raw.prefix) {
+                return Err(ConfigError::invalid(
+                    "store.prefix",
+                    "names the PostgreSQL schema: 1 to 63 of a-z, 0-9 and _, not starting with a digit",
+                ));
+            }
+            StoreConfig::Postgres(PostgresConfig {
+                url: raw.url.clone(),
+                schema: raw.prefix.clone(),
+                connections: raw.connections.clamp(2, 256),
+                batch_max: raw.batch_max.clamp(1, 4096),
+                timeout: store_timeout,
+                require_sync_standby: raw.require_sync_standby,
+            })
+        }
         other => {
             return Err(ConfigError::invalid(
                 "store.kind",
-                format!("unknown store kind {other:?}; use \"embedded\" or \"redis\""),
+                format!(
+                    "unknown store kind {other:?}; use \"embedded\", \"redis\" or \"postgres\""
+                ),
             ));
         }
     };
     Ok(store)
+}
+
+/// A PostgreSQL schema name hookgate can use unquoted: lower case, so that it is
+/// the name PostgreSQL folds it to.
+fn valid_schema_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// `[forwarder]`: the lease, the polling and maintenance intervals, the breaker.

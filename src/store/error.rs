@@ -19,6 +19,7 @@ pub enum Backend {
     /// The embedded store (SQLite).
     Sqlite,
     Redis,
+    Postgres,
 }
 
 impl fmt::Display for Backend {
@@ -26,6 +27,7 @@ impl fmt::Display for Backend {
         f.write_str(match self {
             Backend::Sqlite => "sqlite",
             Backend::Redis => "redis",
+            Backend::Postgres => "postgres",
         })
     }
 }
@@ -96,6 +98,10 @@ pub enum StoreError {
         "the store's filesystem has {free} bytes free, under store.min_free_bytes ({floor}): new webhooks are refused so that acknowledged ones can still be delivered"
     )]
     NoSpace { free: u64, floor: u64 },
+    /// The PostgreSQL server cannot keep the promise a 2xx makes (see
+    /// [`Unsafe`]): new webhooks are refused and `/readyz` answers 503 until it can.
+    #[error("postgres: {0}")]
+    Unsafe(Unsafe),
     /// A file or directory of the embedded store could not be created, opened,
     /// inspected or made private.
     #[error("cannot {action} {}", path.display())]
@@ -123,6 +129,7 @@ impl StoreError {
             StoreError::Evicting { .. } => "evicting",
             StoreError::NoSpace { .. } => "no_space",
             StoreError::File { .. } => "file",
+            StoreError::Unsafe(_) => "unsafe",
         }
     }
 
@@ -138,7 +145,8 @@ impl StoreError {
             | StoreError::Evicting { .. }
             | StoreError::NoSpace { .. }
             | StoreError::File { .. }
-            | StoreError::WorldWritable { .. } => true,
+            | StoreError::WorldWritable { .. }
+            | StoreError::Unsafe(_) => true,
             StoreError::Corrupt { .. } | StoreError::Encode { .. } => false,
         }
     }
@@ -148,6 +156,53 @@ impl StoreError {
         StoreError::Backend {
             backend,
             source: source.into(),
+        }
+    }
+}
+
+/// Why a PostgreSQL server cannot keep the promise a 2xx makes: checked at open, at
+/// every housekeeping pass and by `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unsafe {
+    /// `fsync = off`: a crash of the server's machine loses committed webhooks.
+    FsyncOff,
+    /// `synchronous_commit = off`: a commit answers before its WAL is on disk.
+    SynchronousCommitOff,
+    /// `store.require_sync_standby = true`, and no synchronous standby is both
+    /// listed (`synchronous_standby_names`) and streaming, or commits do not wait
+    /// for one (`synchronous_commit = local`).
+    NoSyncStandby {
+        /// `synchronous_standby_names` as the server has it.
+        names: String,
+        /// Standbys streaming as `sync` or `quorum` (`pg_stat_replication`).
+        streaming: u64,
+        /// `synchronous_commit` as the server has it.
+        commit: String,
+    },
+    /// The connection reached a server in recovery (a standby): it refuses writes.
+    ReadOnly,
+}
+
+impl fmt::Display for Unsafe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unsafe::FsyncOff => f.write_str(
+                "the server runs with fsync = off: a crash of its machine loses acknowledged webhooks; set fsync = on",
+            ),
+            Unsafe::SynchronousCommitOff => f.write_str(
+                "the server runs with synchronous_commit = off: a commit answers before it is on disk; set it to on (or remote_apply)",
+            ),
+            Unsafe::NoSyncStandby {
+                names,
+                streaming,
+                commit,
+            } => write!(
+                f,
+                "store.require_sync_standby is set, but no synchronous standby confirms commits (synchronous_standby_names = {names:?}, {streaming} streaming as sync or quorum, synchronous_commit = {commit}): a failover could lose acknowledged webhooks, so new ones are refused"
+            ),
+            Unsafe::ReadOnly => f.write_str(
+                "connected to a server in recovery (a standby), which refuses writes; list the primary's hosts with target_session_attrs=read-write",
+            ),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The durable store: one trait, two backends.
+//! The durable store: one trait, three backends.
 //!
 //! Ingest and the forwarder never talk to each other; the [`Store`] is their only
 //! channel. `accept` is the ingest contract: dedupe on (source, dedupe key) and persist
@@ -18,6 +18,7 @@ mod error;
 mod headers;
 mod listing;
 pub(crate) mod pace;
+mod postgres;
 mod readiness;
 mod redis;
 mod signal;
@@ -39,7 +40,7 @@ pub use entry::{
     Accepted, Attempt, Delivery, DeliveryOrder, Entry, Header, MAX_ORDER_KEY, NewEntry, Retention,
     RouteOrder, Status,
 };
-pub use error::{Backend, Cause, StoreError};
+pub use error::{Backend, Cause, StoreError, Unsafe};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{DeadLetter, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
 pub use readiness::Readiness;
@@ -585,6 +586,9 @@ pub async fn open(cfg: &StoreConfig, clock: &Clock) -> Result<Arc<dyn Store>, St
     Ok(match cfg {
         StoreConfig::Embedded(c) => Arc::new(sqlite::SqliteStore::open(c, clock.clone()).await?),
         StoreConfig::Redis(c) => Arc::new(redis::RedisStore::open(c).await?),
+        StoreConfig::Postgres(c) => {
+            Arc::new(postgres::PostgresStore::open(c, clock.clone()).await?)
+        }
     })
 }
 

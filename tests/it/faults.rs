@@ -116,6 +116,7 @@ async fn shared_origin(backend: Backend, lease: &str, claims_ahead: bool) {
         match backend {
             Backend::Embedded => "e",
             Backend::Redis => "r",
+            Backend::Postgres => "p",
         }
     );
     let up = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_millis(900))).await;

@@ -215,7 +215,7 @@ fn keys(n: usize) -> Vec<String> {
 }
 
 /// 10 keys × 100 events: each key's events arrive exactly in the order received,
-/// one at a time; keys interleave. On Redis, two gateways share the store (each
+/// one at a time; keys interleave. On Redis and PostgreSQL, two gateways share the store (each
 /// takes half the keys' webhooks, both deliver).
 async fn each_key_in_order(backend: Backend) {
     let h = StoreHandle::new(backend);
@@ -223,7 +223,7 @@ async fn each_key_in_order(backend: Backend) {
     let src = ordered_source(&up.url, "skip", "");
     let one = Gateway::start(gateway_config(&h, &src)).await;
     let two = match backend {
-        Backend::Redis => Some(Gateway::start(gateway_config(&h, &src)).await),
+        Backend::Redis | Backend::Postgres => Some(Gateway::start(gateway_config(&h, &src)).await),
         Backend::Embedded => None,
     };
     let mut ingest = vec![one.ingest.clone()];

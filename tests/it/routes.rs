@@ -222,6 +222,7 @@ async fn filters_select(backend: Backend) {
     let gh = match backend {
         Backend::Embedded => "gh_embedded",
         Backend::Redis => "gh_redis",
+        Backend::Postgres => "gh_postgres",
     };
     let h = StoreHandle::new(backend);
     let billing = Upstream::ok().await;

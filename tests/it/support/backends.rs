@@ -17,6 +17,7 @@ macro_rules! backends {
             [
                 embedded => Embedded,
                 redis => Redis,
+                postgres => Postgres,
             ]
             $($args)*
         );

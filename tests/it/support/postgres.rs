@@ -241,6 +241,40 @@ impl PostgresServer {
     }
 }
 
+/// The server every per-store test of this run shares (each test in a schema of its
+/// own: [`fresh_schema`]), started at the first call. A process watches the test
+/// run and stops the server, and removes its directory, when the run ends (a
+/// static is never dropped).
+pub fn shared() -> &'static PostgresServer {
+    static SHARED: std::sync::OnceLock<PostgresServer> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
+        let s = PostgresServer::start();
+        let pid = postmaster_pid(&s.data_dir()).expect("the postmaster's pid");
+        let watchdog = format!(
+            "while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill -KILL {pid}; sleep 1; rm -rf '{dir}'",
+            parent = std::process::id(),
+            dir = s.dir.path().display(),
+        );
+        // In the background of a shell that exits at once: nothing to wait for.
+        Command::new("sh")
+            .args(["-c", &format!("({watchdog}) >/dev/null 2>&1 &")])
+            .stdin(Stdio::null())
+            .status()
+            .expect("start the shared server's watchdog");
+        s
+    })
+}
+
+/// A schema name no other test of this run uses (`store.prefix` of a PostgreSQL
+/// store): tests share [`shared`] without seeing each other's data.
+pub fn fresh_schema() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "t{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
 impl Drop for PostgresServer {
     fn drop(&mut self) {
         if let Some(c) = &self.child {

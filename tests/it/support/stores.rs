@@ -35,6 +35,12 @@ impl StoreHandle {
                 "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n",
                 redis.insert(RedisServer::start()).url()
             ),
+            // The run's shared server, in a schema of this test's own.
+            Backend::Postgres => format!(
+                "[store]\nkind = \"postgres\"\nurl = \"{}\"\nprefix = \"{}\"\ntimeout = \"2s\"\n",
+                super::postgres::shared().url(),
+                super::postgres::fresh_schema()
+            ),
         };
         StoreHandle {
             backend,

@@ -1,0 +1,192 @@
+//! The PostgreSQL store's shared records: the control audit (the newest
+//! `CONTROL_AUDIT_KEEP` kept), revoked console sessions, and the send slots of
+//! paced routes (GCRA, `store::pace`), which every gateway on the database shares:
+//! a slot is taken under the pace row's lock, so two gateways never take one twice.
+
+use deadpool_postgres::GenericClient;
+
+use crate::store::pace::{self, ceil_ms};
+use crate::store::{Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, StoreError};
+
+/// The `console_settings` row holding the "sessions issued until then are revoked"
+/// time.
+const SESSIONS_REVOKED_UNTIL: &str = "sessions_revoked_until";
+
+pub(super) async fn record_control(
+    c: &impl GenericClient,
+    e: &ControlEvent,
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO control_audit (at, action, source, route, actor, session, client)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &e.at,
+            &e.action.as_str(),
+            &e.source,
+            &e.route,
+            &e.by.name,
+            &e.by.session,
+            &e.by.client,
+        ],
+    )
+    .await?;
+    let keep = i64::try_from(CONTROL_AUDIT_KEEP).unwrap_or(i64::MAX);
+    c.execute(
+        "DELETE FROM control_audit WHERE seq <= (SELECT seq FROM control_audit
+         ORDER BY seq DESC LIMIT 1 OFFSET $1)",
+        &[&keep],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn control_audit(
+    c: &impl GenericClient,
+    limit: usize,
+) -> Result<Vec<ControlEvent>, StoreError> {
+    let limit = i64::try_from(limit.min(CONTROL_AUDIT_KEEP)).unwrap_or(0);
+    Ok(c.query(
+        "SELECT at, action, source, route, actor, session, client FROM control_audit
+             ORDER BY seq DESC LIMIT $1",
+        &[&limit],
+    )
+    .await?
+    .iter()
+    .filter_map(|r| {
+        Some(ControlEvent {
+            at: r.get(0),
+            action: ControlAction::parse(r.get(1))?,
+            source: r.get(2),
+            route: r.get(3),
+            by: Actor {
+                name: r.get(4),
+                session: r.get(5),
+                client: r.get(6),
+            },
+        })
+    })
+    .collect())
+}
+
+pub(super) async fn revoke_session(
+    c: &impl GenericClient,
+    id: &str,
+    expires_at: i64,
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO revoked_sessions (id, expires_at) VALUES ($1, $2)
+         ON CONFLICT (id) DO UPDATE
+             SET expires_at = greatest(revoked_sessions.expires_at, excluded.expires_at)",
+        &[&id, &expires_at],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn revoke_sessions_until(
+    c: &impl GenericClient,
+    at: i64,
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO console_settings (name, value) VALUES ($1, $2)
+         ON CONFLICT (name) DO UPDATE
+             SET value = greatest(console_settings.value, excluded.value)",
+        &[&SESSIONS_REVOKED_UNTIL, &at],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn session_revoked(
+    c: &impl GenericClient,
+    id: &str,
+    issued_at: i64,
+) -> Result<bool, StoreError> {
+    Ok(c.query_opt(
+        "SELECT 1 FROM revoked_sessions WHERE id = $1
+             UNION ALL SELECT 1 FROM console_settings WHERE name = $2 AND value >= $3
+             LIMIT 1",
+        &[&id, &SESSIONS_REVOKED_UNTIL, &issued_at],
+    )
+    .await?
+    .is_some())
+}
+
+/// Forget the revocations of sessions that have expired by `now`.
+pub(super) async fn purge_revoked_sessions(
+    c: &impl GenericClient,
+    now: i64,
+) -> Result<(), StoreError> {
+    c.execute(
+        "DELETE FROM revoked_sessions WHERE expires_at <= $1",
+        &[&now],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The arrival time (µs) of `route` of `source`, its row locked until the caller's
+/// transaction ends (created at 0 when missing).
+async fn locked_tat(c: &impl GenericClient, source: &str, route: &str) -> Result<i64, StoreError> {
+    c.execute(
+        "INSERT INTO paces (source, route, tat) VALUES ($1, $2, 0) ON CONFLICT DO NOTHING",
+        &[&source, &route],
+    )
+    .await?;
+    Ok(c.query_one(
+        "SELECT tat FROM paces WHERE source = $1 AND route = $2 FOR UPDATE",
+        &[&source, &route],
+    )
+    .await?
+    .get(0))
+}
+
+async fn set_tat(
+    c: &impl GenericClient,
+    source: &str,
+    route: &str,
+    tat: i64,
+) -> Result<(), StoreError> {
+    c.execute(
+        "UPDATE paces SET tat = $3 WHERE source = $1 AND route = $2",
+        &[&source, &route, &tat],
+    )
+    .await?;
+    Ok(())
+}
+
+/// `Pacing::take_send_slot`, in the caller's transaction.
+pub(super) async fn take_send_slot(
+    c: &impl GenericClient,
+    source: &str,
+    route: &str,
+    now: i64,
+    spacing_us: i64,
+    burst: u32,
+) -> Result<Option<i64>, StoreError> {
+    let tat = locked_tat(c, source, route).await?;
+    match pace::gcra(tat, now.saturating_mul(1000), spacing_us, burst) {
+        Ok(next) => {
+            set_tat(c, source, route, next).await?;
+            Ok(None)
+        }
+        Err(at_us) => Ok(Some(ceil_ms(at_us))),
+    }
+}
+
+/// `Pacing::hold_send_slots`, in the caller's transaction.
+pub(super) async fn hold_send_slots(
+    c: &impl GenericClient,
+    source: &str,
+    route: &str,
+    until: i64,
+    spacing_us: i64,
+    burst: u32,
+) -> Result<(), StoreError> {
+    let tat = locked_tat(c, source, route).await?;
+    let held = pace::held(tat, until.saturating_mul(1000), spacing_us, burst);
+    if held != tat {
+        set_tat(c, source, route, held).await?;
+    }
+    Ok(())
+}

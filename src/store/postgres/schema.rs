@@ -1,0 +1,231 @@
+//! The PostgreSQL store's schema: its tables and indexes, in the schema named by
+//! `store.prefix` (two deployments with different prefixes share a database), as
+//! versioned migrations applied once, in order, each in a transaction of its own.
+//!
+//! `migrations` records the versions applied. Migrations are one-way: a release
+//! refuses a schema a newer release migrated ([`NewerSchema`]). Gateways starting
+//! together migrate one at a time (an advisory lock), so each migration is applied
+//! and logged once.
+
+use deadpool_postgres::Object;
+
+use crate::store::{Backend, StoreError};
+
+/// The migrations, in order; version `n` is `MIGRATIONS[n - 1]`.
+///
+/// 1. Everything the store contract needs ([`V1`]).
+const MIGRATIONS: &[&str] = &[V1];
+
+/// The first schema, shaped like the embedded store's (`store::sqlite::schema`),
+/// for a server shared by several gateways:
+///
+/// * Text that is compared or ordered (ids, ordering keys) is `COLLATE "C"`: byte
+///   order, as UUIDv7 ids sort by arrival, whatever the database's locale.
+/// * `deliveries_due` holds only what a claim may take (pending, not behind a line's
+///   head), in due order; `deliveries_route` serves listings, counts and dead letters.
+///   `deliveries_line` holds the members of ordered lines, `deliveries_leased` the
+///   leases that may hold a line's head back, `deliveries_retried` the retries a
+///   half-open breaker's probe looks for first (see `lines` and `delivery`).
+/// * `counts` is appended to, never updated: each accept batch, completion and
+///   verification failure adds a row (per source and minute), so that gateways
+///   never queue on one hot counter row; the purge folds each past minute into one
+///   row, and folds minutes past the activity retention into `totals`.
+/// * `paces` is `UNLOGGED`: a pace is not durable (the contract allows it), and
+///   costs no WAL.
+const V1: &str = r#"
+CREATE TABLE entries (
+    id          TEXT COLLATE "C" PRIMARY KEY,
+    source      TEXT NOT NULL,
+    event_id    TEXT,
+    event_type  TEXT,
+    dedupe_key  TEXT NOT NULL,
+    received_at BIGINT NOT NULL,
+    status      TEXT NOT NULL,
+    updated_at  BIGINT NOT NULL,
+    headers     TEXT NOT NULL,
+    body        BYTEA NOT NULL
+);
+CREATE INDEX entries_source ON entries (source, id);
+CREATE INDEX entries_status ON entries (status, id);
+CREATE INDEX entries_source_status ON entries (source, status, id);
+CREATE INDEX entries_done ON entries (status, updated_at) WHERE status <> 'pending';
+
+CREATE TABLE dedupe (
+    source     TEXT NOT NULL,
+    dkey       TEXT NOT NULL,
+    entry_id   TEXT COLLATE "C" NOT NULL,
+    expires_at BIGINT NOT NULL,
+    PRIMARY KEY (source, dkey)
+);
+CREATE INDEX dedupe_expiry ON dedupe (expires_at);
+
+CREATE TABLE deliveries (
+    entry_id        TEXT COLLATE "C" NOT NULL,
+    route           TEXT NOT NULL,
+    position        INTEGER NOT NULL,
+    source          TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at BIGINT,
+    lease_owner     TEXT,
+    lease_until     BIGINT,
+    last_error      TEXT,
+    budget_start    BIGINT NOT NULL,
+    budget_attempts INTEGER NOT NULL DEFAULT 0,
+    updated_at      BIGINT NOT NULL,
+    order_key       TEXT COLLATE "C",
+    order_block     BOOLEAN NOT NULL DEFAULT false,
+    behind          BOOLEAN NOT NULL DEFAULT false,
+    PRIMARY KEY (entry_id, route)
+);
+CREATE INDEX deliveries_due ON deliveries (source, route, next_attempt_at)
+    WHERE status = 'pending' AND NOT behind;
+CREATE INDEX deliveries_route ON deliveries (source, route, status, entry_id);
+CREATE INDEX deliveries_line ON deliveries (source, route, order_key, entry_id)
+    WHERE order_key IS NOT NULL AND (status = 'pending' OR (status = 'dead' AND order_block));
+CREATE INDEX deliveries_leased ON deliveries (source, route, order_key, lease_until)
+    WHERE order_key IS NOT NULL AND lease_until IS NOT NULL AND (status <> 'pending' OR behind);
+CREATE INDEX deliveries_retried ON deliveries (source, route, next_attempt_at)
+    WHERE status = 'pending' AND attempts > 0;
+
+CREATE TABLE attempts (
+    entry_id    TEXT COLLATE "C" NOT NULL,
+    route       TEXT NOT NULL,
+    n           INTEGER NOT NULL,
+    at          BIGINT NOT NULL,
+    status_code INTEGER,
+    error       TEXT,
+    latency_ms  BIGINT,
+    PRIMARY KEY (entry_id, route, n)
+);
+
+CREATE TABLE audit (
+    seq      BIGSERIAL PRIMARY KEY,
+    entry_id TEXT COLLATE "C" NOT NULL,
+    at       BIGINT NOT NULL,
+    action   TEXT NOT NULL,
+    actor    TEXT,
+    note     TEXT,
+    route    TEXT,
+    session  TEXT,
+    client   TEXT
+);
+CREATE INDEX audit_entry ON audit (entry_id, at);
+
+CREATE TABLE paused_sources (
+    name TEXT PRIMARY KEY
+);
+CREATE TABLE paused_routes (
+    source TEXT NOT NULL,
+    route  TEXT NOT NULL,
+    PRIMARY KEY (source, route)
+);
+
+CREATE TABLE counts (
+    source     TEXT NOT NULL,
+    minute     BIGINT NOT NULL,
+    received   BIGINT NOT NULL DEFAULT 0,
+    duplicates BIGINT NOT NULL DEFAULT 0,
+    unverified BIGINT NOT NULL DEFAULT 0,
+    delivered  BIGINT NOT NULL DEFAULT 0,
+    failed     BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX counts_minute ON counts (source, minute);
+CREATE TABLE totals (
+    source     TEXT PRIMARY KEY,
+    received   BIGINT NOT NULL DEFAULT 0,
+    duplicates BIGINT NOT NULL DEFAULT 0,
+    unverified BIGINT NOT NULL DEFAULT 0
+);
+
+CREATE TABLE control_audit (
+    seq     BIGSERIAL PRIMARY KEY,
+    at      BIGINT NOT NULL,
+    action  TEXT NOT NULL,
+    source  TEXT NOT NULL,
+    route   TEXT,
+    actor   TEXT NOT NULL,
+    session TEXT,
+    client  TEXT
+);
+CREATE TABLE revoked_sessions (
+    id         TEXT PRIMARY KEY,
+    expires_at BIGINT NOT NULL
+);
+CREATE TABLE console_settings (
+    name  TEXT PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+
+CREATE UNLOGGED TABLE paces (
+    source TEXT NOT NULL,
+    route  TEXT NOT NULL,
+    tat    BIGINT NOT NULL,
+    PRIMARY KEY (source, route)
+);
+"#;
+
+/// A schema migrated by a newer release: its migrations are one-way, and this
+/// release would misread what it wrote.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "schema {schema:?} is at version {found}, newer than this release knows ({known}): a newer hookgate migrated it, and migrations are one-way; run that release or a later one"
+)]
+pub(crate) struct NewerSchema {
+    schema: String,
+    found: i32,
+    known: usize,
+}
+
+/// Create `schema` when missing and apply the migrations it has not seen, each in
+/// its own transaction, under an advisory lock that gateways starting together
+/// take in turn. Each applied migration is logged once; a schema newer than
+/// [`MIGRATIONS`] is refused.
+pub(super) async fn migrate(conn: &mut Object, schema: &str) -> Result<(), StoreError> {
+    let lock = super::lines::lock_id(&["hookgate-migrate", schema]);
+    let known = MIGRATIONS.len();
+    loop {
+        let tx = conn.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
+            .await?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema};
+             CREATE TABLE IF NOT EXISTS {schema}.migrations (
+                 version    INTEGER PRIMARY KEY,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+             );"
+        ))
+        .await?;
+        let found: i32 = tx
+            .query_one(
+                &format!("SELECT coalesce(max(version), 0) FROM {schema}.migrations"),
+                &[],
+            )
+            .await?
+            .get(0);
+        let from = usize::try_from(found).unwrap_or(0);
+        if from > known {
+            return Err(StoreError::backend(
+                Backend::Postgres,
+                NewerSchema {
+                    schema: schema.to_string(),
+                    found,
+                    known,
+                },
+            ));
+        }
+        let Some(sql) = MIGRATIONS.get(from) else {
+            return Ok(());
+        };
+        tx.batch_execute(&format!("SET LOCAL search_path TO {schema}; {sql}"))
+            .await?;
+        let to = i32::try_from(from + 1).unwrap_or(i32::MAX);
+        tx.execute(
+            &format!("INSERT INTO {schema}.migrations (version) VALUES ($1)"),
+            &[&to],
+        )
+        .await?;
+        tx.commit().await?;
+        tracing::info!(schema, version = to, "postgres store: schema migrated");
+    }
+}
