@@ -68,6 +68,7 @@ async fn readyz(
         // Reachable, but it may evict keys: the operator's fix is in the log.
         Err(StoreError::Evicting { .. }) => "store may evict keys",
         Err(StoreError::NoSpace { .. }) => "store short of disk space",
+        Err(StoreError::ReplicasMissing { .. }) => "store has too few replicas online",
         Err(StoreError::Timeout(_)) | Err(StoreError::Backend { .. }) => {
             "store unreachable or refusing writes"
         }
