@@ -69,6 +69,7 @@ async fn readyz(
         Err(StoreError::Evicting { .. }) => "store may evict keys",
         Err(StoreError::NoSpace { .. }) => "store short of disk space",
         Err(StoreError::Unsafe(_)) => "store cannot keep acknowledged webhooks safe",
+        Err(StoreError::ReplicasMissing { .. }) => "store has too few replicas online",
         Err(StoreError::Timeout(_)) | Err(StoreError::Backend { .. }) => {
             "store unreachable or refusing writes"
         }

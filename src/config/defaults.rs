@@ -35,6 +35,7 @@ path = "./hookgate-data"
 url = "redis://127.0.0.1:6379"
 prefix = "hg"
 cluster = false
+min_replicas = 0
 connections = 4
 timeout = "5s"
 batch_max = 256

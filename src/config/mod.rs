@@ -277,6 +277,9 @@ pub struct RedisConfig {
     /// under `appendfsync always`).
     pub connections: usize,
     pub timeout: Duration,
+    /// `store.min_replicas`: the replicas that must acknowledge each accept (`WAIT`)
+    /// before its 2xx, and that `/readyz` wants online; 0: none, no `WAIT`.
+    pub min_replicas: u32,
 }
 
 #[derive(Debug, Clone)]

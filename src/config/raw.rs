@@ -86,6 +86,7 @@ pub struct RawStore {
     pub url: String,
     pub prefix: String,
     pub cluster: bool,
+    pub min_replicas: u32,
     pub connections: usize,
     pub timeout: String,
     pub batch_max: usize,

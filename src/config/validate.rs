@@ -231,6 +231,7 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
                 prefix: raw.prefix.clone(),
                 connections: raw.connections.clamp(1, 64),
                 timeout: store_timeout,
+                min_replicas: raw.min_replicas,
             })
         }
         "postgres" => {
@@ -267,6 +268,17 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
             ));
         }
     };
+    // Only Redis waits for replicas (`WAIT`); elsewhere the key would promise nothing.
+    if raw.min_replicas > 0 && !matches!(store, StoreConfig::Redis(_)) {
+        return Err(ConfigError::invalid(
+            "store.min_replicas",
+            format!(
+                "waits for Redis replicas (WAIT) and only applies to store.kind = \"redis\"; \
+                 store.kind is {:?}: remove the key or set it to 0",
+                raw.kind
+            ),
+        ));
+    }
     Ok(store)
 }
 
@@ -451,6 +463,31 @@ mod tests {
     fn bad_duration_names_the_key() {
         let err = from_toml_str("[retention]\ndead = \"forever\"\n", &no_env).unwrap_err();
         assert!(err.to_string().starts_with("retention.dead:"), "{err}");
+    }
+
+    #[test]
+    fn min_replicas_is_for_redis_only_and_zero_is_allowed_everywhere() {
+        use super::super::StoreConfig;
+        let redis = "[store]\nkind = \"redis\"\nmin_replicas = 2\n";
+        match from_toml_str(redis, &no_env).unwrap().store {
+            StoreConfig::Redis(r) => assert_eq!(r.min_replicas, 2),
+            other => panic!("{other:?}"),
+        }
+        match from_toml_str("[store]\nkind = \"redis\"\n", &no_env)
+            .unwrap()
+            .store
+        {
+            StoreConfig::Redis(r) => assert_eq!(r.min_replicas, 0, "off by default"),
+            other => panic!("{other:?}"),
+        }
+        assert!(from_toml_str("[store]\nmin_replicas = 0\n", &no_env).is_ok());
+        let err = from_toml_str("[store]\nmin_replicas = 1\n", &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("store.min_replicas:") && err.contains("\"embedded\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Callers decide by variant, never by text: ingest and the admin API answer 503 for
 //! every store error (the provider or the operator retries), `/readyz` tells
-//! [`StoreError::Evicting`] apart, and a stopped store is [`StoreError::Stopped`].
+//! [`StoreError::Evicting`], [`StoreError::NoSpace`] and
+//! [`StoreError::ReplicasMissing`] apart, and a stopped store is [`StoreError::Stopped`].
 //! A backend's own error is kept as the cause ([`StoreError::Backend`]), never
 //! flattened into text; its type stays in the backend's folder, which converts it.
 
@@ -92,6 +93,26 @@ pub enum StoreError {
         node: Option<String>,
         policy: String,
     },
+    /// Fewer replicas than `store.min_replicas` acknowledged an accept's write within
+    /// `store.timeout` (Redis `WAIT`). The entries may be stored on the master alone,
+    /// so they get no 2xx; the provider's retry is answered `duplicate` once enough
+    /// replicas acknowledge it.
+    #[error(
+        "redis: {acknowledged} of the {wanted} replicas store.min_replicas asks for acknowledged the write in time; it is not acknowledged to the sender (check the replicas' link to the master: INFO replication)"
+    )]
+    TooFewReplicas { wanted: u32, acknowledged: u32 },
+    /// A Redis master has fewer replicas online than `store.min_replicas`: every
+    /// accept would wait for them in vain, so `/readyz` answers 503.
+    #[error(
+        "redis{}: {online} replicas online, store.min_replicas asks for {wanted}: new webhooks are refused until enough replicas are attached and in sync (INFO replication on the master)",
+        .node.as_deref().map(|n| format!(" at {n}")).unwrap_or_default()
+    )]
+    ReplicasMissing {
+        /// `host:port` of the cluster master; `None` for a single Redis.
+        node: Option<String>,
+        wanted: u32,
+        online: u32,
+    },
     /// The embedded store's filesystem has less than `store.min_free_bytes` free: new
     /// entries are refused, so that the ones already acknowledged can be delivered.
     #[error(
@@ -128,6 +149,8 @@ impl StoreError {
             StoreError::WorldWritable { .. } => "world_writable",
             StoreError::Evicting { .. } => "evicting",
             StoreError::NoSpace { .. } => "no_space",
+            StoreError::TooFewReplicas { .. } => "too_few_replicas",
+            StoreError::ReplicasMissing { .. } => "replicas_missing",
             StoreError::File { .. } => "file",
             StoreError::Unsafe(_) => "unsafe",
         }
@@ -144,6 +167,8 @@ impl StoreError {
             | StoreError::Stopped
             | StoreError::Evicting { .. }
             | StoreError::NoSpace { .. }
+            | StoreError::TooFewReplicas { .. }
+            | StoreError::ReplicasMissing { .. }
             | StoreError::File { .. }
             | StoreError::WorldWritable { .. }
             | StoreError::Unsafe(_) => true,

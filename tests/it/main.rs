@@ -38,6 +38,7 @@ mod postgres_harness;
 mod pressure;
 mod providers;
 mod redis_preconditions;
+mod redis_replicas;
 mod redis_store;
 mod routes;
 mod stalled;

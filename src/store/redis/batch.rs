@@ -5,6 +5,11 @@
 //! together in the next call: one round trip, and under `appendfsync always` one
 //! fsync, for the lot. The caller's task packs the entry first, so the batcher only
 //! moves bytes.
+//!
+//! With `store.min_replicas`, the script call carries a `WAIT` in the same pipeline,
+//! so one `WAIT` covers the whole batch: every entry of it is answered 2xx only once
+//! that many replicas acknowledged the script's writes, or 503 with
+//! [`StoreError::TooFewReplicas`] (`replicas` says why the count is right for each).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,10 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::codec::{pack_record, routes_field};
 use super::conn::Conn;
-use super::{RedisStore, key};
+use super::{RedisStore, key, replicas};
 use crate::store::{Accepted, Backend, NewEntry, StoreError, Wake, WorkSignals, valid_route_name};
 
 /// Most entries one accept script carries.
@@ -26,6 +32,9 @@ const ACCEPT_QUEUE: usize = 4096;
 
 /// The batchers of a store, one per source, by source.
 pub(super) type Batchers = Mutex<HashMap<String, mpsc::Sender<AcceptJob>>>;
+
+/// The accept script's answer: per entry, (duplicate 0 or 1, id).
+type ScriptAnswers = Vec<(i64, String)>;
 
 /// One entry on its way to its source's batcher: what the accept script needs, the
 /// write-once fields already packed by the caller's task.
@@ -39,6 +48,9 @@ pub(super) struct AcceptJob {
     routes: String,
     /// The ordered routes the entry has a key for: (route, key, block).
     ordering: Vec<(String, String, bool)>,
+    /// When the caller gives up (`store.timeout` after it handed the entry over): a
+    /// batch's `WAIT` for replicas ends before its earliest caller's.
+    deadline: Instant,
     reply: oneshot::Sender<Result<Accepted, StoreError>>,
 }
 
@@ -51,11 +63,14 @@ struct AcceptContext {
     timeout: Duration,
     script: redis::Script,
     work: Arc<WorkSignals>,
+    /// Replicas each batch waits for (`WAIT`); 0: none.
+    min_replicas: u32,
 }
 
 impl RedisStore {
     /// Hand the entry to its source's batcher and wait for the script's answer.
     pub(super) async fn accept_batched(&self, e: NewEntry) -> Result<Accepted, StoreError> {
+        let deadline = Instant::now() + self.timeout;
         let sender = {
             let mut batchers = self
                 .batchers
@@ -66,12 +81,13 @@ impl RedisStore {
                 .or_insert_with(|| {
                     let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
                     let ctx = AcceptContext {
-                        conns: self.conns.clone(),
-                        next: self.next.clone(),
+                        conns: self.accept_conns.clone(),
+                        next: self.accept_next.clone(),
                         prefix: self.prefix.clone(),
                         timeout: self.timeout,
                         script: self.scripts.accept_many.clone(),
                         work: self.work.clone(),
+                        min_replicas: self.min_replicas,
                     };
                     tokio::spawn(ctx.run(e.source.clone(), rx));
                     tx
@@ -99,6 +115,7 @@ impl RedisStore {
             received_at: e.received_at,
             id: e.id,
             dedupe_key: e.dedupe_key,
+            deadline,
             reply,
         };
         let wait = async move {
@@ -111,7 +128,7 @@ impl RedisStore {
         };
         // Queueing plus the script call, within `store.timeout` in all: the answer
         // (200 or 503) must come in time, whatever Redis or the network does.
-        match tokio::time::timeout(self.timeout, wait).await {
+        match tokio::time::timeout_at(deadline, wait).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::Timeout(self.timeout)),
         }
@@ -175,9 +192,22 @@ impl AcceptContext {
         }
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len().max(1);
         let mut c = self.conns[i].clone();
+        let call = async {
+            if self.min_replicas == 0 {
+                return inv.invoke_async(&mut c).await.map(|a| (a, None));
+            }
+            // `WAIT` ends before the batch's earliest caller gives up.
+            let deadline = batch.iter().map(|job| job.deadline).min();
+            let deadline = deadline.unwrap_or_else(|| Instant::now() + self.timeout);
+            let waited =
+                replicas::invoke_and_wait(&inv, &mut c, self.min_replicas, deadline, self.timeout)
+                    .await?;
+            // No answer only with too few replicas: every entry is refused below.
+            Ok((waited.answer.unwrap_or_default(), Some(waited.acknowledged)))
+        };
         // Redis's error is shared by every entry of the batch: one cause, many answers.
-        let result: Result<Vec<(i64, String)>, redis::RedisError> =
-            match tokio::time::timeout(self.timeout, inv.invoke_async(&mut c)).await {
+        let result: Result<(ScriptAnswers, Option<u32>), redis::RedisError> =
+            match tokio::time::timeout(self.timeout, call).await {
                 Ok(r) => r,
                 Err(_) => {
                     for job in batch {
@@ -187,7 +217,18 @@ impl AcceptContext {
                 }
             };
         match result {
-            Ok(answers) if answers.len() == batch.len() => {
+            // Too few replicas hold the writes: no 2xx. The entries may be stored
+            // on the master all the same (and are delivered); the provider's retry
+            // is answered `duplicate` once replicas acknowledge.
+            Ok((_, Some(acknowledged))) if acknowledged < self.min_replicas => {
+                for job in batch {
+                    let _ = job.reply.send(Err(StoreError::TooFewReplicas {
+                        wanted: self.min_replicas,
+                        acknowledged,
+                    }));
+                }
+            }
+            Ok((answers, _)) if answers.len() == batch.len() => {
                 // The routes the new entries went to (a duplicate's were woken
                 // when it was new).
                 let mut routes: Vec<String> = batch
@@ -213,7 +254,7 @@ impl AcceptContext {
                     }));
                 }
             }
-            Ok(answers) => {
+            Ok((answers, _)) => {
                 let problem = format!(
                     "accept script answered {} results for {} entries",
                     answers.len(),

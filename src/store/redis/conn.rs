@@ -153,12 +153,21 @@ pub(super) async fn memory_use(conn: &Conn, timeout: Duration) -> Result<Option<
 
 /// `INFO <section>`: one text per server (every master of a cluster answers).
 async fn info(conn: &Conn, section: &str, timeout: Duration) -> Result<Vec<String>, StoreError> {
-    let mut c = conn.clone();
-    let reply: redis::Value =
-        timed(timeout, redis::cmd("INFO").arg(section).query_async(&mut c)).await?;
+    let reply = info_reply(conn, section, timeout).await?;
     let mut texts = Vec::new();
     collect_text(&reply, &mut texts);
     Ok(texts)
+}
+
+/// `INFO <section>` as Redis answered it: one text, or on a cluster a map of each
+/// master's address to its text.
+pub(super) async fn info_reply(
+    conn: &Conn,
+    section: &str,
+    timeout: Duration,
+) -> Result<redis::Value, StoreError> {
+    let mut c = conn.clone();
+    timed(timeout, redis::cmd("INFO").arg(section).query_async(&mut c)).await
 }
 
 /// Every text in a reply, however nested (a cluster answers per node).

@@ -41,7 +41,8 @@
 //! There is no moment where the dedupe key exists without its entry. With
 //! `appendfsync always`, Redis fsyncs the AOF before it answers, so the reply means
 //! the entries are durable. Concurrent accepts of one source share one script call
-//! (see `batch`). An entry costs Redis `3 + 2 × routes` commands (`SET NX`, `HSET`,
+//! (see `batch`). With `store.min_replicas`, the answer also waits until that many
+//! replicas acknowledged the script's writes (`WAIT`, see `replicas`). An entry costs Redis `3 + 2 × routes` commands (`SET NX`, `HSET`,
 //! `ZADD st:pending`, and per route `XADD` and `ZADD rst:<route>:pending`).
 //!
 //! # Deliveries
@@ -67,6 +68,7 @@ mod housekeeping;
 mod listing;
 mod migrate;
 mod preconditions;
+mod replicas;
 mod scripts;
 mod transition;
 mod views;
@@ -97,6 +99,13 @@ pub struct RedisStore {
     /// Multiplexed connections, used round robin.
     conns: Vec<Conn>,
     next: Arc<AtomicUsize>,
+    /// The connections accepts go out on, round robin: `conns` themselves, or with
+    /// `min_replicas` connections of their own, since each accept's `WAIT` holds its
+    /// connection (see `replicas`).
+    accept_conns: Vec<Conn>,
+    accept_next: Arc<AtomicUsize>,
+    /// `store.min_replicas`: replicas each accept waits for; 0: no `WAIT`.
+    min_replicas: u32,
     /// One accept batcher per source, started on its first accept.
     batchers: Batchers,
     prefix: String,
@@ -130,9 +139,18 @@ impl RedisStore {
             Some(c) => conn::major_version(c, cfg.timeout).await?,
             None => 0,
         };
+        let next = Arc::new(AtomicUsize::new(0));
+        let (accept_conns, accept_next) = if cfg.min_replicas > 0 {
+            (conn::connect(cfg).await?, Arc::new(AtomicUsize::new(0)))
+        } else {
+            (conns.clone(), next.clone())
+        };
         let store = RedisStore {
             conns,
-            next: Arc::new(AtomicUsize::new(0)),
+            next,
+            accept_conns,
+            accept_next,
+            min_replicas: cfg.min_replicas,
             batchers: Mutex::new(HashMap::new()),
             prefix: cfg.prefix.clone(),
             timeout: cfg.timeout,
@@ -693,6 +711,17 @@ impl Lifecycle for RedisStore {
                     .query_async(&mut c),
             )
             .await?;
+        // Every accept would wait for replicas in vain (`replicas`).
+        if self.min_replicas > 0 {
+            let (node, online) = replicas::fewest_online(&self.conn(), self.timeout).await?;
+            if online < self.min_replicas {
+                return Err(StoreError::ReplicasMissing {
+                    node,
+                    wanted: self.min_replicas,
+                    online,
+                });
+            }
+        }
         Ok(())
     }
 

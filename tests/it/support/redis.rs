@@ -48,6 +48,17 @@ impl RedisServer {
         panic!("cannot start redis-server: {last_err}");
     }
 
+    /// A replica of the Redis on `master_port` (`--replicaof`), persistent as
+    /// [`RedisServer::start`] is. It answers PING at once; whether it is in sync is
+    /// the master's to say (`INFO replication`). A [`RedisServer::restart`] makes it
+    /// a replica again, even after a `REPLICAOF NO ONE`.
+    pub fn start_replica_of(master_port: u16, extra: &[&str]) -> RedisServer {
+        let port = master_port.to_string();
+        let mut args = vec!["--replicaof", "127.0.0.1", port.as_str()];
+        args.extend_from_slice(extra);
+        Self::start_with_args(true, &args)
+    }
+
     fn spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
         cmd.arg("--port")
