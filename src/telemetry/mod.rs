@@ -75,6 +75,10 @@ pub fn init(format: LogFormat) -> Option<WorkerGuard> {
         "reqwest",
         "redis",
         "rusqlite",
+        // At debug it logs every statement with its parameters: bodies, headers.
+        "tokio_postgres",
+        "deadpool_postgres",
+        "rustls",
         "tower",
         "axum",
     ] {

@@ -66,7 +66,7 @@ async fn logs_never_leak(backend: Backend) {
         &stale_sig,
         marker,
     ] {
-        assert!(!log.contains(needle), "the log contains {needle:?}");
+        assert!(!log.contains(needle), "the log contains {needle:?}:\n{log}");
     }
 }
 for_each_store!(

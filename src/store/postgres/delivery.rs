@@ -173,8 +173,12 @@ const DERIVED_STATUS: &str = "SELECT CASE
      FROM deliveries WHERE entry_id = $1";
 
 /// Keep the entry's status in step with its deliveries, and `updated_at` when it
-/// changes.
+/// changes. The entry's row is locked first: two routes' completions of one entry
+/// in two transactions would each read the other's delivery as it was before, and
+/// both leave the entry pending; locked, the second reads once the first committed.
 async fn refresh_entry(c: &impl GenericClient, id: &str, now: i64) -> Result<(), StoreError> {
+    c.execute("SELECT 1 FROM entries WHERE id = $1 FOR UPDATE", &[&id])
+        .await?;
     c.execute(
         &format!(
             "UPDATE entries SET status = s.st, updated_at = $2

@@ -147,6 +147,44 @@ for_each_fresh_store!(
 // Claims and completions, per delivery.
 // ---------------------------------------------------------------------------
 
+/// The routes of one entry completed at the same time (each route has its own
+/// workers, and on a shared store its own processes): the entry's status follows
+/// them all, whatever order they land in. Twenty entries of three routes each, each
+/// entry's three completions sent at once.
+async fn concurrent_completions_of_one_entry(store: &dyn Store) {
+    let names = ["a", "b", "c"];
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        ids.push(accept_new(store, routed("s", &format!("evt_cc_{n}"), &names)).await);
+    }
+    let at = now_ms();
+    let mut by_route: Vec<Vec<Claim>> = Vec::new();
+    for r in names {
+        by_route.push(claims(store, "s", r, "w", at).await);
+    }
+    for id in &ids {
+        let mine: Vec<&Claim> = by_route
+            .iter()
+            .map(|cs| cs.iter().find(|c| &c.entry.id == id).expect("claimed"))
+            .collect();
+        let done = futures_util::future::join_all(
+            mine.iter()
+                .map(|c| store.complete(c, "w", completion(c, Outcome::Delivered, at), at)),
+        )
+        .await;
+        assert!(done.into_iter().all(|d| d.unwrap()), "{id}");
+    }
+    for id in &ids {
+        assert_eq!(got(store, id).await.status, Status::Delivered, "{id}");
+    }
+    assert_eq!(store.count_status("s", Status::Pending).await.unwrap(), 0);
+    assert_eq!(store.stats("s").await.unwrap().delivered, 20);
+}
+for_each_fresh_store!(
+    an_entrys_routes_completed_at_once_leave_it_delivered,
+    super::concurrent_completions_of_one_entry
+);
+
 async fn deliveries_are_claimed_independently(store: &dyn Store) {
     let id = accept_new(store, routed("s", "evt_ind", &["a", "b", "c"])).await;
     let t = now_ms();
