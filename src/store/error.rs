@@ -204,6 +204,9 @@ pub enum Unsafe {
         /// `synchronous_commit` as the server has it.
         commit: String,
     },
+    /// `store.require_sync_standby = true`, and the server hides its standbys'
+    /// state from hookgate's user (it lacks `pg_monitor`).
+    StandbysHidden,
     /// The connection reached a server in recovery (a standby): it refuses writes.
     ReadOnly,
 }
@@ -224,6 +227,9 @@ impl fmt::Display for Unsafe {
             } => write!(
                 f,
                 "store.require_sync_standby is set, but no synchronous standby confirms commits (synchronous_standby_names = {names:?}, {streaming} streaming as sync or quorum, synchronous_commit = {commit}): a failover could lose acknowledged webhooks, so new ones are refused"
+            ),
+            Unsafe::StandbysHidden => f.write_str(
+                "store.require_sync_standby is set, but the server hides its standbys' state (pg_stat_replication) from hookgate's user; GRANT pg_monitor TO that user",
             ),
             Unsafe::ReadOnly => f.write_str(
                 "connected to a server in recovery (a standby), which refuses writes; list the primary's hosts with target_session_attrs=read-write",

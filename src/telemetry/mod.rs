@@ -286,6 +286,14 @@ fn describe() {
         "hookgate_store_ready",
         "1 while /readyz says ready, 0 while the store refuses writes"
     );
+    describe_gauge!(
+        "hookgate_store_unsafe",
+        "PostgreSQL store: 1 while the server cannot keep an acknowledged webhook safe (fsync off, synchronous_commit off, in recovery, or no synchronous standby while store.require_sync_standby is set): new webhooks are refused"
+    );
+    describe_gauge!(
+        "hookgate_store_sync_standbys",
+        "PostgreSQL store: synchronous standbys streaming (sync or quorum), as last checked"
+    );
     describe_counter!(
         "hookgate_store_readiness_changes_total",
         "Changes of readiness (ready=true: the store takes writes again; false: it refuses them)"

@@ -2,7 +2,8 @@
 //! on disk (`fsync`, `synchronous_commit`), and, with
 //! `store.require_sync_standby`, on a synchronous standby too. Checked at open (a
 //! server that loses commits on a crash is refused), at every housekeeping pass and
-//! by `/readyz`; a change is logged once, when it happens.
+//! by `/readyz`; a change is logged once, when it happens. The verdict is the gauge
+//! `hookgate_store_unsafe`, the standbys found `hookgate_store_sync_standbys`.
 
 use std::sync::Mutex;
 
@@ -17,7 +18,8 @@ pub(super) async fn check(c: &impl GenericClient, require_sync: bool) -> Result<
             "SELECT current_setting('fsync'), current_setting('synchronous_commit'),
                     current_setting('synchronous_standby_names'), pg_is_in_recovery(),
                     (SELECT count(*) FROM pg_stat_replication
-                     WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum'))",
+                     WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')),
+                    (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL)",
             &[],
         )
         .await
@@ -27,7 +29,8 @@ pub(super) async fn check(c: &impl GenericClient, require_sync: bool) -> Result<
         Err(_) => return Ok(()),
     };
     let (fsync, commit, names): (String, String, String) = (row.get(0), row.get(1), row.get(2));
-    let (recovery, streaming): (bool, i64) = (row.get(3), row.get(4));
+    let (recovery, streaming, hidden): (bool, i64, i64) = (row.get(3), row.get(4), row.get(5));
+    metrics::gauge!("hookgate_store_sync_standbys").set(streaming as f64);
     if recovery {
         return Err(Unsafe::ReadOnly);
     }
@@ -36,6 +39,11 @@ pub(super) async fn check(c: &impl GenericClient, require_sync: bool) -> Result<
     }
     if commit == "off" {
         return Err(Unsafe::SynchronousCommitOff);
+    }
+    // Standbys are listed to every user, their state only to those with
+    // pg_read_all_stats (pg_monitor has it).
+    if require_sync && streaming < 1 && hidden > 0 {
+        return Err(Unsafe::StandbysHidden);
     }
     if require_sync && (names.trim().is_empty() || streaming < 1 || commit == "local") {
         return Err(Unsafe::NoSyncStandby {
@@ -57,6 +65,7 @@ impl Verdict {
     pub(super) fn set(&self, now: Result<(), Unsafe>) -> Result<(), StoreError> {
         let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let now = now.err();
+        metrics::gauge!("hookgate_store_unsafe").set(if now.is_some() { 1.0 } else { 0.0 });
         if *last != now {
             match &now {
                 Some(u) => {

@@ -90,11 +90,46 @@ impl ChildGateway {
             admin: format!("http://127.0.0.1:{admin_port}"),
             stderr_path: stderr_path.to_path_buf(),
         };
-        gw.wait_ready();
+        gw.wait_ready(b"HTTP/1.1 200");
         gw
     }
 
-    fn wait_ready(&self) {
+    /// As [`ChildGateway::spawn`], waiting only until `/readyz` answers, whatever it
+    /// says (a gateway whose store refuses writes from the start).
+    pub fn spawn_unready(
+        config_path: &Path,
+        env: &[(&str, &str)],
+        stderr_path: &Path,
+    ) -> ChildGateway {
+        let ingest_port = free_port();
+        let admin_port = free_port();
+        let stderr = std::fs::File::create(stderr_path).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(config_path)
+            .env(
+                "HOOKGATE_SERVER__LISTEN",
+                format!("127.0.0.1:{ingest_port}"),
+            )
+            .env("HOOKGATE_ADMIN__LISTEN", format!("127.0.0.1:{admin_port}"))
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let gw = ChildGateway {
+            child: cmd.spawn().expect("spawn hookgate"),
+            ingest: format!("http://127.0.0.1:{ingest_port}"),
+            admin: format!("http://127.0.0.1:{admin_port}"),
+            stderr_path: stderr_path.to_path_buf(),
+        };
+        gw.wait_ready(b"HTTP/1.1 ");
+        gw
+    }
+
+    /// Wait until `/readyz` answers with a status line starting with `answer`.
+    fn wait_ready(&self, answer: &[u8]) {
         let addr = self.admin.trim_start_matches("http://").to_string();
         let ready = poll_until_blocking(Duration::from_secs(20), || {
             use std::io::{Read, Write};
@@ -105,7 +140,7 @@ impl ChildGateway {
             let _ = s.write_all(req.as_bytes());
             let mut buf = Vec::new();
             let _ = s.read_to_end(&mut buf);
-            if buf.starts_with(b"HTTP/1.1 200") {
+            if buf.starts_with(answer) {
                 Ok(())
             } else {
                 Err(())

@@ -1,8 +1,9 @@
 //! A private PostgreSQL server per test: its own data directory (`initdb` in a temp
 //! dir), a free port, and its socket in that directory, never the machine's shared
 //! server. PostgreSQL refuses to run as root, so when the suite runs as root the
-//! server's commands run as the unprivileged `postgres` user (`runuser`), which owns
-//! the data directory. A test can SIGKILL, freeze and restart it, as it does Redis.
+//! server's commands run as the unprivileged `postgres` user (`setpriv`, which
+//! execs the program itself: the server is our child, with no process between that
+//! job control could stop), which owns the data directory. A test can SIGKILL, freeze and restart it, as it does Redis.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -56,8 +57,16 @@ fn running_as_root() -> bool {
 fn server_command(program: &str) -> Command {
     let path = postgres_bin_dir().join(program);
     if running_as_root() {
-        let mut c = Command::new("runuser");
-        c.args(["-u", SERVER_USER, "--"]).arg(path);
+        let mut c = Command::new("setpriv");
+        c.args([
+            &format!("--reuid={SERVER_USER}"),
+            &format!("--regid={SERVER_USER}"),
+            "--init-groups",
+            "--",
+        ])
+        .arg(path)
+        // The server's user cannot read root's working directory.
+        .current_dir("/");
         c
     } else {
         Command::new(path)
@@ -72,6 +81,8 @@ pub struct PostgresServer {
     /// Holds the data directory (`data/`) and the server's socket.
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// More server settings (`-c name=value`), after hookgate's own (they win).
+    settings: Vec<String>,
 }
 
 impl PostgresServer {
@@ -79,24 +90,14 @@ impl PostgresServer {
     /// and `synchronous_commit` at its default (`on`): what the durability promise
     /// requires.
     pub fn start() -> PostgresServer {
-        let dir = tempfile::Builder::new()
-            .prefix("hookgate-pg-")
-            .tempdir()
-            .expect("tempdir");
-        if running_as_root() {
-            // The server's user must reach and own its directory.
-            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-                .expect("chmod the server's directory");
-            let owned = Command::new("chown")
-                .arg(format!("{SERVER_USER}:"))
-                .arg(dir.path())
-                .status()
-                .expect("chown");
-            assert!(
-                owned.success(),
-                "cannot give the server's directory to {SERVER_USER}"
-            );
-        }
+        Self::start_in(None, &[])
+    }
+
+    /// [`PostgresServer::start`] with the server's directory (data and socket) inside
+    /// `parent` (a small filesystem a test mounted) instead of the system's temp dir.
+    /// With `settings` (`name=value`) given to the server.
+    pub fn start_in(parent: Option<&Path>, settings: &[&str]) -> PostgresServer {
+        let dir = server_dir(parent);
         let data = dir.path().join("data");
         let out = server_command("initdb")
             .arg("-D")
@@ -110,23 +111,140 @@ impl PostgresServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let s = Self::serve(dir, settings);
+        s.create_database();
+        s
+    }
+
+    /// A streaming standby of this server: `pg_basebackup -R` (it writes
+    /// `standby.signal` and the primary's address), started on a port of its own. It
+    /// becomes synchronous once the primary lists it ([`PostgresServer::require_sync_standby`]).
+    pub fn start_standby(&self) -> PostgresServer {
+        let dir = server_dir(None);
+        let out = server_command("pg_basebackup")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .arg("-D")
+            .arg(dir.path().join("data"))
+            .args(["-R", "-X", "stream", "-c", "fast"])
+            .output()
+            .expect("run pg_basebackup");
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self::serve(dir, &[])
+    }
+
+    /// Make every commit wait until a standby has it on disk
+    /// (`synchronous_standby_names = '*'`, `synchronous_commit = on`), in this
+    /// server's own settings (a standby copied before keeps none of it), and wait
+    /// until one streams as `sync`.
+    pub fn require_sync_standby(&self) {
+        let (ok, out) = self.psql("ALTER SYSTEM SET synchronous_standby_names = '*'");
+        assert!(ok, "{out}");
+        let (ok, out) = self.psql("SELECT pg_reload_conf()");
+        assert!(ok, "{out}");
+        poll_until_blocking(Duration::from_secs(20), || {
+            let (ok, out) = self.psql("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming'");
+            match ok && out.trim() == "1" {
+                true => Ok(()),
+                false => Err(()),
+            }
+        })
+        .expect("a synchronous standby streams");
+    }
+
+    /// Promote this standby to a primary, and wait until it takes writes.
+    pub fn promote(&self) {
+        let (ok, out) = self.psql("SELECT pg_promote(true, 30)");
+        assert!(ok && out.trim() == "t", "promote: {out}");
+    }
+
+    /// Start the server in `dir` (its `data` initialized) on a free port.
+    fn serve(dir: tempfile::TempDir, settings: &[&str]) -> PostgresServer {
+        let settings = settings.iter().map(|s| s.to_string()).collect();
         let mut s = PostgresServer {
             port: 0,
             dir,
             child: None,
+            settings,
         };
         let mut last_err = String::new();
         for _ in 0..5 {
             s.port = free_port();
             match s.spawn() {
-                Ok(()) => {
-                    s.create_database();
-                    return s;
-                }
+                Ok(()) => return s,
                 Err(e) => last_err = e,
             }
         }
         panic!("cannot start postgres: {last_err}");
+    }
+
+    /// The postmaster and every process it started (backends, the WAL writer, …).
+    pub fn pids(&self) -> Vec<u32> {
+        let Some(pm) = postmaster_pid(&self.data_dir()) else {
+            return Vec::new();
+        };
+        let children = Command::new("pgrep")
+            .args(["-P", &pm.to_string()])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        let mut pids = vec![pm];
+        pids.extend(
+            children
+                .lines()
+                .filter_map(|l| l.trim().parse::<u32>().ok()),
+        );
+        pids
+    }
+
+    fn signal_all(&self, sig: &str) {
+        for pid in self.pids() {
+            let _ = Command::new("kill")
+                .args([&format!("-{sig}"), &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// SIGSTOP every process of the server: a machine that stops answering.
+    pub fn freeze(&self) {
+        // The postmaster first: it starts no process while the others are stopped.
+        if let Some(pm) = postmaster_pid(&self.data_dir()) {
+            let _ = Command::new("kill")
+                .args(["-STOP", &pm.to_string()])
+                .status();
+        }
+        self.signal_all("STOP");
+    }
+
+    /// SIGCONT every process of the server.
+    pub fn thaw(&self) {
+        self.signal_all("CONT");
+    }
+
+    /// SIGKILL every process of the server at once, as the death of its machine
+    /// would end them (the postmaster alone would leave its backends running).
+    pub fn kill_all(&mut self) {
+        self.freeze();
+        self.signal_all("KILL");
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start the server again on its port and data directory (crash recovery runs).
+    pub fn restart(&mut self) {
+        self.spawn().expect("restart postgres");
     }
 
     /// The server's data directory.
@@ -152,6 +270,7 @@ impl PostgresServer {
                 self.dir.path().display()
             ))
             .args(["-c", "fsync=on", "-c", "max_connections=200"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let child = cmd.spawn().map_err(|e| format!("spawn postgres: {e}"))?;
@@ -298,8 +417,34 @@ impl Drop for PostgresServer {
     }
 }
 
-/// The postmaster's pid, from the first line of `postmaster.pid` (under `runuser`,
-/// the child we spawned is `runuser`, not the server).
+/// A directory for a server (its data and socket), owned by the server's user when
+/// the suite runs as root.
+fn server_dir(parent: Option<&Path>) -> tempfile::TempDir {
+    let mut b = tempfile::Builder::new();
+    b.prefix("hookgate-pg-");
+    let dir = match parent {
+        Some(p) => b.tempdir_in(p),
+        None => b.tempdir(),
+    }
+    .expect("tempdir");
+    if running_as_root() {
+        // The server's user must reach and own its directory.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod the server's directory");
+        let owned = Command::new("chown")
+            .arg(format!("{SERVER_USER}:"))
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(
+            owned.success(),
+            "cannot give the server's directory to {SERVER_USER}"
+        );
+    }
+    dir
+}
+
+/// The postmaster's pid, from the first line of `postmaster.pid`.
 fn postmaster_pid(data: &Path) -> Option<u32> {
     std::fs::read_to_string(data.join("postmaster.pid"))
         .ok()?
