@@ -34,6 +34,7 @@ mod observe;
 mod operate;
 mod ordered;
 mod pacing;
+mod postgres_failover;
 mod postgres_faults;
 mod postgres_harness;
 mod pressure;
