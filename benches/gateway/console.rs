@@ -32,7 +32,7 @@ pub async fn console(report: &mut Report, store: Store, s: Settings) {
     );
     let gw = start_gateway(
         dir.path(),
-        &store_toml(store, dir.path(), redis.as_ref()),
+        &store_toml(store, dir.path(), redis.as_ref(), None),
         "",
         "[forwarder]\npoll_interval = \"100ms\"\n",
         &routes,
@@ -144,6 +144,7 @@ pub async fn console(report: &mut Report, store: Store, s: Settings) {
     let label = match store {
         Store::Embedded => "embedded",
         Store::Redis => "redis",
+        Store::Postgres | Store::PostgresStandby => "postgres",
     };
     for (name, path) in pages {
         let mut times = Vec::with_capacity(PAGE_ROUNDS);

@@ -6,6 +6,7 @@
 //! cargo bench --bench gateway -- ingest-embedded   # one scenario (see SCENARIOS)
 //! cargo bench --bench gateway -- --smoke           # about two minutes: proves the harness works
 //! cargo bench --bench gateway -- forward-drain --drain-entries 20000  # a shorter drain
+//! cargo bench --bench gateway -- ingest-postgres latency-postgres forward-drain-postgres
 //! ```
 //!
 //! Layout: the gateway (`hookgate serve`, release build) and the baseline (this binary
@@ -27,6 +28,7 @@ mod console;
 mod load;
 mod measure;
 mod open;
+mod pgserver;
 mod procs;
 mod scenarios;
 mod sink;
@@ -34,15 +36,21 @@ mod sink;
 use std::time::Duration;
 
 use procs::Store;
-use scenarios::{forward_drain, forward_e2e, ingest, latency, profile, recovery};
+use scenarios::{
+    forward_drain, forward_drain_postgres, forward_e2e, ingest, ingest_postgres, latency, profile,
+    recovery,
+};
 
 const SCENARIOS: &[&str] = &[
     "ingest-embedded",
     "ingest-redis",
     "latency-embedded",
     "latency-redis",
+    "ingest-postgres",
+    "latency-postgres",
     "duplicates",
     "forward-drain",
+    "forward-drain-postgres",
     "forward-e2e",
     "recovery",
     "console",
@@ -145,6 +153,9 @@ fn main() {
                 "ingest-redis" => ingest(&mut report, Store::Redis, settings, false).await,
                 "latency-embedded" => latency(&mut report, Store::Embedded, settings).await,
                 "latency-redis" => latency(&mut report, Store::Redis, settings).await,
+                "ingest-postgres" => ingest_postgres(&mut report, settings).await,
+                "latency-postgres" => latency(&mut report, Store::Postgres, settings).await,
+                "forward-drain-postgres" => forward_drain_postgres(&mut report, settings).await,
                 "duplicates" => ingest(&mut report, Store::Embedded, settings, true).await,
                 "forward-drain" => forward_drain(&mut report, settings).await,
                 "forward-e2e" => forward_e2e(&mut report, settings).await,

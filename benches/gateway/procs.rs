@@ -1,6 +1,6 @@
 //! The processes a scenario runs: the bare-hyper baseline (this binary
-//! re-executed), `hookgate serve`, and a private `redis-server`; each is stopped when
-//! its handle is dropped.
+//! re-executed), `hookgate serve`, and a private `redis-server` or PostgreSQL
+//! server; each is stopped when its handle is dropped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -44,7 +44,7 @@ pub fn baseline_server(port: u16) {
     });
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -155,6 +155,46 @@ pub fn start_helper(role: &str) -> Proc {
 pub enum Store {
     Embedded,
     Redis,
+    /// A private PostgreSQL server (`fsync` and `synchronous_commit` on).
+    Postgres,
+    /// The same with a synchronous standby on the same host: every commit waits
+    /// until the standby has it on disk.
+    PostgresStandby,
+}
+
+impl Store {
+    pub fn is_postgres(self) -> bool {
+        matches!(self, Store::Postgres | Store::PostgresStandby)
+    }
+}
+
+/// A private PostgreSQL server, and its synchronous standby when asked for.
+pub struct Postgres {
+    pub primary: crate::pgserver::PostgresServer,
+    _standby: Option<crate::pgserver::PostgresServer>,
+}
+
+impl Postgres {
+    /// The pids of every process of the primary (and standby): what their CPU is
+    /// read from.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = self.primary.pids();
+        pids.extend(self._standby.iter().flat_map(|s| s.pids()));
+        pids
+    }
+}
+
+pub fn start_postgres(standby: bool) -> Postgres {
+    let primary = crate::pgserver::PostgresServer::start();
+    let standby = standby.then(|| {
+        let s = primary.start_standby();
+        primary.require_sync_standby();
+        s
+    });
+    Postgres {
+        primary,
+        _standby: standby,
+    }
 }
 
 pub struct Redis {
@@ -275,8 +315,17 @@ pub fn start_gateway(
     Proc { child, port, admin }
 }
 
-pub fn store_toml(store: Store, dir: &Path, redis: Option<&Redis>) -> String {
+pub fn store_toml(
+    store: Store,
+    dir: &Path,
+    redis: Option<&Redis>,
+    pg: Option<&Postgres>,
+) -> String {
     match store {
+        Store::Postgres | Store::PostgresStandby => format!(
+            "[store]\nkind = \"postgres\"\nurl = \"{}\"\n",
+            pg.expect("postgres").primary.url()
+        ),
         Store::Embedded => format!(
             "[store]\nkind = \"embedded\"\npath = \"{}\"\n",
             dir.join("data").display()

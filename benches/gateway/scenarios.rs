@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 use crate::load::{LoadResult, Prepared, addr, closed_loop, prepare};
 use crate::measure::{CpuMeter, CpuUse, FsyncProbe, ThreadMeter, median};
 use crate::open::open_loop;
-use crate::procs::{Store, start_baseline, start_gateway, start_redis, store_toml};
+use crate::procs::{Store, start_baseline, start_gateway, start_postgres, start_redis, store_toml};
 use crate::sink::{SinkProc, start_sink};
 use crate::{Report, Settings};
 
@@ -78,6 +78,7 @@ struct Subject {
     gw: crate::procs::Proc,
     sink: Option<SinkProc>,
     redis: Option<crate::procs::Redis>,
+    pg: Option<crate::procs::Postgres>,
     dir: tempfile::TempDir,
 }
 
@@ -85,13 +86,16 @@ impl Subject {
     async fn start(store: Store, forwarding: Forwarding) -> Subject {
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = (store == Store::Redis).then(start_redis);
+        let pg = store
+            .is_postgres()
+            .then(|| start_postgres(store == Store::PostgresStandby));
         let sink = (forwarding == Forwarding::On).then(SinkProc::start);
         let destination = sink
             .as_ref()
             .map_or("http://127.0.0.1:9/".to_string(), SinkProc::url);
         let gw = start_gateway(
             dir.path(),
-            &store_toml(store, dir.path(), redis.as_ref()),
+            &store_toml(store, dir.path(), redis.as_ref(), pg.as_ref()),
             &destination,
             // Extra top-level settings, for diagnosis (e.g. how often the maintenance
             // pass runs: `HOOKGATE_BENCH_GLOBAL='[forwarder]\nmaintenance_interval = "2s"'`).
@@ -110,6 +114,7 @@ impl Subject {
             gw,
             sink,
             redis,
+            pg,
             dir,
         }
     }
@@ -445,9 +450,9 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
 /// provider's object id (every entry its own key: many distinct keys), in the same
 /// run: what fan-out and ordering cost per delivery.
 pub async fn forward_drain(report: &mut Report, s: Settings) {
-    let one = drain(s, 1, false).await;
-    let three = drain(s, 3, false).await;
-    let ordered = drain(s, 1, true).await;
+    let one = drain(s, 1, false, Store::Embedded).await;
+    let three = drain(s, 3, false, Store::Embedded).await;
+    let ordered = drain(s, 1, true, Store::Embedded).await;
     report.add(format!(
         "forward drain, embedded, 1 route: {} entries in {:.2} s = {:.0} deliveries/s, gateway CPU {} per delivery (concurrency 64; peak RSS {:.1} MiB)",
         s.drain_entries,
@@ -503,9 +508,11 @@ impl Drained {
 
 /// Store `s.drain_entries` while the source is paused, resume, and time until the
 /// sink has every delivery of its `routes` routes.
-async fn drain(s: Settings, routes: usize, ordered: bool) -> Drained {
+async fn drain(s: Settings, routes: usize, ordered: bool, store: Store) -> Drained {
     let sink = start_sink(None, false).await;
     let dir = tempfile::tempdir().expect("tempdir");
+    let pg = store.is_postgres().then(|| start_postgres(false));
+    let store_section = store_toml(store, dir.path(), None, pg.as_ref());
     let target = format!("http://127.0.0.1:{}/hook", sink.port);
     let gw = if routes == 1 {
         let order = if ordered {
@@ -515,6 +522,7 @@ async fn drain(s: Settings, routes: usize, ordered: bool) -> Drained {
         };
         forwarding_gateway(
             dir.path(),
+            &store_section,
             sink.port,
             &format!("[sources.delivery]\nconcurrency = 64\n{order}"),
         )
@@ -527,7 +535,7 @@ async fn drain(s: Settings, routes: usize, ordered: bool) -> Drained {
         }
         start_gateway(
             dir.path(),
-            &store_toml(Store::Embedded, dir.path(), None),
+            &store_section,
             "",
             "[forwarder]\npoll_interval = \"100ms\"\n",
             &extra,
@@ -567,7 +575,12 @@ async fn drain(s: Settings, routes: usize, ordered: bool) -> Drained {
 pub async fn forward_e2e(report: &mut Report, s: Settings) {
     let sink = start_sink(None, true).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let gw = forwarding_gateway(dir.path(), sink.port, "");
+    let gw = forwarding_gateway(
+        dir.path(),
+        &store_toml(Store::Embedded, dir.path(), None, None),
+        sink.port,
+        "",
+    );
     let rate = if s.rounds == 1 && s.duration < Duration::from_secs(2) {
         200.0
     } else {
@@ -616,6 +629,7 @@ pub async fn recovery(report: &mut Report, s: Settings) {
     let dir = tempfile::tempdir().expect("tempdir");
     let gw = forwarding_gateway(
         dir.path(),
+        &store_toml(Store::Embedded, dir.path(), None, None),
         sink.port,
         "[sources.retry]\nbase = \"1s\"\ncap = \"60s\"\nmax_attempts = 100\n",
     );
@@ -665,12 +679,13 @@ pub async fn recovery(report: &mut Report, s: Settings) {
 /// so that forwarding figures measure delivery, not the poll interval.
 fn forwarding_gateway(
     dir: &std::path::Path,
+    store_section: &str,
     sink_port: u16,
     source_extra: &str,
 ) -> crate::procs::Proc {
     start_gateway(
         dir,
-        &store_toml(Store::Embedded, dir, None),
+        store_section,
         &format!("http://127.0.0.1:{sink_port}/hook"),
         "[forwarder]\npoll_interval = \"100ms\"\n",
         source_extra,
@@ -918,4 +933,90 @@ fn bucket_summary(what: &str, before: &str, after: &str, series: &str) -> String
         })
         .collect();
     format!("{what}: {total:.0}, {}", shares.join(", "))
+}
+
+/// The PostgreSQL store's drain: as `forward-drain`, against a private PostgreSQL
+/// server on the same cores (`synchronous_commit = on`), one route and one ordered
+/// route (a key per entry), with the embedded store's one route in the same run.
+pub async fn forward_drain_postgres(report: &mut Report, s: Settings) {
+    let embedded = drain(s, 1, false, Store::Embedded).await;
+    let one = drain(s, 1, false, Store::Postgres).await;
+    let ordered = drain(s, 1, true, Store::Postgres).await;
+    for (what, d) in [
+        ("1 route", &one),
+        ("1 ordered route (a key per entry)", &ordered),
+    ] {
+        report.add(format!(
+            "forward drain, postgres, {what}: {} entries in {:.2} s = {:.0} deliveries/s, gateway CPU {:.1} µs per delivery (concurrency 64; peak RSS {:.1} MiB); {:.2}× the embedded store's 1 route ({:.0} deliveries/s)",
+            s.drain_entries,
+            d.secs,
+            s.drain_entries as f64 / d.secs,
+            d.cpu_secs * 1e6 / s.drain_entries as f64,
+            d.rss_mib,
+            embedded.secs / d.secs,
+            s.drain_entries as f64 / embedded.secs,
+        ));
+    }
+}
+
+/// Ingest in the production shape (64 connections, every entry delivered to a sink
+/// during the run) on Redis, on PostgreSQL, and on PostgreSQL with a synchronous
+/// standby on the same host, alternating in each round: each store's rate and p99,
+/// and the ratios PostgreSQL / Redis and with a standby / without.
+pub async fn ingest_postgres(report: &mut Report, s: Settings) {
+    let stores = [Store::Redis, Store::Postgres, Store::PostgresStandby];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); stores.len()];
+    let mut p99s: Vec<Vec<f64>> = vec![Vec::new(); stores.len()];
+    let mut store_us: Vec<Vec<f64>> = vec![Vec::new(); stores.len()];
+    let n = webhooks_for(s);
+    for round in 0..s.rounds {
+        let requests = Arc::new(prepare(n, &format!("pg{round}"), None));
+        for (i, store) in stores.iter().enumerate() {
+            let subject = Subject::start(*store, Forwarding::On).await;
+            // The gateway, the generator, then the store's processes, summed.
+            let store_pids: Vec<u32> = match (&subject.redis, &subject.pg) {
+                (Some(r), _) => vec![r.child.id()],
+                (_, Some(p)) => p.pids(),
+                _ => Vec::new(),
+            };
+            let mut pids = vec![subject.gw.child.id(), 0];
+            pids.extend(&store_pids);
+            let (g, cpu) = metered_round(subject.gw.port, &pids, &requests, s, false).await;
+            let store_cpu: f64 = (0..store_pids.len())
+                .map(|k| cpu.per_request(2 + k, g.requests))
+                .sum();
+            println!(
+                "  round {round}, {store:?}: {:.0} req/s (p50 {:.2} ms, p99 {:.2} ms, {} errors); CPU per request: gateway {:.0} µs, store {:.0} µs (machine {:.0}% busy)",
+                g.rate(),
+                g.pct(0.5),
+                g.pct(0.99),
+                g.errors,
+                cpu.per_request(0, g.requests),
+                store_cpu,
+                100.0 * cpu.busy
+            );
+            rates[i].push(g.rate());
+            p99s[i].push(g.pct(0.99));
+            store_us[i].push(store_cpu);
+            drop(subject);
+        }
+    }
+    let rate: Vec<f64> = rates.into_iter().map(median).collect();
+    let p99: Vec<f64> = p99s.into_iter().map(median).collect();
+    let us: Vec<f64> = store_us.into_iter().map(median).collect();
+    report.add(format!(
+        "ingest with forwarding on, c={}: redis {:.0} req/s (p99 {:.2} ms, store CPU {:.0} µs per request); postgres {:.0} req/s (p99 {:.2} ms, store CPU {:.0} µs) = {:.2}× redis; postgres with a synchronous standby on the same host {:.0} req/s (p99 {:.2} ms, store CPU {:.0} µs for both servers) = {:.2}× postgres alone",
+        s.connections,
+        rate[0],
+        p99[0],
+        us[0],
+        rate[1],
+        p99[1],
+        us[1],
+        rate[1] / rate[0],
+        rate[2],
+        p99[2],
+        us[2],
+        rate[2] / rate[1],
+    ));
 }

@@ -14,6 +14,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
+
+use super::cached::Cached as _;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::PgShared;
@@ -159,7 +161,7 @@ async fn apply(
         .collect();
     // A key whose row expired is taken over; a live one is a duplicate.
     let won: BTreeSet<(String, String)> = tx
-        .query(
+        .query_cached(
             "INSERT INTO dedupe (source, dkey, entry_id, expires_at)
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[])
              ON CONFLICT (source, dkey) DO UPDATE
@@ -172,6 +174,22 @@ async fn apply(
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    // Which accepts store a new entry: the first of each key that won it.
+    let is_new: Vec<bool> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let e = &w.entry;
+            first_of[&(e.source.as_str(), e.dedupe_key.as_str())] == i
+                && won.contains(&(e.source.clone(), e.dedupe_key.clone()))
+        })
+        .collect();
+    let new: Vec<&Waiting> = batch
+        .iter()
+        .zip(&is_new)
+        .filter(|(_, n)| **n)
+        .map(|(w, _)| w)
+        .collect();
     let lost: Vec<usize> = firsts
         .iter()
         .copied()
@@ -180,61 +198,68 @@ async fn apply(
             !won.contains(&(e.source.clone(), e.dedupe_key.clone()))
         })
         .collect();
-    let mut originals: HashMap<(String, String), String> = HashMap::new();
-    if !lost.is_empty() {
-        let s: Vec<&str> = lost
-            .iter()
-            .map(|&i| batch[i].entry.source.as_str())
-            .collect();
-        let k: Vec<&str> = lost
-            .iter()
-            .map(|&i| batch[i].entry.dedupe_key.as_str())
-            .collect();
-        for r in tx
-            .query(
-                "SELECT d.source, d.dkey, d.entry_id FROM dedupe d
-                 JOIN unnest($1::text[], $2::text[]) AS k(source, dkey)
-                   ON d.source = k.source AND d.dkey = k.dkey",
-                &[&s, &k],
-            )
-            .await?
-        {
-            originals.insert((r.get(0), r.get(1)), r.get(2));
-        }
-    }
+    // Nothing below depends on another's result: the statements go out together,
+    // and the batch waits for one round trip, not five.
+    let (originals, (), (), (), ()) = futures_util::future::try_join5(
+        originals(tx, batch, &lost),
+        insert_entries(tx, &new, now),
+        insert_deliveries(tx, &new, now),
+        count(tx, batch, &is_new, now),
+        notify(tx, channel, &new),
+    )
+    .await?;
 
     // The answers: a winner is new; every other accept is a duplicate of its key's
     // stored entry (or of the winner of its batch).
     let mut answers = Vec::with_capacity(batch.len());
-    for w in batch {
+    for (w, new) in batch.iter().zip(&is_new) {
         let e = &w.entry;
         let key = (e.source.clone(), e.dedupe_key.clone());
         let first = &batch[first_of[&(e.source.as_str(), e.dedupe_key.as_str())]].entry;
-        answers.push(match (won.contains(&key), first.id == e.id) {
-            (true, true) => Accepted::New(e.id.clone()),
-            (true, false) => Accepted::Duplicate(first.id.clone()),
-            (false, _) => match originals.get(&key) {
+        answers.push(match (new, won.contains(&key)) {
+            (true, _) => Accepted::New(e.id.clone()),
+            (false, true) => Accepted::Duplicate(first.id.clone()),
+            (false, false) => match originals.get(&key) {
                 Some(id) => Accepted::Duplicate(id.clone()),
-                // Expired and purged between the two statements: the row lock of
-                // the insert makes this impossible, but say so rather than guess.
+                // The insert's row lock keeps the key until the commit: it cannot
+                // vanish in between, but say so rather than guess.
                 None => return Err(StoreError::Unavailable("a dedupe key vanished")),
             },
         });
     }
-    let new: Vec<&Waiting> = batch
-        .iter()
-        .zip(&answers)
-        .filter(|(w, a)| matches!(a, Accepted::New(id) if *id == w.entry.id))
-        .map(|(w, _)| w)
-        .collect();
-
-    if !new.is_empty() {
-        insert_entries(tx, &new, now).await?;
-        insert_deliveries(tx, &new, now).await?;
-    }
-    count(tx, batch, &answers, now).await?;
-    notify(tx, channel, &new).await?;
     Ok(answers)
+}
+
+/// The entries that hold the keys of the accepts `lost` (a live key: a duplicate).
+async fn originals(
+    tx: &impl GenericClient,
+    batch: &[Waiting],
+    lost: &[usize],
+) -> Result<HashMap<(String, String), String>, StoreError> {
+    let mut originals = HashMap::new();
+    if lost.is_empty() {
+        return Ok(originals);
+    }
+    let s: Vec<&str> = lost
+        .iter()
+        .map(|&i| batch[i].entry.source.as_str())
+        .collect();
+    let k: Vec<&str> = lost
+        .iter()
+        .map(|&i| batch[i].entry.dedupe_key.as_str())
+        .collect();
+    for r in tx
+        .query_cached(
+            "SELECT d.source, d.dkey, d.entry_id FROM dedupe d
+             JOIN unnest($1::text[], $2::text[]) AS k(source, dkey)
+               ON d.source = k.source AND d.dkey = k.dkey",
+            &[&s, &k],
+        )
+        .await?
+    {
+        originals.insert((r.get(0), r.get(1)), r.get(2));
+    }
+    Ok(originals)
 }
 
 async fn insert_entries(
@@ -242,6 +267,9 @@ async fn insert_entries(
     new: &[&Waiting],
     now: i64,
 ) -> Result<(), StoreError> {
+    if new.is_empty() {
+        return Ok(());
+    }
     let ids: Vec<&str> = new.iter().map(|w| w.entry.id.as_str()).collect();
     let sources: Vec<&str> = new.iter().map(|w| w.entry.source.as_str()).collect();
     let event_ids: Vec<Option<&str>> = new.iter().map(|w| w.entry.event_id.as_deref()).collect();
@@ -257,7 +285,7 @@ async fn insert_entries(
         .collect();
     let headers: Vec<&str> = new.iter().map(|w| w.headers.as_str()).collect();
     let bodies: Vec<&[u8]> = new.iter().map(|w| w.entry.body.as_ref()).collect();
-    tx.execute(
+    tx.execute_cached(
         "INSERT INTO entries (id, source, event_id, event_type, dedupe_key, received_at,
                               status, updated_at, headers, body)
          SELECT i, s, ev, t, k, r, st, $9, h, b
@@ -301,7 +329,7 @@ async fn insert_deliveries(
         }
     }
     if !ids.is_empty() {
-        tx.execute(
+        tx.execute_cached(
             // A route named twice is one delivery (routes come without repeats).
             "INSERT INTO deliveries (entry_id, route, position, source, status, attempts,
                                      next_attempt_at, budget_start, budget_attempts, updated_at)
@@ -315,7 +343,7 @@ async fn insert_deliveries(
     }
     ordered.sort_by(|a, b| a.0.id.cmp(&b.0.id));
     for (e, route, position, o) in ordered {
-        tx.execute(
+        tx.execute_cached(
             concat!(
                 "WITH ins AS (
                      INSERT INTO deliveries (entry_id, route, position, source, status, attempts,
@@ -356,13 +384,13 @@ async fn insert_deliveries(
 async fn count(
     tx: &impl GenericClient,
     batch: &[Waiting],
-    answers: &[Accepted],
+    is_new: &[bool],
     now: i64,
 ) -> Result<(), StoreError> {
     let mut counts: HashMap<(&str, i64), (i64, i64)> = HashMap::new();
-    for (w, a) in batch.iter().zip(answers) {
-        match a {
-            Accepted::New(id) if *id == w.entry.id => {
+    for (w, new) in batch.iter().zip(is_new) {
+        match new {
+            true => {
                 counts
                     .entry((&w.entry.source, minute_of(w.entry.received_at)))
                     .or_default()
@@ -384,7 +412,7 @@ async fn count(
         received.push(r);
         duplicates.push(d);
     }
-    tx.execute(
+    tx.execute_cached(
         "INSERT INTO counts (source, minute, received, duplicates)
          SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[])",
         &[&sources, &minutes, &received, &duplicates],
@@ -412,7 +440,7 @@ async fn notify(
         return Ok(());
     }
     let routes: Vec<String> = routes.into_iter().collect();
-    tx.execute(
+    tx.execute_cached(
         "SELECT pg_notify($1, r) FROM unnest($2::text[]) AS t(r)",
         &[&channel, &routes],
     )

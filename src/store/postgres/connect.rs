@@ -9,7 +9,7 @@
 //! their connections alike. TLS is rustls, as everywhere else in hookgate
 //! (tokio-postgres-rustls).
 //!
-//! Two pools share `store.connections`: `durable` commits with the server's
+//! Two pools of `store.connections` each: `durable` commits with the server's
 //! `synchronous_commit` (an accept, an operator's action: answered only once on disk,
 //! and on a synchronous standby when there is one), `relaxed` with
 //! `synchronous_commit = off` (leases, completions, purges: a crash that loses one
@@ -194,7 +194,8 @@ pub(crate) fn pool(
     relaxed: bool,
 ) -> Result<Pool, UrlError> {
     let mut config = target.config.clone();
-    let mut options = format!("-c search_path={schema}");
+    // Notices (`CREATE SCHEMA IF NOT EXISTS` skipping an existing one) are not news.
+    let mut options = format!("-c search_path={schema} -c client_min_messages=warning");
     if relaxed {
         options.push_str(" -c synchronous_commit=off");
     }
@@ -228,7 +229,9 @@ pub(crate) async fn connect_alone(
     StoreError,
 > {
     let mut config = target.config.clone();
-    config.options(format!("-c search_path={schema}"));
+    config.options(format!(
+        "-c search_path={schema} -c client_min_messages=warning"
+    ));
     let tls = connector(target.tls).map_err(|e| StoreError::backend(Backend::Postgres, e))?;
     Ok(config.connect(tls).await?)
 }

@@ -11,6 +11,8 @@
 
 use deadpool_postgres::GenericClient;
 
+use super::cached::Cached as _;
+
 use super::lines::{self, head_left, settle_line};
 use super::rows::{delivery_status, load_entries};
 use crate::store::activity::{Counted, minute_of};
@@ -69,7 +71,7 @@ pub(super) async fn claim(
     limit: i64,
 ) -> Result<Vec<Claim>, StoreError> {
     let leased: Vec<(String, String)> = c
-        .query(CLAIM, &[&source, &route, &now, &limit, &until])
+        .query_cached(CLAIM, &[&source, &route, &now, &limit, &until])
         .await?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
@@ -86,7 +88,7 @@ pub(super) async fn claim_probe(
     until: i64,
 ) -> Result<Option<Claim>, StoreError> {
     let leased: Vec<(String, String)> = c
-        .query(CLAIM_RETRIED, &[&source, &route, &now, &until])
+        .query_cached(CLAIM_RETRIED, &[&source, &route, &now, &until])
         .await?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
@@ -177,9 +179,9 @@ const DERIVED_STATUS: &str = "SELECT CASE
 /// in two transactions would each read the other's delivery as it was before, and
 /// both leave the entry pending; locked, the second reads once the first committed.
 async fn refresh_entry(c: &impl GenericClient, id: &str, now: i64) -> Result<(), StoreError> {
-    c.execute("SELECT 1 FROM entries WHERE id = $1 FOR UPDATE", &[&id])
+    c.execute_cached("SELECT 1 FROM entries WHERE id = $1 FOR UPDATE", &[&id])
         .await?;
-    c.execute(
+    c.execute_cached(
         &format!(
             "UPDATE entries SET status = s.st, updated_at = $2
              FROM ({DERIVED_STATUS}) AS s(st)
@@ -226,7 +228,7 @@ async fn complete_row(
     let error = attempt.and_then(|a| a.error.clone());
     let latency = attempt.map(|a| i64::try_from(a.latency_ms).unwrap_or(i64::MAX));
     let row = c
-        .query_one(
+        .query_one_cached(
             "WITH upd AS (
                  UPDATE deliveries SET status = $1, next_attempt_at = $2,
                      last_error = coalesce($3, last_error), attempts = attempts + $4,
@@ -325,7 +327,7 @@ pub(super) async fn audit(
     note: Option<&str>,
     route: Option<&str>,
 ) -> Result<(), StoreError> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO audit (entry_id, at, action, actor, note, route, session, client)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         &[
@@ -353,7 +355,7 @@ async fn lock_entry(
     id: &str,
 ) -> Result<Option<(Status, Vec<(String, Status, Option<String>)>)>, StoreError> {
     let keys: Vec<(String, String, String)> = c
-        .query(
+        .query_cached(
             "SELECT source, route, order_key FROM deliveries
              WHERE entry_id = $1 AND order_key IS NOT NULL",
             &[&id],
@@ -370,14 +372,14 @@ async fn lock_entry(
     )
     .await?;
     let deliveries = c
-        .query(
+        .query_cached(
             "SELECT route, status, order_key FROM deliveries WHERE entry_id = $1
              ORDER BY route FOR UPDATE",
             &[&id],
         )
         .await?;
     let Some(entry) = c
-        .query_opt("SELECT status FROM entries WHERE id = $1", &[&id])
+        .query_opt_cached("SELECT status FROM entries WHERE id = $1", &[&id])
         .await?
     else {
         return Ok(None);
@@ -459,7 +461,7 @@ pub(super) async fn replay(
         Err(refused) => return Ok(refused),
     };
     for r in &routes {
-        c.execute(
+        c.execute_cached(
             "UPDATE deliveries SET status = 'pending', next_attempt_at = $3,
                  budget_start = $4, budget_attempts = attempts,
                  lease_owner = NULL, lease_until = NULL, updated_at = $4
@@ -500,7 +502,7 @@ pub(super) async fn discard(
     };
     for r in &routes {
         // The lease stays: a worker delivering it right now records its attempt.
-        c.execute(
+        c.execute_cached(
             "UPDATE deliveries SET status = 'discarded', next_attempt_at = NULL,
                  updated_at = $3, behind = false
              WHERE entry_id = $1 AND route = $2",

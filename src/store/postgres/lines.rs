@@ -11,6 +11,8 @@
 //! never wait on each other.
 
 use deadpool_postgres::GenericClient;
+
+use super::cached::Cached as _;
 use sha2::{Digest, Sha256};
 
 use crate::store::StoreError;
@@ -53,7 +55,7 @@ pub(super) async fn lock(c: &impl GenericClient, mut ids: Vec<i64>) -> Result<()
     }
     ids.sort_unstable();
     ids.dedup();
-    c.execute(
+    c.execute_cached(
         "SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS t(k)",
         &[&ids],
     )
@@ -69,7 +71,7 @@ pub(super) async fn order_line(
     route: &str,
     key: &str,
 ) -> Result<Vec<String>, StoreError> {
-    Ok(c.query(
+    Ok(c.query_cached(
         concat!(
             "SELECT entry_id FROM deliveries
              WHERE source = $1 AND route = $2 AND order_key = $3 AND order_key IS NOT NULL AND ",
@@ -96,7 +98,7 @@ pub(super) async fn settle_line(
     key: &str,
     changed: &str,
 ) -> Result<(), StoreError> {
-    c.execute(
+    c.execute_cached(
         concat!(
             "WITH front AS (
                  SELECT entry_id, row_number() OVER (ORDER BY entry_id) AS place
@@ -131,7 +133,7 @@ pub(super) async fn head_left(
     route: &str,
     key: &str,
 ) -> Result<(), StoreError> {
-    c.execute(
+    c.execute_cached(
         concat!(
             "UPDATE deliveries SET behind = false
              WHERE route = $2 AND status = 'pending' AND behind AND entry_id = (
@@ -154,7 +156,7 @@ pub(super) async fn ordering_of(
     id: &str,
     route: &str,
 ) -> Result<Option<(String, String)>, StoreError> {
-    Ok(c.query_opt(
+    Ok(c.query_opt_cached(
         "SELECT source, order_key FROM deliveries
          WHERE entry_id = $1 AND route = $2 AND order_key IS NOT NULL",
         &[&id, &route],
@@ -170,7 +172,7 @@ pub(super) async fn blocked_keys(
     route: &str,
 ) -> Result<u64, StoreError> {
     let n: i64 = c
-        .query_one(
+        .query_one_cached(
             concat!(
                 "SELECT count(DISTINCT order_key) FROM deliveries
                  WHERE source = $1 AND route = $2 AND order_key IS NOT NULL AND ",

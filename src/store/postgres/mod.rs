@@ -12,6 +12,7 @@
 //! tokio-postgres types never leave this folder.
 
 mod accept;
+mod cached;
 mod connect;
 mod delivery;
 mod lines;

@@ -9,12 +9,14 @@ use std::sync::Mutex;
 
 use deadpool_postgres::GenericClient;
 
+use super::cached::Cached as _;
+
 use crate::store::{StoreError, Unsafe};
 
 /// What the server says about itself: `Ok` when it keeps the promise.
 pub(super) async fn check(c: &impl GenericClient, require_sync: bool) -> Result<(), Unsafe> {
     let row = match c
-        .query_one(
+        .query_one_cached(
             "SELECT current_setting('fsync'), current_setting('synchronous_commit'),
                     current_setting('synchronous_standby_names'), pg_is_in_recovery(),
                     (SELECT count(*) FROM pg_stat_replication

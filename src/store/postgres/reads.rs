@@ -3,6 +3,8 @@
 //! stores.
 
 use deadpool_postgres::GenericClient;
+
+use super::cached::Cached as _;
 use tokio_postgres::types::ToSql;
 
 use super::lines;
@@ -119,7 +121,7 @@ pub(super) async fn list(
     limit: usize,
 ) -> Result<Page, StoreError> {
     let (sql, args) = list_sql(q, LISTED_COLUMNS, limit);
-    let rows = c.query(&sql, &params(&args)).await?;
+    let rows = c.query_cached(&sql, &params(&args)).await?;
     let mut entries = Vec::with_capacity(rows.len());
     for r in &rows {
         let id: String = r.get(0);
@@ -146,7 +148,7 @@ pub(super) async fn list_ids(
 ) -> Result<IdPage, StoreError> {
     let (sql, args) = list_sql(q, "e.id", limit);
     let ids = c
-        .query(&sql, &params(&args))
+        .query_cached(&sql, &params(&args))
         .await?
         .iter()
         .map(|r| r.get(0))
@@ -159,7 +161,7 @@ async fn scalar(
     sql: &str,
     args: &[&(dyn ToSql + Sync)],
 ) -> Result<u64, StoreError> {
-    let n: i64 = c.query_one(sql, args).await?.get(0);
+    let n: i64 = c.query_one_cached(sql, args).await?.get(0);
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
@@ -186,7 +188,7 @@ pub(super) async fn count_status(
 }
 
 pub(super) async fn attempts(c: &impl GenericClient, id: &str) -> Result<Vec<Attempt>, StoreError> {
-    Ok(c.query(
+    Ok(c.query_cached(
         "SELECT route, n, at, status_code, error, latency_ms FROM attempts
              WHERE entry_id = $1 ORDER BY at, route, n",
         &[&id],
@@ -210,7 +212,7 @@ pub(super) async fn attempts(c: &impl GenericClient, id: &str) -> Result<Vec<Att
 }
 
 pub(super) async fn audit(c: &impl GenericClient, id: &str) -> Result<Vec<AuditEvent>, StoreError> {
-    Ok(c.query(
+    Ok(c.query_cached(
         "SELECT at, action, actor, note, route, session, client FROM audit
              WHERE entry_id = $1 ORDER BY at, seq",
         &[&id],
@@ -236,7 +238,7 @@ pub(super) async fn dead_letters(
     limit: usize,
 ) -> Result<Vec<DeadLetter>, StoreError> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    Ok(c.query(
+    Ok(c.query_cached(
         "SELECT d.entry_id, e.event_id, e.event_type, e.received_at, d.updated_at,
                     d.attempts, d.last_error
              FROM deliveries d JOIN entries e ON e.id = d.entry_id
@@ -265,7 +267,7 @@ pub(super) async fn activity(
     until: i64,
 ) -> Result<Vec<MinuteActivity>, StoreError> {
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
-    Ok(c.query(
+    Ok(c.query_cached(
         "SELECT minute, sum(received)::int8, sum(delivered)::int8, sum(failed)::int8
              FROM counts WHERE source = $1 AND minute >= $2 AND minute < $3
              GROUP BY minute
@@ -290,7 +292,7 @@ pub(super) async fn record_unverified(
     minute: i64,
     n: i64,
 ) -> Result<(), StoreError> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO counts (source, minute, unverified) VALUES ($1, $2, $3)",
         &[&source, &minute, &n],
     )
@@ -304,7 +306,7 @@ async fn status_counts(
     sql: &str,
     args: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<(Option<Status>, u64)>, StoreError> {
-    Ok(c.query(sql, args)
+    Ok(c.query_cached(sql, args)
         .await?
         .iter()
         .map(|r| {
@@ -319,7 +321,7 @@ async fn status_counts(
 pub(super) async fn stats(c: &impl GenericClient, source: &str) -> Result<SourceStats, StoreError> {
     let mut stats = SourceStats::default();
     let totals = c
-        .query_one(
+        .query_one_cached(
             "SELECT coalesce(sum(received), 0)::int8, coalesce(sum(duplicates), 0)::int8,
                     coalesce(sum(unverified), 0)::int8
              FROM (SELECT received, duplicates, unverified FROM counts WHERE source = $1
@@ -349,7 +351,7 @@ pub(super) async fn stats(c: &impl GenericClient, source: &str) -> Result<Source
         }
     }
     stats.oldest_pending_at = c
-        .query_opt(
+        .query_opt_cached(
             "SELECT received_at FROM entries WHERE source = $1 AND status = 'pending'
              ORDER BY id LIMIT 1",
             &[&source],
@@ -382,7 +384,7 @@ pub(super) async fn route_stats(
         }
     }
     stats.oldest_pending_at = c
-        .query_opt(
+        .query_opt_cached(
             "SELECT e.received_at FROM entries e WHERE e.id = (
                  SELECT d.entry_id FROM deliveries d
                  WHERE d.source = $1 AND d.route = $2 AND d.status = 'pending'
@@ -403,25 +405,25 @@ pub(super) async fn set_paused(
 ) -> Result<(), StoreError> {
     match (route, paused) {
         (None, true) => {
-            c.execute(
+            c.execute_cached(
                 "INSERT INTO paused_sources (name) VALUES ($1) ON CONFLICT DO NOTHING",
                 &[&source],
             )
             .await?
         }
         (None, false) => {
-            c.execute("DELETE FROM paused_sources WHERE name = $1", &[&source])
+            c.execute_cached("DELETE FROM paused_sources WHERE name = $1", &[&source])
                 .await?
         }
         (Some(route), true) => {
-            c.execute(
+            c.execute_cached(
                 "INSERT INTO paused_routes (source, route) VALUES ($1, $2) ON CONFLICT DO NOTHING",
                 &[&source, &route],
             )
             .await?
         }
         (Some(route), false) => {
-            c.execute(
+            c.execute_cached(
                 "DELETE FROM paused_routes WHERE source = $1 AND route = $2",
                 &[&source, &route],
             )
@@ -433,7 +435,7 @@ pub(super) async fn set_paused(
 
 pub(super) async fn paused(c: &impl GenericClient) -> Result<Vec<PauseTarget>, StoreError> {
     let mut targets: Vec<PauseTarget> = c
-        .query(
+        .query_cached(
             "SELECT name, NULL::text FROM paused_sources
              UNION ALL SELECT source, route FROM paused_routes",
             &[],

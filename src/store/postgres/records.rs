@@ -5,6 +5,8 @@
 
 use deadpool_postgres::GenericClient;
 
+use super::cached::Cached as _;
+
 use crate::store::pace::{self, ceil_ms};
 use crate::store::{Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, StoreError};
 
@@ -16,7 +18,7 @@ pub(super) async fn record_control(
     c: &impl GenericClient,
     e: &ControlEvent,
 ) -> Result<(), StoreError> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO control_audit (at, action, source, route, actor, session, client)
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
         &[
@@ -31,7 +33,7 @@ pub(super) async fn record_control(
     )
     .await?;
     let keep = i64::try_from(CONTROL_AUDIT_KEEP).unwrap_or(i64::MAX);
-    c.execute(
+    c.execute_cached(
         "DELETE FROM control_audit WHERE seq <= (SELECT seq FROM control_audit
          ORDER BY seq DESC LIMIT 1 OFFSET $1)",
         &[&keep],
@@ -45,7 +47,7 @@ pub(super) async fn control_audit(
     limit: usize,
 ) -> Result<Vec<ControlEvent>, StoreError> {
     let limit = i64::try_from(limit.min(CONTROL_AUDIT_KEEP)).unwrap_or(0);
-    Ok(c.query(
+    Ok(c.query_cached(
         "SELECT at, action, source, route, actor, session, client FROM control_audit
              ORDER BY seq DESC LIMIT $1",
         &[&limit],
@@ -73,7 +75,7 @@ pub(super) async fn revoke_session(
     id: &str,
     expires_at: i64,
 ) -> Result<(), StoreError> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO revoked_sessions (id, expires_at) VALUES ($1, $2)
          ON CONFLICT (id) DO UPDATE
              SET expires_at = greatest(revoked_sessions.expires_at, excluded.expires_at)",
@@ -87,7 +89,7 @@ pub(super) async fn revoke_sessions_until(
     c: &impl GenericClient,
     at: i64,
 ) -> Result<(), StoreError> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO console_settings (name, value) VALUES ($1, $2)
          ON CONFLICT (name) DO UPDATE
              SET value = greatest(console_settings.value, excluded.value)",
@@ -102,7 +104,7 @@ pub(super) async fn session_revoked(
     id: &str,
     issued_at: i64,
 ) -> Result<bool, StoreError> {
-    Ok(c.query_opt(
+    Ok(c.query_opt_cached(
         "SELECT 1 FROM revoked_sessions WHERE id = $1
              UNION ALL SELECT 1 FROM console_settings WHERE name = $2 AND value >= $3
              LIMIT 1",
@@ -117,7 +119,7 @@ pub(super) async fn purge_revoked_sessions(
     c: &impl GenericClient,
     now: i64,
 ) -> Result<(), StoreError> {
-    c.execute(
+    c.execute_cached(
         "DELETE FROM revoked_sessions WHERE expires_at <= $1",
         &[&now],
     )
@@ -128,12 +130,12 @@ pub(super) async fn purge_revoked_sessions(
 /// The arrival time (µs) of `route` of `source`, its row locked until the caller's
 /// transaction ends (created at 0 when missing).
 async fn locked_tat(c: &impl GenericClient, source: &str, route: &str) -> Result<i64, StoreError> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO paces (source, route, tat) VALUES ($1, $2, 0) ON CONFLICT DO NOTHING",
         &[&source, &route],
     )
     .await?;
-    Ok(c.query_one(
+    Ok(c.query_one_cached(
         "SELECT tat FROM paces WHERE source = $1 AND route = $2 FOR UPDATE",
         &[&source, &route],
     )
@@ -147,7 +149,7 @@ async fn set_tat(
     route: &str,
     tat: i64,
 ) -> Result<(), StoreError> {
-    c.execute(
+    c.execute_cached(
         "UPDATE paces SET tat = $3 WHERE source = $1 AND route = $2",
         &[&source, &route, &tat],
     )

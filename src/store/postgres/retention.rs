@@ -6,6 +6,8 @@
 
 use deadpool_postgres::GenericClient;
 
+use super::cached::Cached as _;
+
 use super::lines;
 use crate::store::activity::minute_of;
 use crate::store::{ACTIVITY_RETENTION, Purged, StoreError};
@@ -25,7 +27,7 @@ pub(super) async fn purge(
     limit: i64,
 ) -> Result<Purged, StoreError> {
     let candidates: Vec<String> = c
-        .query(
+        .query_cached(
             "(SELECT id FROM entries WHERE status <> 'pending'
                 AND status IN ('delivered', 'filtered') AND updated_at < $1 LIMIT $3)
              UNION ALL
@@ -40,7 +42,7 @@ pub(super) async fn purge(
     let mut purged = Purged::default();
     if !candidates.is_empty() {
         let held: Vec<(String, String, String)> = c
-            .query(
+            .query_cached(
                 "SELECT source, route, order_key FROM deliveries
                  WHERE entry_id = ANY($1) AND order_key IS NOT NULL AND status = 'dead'
                    AND order_block",
@@ -57,14 +59,14 @@ pub(super) async fn purge(
                 .collect(),
         )
         .await?;
-        c.execute(
+        c.execute_cached(
             "SELECT 1 FROM deliveries WHERE entry_id = ANY($1) ORDER BY entry_id, route
              FOR UPDATE",
             &[&candidates],
         )
         .await?;
         let gone: Vec<String> = c
-            .query(
+            .query_cached(
                 "DELETE FROM entries WHERE id = ANY($1) AND (
                      (status IN ('delivered', 'filtered') AND updated_at < $2)
                   OR (status IN ('dead', 'discarded') AND updated_at < $3))
@@ -76,7 +78,7 @@ pub(super) async fn purge(
             .map(|r| r.get(0))
             .collect();
         for table in ["attempts", "audit", "deliveries"] {
-            c.execute(
+            c.execute_cached(
                 &format!("DELETE FROM {table} WHERE entry_id = ANY($1)"),
                 &[&gone],
             )
@@ -88,7 +90,7 @@ pub(super) async fn purge(
         purged.entries = gone.len() as u64;
     }
     purged.dedupe_keys = c
-        .execute(
+        .execute_cached(
             "DELETE FROM dedupe WHERE (source, dkey) IN
                (SELECT source, dkey FROM dedupe WHERE expires_at <= $1 LIMIT $2
                 FOR UPDATE SKIP LOCKED)",
@@ -105,7 +107,7 @@ pub(super) async fn purge(
 async fn fold_counts(c: &impl GenericClient, now: i64) -> Result<(), StoreError> {
     let this_minute = minute_of(now);
     let keep_from = this_minute - i64::try_from(ACTIVITY_RETENTION.as_millis()).unwrap_or(0);
-    c.execute(
+    c.execute_cached(
         "WITH gone AS (
              DELETE FROM counts WHERE minute < $1 RETURNING *
          )
@@ -119,7 +121,7 @@ async fn fold_counts(c: &impl GenericClient, now: i64) -> Result<(), StoreError>
         &[&keep_from],
     )
     .await?;
-    c.execute(
+    c.execute_cached(
         "WITH gone AS (
              DELETE FROM counts WHERE (source, minute) IN (
                  SELECT source, minute FROM counts WHERE minute < $1

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use deadpool_postgres::GenericClient;
+
+use super::cached::Cached as _;
 use tokio_postgres::Row;
 
 use crate::store::{Delivery, DeliveryOrder, Entry, Status, StoreError, decode_headers};
@@ -91,8 +93,8 @@ pub(super) async fn load_entries(
          ORDER BY entry_id, position"
     );
     let (entries, deliveries) = futures_util::future::try_join(
-        c.query(&entries_sql, &[&ids]),
-        c.query(&deliveries_sql, &[&ids]),
+        c.query_cached(&entries_sql, &[&ids]),
+        c.query_cached(&deliveries_sql, &[&ids]),
     )
     .await?;
     let mut out = HashMap::with_capacity(entries.len());
