@@ -244,6 +244,21 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
                     ),
                 ));
             }
+            let query = raw.url.split_once('?').map_or("", |(_, q)| q);
+            if let Some((_, mode)) =
+                form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "sslmode")
+                && !matches!(
+                    mode.as_ref(),
+                    "disable" | "allow" | "prefer" | "require" | "verify-full"
+                )
+            {
+                return Err(ConfigError::invalid(
+                    "store.url",
+                    format!(
+                        "sslmode={mode:?} is not supported; use disable, prefer, require or verify-full"
+                    ),
+                ));
+            }
             if !valid_schema_name(&raw.prefix) {
                 return Err(ConfigError::invalid(
                     "store.prefix",
@@ -488,6 +503,47 @@ mod tests {
             err.starts_with("store.min_replicas:") && err.contains("\"embedded\""),
             "{err}"
         );
+    }
+
+    /// The PostgreSQL store: its keys, its URL's `sslmode` and schema name checked
+    /// with the rest of the configuration (`check-config` says so before a start);
+    /// `require_sync_standby` applies to it alone.
+    #[test]
+    fn the_postgres_store_takes_its_keys_and_refuses_what_it_cannot_use() {
+        use super::super::StoreConfig;
+        let ok = "[store]\nkind = \"postgres\"\n\
+                  url = \"postgres://u:pw@h1:5432,h2:5433/db?target_session_attrs=read-write&sslmode=verify-full\"\n\
+                  prefix = \"hookgate_a\"\nconnections = 8\nrequire_sync_standby = true\n";
+        match from_toml_str(ok, &no_env).unwrap().store {
+            StoreConfig::Postgres(p) => {
+                assert_eq!(p.schema, "hookgate_a");
+                assert_eq!(p.connections, 8);
+                assert!(p.require_sync_standby);
+            }
+            other => panic!("{other:?}"),
+        }
+        for (toml, key) in [
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://u:secret@h/db?sslmode=verify-ca\"\n",
+                "store.url:",
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"redis://h\"\n",
+                "store.url:",
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\nprefix = \"Hg-1\"\n",
+                "store.prefix:",
+            ),
+            (
+                "[store]\nkind = \"redis\"\nrequire_sync_standby = true\n",
+                "store.require_sync_standby:",
+            ),
+        ] {
+            let err = from_toml_str(toml, &no_env).unwrap_err().to_string();
+            assert!(err.starts_with(key), "{toml}: {err}");
+            assert!(!err.contains("secret"), "{err}");
+        }
     }
 
     #[test]

@@ -568,9 +568,13 @@ pub trait Lifecycle: Send + Sync + 'static {
 }
 
 /// Register the store's metric families with their zero series (the embedded store's
-/// write waits, by kind), so that the first scrape lists them all.
+/// write waits, by kind; the PostgreSQL store's verdict and standbys), so that the
+/// first scrape lists them all.
 pub fn register_metrics() {
     sqlite::register_metrics();
+    // Set by the PostgreSQL store's checks; 0 on the others.
+    metrics::gauge!("hookgate_store_unsafe").increment(0.0);
+    metrics::gauge!("hookgate_store_sync_standbys").increment(0.0);
 }
 
 /// Open the configured backend. The only place that matches on the store kind.

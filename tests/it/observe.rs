@@ -155,6 +155,8 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
             // Process-wide (every in-process gateway of the test binary shares the
             // recorder): present, whatever other tests made of it.
             "hookgate_store_ready"
+            | "hookgate_store_unsafe"
+            | "hookgate_store_sync_standbys"
             | "hookgate_ingest_storing"
             | "hookgate_ingest_saturated_windows_total" => {
                 assert!(s.samples.contains_key(family), "{family}");
