@@ -382,12 +382,12 @@ async fn a_failed_fsync_stops_the_embedded_store() {
 }
 
 /// A small filesystem for the store, made and removed by the test.
-struct Tmpfs {
-    dir: tempfile::TempDir,
+pub(crate) struct Tmpfs {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
-    fn mount(bytes: u64) -> Tmpfs {
+    pub(crate) fn mount(bytes: u64) -> Tmpfs {
         let dir = tempfile::tempdir().unwrap();
         let status = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])

@@ -299,3 +299,92 @@ async fn without_its_synchronous_standby_the_gateway_refuses_webhooks_until_one_
     gw.kill();
     drop(standby);
 }
+
+/// Bytes free on the filesystem holding `path`.
+fn free_bytes(path: &Path) -> u64 {
+    let out = std::process::Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .expect("df")
+}
+
+/// The database's disk fills up (a small tmpfs the test mounts, its space taken by
+/// a file but for 3 MiB): webhooks are answered 503, never 200 for one not stored,
+/// `/readyz` 503, and the gateway keeps running; once space returns, ingest and
+/// `/readyz` answer 200 again without a restart, and every acknowledged webhook is
+/// delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_postgres_answers_503_and_recovers() {
+    let fs = crate::faults::Tmpfs::mount(192 * 1024 * 1024);
+    let pg = PostgresServer::start_in(
+        Some(fs.dir.path()),
+        &["min_wal_size=32MB", "max_wal_size=64MB"],
+    );
+    let up = Upstream::ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = child_gateway(dir.path(), &pg, &up, "", true);
+    let filler = fs.dir.path().join("filler");
+    let free = free_bytes(fs.dir.path());
+    std::fs::write(&filler, vec![0u8; (free - 3 * 1024 * 1024) as usize]).unwrap();
+    let c = http();
+    // Bodies that do not compress: each takes its size on disk.
+    let post = |n: usize| {
+        let (c, base) = (c.clone(), gw.ingest.clone());
+        async move {
+            let mut pad = vec![0u8; 36 * 1024];
+            getrandom::fill(&mut pad).unwrap();
+            let body = format!(
+                r#"{{"id":"evt_full{n}","object":"event","type":"t","pad":"{}"}}"#,
+                base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &pad)
+            );
+            let (status, json) = post_stripe_signed(&c, &base, "stripe", body.as_bytes()).await;
+            (status, json["id"].as_str().map(String::from))
+        }
+    };
+    let (mut acked, mut refused, mut n) = (Vec::new(), 0, 0);
+    while refused < 3 && n < 400 {
+        match post(n).await {
+            (200, id) => acked.push(id.expect("an id")),
+            (503, _) => refused += 1,
+            (other, _) => panic!("webhook {n}: {other}"),
+        }
+        n += 1;
+    }
+    assert_eq!(refused, 3, "the disk never filled up ({n} webhooks)");
+    assert!(gw.child.try_wait().unwrap().is_none(), "the gateway exited");
+    assert_eq!(readyz(&c, &gw.admin).await, 503);
+    std::fs::remove_file(&filler).unwrap();
+    let id = wait_until_ok(
+        "ingest resumes once space returned",
+        Duration::from_secs(30),
+        async || {
+            n += 1;
+            match post(n).await {
+                (200, id) => Ok(id.expect("an id")),
+                (other, _) => Err(other),
+            }
+        },
+    )
+    .await;
+    acked.push(id);
+    wait_until(
+        "/readyz 200 once space returned",
+        Duration::from_secs(15),
+        async || readyz(&c, &gw.admin).await == 200,
+    )
+    .await;
+    let want: BTreeSet<String> = acked.into_iter().collect();
+    up.wait_for(Duration::from_secs(30), "every acknowledged webhook", |r| {
+        let got: BTreeSet<String> = r.iter().filter_map(|x| x.header("webhook-id")).collect();
+        want.is_subset(&got)
+    })
+    .await;
+    gw.kill();
+    drop(pg);
+}
