@@ -352,6 +352,43 @@ fn deploy_files_parse_and_hold_together() {
         redis_conf.contains("everysec"),
         "the trade-off is written down"
     );
+    // Compose with PostgreSQL: the durability settings hookgate requires, written out.
+    let compose_pg = &yaml_docs("deploy/docker-compose.postgres.yml")[0];
+    let pg_cmd = format!("{:?}", compose_pg["services"]["postgres"]["command"]);
+    for want in ["fsync=on", "synchronous_commit=on"] {
+        assert!(pg_cmd.contains(want), "compose's postgres lacks {want}");
+    }
+    assert!(!compose_pg["services"]["hookgate"].is_badvalue());
+    // Kubernetes with PostgreSQL: a CloudNativePG cluster with a synchronous standby,
+    // and hookgate's configuration requiring one.
+    let mut pg_toml = None;
+    let mut cluster = false;
+    for f in ["cluster.yaml", "configmap.yaml", "deployment.patch.yaml"] {
+        for doc in yaml_docs(&format!("deploy/k8s/postgres/{f}")) {
+            match doc["kind"].as_str() {
+                Some("Cluster") => {
+                    let spec = &doc["spec"];
+                    assert!(spec["instances"].as_i64().unwrap() >= 2, "{f}");
+                    assert!(
+                        spec["postgresql"]["synchronous"]["number"]
+                            .as_i64()
+                            .unwrap()
+                            >= 1,
+                        "{f}: a synchronous standby"
+                    );
+                    cluster = true;
+                }
+                Some("ConfigMap") => {
+                    pg_toml = doc["data"]["hookgate.toml"].as_str().map(String::from);
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(cluster, "no Cluster in deploy/k8s/postgres");
+    let pg_toml = pg_toml.expect("hookgate.toml in deploy/k8s/postgres");
+    assert!(pg_toml.contains("kind = \"postgres\""));
+    assert!(pg_toml.contains("require_sync_standby = true"));
     // Prometheus rules and the dashboard.
     let rules = &yaml_docs("deploy/prometheus/alerts.yml")[0];
     let rules = rules["groups"][0]["rules"].as_vec().unwrap();
@@ -362,6 +399,7 @@ fn deploy_files_parse_and_hold_together() {
         "HookgateDeliveryFailureRatio",
         "HookgateBacklogAge",
         "HookgateBreakerOpen",
+        "HookgateStoreUnsafe",
     ] {
         assert!(names.contains(&want), "{want} missing");
     }
@@ -398,6 +436,8 @@ fn deploy_files_parse_and_hold_together() {
         configmap_toml.expect("hookgate.toml in the ConfigMap"),
     )
     .unwrap();
+    let k8s_pg = dir.path().join("k8s-postgres.toml");
+    std::fs::write(&k8s_pg, &pg_toml).unwrap();
     let env = [
         ("HOOKGATE_ADMIN_TOKEN", "t"),
         (
@@ -407,7 +447,12 @@ fn deploy_files_parse_and_hold_together() {
         ("STRIPE_WEBHOOK_SECRET", "whsec_x"),
         ("GITHUB_WEBHOOK_SECRET", "x"),
     ];
-    for path in [root().join("deploy/compose.toml"), k8s] {
+    for path in [
+        root().join("deploy/compose.toml"),
+        root().join("deploy/compose-postgres.toml"),
+        k8s,
+        k8s_pg,
+    ] {
         let mut cmd = std::process::Command::new(bin());
         cmd.arg("check-config").arg("--config").arg(&path);
         cmd.env_remove("HOOKGATE_CONFIG");
