@@ -77,10 +77,21 @@ async fn commit(shared: &PgShared, batch: Vec<Waiting>) {
     for _ in 0..RETRIES {
         let now = shared.clock.now_ms();
         outcome = super::connect::with(&shared.durable, shared.timeout, async |conn| {
-            let tx = conn.transaction().await?;
-            let answers = apply(&tx, &shared.schema, &shared.channel, &batch, now).await?;
-            tx.commit().await?;
-            Ok(answers)
+            let c = &*conn;
+            // `BEGIN` goes out with the batch's first statement, not a round trip
+            // ahead of it: statements on one connection run in the order sent.
+            let begin = async { Ok::<_, StoreError>(c.batch_execute("BEGIN").await?) };
+            let batch = apply(c, &shared.schema, &shared.channel, &batch, now);
+            match futures_util::future::try_join(begin, batch).await {
+                Ok(((), answers)) => {
+                    c.batch_execute("COMMIT").await?;
+                    Ok(answers)
+                }
+                Err(e) => {
+                    let _ = c.batch_execute("ROLLBACK").await;
+                    Err(e)
+                }
+            }
         })
         .await;
         match &outcome {

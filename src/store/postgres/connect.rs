@@ -195,7 +195,14 @@ pub(crate) fn pool(
 ) -> Result<Pool, UrlError> {
     let mut config = target.config.clone();
     // Notices (`CREATE SCHEMA IF NOT EXISTS` skipping an existing one) are not news.
-    let mut options = format!("-c search_path={schema} -c client_min_messages=warning");
+    // Statements are prepared once per connection (`cached`), and PostgreSQL keeps
+    // a generic plan for each after a few calls. Made while a table was tiny, that
+    // plan would scan the whole table (which PostgreSQL prefers on a tiny one), and
+    // every claim would read every entry once the tables grew: every query of
+    // hookgate is an index lookup, so its sessions plan no sequential scan where an
+    // index serves.
+    let mut options =
+        format!("-c search_path={schema} -c client_min_messages=warning -c enable_seqscan=off");
     if relaxed {
         options.push_str(" -c synchronous_commit=off");
     }

@@ -33,8 +33,7 @@ macro_rules! claimable {
            AND (d.order_key IS NULL OR NOT EXISTS (
                SELECT 1 FROM deliveries o
                WHERE o.source = $1 AND o.route = $2 AND o.order_key = d.order_key
-                 AND o.order_key IS NOT NULL AND o.lease_until IS NOT NULL
-                 AND o.lease_until > $3 AND (o.status <> 'pending' OR o.behind)))"
+                 AND o.holds AND o.lease_until > $3))"
     };
 }
 

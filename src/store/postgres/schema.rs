@@ -23,9 +23,15 @@ const MIGRATIONS: &[&str] = &[V1];
 ///   order, as UUIDv7 ids sort by arrival, whatever the database's locale.
 /// * `deliveries_due` holds only what a claim may take (pending, not behind a line's
 ///   head), in due order; `deliveries_route` serves listings, counts and dead letters.
-///   `deliveries_line` holds the members of ordered lines, `deliveries_leased` the
-///   leases that may hold a line's head back, `deliveries_retried` the retries a
-///   half-open breaker's probe looks for first (see `lines` and `delivery`).
+///   `deliveries_line` holds the members of ordered lines, `deliveries_holding` the
+///   leases that may hold a line's head back (`holds`: a lease on a delivery
+///   discarded, or put behind, while its attempt was in flight),
+///   `deliveries_retried` the retries a half-open breaker's probe looks for first
+///   (see `lines` and `delivery`).
+/// * A claim changes only the lease columns, which no index names (`holds` is
+///   derived from them but stays false for a line's head), and `deliveries` leaves
+///   a fifth of each page free: a claim rewrites its row in place (a HOT update)
+///   without a new entry in any index.
 /// * `counts` is appended to, never updated: each accept batch, completion and
 ///   verification failure adds a row (per source and minute), so that gateways
 ///   never queue on one hot counter row; the purge folds each past minute into one
@@ -45,8 +51,13 @@ CREATE TABLE entries (
     headers     TEXT NOT NULL,
     body        BYTEA NOT NULL
 );
+-- Bodies past the TOAST threshold compressed with lz4 where the server has it
+-- (pglz, the default, took a tenth of the server's time under load).
+DO $$ BEGIN
+    ALTER TABLE entries ALTER COLUMN body SET COMPRESSION lz4;
+EXCEPTION WHEN OTHERS THEN NULL;
+END $$;
 CREATE INDEX entries_source ON entries (source, id);
-CREATE INDEX entries_status ON entries (status, id);
 CREATE INDEX entries_source_status ON entries (source, status, id);
 CREATE INDEX entries_done ON entries (status, updated_at) WHERE status <> 'pending';
 
@@ -76,15 +87,17 @@ CREATE TABLE deliveries (
     order_key       TEXT COLLATE "C",
     order_block     BOOLEAN NOT NULL DEFAULT false,
     behind          BOOLEAN NOT NULL DEFAULT false,
+    holds           BOOLEAN GENERATED ALWAYS AS (
+        order_key IS NOT NULL AND lease_owner IS NOT NULL AND (status <> 'pending' OR behind)
+    ) STORED,
     PRIMARY KEY (entry_id, route)
-);
+) WITH (fillfactor = 80);
 CREATE INDEX deliveries_due ON deliveries (source, route, next_attempt_at)
     WHERE status = 'pending' AND NOT behind;
 CREATE INDEX deliveries_route ON deliveries (source, route, status, entry_id);
 CREATE INDEX deliveries_line ON deliveries (source, route, order_key, entry_id)
     WHERE order_key IS NOT NULL AND (status = 'pending' OR (status = 'dead' AND order_block));
-CREATE INDEX deliveries_leased ON deliveries (source, route, order_key, lease_until)
-    WHERE order_key IS NOT NULL AND lease_until IS NOT NULL AND (status <> 'pending' OR behind);
+CREATE INDEX deliveries_holding ON deliveries (source, route, order_key) WHERE holds;
 CREATE INDEX deliveries_retried ON deliveries (source, route, next_attempt_at)
     WHERE status = 'pending' AND attempts > 0;
 
