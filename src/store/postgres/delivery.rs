@@ -197,12 +197,14 @@ async fn refresh_entry(c: &impl GenericClient, id: &str, now: i64) -> Result<(),
 /// attempt of one discarded meanwhile, the attempt, the entry's status when the
 /// delivery is its only one, and the counter. The rest (another delivery's entry,
 /// an ordered line) is the caller's, in the same transaction, when
-/// [`Finished::needs_transaction`]. (applied, recorded).
-async fn complete_row(
+/// [`Finished::needs_transaction`]. The counter moves here unless `counted_here` is
+/// false (a batch of completions counts them once: `finish`). (applied, recorded).
+pub(super) async fn complete_row(
     c: &impl GenericClient,
     f: &Finished,
     completion: &Completion,
     now: i64,
+    counted_here: bool,
 ) -> Result<(bool, bool), StoreError> {
     let attempt = match completion {
         Completion::Delivered { attempt } | Completion::Retry { attempt, .. } => Some(attempt),
@@ -215,10 +217,11 @@ async fn complete_row(
         Completion::Dead { reason, .. } => (Status::Dead, None, Some(reason.clone())),
         Completion::Release { at } => (Status::Pending, Some(*at), None),
     };
-    let (delivered, failed): (i64, i64) = match Counted::of(completion) {
-        Some(Counted::Delivered) => (1, 0),
-        Some(Counted::Failed) => (0, 1),
-        None => (0, 0),
+    // Counted by this statement, or by the caller once for a whole batch.
+    let (delivered, failed): (i64, i64) = match (counted_here, Counted::of(completion)) {
+        (true, Some(Counted::Delivered)) => (1, 0),
+        (true, Some(Counted::Failed)) => (0, 1),
+        _ => (0, 0),
     };
     let tried = i32::from(attempt.is_some());
     let n = attempt.map(|a| i32::try_from(a.n).unwrap_or(i32::MAX));
@@ -289,7 +292,7 @@ pub(super) async fn complete(
     completion: &Completion,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let (applied, recorded) = complete_row(c, f, completion, now).await?;
+    let (applied, recorded) = complete_row(c, f, completion, now, true).await?;
     if (applied || recorded) && !f.sole {
         refresh_entry(c, &f.id, now).await?;
     }

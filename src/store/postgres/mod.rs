@@ -15,6 +15,7 @@ mod accept;
 mod cached;
 mod connect;
 mod delivery;
+mod finish;
 mod lines;
 mod notify;
 mod preconditions;
@@ -67,6 +68,8 @@ pub(super) struct PgShared {
 pub struct PostgresStore {
     shared: Arc<PgShared>,
     accepts: mpsc::Sender<Waiting>,
+    /// Completions of one statement, group-committed (`finish`).
+    completions: mpsc::Sender<finish::Waiting>,
     controls: Controls,
     listener: tokio::task::JoinHandle<()>,
 }
@@ -148,10 +151,18 @@ impl PostgresStore {
             (cfg.connections / 2).max(1),
             cfg.batch_max.max(1),
         );
+        let (done_tx, done_rx) = mpsc::channel(QUEUE);
+        finish::start(
+            shared.clone(),
+            done_rx,
+            (cfg.connections / 2).max(1),
+            cfg.batch_max.max(1),
+        );
         let listener = notify::start(Arc::new(target), cfg.schema.clone(), channel, work);
         Ok(PostgresStore {
             shared,
             accepts: tx,
+            completions: done_tx,
             controls: Controls::new(),
             listener,
         })
@@ -295,12 +306,35 @@ impl Queue for PostgresStore {
         now: i64,
     ) -> Result<bool, StoreError> {
         let f = Finished::of(claim);
+        let release = matches!(completion, Completion::Release { .. })
+            .then(|| Wake::route(&f.source, &f.route));
+        if !f.needs_transaction(&completion) {
+            let (reply, answer) = oneshot::channel();
+            let timeout = self.shared.timeout;
+            let applied = tokio::time::timeout(timeout, async {
+                self.completions
+                    .send(finish::Waiting {
+                        finished: f,
+                        completion,
+                        now,
+                        reply,
+                    })
+                    .await
+                    .map_err(|_| StoreError::Unavailable("the committers have stopped"))?;
+                answer
+                    .await
+                    .map_err(|_| StoreError::Unavailable("the committer dropped the completion"))?
+            })
+            .await
+            .map_err(|_| StoreError::Timeout(timeout))??;
+            if let Some(wake) = release {
+                self.shared.work.wake(&wake);
+            }
+            return Ok(applied);
+        }
         let schema = self.shared.schema.as_str();
         let applied = self
             .relaxed(async |conn| {
-                if !f.needs_transaction(&completion) {
-                    return delivery::complete(&*conn, &f, &completion, now).await;
-                }
                 transaction!(conn, |tx| {
                     if let Some(order) = &f.order {
                         lines::lock(
@@ -313,8 +347,8 @@ impl Queue for PostgresStore {
                 })
             })
             .await?;
-        if matches!(completion, Completion::Release { .. }) {
-            self.shared.work.wake(&Wake::route(&f.source, &f.route));
+        if let Some(wake) = release {
+            self.shared.work.wake(&wake);
         }
         Ok(applied)
     }
