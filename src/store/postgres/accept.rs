@@ -16,7 +16,7 @@ use std::sync::Arc;
 use deadpool_postgres::GenericClient;
 
 use super::cached::Cached as _;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::PgShared;
 use super::lines::{self, in_line};
@@ -31,9 +31,6 @@ pub(super) struct Waiting {
     pub(super) reply: oneshot::Sender<Result<Accepted, StoreError>>,
 }
 
-/// How many times a batch a deadlock rolled back is run again.
-const RETRIES: usize = 3;
-
 /// Start `committers` tasks taking batches from `rx`.
 pub(super) fn start(
     shared: Arc<PgShared>,
@@ -41,40 +38,18 @@ pub(super) fn start(
     committers: usize,
     batch_max: usize,
 ) {
-    let rx = Arc::new(Mutex::new(rx));
-    for _ in 0..committers.max(1) {
-        let (shared, rx) = (shared.clone(), rx.clone());
-        tokio::spawn(async move {
-            loop {
-                let batch = {
-                    let mut rx = rx.lock().await;
-                    let Some(first) = rx.recv().await else {
-                        return;
-                    };
-                    let mut batch = vec![first];
-                    while batch.len() < batch_max {
-                        match rx.try_recv() {
-                            Ok(w) => batch.push(w),
-                            Err(_) => break,
-                        }
-                    }
-                    batch
-                };
-                commit(&shared, batch).await;
-            }
-        });
-    }
+    super::committers::start(shared, rx, committers, batch_max, commit);
 }
 
 /// Commit one batch and answer each of its accepts.
-async fn commit(shared: &PgShared, batch: Vec<Waiting>) {
+async fn commit(shared: Arc<PgShared>, batch: Vec<Waiting>) {
     // An accept whose caller gave up (ingest's timeout) is left out.
     let batch: Vec<Waiting> = batch.into_iter().filter(|w| !w.reply.is_closed()).collect();
     if batch.is_empty() {
         return;
     }
     let mut outcome = Err(StoreError::Unavailable("no attempt"));
-    for _ in 0..RETRIES {
+    for _ in 0..super::committers::RETRIES {
         let now = shared.clock.now_ms();
         outcome = super::connect::with(&shared.durable, shared.timeout, async |conn| {
             let c = &*conn;

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::PgShared;
 use super::cached::Cached as _;
@@ -32,9 +32,6 @@ pub(super) struct Waiting {
     pub(super) reply: oneshot::Sender<Result<bool, StoreError>>,
 }
 
-/// How many times a batch a deadlock rolled back is run again.
-const RETRIES: usize = 3;
-
 /// Start `committers` tasks taking batches of up to `batch_max` from `rx`.
 pub(super) fn start(
     shared: Arc<PgShared>,
@@ -42,36 +39,16 @@ pub(super) fn start(
     committers: usize,
     batch_max: usize,
 ) {
-    let rx = Arc::new(Mutex::new(rx));
-    for _ in 0..committers.max(1) {
-        let (shared, rx) = (shared.clone(), rx.clone());
-        tokio::spawn(async move {
-            loop {
-                let batch = {
-                    let mut rx = rx.lock().await;
-                    let Some(first) = rx.recv().await else {
-                        return;
-                    };
-                    let mut batch = vec![first];
-                    while batch.len() < batch_max {
-                        match rx.try_recv() {
-                            Ok(w) => batch.push(w),
-                            Err(_) => break,
-                        }
-                    }
-                    batch
-                };
-                commit(&shared, batch).await;
-            }
-        });
-    }
+    super::committers::start(shared, rx, committers, batch_max, commit);
 }
 
-async fn commit(shared: &PgShared, batch: Vec<Waiting>) {
+/// Commit one batch and answer each of its completions.
+async fn commit(shared: Arc<PgShared>, batch: Vec<Waiting>) {
     let mut outcome = Err(StoreError::Unavailable("no attempt"));
-    for _ in 0..RETRIES {
+    for _ in 0..super::committers::RETRIES {
         outcome = super::connect::with(&shared.relaxed, shared.timeout, async |conn| {
             let c = &*conn;
+            // `BEGIN` goes out with the batch's first statement (see `accept`).
             let begin = async { Ok::<_, StoreError>(c.batch_execute("BEGIN").await?) };
             let rows = futures_util::future::try_join_all(
                 batch

@@ -13,6 +13,7 @@
 
 mod accept;
 mod cached;
+mod committers;
 mod connect;
 mod delivery;
 mod finish;

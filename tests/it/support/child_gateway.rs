@@ -65,6 +65,28 @@ impl ChildGateway {
         stderr_path: &Path,
         customize: impl FnOnce(&mut Command),
     ) -> ChildGateway {
+        Self::spawn_answering(config_path, env, stderr_path, customize, b"HTTP/1.1 200")
+    }
+
+    /// As [`ChildGateway::spawn`], waiting only until `/readyz` answers, whatever it
+    /// says (a gateway whose store refuses writes from the start).
+    pub fn spawn_unready(
+        config_path: &Path,
+        env: &[(&str, &str)],
+        stderr_path: &Path,
+    ) -> ChildGateway {
+        Self::spawn_answering(config_path, env, stderr_path, |_| {}, b"HTTP/1.1 ")
+    }
+
+    /// Start `hookgate serve` and wait until `/readyz` answers with a status line
+    /// starting with `answer`.
+    fn spawn_answering(
+        config_path: &Path,
+        env: &[(&str, &str)],
+        stderr_path: &Path,
+        customize: impl FnOnce(&mut Command),
+        answer: &[u8],
+    ) -> ChildGateway {
         let ingest_port = free_port();
         let admin_port = free_port();
         let stderr = std::fs::File::create(stderr_path).unwrap();
@@ -90,41 +112,7 @@ impl ChildGateway {
             admin: format!("http://127.0.0.1:{admin_port}"),
             stderr_path: stderr_path.to_path_buf(),
         };
-        gw.wait_ready(b"HTTP/1.1 200");
-        gw
-    }
-
-    /// As [`ChildGateway::spawn`], waiting only until `/readyz` answers, whatever it
-    /// says (a gateway whose store refuses writes from the start).
-    pub fn spawn_unready(
-        config_path: &Path,
-        env: &[(&str, &str)],
-        stderr_path: &Path,
-    ) -> ChildGateway {
-        let ingest_port = free_port();
-        let admin_port = free_port();
-        let stderr = std::fs::File::create(stderr_path).unwrap();
-        let mut cmd = Command::new(bin());
-        cmd.arg("serve")
-            .arg("--config")
-            .arg(config_path)
-            .env(
-                "HOOKGATE_SERVER__LISTEN",
-                format!("127.0.0.1:{ingest_port}"),
-            )
-            .env("HOOKGATE_ADMIN__LISTEN", format!("127.0.0.1:{admin_port}"))
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let gw = ChildGateway {
-            child: cmd.spawn().expect("spawn hookgate"),
-            ingest: format!("http://127.0.0.1:{ingest_port}"),
-            admin: format!("http://127.0.0.1:{admin_port}"),
-            stderr_path: stderr_path.to_path_buf(),
-        };
-        gw.wait_ready(b"HTTP/1.1 ");
+        gw.wait_ready(answer);
         gw
     }
 
