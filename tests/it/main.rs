@@ -37,6 +37,7 @@ mod pacing;
 mod postgres_failover;
 mod postgres_faults;
 mod postgres_harness;
+mod postgres_store;
 mod pressure;
 mod providers;
 mod redis_preconditions;

@@ -322,6 +322,11 @@ impl PostgresServer {
 
     /// Run `sql` as the superuser through `psql`: (success, output).
     pub fn psql(&self, sql: &str) -> (bool, String) {
+        self.psql_in("postgres", sql)
+    }
+
+    /// Run `sql` as the superuser in database `db`: (success, output).
+    pub fn psql_in(&self, db: &str, sql: &str) -> (bool, String) {
         let out = Command::new(postgres_bin_dir().join("psql"))
             .args([
                 "-h",
@@ -331,7 +336,7 @@ impl PostgresServer {
                 "-U",
                 "postgres",
             ])
-            .args(["-d", "postgres", "-tAc", sql])
+            .args(["-d", db, "-tAc", sql])
             .output();
         match out {
             Ok(o) => (
