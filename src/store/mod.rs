@@ -144,6 +144,33 @@ pub struct Claim {
     pub stream_message: Option<String>,
 }
 
+/// The claim a completion finishes, as [`Claim`] tells it: what the completion needs
+/// to know about the delivery without reading it again.
+pub(crate) struct Finished {
+    pub(crate) source: String,
+    pub(crate) id: String,
+    pub(crate) route: String,
+    pub(crate) token: String,
+    /// The delivery's ordering (which never changes).
+    pub(crate) order: Option<DeliveryOrder>,
+    /// The entry has this one delivery (its routes never change): its status is
+    /// this delivery's.
+    pub(crate) sole: bool,
+}
+
+impl Finished {
+    pub(crate) fn of(claim: &Claim) -> Finished {
+        Finished {
+            source: claim.entry.source.clone(),
+            id: claim.entry.id.clone(),
+            route: claim.delivery.route.clone(),
+            token: claim.token.clone(),
+            order: claim.delivery.order.clone(),
+            sole: claim.entry.deliveries.len() == 1,
+        }
+    }
+}
+
 /// What a worker did with a claimed delivery.
 #[derive(Debug, Clone)]
 pub enum Completion {

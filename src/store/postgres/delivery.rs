@@ -17,8 +17,8 @@ use super::lines::{self, head_left, settle_line};
 use super::rows::{delivery_status, load_entries};
 use crate::store::activity::{Counted, minute_of};
 use crate::store::{
-    Actor, Claim, Completion, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status,
-    StoreError, Transition, attempt_error,
+    Actor, Claim, Completion, Finished, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status, StoreError,
+    Transition, attempt_error,
 };
 
 /// The conditions of a claim of a delivery `d` through route `$2` of source `$1` at
@@ -127,29 +127,7 @@ async fn claims(
     Ok(out)
 }
 
-/// The claim a completion finishes, as [`Claim`] tells it.
-pub(super) struct Finished {
-    pub(super) source: String,
-    pub(super) id: String,
-    pub(super) route: String,
-    pub(super) token: String,
-    pub(super) order: Option<DeliveryOrder>,
-    /// The entry has this one delivery: its status is this delivery's.
-    pub(super) sole: bool,
-}
-
 impl Finished {
-    pub(super) fn of(claim: &Claim) -> Finished {
-        Finished {
-            source: claim.entry.source.clone(),
-            id: claim.entry.id.clone(),
-            route: claim.delivery.route.clone(),
-            token: claim.token.clone(),
-            order: claim.delivery.order.clone(),
-            sole: claim.entry.deliveries.len() == 1,
-        }
-    }
-
     /// Whether completing it with `completion` needs more than its one statement:
     /// an entry with other deliveries (its status is derived from them all), or an
     /// ordered delivery that leaves its line.

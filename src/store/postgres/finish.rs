@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::PgShared;
 use super::cached::Cached as _;
-use super::delivery::{Finished, complete_row};
+use super::delivery::complete_row;
+use crate::store::Finished;
 use crate::store::activity::{Counted, minute_of};
 use crate::store::{Completion, StoreError};
 

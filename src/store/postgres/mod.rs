@@ -34,14 +34,14 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use self::accept::Waiting;
-use self::delivery::Finished;
 use self::preconditions::Verdict;
 use super::activity::minute_of;
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
-    Controls, DeadLetter, Entry, HousekeepingPass, IdPage, Lifecycle, ListQuery, MAX_PAGE,
-    MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RouteStats,
-    SourceStats, Status, StoreError, Transition, Unsafe, Wake, WorkSignals, encode_headers,
+    Controls, DeadLetter, Entry, Finished, HousekeepingPass, IdPage, Lifecycle, ListQuery,
+    MAX_PAGE, MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records,
+    RouteStats, SourceStats, Status, StoreError, Transition, Unsafe, Wake, WorkSignals,
+    encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::PostgresConfig;

@@ -13,7 +13,7 @@ use super::lines::{head_left, settle_delivery};
 use super::rows::{bump_activity, load_deliveries, load_entry, parse_status};
 use crate::store::activity::{Counted, minute_of};
 use crate::store::{
-    Actor, Attempt, Claim, Completion, DeliveryOrder, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status,
+    Actor, Attempt, Claim, Completion, Finished, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, Status,
     StoreError, Transition, attempt_error,
 };
 
@@ -208,33 +208,6 @@ fn insert_attempt(conn: &Connection, id: &str, route: &str, a: &Attempt) -> Resu
         i64::try_from(a.latency_ms).unwrap_or(i64::MAX)
     ])?;
     Ok(())
-}
-
-/// The claim a completion finishes, as [`Claim`] tells it: what the completion needs
-/// to know about the delivery without reading it again.
-pub(super) struct Finished {
-    pub(super) source: String,
-    pub(super) id: String,
-    pub(super) route: String,
-    pub(super) token: String,
-    /// The delivery's ordering (which never changes).
-    pub(super) order: Option<DeliveryOrder>,
-    /// The entry has this one delivery (its routes never change): its status is
-    /// this delivery's.
-    pub(super) sole: bool,
-}
-
-impl Finished {
-    pub(super) fn of(claim: &Claim) -> Finished {
-        Finished {
-            source: claim.entry.source.clone(),
-            id: claim.entry.id.clone(),
-            route: claim.delivery.route.clone(),
-            token: claim.token.clone(),
-            order: claim.delivery.order.clone(),
-            sole: claim.entry.deliveries.len() == 1,
-        }
-    }
 }
 
 /// Record what happened to a claimed delivery (`Store::complete`); `true` when

@@ -313,7 +313,7 @@ impl Queue for SqliteStore {
         completion: Completion,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let finished = delivery::Finished::of(claim);
+        let finished = super::Finished::of(claim);
         let wake = matches!(completion, Completion::Release { .. })
             .then(|| Wake::route(&finished.source, &finished.route));
         self.write_answered_at_commit(WriteKind::Complete, wake, move |conn, _| {

@@ -600,7 +600,7 @@ mod tests {
                 latency_ms: 1,
             },
         };
-        let finished = delivery::Finished::of(&claim);
+        let finished = crate::store::Finished::of(&claim);
         assert!(delivery::complete(&conn, &finished, &done, 2_000).unwrap());
         assert_eq!(load_entry(&conn, "0001").unwrap().unwrap().body, e.body);
 
