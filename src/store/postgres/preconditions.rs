@@ -30,16 +30,18 @@ pub(super) async fn check(c: &impl GenericClient, require_sync: bool) -> Result<
         // Not the server's word: the caller hears of the failure otherwise.
         Err(_) => return Ok(()),
     };
-    let (fsync, commit, names): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+    let (fsync, commit_text, names): (String, String, String) =
+        (row.get(0), row.get(1), row.get(2));
+    let (fsync, commit) = (fsync == "on", Commit::of(&commit_text));
     let (recovery, streaming, hidden): (bool, i64, i64) = (row.get(3), row.get(4), row.get(5));
     metrics::gauge!("hookgate_store_sync_standbys").set(streaming as f64);
     if recovery {
         return Err(Unsafe::ReadOnly);
     }
-    if fsync != "on" {
+    if !fsync {
         return Err(Unsafe::FsyncOff);
     }
-    if commit == "off" {
+    if commit == Commit::Off {
         return Err(Unsafe::SynchronousCommitOff);
     }
     // Standbys are listed to every user, their state only to those with
@@ -47,14 +49,36 @@ pub(super) async fn check(c: &impl GenericClient, require_sync: bool) -> Result<
     if require_sync && streaming < 1 && hidden > 0 {
         return Err(Unsafe::StandbysHidden);
     }
-    if require_sync && (names.trim().is_empty() || streaming < 1 || commit == "local") {
+    if require_sync && (names.trim().is_empty() || streaming < 1 || commit != Commit::Standby) {
         return Err(Unsafe::NoSyncStandby {
             names,
             streaming: u64::try_from(streaming).unwrap_or(0),
-            commit,
+            commit: commit_text,
         });
     }
     Ok(())
+}
+
+/// What a commit waits for, by `synchronous_commit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// `off`: nothing; a commit answers before its WAL is on disk.
+    Off,
+    /// `local`: this server's disk only.
+    Local,
+    /// `on`, `remote_write`, `remote_apply`: this server's disk and the synchronous
+    /// standbys, when `synchronous_standby_names` lists some.
+    Standby,
+}
+
+impl Commit {
+    fn of(setting: &str) -> Commit {
+        match setting {
+            "off" => Commit::Off,
+            "local" => Commit::Local,
+            _ => Commit::Standby,
+        }
+    }
 }
 
 /// The last verdict, and its log lines.
