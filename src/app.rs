@@ -185,8 +185,24 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     // Everything below stops on the caller's shutdown or on a stopped store.
     let shutdown = outer.child_token();
-    let gateway = build(&cfg, listeners.probes.is_some()).await?;
+    let gateway = build(
+        &cfg,
+        listeners.probes.is_some(),
+        crate::clock::Clock::system(),
+    )
+    .await?;
     serve_until_shutdown(&cfg, gateway, listeners, shutdown).await
+}
+
+/// The ingest and admin routers of a gateway built from `cfg` on `clock`, with
+/// nothing served and nothing running: the `http` fuzz target drives them in process.
+#[cfg(any(test, fuzzing))]
+pub(crate) async fn routers(
+    cfg: &Config,
+    clock: crate::clock::Clock,
+) -> anyhow::Result<(axum::Router, axum::Router)> {
+    let gateway = build(cfg, false, clock).await?;
+    Ok((gateway.ingest, gateway.admin))
 }
 
 /// Everything the gateway serves and runs, built from the configuration before a
@@ -216,13 +232,16 @@ struct Gateway {
 /// Build every part of the gateway: the metrics, the sources, the store, the
 /// routers of the listeners (the probes' when `with_probes`) and the forwarder's
 /// routes. Nothing serves yet.
-async fn build(cfg: &Config, with_probes: bool) -> anyhow::Result<Gateway> {
+async fn build(
+    cfg: &Config,
+    with_probes: bool,
+    clock: crate::clock::Clock,
+) -> anyhow::Result<Gateway> {
     telemetry::install_metrics();
     register_metric_families(cfg);
     let registry = registry(cfg)?;
     let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
     let sources = build_sources(cfg, &registry, &body_budget)?;
-    let clock = crate::clock::Clock::system();
     let store = store::open(&cfg.store, &clock).await.context("store")?;
     let unsigned = warn_about_setup(cfg, &sources);
 

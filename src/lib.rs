@@ -48,6 +48,8 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod forward;
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
 pub mod header;
 pub mod header_policy;
 pub mod ingest;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::ConfigError;
 
 /// A duration as operators write it (`30s`, `5m`, `7d`), or an error naming `key`.
-pub(super) fn parse_duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
+pub(crate) fn parse_duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(value.trim()).map_err(|e| {
         ConfigError::invalid(
             key,

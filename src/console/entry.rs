@@ -29,7 +29,7 @@ use super::{ConsoleError, ConsoleState, Visitor, format};
 use crate::admin::dto::EntryDetail;
 use crate::operations::OpError;
 use crate::store::Status;
-use json_view::json_indented;
+pub(crate) use json_view::json_indented;
 
 /// The most of a body the page shows; the rest is one API call away.
 const SHOWN_BODY_BYTES: usize = 256 * 1024;

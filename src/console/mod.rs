@@ -29,6 +29,9 @@ mod cross_site;
 mod dead_letters;
 mod entries;
 mod entry;
+/// The JSON view of a body, for the `stored` fuzz target.
+#[cfg(any(test, fuzzing))]
+pub(crate) use entry::json_indented;
 mod error;
 mod form;
 mod format;

@@ -44,6 +44,9 @@ pub use error::{Backend, Cause, StoreError, Unsafe};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{DeadLetter, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
 pub use readiness::Readiness;
+/// The Redis entry codec, for the `stored` fuzz target.
+#[cfg(any(test, fuzzing))]
+pub(crate) use redis::{entry_from_map as redis_entry_from_map, pack_record as redis_pack_record};
 pub(crate) use signal::{Wake, WorkSignals};
 
 /// The audit action recorded when a dead head of an ordered line lets the next go.

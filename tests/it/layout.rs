@@ -101,10 +101,15 @@ fn backend_types_stay_in_their_store_folder() {
     let redis = violations(
         |p| p.starts_with("store/redis/"),
         |path, code| {
-            // `open()` names the two backends: the one place that chooses one.
+            // `open()` names the two backends: the one place that chooses one; the
+            // fuzz target of the Redis record codec reaches it through `store`.
             let code = match path {
                 "store/mod.rs" => code
                     .replace("redis::RedisStore::open", "")
+                    .replace(
+                        "redis::{entry_from_map as redis_entry_from_map, pack_record as redis_pack_record}",
+                        "",
+                    )
                     .replace("sqlite::SqliteStore::open", ""),
                 _ => code.to_string(),
             };
@@ -339,6 +344,7 @@ fn the_http_framework_and_anyhow_stay_at_the_edges() {
             || p.starts_with("admin/")
             || p.starts_with("console/")
             || p.starts_with("serve/")
+            || p.starts_with("fuzzing/")
             || ["error.rs", "app.rs"].contains(&p)
     };
     let bad = violations(http_edge, |_, code| {

@@ -210,3 +210,25 @@ fn malformed_headers_are_refused_with_a_reason() {
     let got = refusal(&HeaderMap::new());
     assert_eq!(got, Some(VerifyError::MissingSignature));
 }
+
+/// A token secret that no header value can carry as it is (not printable ASCII, or
+/// with a space at an end, which the verifier trims off) would refuse every request:
+/// it is refused when the source is built instead. Found by the `verify` fuzz target
+/// (a GitLab secret with a non-ASCII character: signed, then never verified).
+#[test]
+fn a_token_no_header_can_carry_is_refused_at_load() {
+    let gitlab = builtin("gitlab");
+    for bad in [
+        "g\u{e9}pat-token",
+        " glpat-token",
+        "glpat-token ",
+        "glpat\ttoken",
+    ] {
+        let err = Verifier::new(gitlab.clone(), &[Secret::new(bad)]).unwrap_err();
+        assert!(
+            err.to_string().contains("printable ASCII"),
+            "{bad:?}: {err}"
+        );
+    }
+    assert!(Verifier::new(gitlab, &[Secret::new("glpat-webhook token")]).is_ok());
+}

@@ -91,7 +91,16 @@ pub fn prepare_keys(spec: &Spec, secrets: &[Secret]) -> Result<Vec<Key>, KeyErro
                 Algorithm::HmacSha512 => {
                     Key::Sha512(Hmac::new_from_slice(&bytes).map_err(hmac_err)?)
                 }
-                Algorithm::Token => Key::Token(sha2::Sha256::digest(&bytes).into()),
+                Algorithm::Token => {
+                    // The token arrives as a header value, read as visible ASCII and
+                    // trimmed: any other secret could never match.
+                    if !token_can_arrive(&bytes) {
+                        return Err(err(
+                            "a token must be printable ASCII without leading or trailing spaces",
+                        ));
+                    }
+                    Key::Token(sha2::Sha256::digest(&bytes).into())
+                }
                 Algorithm::Ed25519 => {
                     let arr: [u8; 32] = bytes
                         .as_slice()
@@ -111,6 +120,14 @@ pub fn prepare_keys(spec: &Spec, secrets: &[Secret]) -> Result<Vec<Key>, KeyErro
         }
     }
     Ok(keys)
+}
+
+/// Whether a token can be sent as a header value and read back the same: printable
+/// ASCII, no space at either end.
+fn token_can_arrive(bytes: &[u8]) -> bool {
+    bytes.iter().all(|b| (0x20..=0x7e).contains(b))
+        && bytes.first().is_some_and(|b| *b != b' ')
+        && bytes.last().is_some_and(|b| *b != b' ')
 }
 
 fn parse_p256_key(bytes: &[u8]) -> Option<p256::ecdsa::VerifyingKey> {

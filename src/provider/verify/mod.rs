@@ -149,6 +149,14 @@ pub fn verify_ignoring_timestamp<'a>(
     verify_inner(spec, keys, req, None)
 }
 
+/// The signatures `req` offers, decoded, as the engine reads them (for the fuzz
+/// target that changes one of them and checks the request is then refused).
+#[cfg(any(test, fuzzing))]
+pub(crate) fn decode_offered(spec: &Spec, req: &Request<'_>) -> Option<Vec<Vec<u8>>> {
+    let ctx = Context::new(*req, ParsedSignature::default());
+    parse_signature(spec, &ctx).ok().map(|p| p.signatures)
+}
+
 /// The URL forms to try: none when the spec does not sign `{url}`.
 fn url_forms(spec: &Spec, url: Option<&str>) -> Result<Vec<Option<String>>, VerifyError> {
     if !spec.signs_url() {

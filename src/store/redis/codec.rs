@@ -64,7 +64,7 @@ struct StoredWriteOnceFields<'a> {
 /// with the metadata and headers (compact JSON never holds a raw newline), a newline,
 /// then the body's raw bytes. One hash field instead of seven costs Redis, and its
 /// AOF, measurably less per webhook.
-pub(super) fn pack_record(e: &NewEntry) -> Result<Vec<u8>, StoreError> {
+pub(crate) fn pack_record(e: &NewEntry) -> Result<Vec<u8>, StoreError> {
     let fields = WriteOnceFields {
         source: &e.source,
         event_id: e.event_id.as_deref(),
@@ -84,7 +84,7 @@ pub(super) fn pack_record(e: &NewEntry) -> Result<Vec<u8>, StoreError> {
 }
 
 /// An entry hash as stored: the packed record and the fields that change.
-pub(super) fn entry_from_map(
+pub(crate) fn entry_from_map(
     id: &str,
     mut map: HashMap<String, Vec<u8>>,
 ) -> Result<Entry, StoreError> {

@@ -59,6 +59,9 @@
 //! multi-key change is a script of its own (`scripts`). redis crate types never
 //! leave this folder.
 
+/// The entry codec, for the `stored` fuzz target.
+#[cfg(any(test, fuzzing))]
+pub(crate) use codec::pack_record;
 mod batch;
 mod codec;
 mod conn;
@@ -82,7 +85,7 @@ use async_trait::async_trait;
 use redis::AsyncCommands;
 
 use self::batch::Batchers;
-use self::codec::entry_from_map;
+pub(crate) use self::codec::entry_from_map;
 use self::conn::{Conn, timed};
 use self::delivery::paused_member;
 use self::scripts::Scripts;

@@ -1,0 +1,120 @@
+//! Target `stored`: what decodes bytes the store gives back, as if they were
+//! corrupted or written by another release, and the console's JSON view of a body.
+//!
+//! Input: an entry id on the first line, then `field=value` lines (an entry hash as
+//! the Redis store keeps it: `routes`, `R:status`, `R:attempts`, …), an empty line,
+//! then bytes used three ways: as the packed record of that hash, as a stored header
+//! list, and as a body shown in the console.
+//!
+//! Checked beyond "no panic": an entry written by the codec reads back the same
+//! (source, ids, type, dedupe key, time, headers, body), whatever those hold; the
+//! JSON view never writes more than its cap, and when it is not cut it is the same
+//! JSON document as the body.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{head_and_rest, pick, text};
+use crate::console::json_indented;
+use crate::header::Header;
+use crate::store::{NewEntry, decode_headers, redis_entry_from_map, redis_pack_record};
+
+pub fn stored(data: &[u8]) {
+    let (lines, rest) = head_and_rest(data);
+    let id = text(lines.first());
+
+    // A hash as found, the rest as its packed record.
+    let mut map: HashMap<String, Vec<u8>> = lines
+        .iter()
+        .skip(1)
+        .filter_map(|l| {
+            let eq = l.iter().position(|b| *b == b'=')?;
+            Some((
+                String::from_utf8_lossy(&l[..eq]).into_owned(),
+                l[eq + 1..].to_vec(),
+            ))
+        })
+        .collect();
+    map.insert("record".to_string(), rest.to_vec());
+    if let Ok(entry) = redis_entry_from_map(&id, map.clone()) {
+        assert_eq!(entry.id, id);
+        assert!(entry.deliveries.iter().all(|d| !d.route.is_empty()));
+    }
+
+    if let Ok(text) = std::str::from_utf8(rest) {
+        let _ = decode_headers(&id, text);
+        json_view(text, pick(rest, 4096));
+    }
+
+    round_trip(&lines, rest);
+}
+
+/// An entry made of the input's lines and bytes, packed and read back.
+fn round_trip(lines: &[&[u8]], rest: &[u8]) {
+    let line = |i: usize| text(lines.get(i));
+    let headers: Vec<Header> = lines
+        .iter()
+        .skip(5)
+        .filter_map(|l| {
+            let colon = l.iter().position(|b| *b == b':')?;
+            Some(Header {
+                name: String::from_utf8_lossy(&l[..colon]).to_ascii_lowercase(),
+                value: l[colon + 1..].to_vec(),
+            })
+        })
+        .collect();
+    let non_empty = |s: String| (!s.is_empty()).then_some(s);
+    let entry = NewEntry {
+        id: "0190a000-0000-7000-8000-000000000000".to_string(),
+        source: line(0),
+        event_id: non_empty(line(1)),
+        event_type: non_empty(line(2)),
+        dedupe_key: line(3),
+        dedupe_ttl: Duration::from_secs(60),
+        received_at: line(4).trim().parse().unwrap_or(1_700_000_000_000),
+        headers,
+        body: Bytes::copy_from_slice(rest),
+        routes: vec!["default".to_string()],
+        ordering: Vec::new(),
+    };
+    let Ok(packed) = redis_pack_record(&entry) else {
+        return;
+    };
+    let map = HashMap::from([
+        ("record".to_string(), packed),
+        ("routes".to_string(), b"default".to_vec()),
+    ]);
+    let back = match redis_entry_from_map(&entry.id, map) {
+        Ok(e) => e,
+        Err(e) => panic!("an entry the codec wrote does not read back: {e}"),
+    };
+    assert_eq!(back.source, entry.source);
+    assert_eq!(back.event_id, entry.event_id);
+    assert_eq!(back.event_type, entry.event_type);
+    assert_eq!(back.dedupe_key, entry.dedupe_key);
+    assert_eq!(back.received_at, entry.received_at);
+    assert_eq!(back.headers, entry.headers);
+    assert_eq!(back.body, entry.body);
+}
+
+/// The view stays within `max` bytes and, when whole, is the body's JSON document.
+fn json_view(text: &str, max: usize) {
+    let Some(shown) = json_indented(text, max) else {
+        return;
+    };
+    assert!(
+        shown.text.len() <= max,
+        "the JSON view wrote {} bytes for a cap of {max}",
+        shown.text.len()
+    );
+    if !shown.cut {
+        let a: Result<serde_json::Value, _> = serde_json::from_str(text);
+        let b: Result<serde_json::Value, _> = serde_json::from_str(&shown.text);
+        assert!(
+            a.is_ok() && a.ok() == b.ok(),
+            "the whole JSON view is another document than the body"
+        );
+    }
+}
