@@ -143,6 +143,13 @@ fn values_agree(body: &[u8], headers: &[(String, String)], templates: &[ValueTem
         panic!("a body signed with the hmac provider does not verify");
     };
     let document: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    // JSON's grammar allows what serde_json cannot hold in a `Value` (a `\uD83D`
+    // escape without its pair, a number beyond f64): hookgate reads the values at
+    // its pointers without decoding the rest, so such a document has no reference
+    // reading to compare with.
+    if document.is_none() && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
+        return;
+    }
     for t in templates {
         let found = verified.first_value(std::slice::from_ref(t));
         // A bare `json:` pointer is checked against serde_json's reading of it.

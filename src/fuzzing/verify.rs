@@ -116,8 +116,9 @@ fn within_bounds(spec: &Spec, req: &Request<'_>, work: Work) {
         work.bytes_hashed
     );
     assert!(work.form_builds <= 1, "{}: {work:?}", spec.name);
+    // Each offered signature (at most MAX_SIGNATURES) against each MAC.
     assert!(
-        u64::from(work.signatures_checked) <= factor,
+        u64::from(work.signatures_checked) <= factor * verify::MAX_SIGNATURES as u64,
         "{}: {work:?}",
         spec.name
     );

@@ -89,6 +89,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
     let timestamp = compile_timestamp(
         raw.timestamp.as_ref(),
         algorithm,
+        &signature.from,
         &signature.content,
         invalid,
     )?;
@@ -344,7 +345,52 @@ fn signature_content(
             "a signature carried in the body cannot sign the whole body".into(),
         ));
     }
+    for seg in &content {
+        if let Segment::Value(v) = seg
+            && same_place(v, from)
+        {
+            return Err(invalid.at(
+                "signature.content",
+                format!("signs {v}, where the signature itself is ({from}): no signature can cover itself"),
+            ));
+        }
+    }
     Ok(content)
+}
+
+/// `a` and `b` read the same value or one inside the other (a JSON pointer and one
+/// of its prefixes), so that writing one overwrites the other.
+fn same_place(a: &ValueSource, b: &ValueSource) -> bool {
+    // Token-wise: `/a` holds `/a/b`, not `/ab`.
+    let nested = |x: &str, y: &str| {
+        x == y
+            || x.strip_prefix(y).is_some_and(|r| r.starts_with('/'))
+            || y.strip_prefix(x).is_some_and(|r| r.starts_with('/'))
+    };
+    match (a, b) {
+        (ValueSource::Header(x), ValueSource::Header(y)) => x == y,
+        (ValueSource::Json(x), ValueSource::Json(y)) => {
+            x.is_empty() || y.is_empty() || nested(x, y)
+        }
+        (
+            ValueSource::Form {
+                field: f1,
+                pointer: p1,
+            },
+            ValueSource::Form {
+                field: f2,
+                pointer: p2,
+            },
+        ) => {
+            f1 == f2
+                && match (p1, p2) {
+                    (Some(x), Some(y)) => x.is_empty() || y.is_empty() || nested(x, y),
+                    _ => true,
+                }
+        }
+        (ValueSource::Query(x), ValueSource::Query(y)) => x == y,
+        _ => false,
+    }
 }
 
 /// `signature.url_port`: how `{url}` treats the port.
@@ -391,10 +437,12 @@ fn signature_body_sha256(
 
 /// `[timestamp]`: where the timestamp is, its unit and tolerance. The content may
 /// sign `{timestamp}` only when the section is there, and the section is refused
-/// when the signature does not cover the timestamp.
+/// when the signature does not cover the timestamp, or reads it where the signature
+/// is (`signature_from`).
 fn compile_timestamp(
     raw_timestamp: Option<&RawTimestamp>,
     algorithm: Algorithm,
+    signature_from: &ValueSource,
     content: &[Segment],
     invalid: Invalid<'_>,
 ) -> Result<Option<TimestampRule>, SpecError> {
@@ -425,6 +473,17 @@ fn compile_timestamp(
         return Err(invalid.at(
             "signature.content",
             "uses {timestamp} but the spec has no [timestamp] section".into(),
+        ));
+    }
+    if let Some(rule) = &timestamp
+        && same_place(&rule.from, signature_from)
+    {
+        return Err(invalid.at(
+            "timestamp.from",
+            format!(
+                "{} is where the signature is: a timestamp needs a place of its own",
+                rule.from
+            ),
         ));
     }
     if let Some(rule) = &timestamp {
@@ -609,5 +668,51 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("no [timestamp]"), "{err}");
+    }
+
+    /// Found by the `config` fuzz target: a spec reading its timestamp (or signing a
+    /// value) where its signature is could never verify a request; it is refused
+    /// at load instead.
+    #[test]
+    fn a_timestamp_or_signed_value_where_the_signature_is_is_refused() {
+        let spec = |timestamp_from: &str, content: &str| {
+            Spec::from_toml(&format!(
+                "name = \"x\"\n[signature]\nalgorithm = \"hmac-sha256\"\nfrom = \"json:/signature/signature\"\nencoding = \"hex\"\ncontent = \"{content}\"\n[timestamp]\nfrom = \"{timestamp_from}\"\nunit = \"seconds\"\ntolerance = \"15m\"\n"
+            ))
+        };
+        let err = spec(
+            "json:/signature/signature",
+            "{timestamp}{json:/signature/token}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("timestamp.from") && err.contains("where the signature is"),
+            "{err}"
+        );
+        // A pointer holding the signature's place is the same place.
+        let err = spec("json:/signature", "{timestamp}{json:/data}")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("timestamp.from"), "{err}");
+        let err = spec(
+            "json:/signature/timestamp",
+            "{timestamp}{json:/signature/signature}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("signature.content") && err.contains("cover itself"),
+            "{err}"
+        );
+        // Mailgun's own shape: siblings, not the same place.
+        assert!(
+            spec(
+                "json:/signature/timestamp",
+                "{timestamp}{json:/signature/token}"
+            )
+            .is_ok()
+        );
+        assert!(spec("json:/signature/signaturex", "{timestamp}{json:/data}").is_ok());
     }
 }
