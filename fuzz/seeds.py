@@ -31,6 +31,39 @@ def verify_seeds():
             write("verify", f"{spec['name']}-{i}", head + "\n" + v.get("body", ""))
 
 
+def verify_dict():
+    """fuzz/verify.dict: each scheme's header shapes (names, prefixes, kv keys and
+    separators, the places values are read from), for `-dict=` (libFuzzer)."""
+    words = set()
+    for path in sorted((ROOT / "providers").glob("*.toml")):
+        spec = tomllib.loads(path.read_text())
+        words.add(spec["name"])
+        sig = spec.get("signature", {})
+        for key in ("header", "prefix", "pair_separator", "kv_separator", "from", "content"):
+            if sig.get(key):
+                words.add(sig[key])
+        for k in sig.get("signature_keys", []):
+            words.add(k)
+            words.add(k + sig.get("kv_separator", "="))
+        for section in ("timestamp", "event"):
+            for value in spec.get(section, {}).values():
+                if isinstance(value, str):
+                    words.add(value)
+        for v in spec.get("vectors", []):
+            for name in v.get("headers", {}):
+                words.add(name + ": ")
+    words |= {"\n\n", ": ", "sha256=", "v1,", "v0=", "t=", "json:/", "header:", "form:", "query:"}
+    lines = []
+    for w in sorted(words):
+        escaped = "".join(
+            c if 0x20 <= ord(c) < 0x7F and c not in '"\\' else "\\x%02x" % b
+            for c in w
+            for b in ([ord(c)] if ord(c) < 0x80 else list(c.encode()))
+        )
+        lines.append(f'"{escaped}"')
+    (ROOT / "fuzz" / "verify.dict").write_text("\n".join(lines) + "\n")
+
+
 def config_seeds():
     for path in sorted((ROOT / "providers").glob("*.toml")):
         write("config", f"spec-{path.stem}", path.read_bytes())
@@ -158,6 +191,7 @@ def stored_seeds():
 
 if __name__ == "__main__":
     verify_seeds()
+    verify_dict()
     config_seeds()
     routing_seeds()
     http_seeds()

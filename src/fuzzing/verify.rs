@@ -7,9 +7,9 @@
 //!
 //! Checked on every input: no panic; the work counters stay within the bounds the
 //! cost tests state (bytes hashed linear in what the request holds, the sorted form
-//! built at most once, at most one signature checked per key × algorithm × URL
-//! form); a verified request's event id, type, object and dedupe key are within
-//! their limits. And, for every scheme hookgate can sign: the same body signed with
+//! built at most once, each offered signature (at most `MAX_SIGNATURES`) checked
+//! at most once per key × algorithm × URL form); a verified request's event id,
+//! type, object and dedupe key are within their limits. And, for every scheme hookgate can sign: the same body signed with
 //! the secret verifies, and with one character of its signature changed it does not.
 
 use std::sync::{Arc, OnceLock};
@@ -19,7 +19,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use super::{head_and_rest, pick, text};
 use crate::config::Secret;
 use crate::provider::sign::{SignInput, sign};
-use crate::provider::spec::{Encoding, Spec, UrlPort};
+use crate::provider::spec::{Encoding, Spec, UrlPort, ValueSource};
 use crate::provider::verify::{
     self, MAX_EVENT_ID_LEN, Request, Verified, Work, decode_offered, encode_sig,
 };
@@ -212,30 +212,39 @@ pub(super) fn round_trip(
         let Some(mutated) = mutate(spec.encoding, enc, at, &seed) else {
             continue;
         };
-        // In a header…
+        // Where the signature is: its header, or the body. The one place holding it
+        // once (a short signature, such as a one-letter token, can also occur in
+        // other headers or elsewhere in its own), so that the change lands on it.
         let mut forged_headers = headers.clone();
-        let mut placed = false;
-        for (name, value) in headers.iter() {
-            let Ok(v) = value.to_str() else { continue };
-            if v.contains(enc.as_str()) {
-                let Ok(nv) = HeaderValue::from_str(&v.replacen(enc.as_str(), &mutated, 1)) else {
+        let mut forged_body = body.clone();
+        match &spec.signature_from {
+            ValueSource::Header(name) => {
+                let values: Vec<&HeaderValue> = headers.get_all(name).iter().collect();
+                let Some(value) = values
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .find(|v| v.contains(enc.as_str()))
+                else {
+                    continue;
+                };
+                if values.len() != 1 || value.matches(enc.as_str()).count() != 1 {
+                    continue;
+                }
+                let Ok(nv) = HeaderValue::from_str(&value.replacen(enc.as_str(), &mutated, 1))
+                else {
                     continue;
                 };
                 forged_headers.insert(name.clone(), nv);
-                placed = true;
-                break;
             }
-        }
-        // …or in the body.
-        let mut forged_body = body.clone();
-        if !placed {
-            let Ok(b) = std::str::from_utf8(&body) else {
-                continue;
-            };
-            if !b.contains(enc.as_str()) {
-                continue;
+            _ => {
+                let Ok(b) = std::str::from_utf8(&body) else {
+                    continue;
+                };
+                if b.matches(enc.as_str()).count() != 1 {
+                    continue;
+                }
+                forged_body = b.replacen(enc.as_str(), &mutated, 1).into_bytes();
             }
-            forged_body = b.replacen(enc.as_str(), &mutated, 1).into_bytes();
         }
         let forged = Request {
             headers: &forged_headers,

@@ -27,6 +27,16 @@ pub(super) fn top_pointer_text(top: &TopLevel<'_>, ptr: &str) -> Option<String> 
     raw_pointer_text(value, rest)
 }
 
+/// An array index as RFC 6901 writes it: `0`, or digits without a leading zero
+/// (`01`, `+1` and `-0` name no element, as in serde_json's `Value::pointer`).
+fn array_index(token: &str) -> Option<usize> {
+    let digits = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (token.len() > 1 && token.starts_with('0')) {
+        return None;
+    }
+    token.parse().ok()
+}
+
 fn unescape_token(token: &str) -> String {
     token.replace("~1", "/").replace("~0", "~")
 }
@@ -60,7 +70,7 @@ pub(super) fn raw_pointer<'b>(
                 }
                 b'[' => {
                     let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
-                    items.get(token.parse::<usize>().ok()?).copied()?
+                    items.get(array_index(&token)?).copied()?
                 }
                 _ => return None,
             };
@@ -72,6 +82,27 @@ pub(super) fn raw_pointer<'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `routing` fuzz target: `/00/a` and `/+0/a` read element 0.
+    #[test]
+    fn array_indexes_are_written_as_rfc_6901_writes_them() {
+        let body = br#"{"x":[{"a":"first"},{"a":"second"}]}"#;
+        assert_eq!(json_pointer_text(body, "/x/0/a").as_deref(), Some("first"));
+        assert_eq!(json_pointer_text(body, "/x/1/a").as_deref(), Some("second"));
+        for ptr in [
+            "/x/00/a",
+            "/x/0000000000000000000/a",
+            "/x/+0/a",
+            "/x/+1/a",
+            "/x/-0/a",
+            "/x//a",
+            "/x/1e0/a",
+        ] {
+            assert_eq!(json_pointer_text(body, ptr), None, "{ptr}");
+            let doc: serde_json::Value = serde_json::from_slice(body).unwrap();
+            assert_eq!(doc.pointer(ptr), None, "serde_json agrees on {ptr}");
+        }
+    }
 
     #[test]
     fn pointers_find_strings_numbers_and_nested_values() {
