@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use crate::record::{Delivery, Event, Fault, FaultKind};
+use crate::record::{Answer, Delivery, Event, Fault, FaultKind};
 
 /// How long after an upstream's 2xx a gateway may still be recording its completion
 /// (a group commit on a busy store): a SIGKILL within it can cost a second delivery.
@@ -38,6 +38,12 @@ pub struct Report {
     pub acked: usize,
     pub never_acked: usize,
     pub deliveries: usize,
+    /// Attempts the gateways refused (any status but 200) or left unanswered.
+    pub attempts_refused: usize,
+    pub attempts_unanswered: usize,
+    /// Events whose acknowledgement said `duplicate` after a refused or unanswered
+    /// attempt: stored, then the answer lost (the provider's retry found it).
+    pub stored_before_lost_answer: usize,
     /// Per route: acknowledged events never delivered (must be 0).
     pub acked_never_delivered: BTreeMap<String, Vec<String>>,
     /// Events delivered without an acknowledgement whose attempts got a 503 or no
@@ -104,6 +110,29 @@ pub fn check(
         sorted.iter().map(|d| d.event.as_str()).collect();
 
     for e in events {
+        for a in &e.attempts {
+            match a.answer {
+                Answer::Status(_) => r.attempts_refused += 1,
+                Answer::Unanswered => r.attempts_unanswered += 1,
+                Answer::Accepted { .. } => {}
+            }
+        }
+        let first_ok = e
+            .attempts
+            .iter()
+            .position(|a| matches!(a.answer, Answer::Accepted { .. }));
+        if let Some(i) = first_ok
+            && i > 0
+            && matches!(
+                e.attempts[i].answer,
+                Answer::Accepted {
+                    duplicate: true,
+                    ..
+                }
+            )
+        {
+            r.stored_before_lost_answer += 1;
+        }
         if e.entries().len() > 1 {
             r.stored_twice.push(e.event.clone());
         }
@@ -238,6 +267,11 @@ impl fmt::Display for Report {
             f,
             "  events {} (acknowledged {}, never acknowledged {}), deliveries {}",
             self.events, self.acked, self.never_acked, self.deliveries
+        )?;
+        writeln!(
+            f,
+            "  attempts refused {}, unanswered {}; stored before the answer was lost (the resend answered duplicate): {}",
+            self.attempts_refused, self.attempts_unanswered, self.stored_before_lost_answer
         )?;
         let faults: Vec<String> = self
             .faults
