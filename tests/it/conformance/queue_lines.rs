@@ -1,7 +1,8 @@
 //! The `Queue` part of the store contract for ordered routes, on every backend: the
 //! deliveries of one ordering key go one at a time, in arrival order, whatever
 //! happens to them (retries, leases that run out, dead heads with `skip` or `block`,
-//! replays, discards); other keys and unordered deliveries are not held back.
+//! replays, discards, a replay that puts a delivery back before a dead head); other
+//! keys and unordered deliveries are not held back.
 
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
@@ -341,4 +342,51 @@ async fn a_discard_in_flight_holds_the_line_until_the_attempt_ends(store: &dyn S
 for_each_fresh_store!(
     a_discard_in_flight_holds_the_line_until_the_attempt_ends,
     super::a_discard_in_flight_holds_the_line_until_the_attempt_ends
+);
+
+/// The only delivery of the line a claim at `now` hands out, which must be `want`.
+async fn only_head(store: &dyn Store, now: i64, want: &str) -> Claim {
+    let mut got = claim_all(store, now).await;
+    assert_eq!(ids(&got), vec![want.to_string()], "the head alone");
+    got.remove(0)
+}
+
+async fn blocked(store: &dyn Store) -> u64 {
+    store.route_stats("s", ROUTE).await.unwrap().blocked_keys
+}
+
+/// With `block`, a replay of a delivery that arrived before the dead head goes
+/// first, and the key is not blocked while it does: a dead delivery blocks its key
+/// only as the line's head. It blocks again once the replayed one is delivered.
+async fn a_replay_before_a_blocking_dead_head_unblocks_until_it_is_the_head_again(
+    store: &dyn Store,
+) {
+    let a = line(store, "a", 2, true).await;
+    let now = now_ms();
+    let first = only_head(store, now, &a[0]).await;
+    deliver(store, &first, now).await;
+    let second = only_head(store, now, &a[1]).await;
+    kill(store, &second, now).await;
+    assert_eq!(blocked(store).await, 1);
+    assert_eq!(
+        store
+            .replay(&a[0], None, now, &"op".into(), now)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert_eq!(blocked(store).await, 0, "the line's head is pending");
+    assert_eq!(store.order_line("s", ROUTE, "a").await.unwrap(), a);
+    let again = only_head(store, now, &a[0]).await;
+    deliver(store, &again, now).await;
+    assert_eq!(blocked(store).await, 1, "the dead one is the head again");
+    assert!(claim_all(store, now).await.is_empty());
+    assert_eq!(
+        store.order_line("s", ROUTE, "a").await.unwrap(),
+        vec![a[1].clone()]
+    );
+}
+for_each_fresh_store!(
+    a_replay_before_a_blocking_dead_head_unblocks_its_key_until_it_is_the_head_again,
+    super::a_replay_before_a_blocking_dead_head_unblocks_until_it_is_the_head_again
 );
