@@ -12,8 +12,9 @@
 -- one. A replay queues each at `at` with a fresh retry budget; a discard keeps the
 -- lease, so that a worker delivering it right now records its attempt (complete).
 -- On an ordered route, a replayed delivery rejoins its key's line in its place
--- (arrival order): it goes first when the line has no head or its head is a dead
--- one that blocks it and arrived later, else it waits behind the head. A discarded
+-- (arrival order): it goes first when it arrived before the line's head, at once
+-- unless that head is in flight, and then once the head's attempt ends or its
+-- lease is taken back (complete, claim); else it waits behind the head. A discarded
 -- one leaves the line at once, unless its attempt is in flight: it holds the line
 -- until that attempt ends (complete) or its lease is taken back (claim).
 local action, id, route, base = ARGV[1], ARGV[2], ARGV[6], ARGV[7]
@@ -63,19 +64,15 @@ for i, t in ipairs(targets) do
     local okey = redis.call('HGET', KEYS[1], p .. 'okey')
     if okey then
       redis.call('ZADD', base .. 'line:' .. r .. ':' .. okey, 0, id)
-      local head_key = base .. 'lhead:' .. r .. ':' .. okey
-      local head = redis.call('GET', head_key)
-      if head == id then
-        redis.call('SREM', base .. 'blocked:' .. r, okey)
-        redis.call('ZADD', base .. 'sched:' .. r, ARGV[3], id)
-      elseif head and redis.call('HGET', base .. 'e:' .. head, r .. ':status') == 'dead' then
-        -- A blocking dead head is not in flight: the line starts again from its
-        -- first (this one when it arrived before the head).
-        redis.call('DEL', head_key)
-        redis.call('SREM', base .. 'blocked:' .. r, okey)
-        hg_line_next(base, r, okey)
-      elseif not head then
-        hg_line_next(base, r, okey)
+      local head = redis.call('GET', base .. 'lhead:' .. r .. ':' .. okey)
+      -- A head in flight (leased: pending, or discarded while its attempt runs)
+      -- keeps the line until its attempt ends or its lease is taken back; any other
+      -- (this one, whose lease the replay just ended; one waiting for its time; a
+      -- dead one that blocks) gives way at once: the line starts again from its
+      -- first, which is this one when it arrived first.
+      if head == id or not head
+        or not redis.call('HGET', base .. 'e:' .. head, r .. ':lease') then
+        hg_line_restart(base, r, okey)
       end
     else
       redis.call('ZADD', base .. 'sched:' .. r, ARGV[3], id)
