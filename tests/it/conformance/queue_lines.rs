@@ -9,7 +9,7 @@ use hookgate::store::{
     Attempt, Claim, Completion, NewEntry, RouteOrder, SKIP_ACTOR, Store, Transition,
 };
 
-use super::{DEADLINE, LEASE, accept_new, entry};
+use super::{DEADLINE, LEASE, accept_new, discard_done, entry};
 use crate::for_each_fresh_store;
 
 const ROUTE: &str = "default";
@@ -506,4 +506,53 @@ async fn a_replay_goes_before_an_abandoned_head(store: &dyn Store) {
 for_each_fresh_store!(
     a_replay_goes_before_an_abandoned_head,
     super::a_replay_goes_before_an_abandoned_head
+);
+
+/// A replay at a time past the head's lease puts the replayed delivery first at
+/// once: the head is no longer in flight. Its worker's late completion still counts
+/// (no other claim took the delivery since), and the line goes on.
+async fn a_replay_goes_before_a_head_whose_lease_ran_out(store: &dyn Store) {
+    let a = line(store, "a", 2, false).await;
+    let now = now_ms();
+    let first = only_head(store, now, &a[0]).await;
+    deliver(store, &first, now).await;
+    let late = only_head(store, now, &a[1]).await;
+    let after = now + i64::try_from(LEASE.as_millis()).unwrap() + 1;
+    assert_eq!(
+        store
+            .replay(&a[0], None, after, &"op".into(), after)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    let replayed = only_head(store, after, &a[0]).await;
+    deliver(store, &late, after).await;
+    deliver(store, &replayed, after).await;
+    assert!(claim_all(store, after).await.is_empty());
+    assert!(store.order_line("s", ROUTE, "a").await.unwrap().is_empty());
+}
+for_each_fresh_store!(
+    a_replay_goes_before_a_head_whose_lease_ran_out,
+    super::a_replay_goes_before_a_head_whose_lease_ran_out
+);
+
+/// A head discarded once its lease ran out lets its line go at once; its worker's
+/// late completion records the attempt and changes nothing else.
+async fn discarding_a_head_whose_lease_ran_out_lets_its_line_go(store: &dyn Store) {
+    let a = line(store, "a", 2, false).await;
+    let now = now_ms();
+    let late = only_head(store, now, &a[0]).await;
+    let after = now + i64::try_from(LEASE.as_millis()).unwrap() + 1;
+    discard_done(store, &a[0], after).await;
+    let next = only_head(store, after, &a[1]).await;
+    let done = Completion::Delivered {
+        attempt: attempt(&late, after, 200),
+    };
+    assert!(!store.complete(&late, "w", done, after).await.unwrap());
+    deliver(store, &next, after).await;
+    assert!(claim_all(store, after).await.is_empty());
+}
+for_each_fresh_store!(
+    discarding_a_head_whose_lease_ran_out_lets_its_line_go,
+    super::discarding_a_head_whose_lease_ran_out_lets_its_line_go
 );

@@ -25,7 +25,8 @@
 -- claim took the message back) lets the delivery's ordering line go. A message of
 -- an ordered delivery whose lease ran out while an earlier delivery of its key was
 -- replayed into the line gives the head up to that one (`hg_line_keep`): it is
--- dropped, and the delivery waits in its line.
+-- dropped, and the delivery waits in its line (its lease stays, for its holder's
+-- completion, until another claim takes it).
 -- A missing group (the route's first claim, or the first after Redis lost its data)
 -- is created, with its stream, starting at the beginning of the stream: messages
 -- written before it existed are read too.
@@ -34,6 +35,10 @@ local now, base, route, group, consumer = ARGV[1], ARGV[3], ARGV[4], ARGV[5], AR
 local limit = tonumber(ARGV[8])
 local p = route .. ':'
 local STALE_MAX = 1000
+-- When the leases taken now end (by the gateways' clock: what a replay or discard
+-- asks to know whether a delivery is in flight; the stream's idle time decides
+-- when a lease is taken back).
+local lease_until = string.format('%d', tonumber(now) + tonumber(ARGV[7]))
 
 local out = {}
 local stale = 0
@@ -53,14 +58,15 @@ local function take(mid, id)
     if rstatus ~= 'pending' then
       if okey then hg_line_done(base, route, okey, id) end
     elseif okey and not hg_line_keep(base, route, okey, id) then
-      redis.call('HDEL', ek, p .. 'msg', p .. 'lease')
+      -- Its lease stays: its holder may still complete it (`Queue::complete`).
+      redis.call('HDEL', ek, p .. 'msg')
     else
       leased = true
     end
   end
   if leased then
     local token = ARGV[9] .. ':' .. (#out + 1)
-    redis.call('HSET', ek, p .. 'lease', token)
+    redis.call('HSET', ek, p .. 'lease', token, p .. 'lease_until', lease_until)
     out[#out + 1] = {mid, id, token, entry}
   else
     stale = stale + 1

@@ -41,7 +41,7 @@ if not exists or status ~= 'pending' or lease ~= token then
   end
   drop_message()
   if exists and status == 'discarded' and lease == token then
-    redis.call('HDEL', KEYS[1], p .. 'lease')
+    redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'lease_until')
     if okey then hg_line_done(base, route, okey, id) end
     if ARGV[5] ~= '' then
       redis.call('RPUSH', KEYS[4], ARGV[5])
@@ -66,7 +66,7 @@ end
 if ARGV[3] == 'pending' then
   set[#set + 1] = p .. 'next'
   set[#set + 1] = ARGV[4]
-  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg')
+  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'lease_until', p .. 'msg')
   redis.call('HSET', KEYS[1], unpack(set))
   if not okey or hg_line_keep(base, route, okey, id) then
     redis.call('ZADD', KEYS[3], ARGV[4], id)
@@ -80,7 +80,7 @@ else
     set[#set + 1] = p .. 'dead_at'
     set[#set + 1] = ARGV[7]
   end
-  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg', p .. 'next')
+  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'lease_until', p .. 'msg', p .. 'next')
   redis.call('HSET', KEYS[1], unpack(set))
   if ARGV[1] == '' then redis.call('ZREM', KEYS[3], id) end
   hg_route_index(base, route, id, 'pending', ARGV[3])

@@ -4,7 +4,8 @@
 -- derives the keys of the source from it (they share its hash tag).
 -- An entry hash holds `routes` (its route names, comma-separated, in order), its
 -- derived `status` and `updated_at`, and per route R the fields `R:status` (absent:
--- pending), `R:next` (absent: received at), `R:attempts`, `R:lease`, `R:msg`,
+-- pending), `R:next` (absent: received at), `R:attempts`, `R:lease` (the lease
+-- token) and `R:lease_until` (when the lease ends), `R:msg`,
 -- `R:budget_start`, `R:budget_attempts`, `R:last_error`, and on an ordered route
 -- `R:okey` (the ordering key) and `R:oblock` ('1': a dead head blocks its line).
 --
