@@ -30,6 +30,7 @@ mod ingest_first;
 mod layout;
 mod lines;
 mod logs;
+mod model;
 mod observe;
 mod operate;
 mod ordered;

@@ -165,7 +165,9 @@ pub(super) async fn ordering_of(
     .map(|r| (r.get(0), r.get(1))))
 }
 
-/// The ordering keys of `route` of `source` held by a dead head with `block`.
+/// The ordering keys of `route` of `source` held by a dead head with `block`: of
+/// the keys with a dead member, those whose line's first member is dead (see
+/// `store::sqlite::lines::blocked_keys`).
 pub(super) async fn blocked_keys(
     c: &impl GenericClient,
     source: &str,
@@ -174,10 +176,16 @@ pub(super) async fn blocked_keys(
     let n: i64 = c
         .query_one_cached(
             concat!(
-                "SELECT count(DISTINCT order_key) FROM deliveries
-                 WHERE source = $1 AND route = $2 AND order_key IS NOT NULL AND ",
+                "SELECT count(*) FROM (
+                     SELECT DISTINCT order_key FROM deliveries
+                     WHERE source = $1 AND route = $2 AND order_key IS NOT NULL AND ",
                 in_line!(),
-                " AND status = 'dead'"
+                " AND status = 'dead') AS k
+                 WHERE (SELECT status FROM deliveries
+                        WHERE source = $1 AND route = $2 AND order_key = k.order_key
+                          AND order_key IS NOT NULL AND ",
+                in_line!(),
+                " ORDER BY entry_id LIMIT 1) = 'dead'"
             ),
             &[&source, &route],
         )

@@ -4,11 +4,12 @@
 //! Each route of a source has its work stream (`work:<route>`) with one consumer
 //! group (`workers`); every gateway process is a consumer. A claim first checks that
 //! neither the source nor the route is paused, then runs the claim script, which in
-//! one call (one round trip, one fsync) moves the route's due retries from
-//! `sched:<route>` to its stream, takes messages whose lease expired from other
-//! consumers (`XAUTOCLAIM` with the lease as minimum idle time: a crashed worker's
-//! deliveries are claimed again), then new messages (`XREADGROUP >`), and takes the
-//! lease of each delivery. A
+//! one call (one round trip, one fsync) takes messages whose lease expired from
+//! other consumers (`XAUTOCLAIM` with the lease as minimum idle time: a crashed
+//! worker's deliveries are claimed again), moves the route's due retries from
+//! `sched:<route>` to its stream, then reads new messages (`XREADGROUP >`), and
+//! takes the lease of each delivery; messages that stand for nothing any more are
+//! dropped and read past. A
 //! half-open breaker's probe first looks for a due retry in `sched:<route>` and
 //! leases it there, scored at its lease end, without a stream message (the probe
 //! script); only when there is none does it claim from the stream. The complete

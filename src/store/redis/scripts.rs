@@ -27,8 +27,8 @@ const PRELUDE: &str = include_str!("scripts/prelude.lua");
 pub(super) struct Scripts {
     /// Dedupe and persist a batch of entries of one source (see `batch`).
     pub accept_many: Script,
-    /// Claim a route's deliveries: move its due retries to its work stream, read
-    /// the stream (expired leases, then new messages), lease what was read.
+    /// Claim a route's deliveries: take back expired leases, move its due retries
+    /// to its work stream, read new messages, lease what was read.
     pub claim: Script,
     /// Lease the due retry a half-open breaker's probe sends, from the schedule.
     pub probe: Script,

@@ -185,7 +185,11 @@ pub(super) fn held_places(
         .collect::<Result<_, _>>()?)
 }
 
-/// The ordering keys of `route` of `source` held by a dead head with `block`.
+/// The ordering keys of `route` of `source` held by a dead head with `block`: of
+/// the keys with a dead member (a few: each waits for an operator), those whose
+/// line's first member is dead. A dead member behind a replayed one that arrived
+/// before it holds nothing yet (`Store::claim`): its line is not blocked until it
+/// is the head again.
 pub(super) fn blocked_keys(
     conn: &Connection,
     source: &str,
@@ -193,10 +197,15 @@ pub(super) fn blocked_keys(
 ) -> Result<u64, StoreError> {
     let n: i64 = conn
         .prepare_cached(concat!(
-            "SELECT count(DISTINCT order_key) FROM deliveries INDEXED BY deliveries_line
-             WHERE source = ?1 AND route = ?2 AND order_key IS NOT NULL AND ",
+            "SELECT count(*) FROM (
+                 SELECT DISTINCT order_key FROM deliveries INDEXED BY deliveries_line
+                 WHERE source = ?1 AND route = ?2 AND order_key IS NOT NULL AND ",
             in_line!(),
-            " AND status = 'dead'"
+            " AND status = 'dead') AS k
+             WHERE (SELECT status FROM deliveries INDEXED BY deliveries_line
+                    WHERE source = ?1 AND route = ?2 AND order_key = k.order_key AND ",
+            in_line!(),
+            " ORDER BY entry_id LIMIT 1) = 'dead'"
         ))?
         .query_row(params![source, route], |r| r.get(0))?;
     Ok(u64::try_from(n).unwrap_or(0))

@@ -6,8 +6,8 @@ use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{Claim, Completion, Status, Store, Transition};
 
 use super::{
-    LEASE, accept_new, attempt, claim_at, claim_one, claim_when_due, delivered_at, entry, entry_at,
-    status_of, stored,
+    DEADLINE, LEASE, accept_new, attempt, claim_at, claim_one, claim_when_due, delivered_at,
+    discard_done, entry, entry_at, status_of, stored,
 };
 use crate::for_each_fresh_store;
 use crate::support::first_page_with_status;
@@ -340,6 +340,65 @@ async fn attempt_while_discarded_is_recorded(store: &dyn Store) {
 for_each_fresh_store!(
     an_attempt_that_ran_while_discarded_is_recorded_and_stays_discarded,
     super::attempt_while_discarded_is_recorded
+);
+
+/// Deliveries that no longer wait (discarded while waiting: on Redis their work
+/// stream messages stand for nothing any more) take no place in a claim: a claim of
+/// one reads past them to the next that waits.
+async fn claims_read_past_what_no_longer_waits(store: &dyn Store) {
+    for key in ["evt_gone0", "evt_gone1"] {
+        let id = accept_new(store, entry("s", key)).await;
+        discard_done(store, &id, now_ms()).await;
+    }
+    let waiting = accept_new(store, entry("s", "evt_waits")).await;
+    let got = store
+        .claim("s", "default", "w1", now_ms(), 1, LEASE)
+        .await
+        .unwrap();
+    let got: Vec<&str> = got.iter().map(|c| c.entry.id.as_str()).collect();
+    assert_eq!(got, vec![waiting.as_str()]);
+}
+for_each_fresh_store!(
+    a_claim_reads_past_deliveries_that_no_longer_wait,
+    super::claims_read_past_what_no_longer_waits
+);
+
+/// The same for leases that ran out: w1 claims three and dies, the first is
+/// discarded meanwhile (its lease kept), and once the leases run out one claim of
+/// two hands out the other two.
+async fn reclaims_read_past_what_no_longer_waits(store: &dyn Store) {
+    let mut ids = Vec::new();
+    for key in ["evt_r0", "evt_r1", "evt_r2"] {
+        ids.push(accept_new(store, entry("s", key)).await);
+    }
+    let t = now_ms();
+    assert_eq!(
+        store
+            .claim("s", "default", "w1", t, 3, LEASE)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    discard_done(store, &ids[0], t).await;
+    let mut again: Vec<String> =
+        crate::support::wait_until_ok("a claim once the leases ran out", DEADLINE, async || {
+            let got = store
+                .claim("s", "default", "w2", now_ms(), 2, LEASE)
+                .await
+                .unwrap();
+            match got.is_empty() {
+                true => Err("nothing yet".to_string()),
+                false => Ok(got.into_iter().map(|c| c.entry.id).collect()),
+            }
+        })
+        .await;
+    again.sort();
+    assert_eq!(again, ids[1..].to_vec(), "the two that wait, in one claim");
+}
+for_each_fresh_store!(
+    a_claim_of_expired_leases_reads_past_deliveries_that_no_longer_wait,
+    super::reclaims_read_past_what_no_longer_waits
 );
 
 // ---------------------------------------------------------------------------

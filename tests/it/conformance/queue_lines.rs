@@ -1,14 +1,15 @@
 //! The `Queue` part of the store contract for ordered routes, on every backend: the
 //! deliveries of one ordering key go one at a time, in arrival order, whatever
 //! happens to them (retries, leases that run out, dead heads with `skip` or `block`,
-//! replays, discards); other keys and unordered deliveries are not held back.
+//! replays, discards, a replay that puts a delivery back before the head); other
+//! keys and unordered deliveries are not held back.
 
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
     Attempt, Claim, Completion, NewEntry, RouteOrder, SKIP_ACTOR, Store, Transition,
 };
 
-use super::{DEADLINE, LEASE, accept_new, entry};
+use super::{DEADLINE, LEASE, accept_new, discard_done, entry};
 use crate::for_each_fresh_store;
 
 const ROUTE: &str = "default";
@@ -341,4 +342,217 @@ async fn a_discard_in_flight_holds_the_line_until_the_attempt_ends(store: &dyn S
 for_each_fresh_store!(
     a_discard_in_flight_holds_the_line_until_the_attempt_ends,
     super::a_discard_in_flight_holds_the_line_until_the_attempt_ends
+);
+
+/// The only delivery of the line a claim at `now` hands out, which must be `want`.
+async fn only_head(store: &dyn Store, now: i64, want: &str) -> Claim {
+    let mut got = claim_all(store, now).await;
+    assert_eq!(ids(&got), vec![want.to_string()], "the head alone");
+    got.remove(0)
+}
+
+async fn blocked(store: &dyn Store) -> u64 {
+    store.route_stats("s", ROUTE).await.unwrap().blocked_keys
+}
+
+/// A replayed delivery goes before a later one that became the head meanwhile and
+/// is not in flight: a dead head with `skip` let the next go, and the replay of the
+/// dead one puts it back first.
+async fn a_replay_goes_before_a_later_head_not_in_flight(store: &dyn Store) {
+    let a = line(store, "a", 2, false).await;
+    let now = now_ms();
+    let c = only_head(store, now, &a[0]).await;
+    kill(store, &c, now).await;
+    assert_eq!(
+        store
+            .replay(&a[0], Some(ROUTE), now, &"op".into(), now)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert_eq!(store.order_line("s", ROUTE, "a").await.unwrap(), a);
+    let again = only_head(store, now, &a[0]).await;
+    deliver(store, &again, now).await;
+    only_head(store, now, &a[1]).await;
+}
+for_each_fresh_store!(
+    a_replay_goes_before_a_later_head_not_in_flight,
+    super::a_replay_goes_before_a_later_head_not_in_flight
+);
+
+/// With `block`, a replay of a delivery that arrived before the dead head goes
+/// first, and the key is not blocked while it does: a dead delivery blocks its key
+/// only as the line's head. It blocks again once the replayed one is delivered.
+async fn a_replay_before_a_blocking_dead_head_unblocks_until_it_is_the_head_again(
+    store: &dyn Store,
+) {
+    let a = line(store, "a", 2, true).await;
+    let now = now_ms();
+    let first = only_head(store, now, &a[0]).await;
+    deliver(store, &first, now).await;
+    let second = only_head(store, now, &a[1]).await;
+    kill(store, &second, now).await;
+    assert_eq!(blocked(store).await, 1);
+    assert_eq!(
+        store
+            .replay(&a[0], None, now, &"op".into(), now)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert_eq!(blocked(store).await, 0, "the line's head is pending");
+    assert_eq!(store.order_line("s", ROUTE, "a").await.unwrap(), a);
+    let again = only_head(store, now, &a[0]).await;
+    deliver(store, &again, now).await;
+    assert_eq!(blocked(store).await, 1, "the dead one is the head again");
+    assert!(claim_all(store, now).await.is_empty());
+    assert_eq!(
+        store.order_line("s", ROUTE, "a").await.unwrap(),
+        vec![a[1].clone()]
+    );
+}
+for_each_fresh_store!(
+    a_replay_before_a_blocking_dead_head_unblocks_its_key_until_it_is_the_head_again,
+    super::a_replay_before_a_blocking_dead_head_unblocks_until_it_is_the_head_again
+);
+
+/// Two deliveries of key `key` (`block`ing when dead): the first delivered, the
+/// second claimed, and the first replayed while the second is in flight. The ids,
+/// the claim of the second, and the time of it all.
+async fn replayed_behind_a_head_in_flight(
+    store: &dyn Store,
+    key: &str,
+    block: bool,
+) -> (Vec<String>, Claim, i64) {
+    let a = line(store, key, 2, block).await;
+    let now = now_ms();
+    let first = only_head(store, now, &a[0]).await;
+    deliver(store, &first, now).await;
+    let second = only_head(store, now, &a[1]).await;
+    assert_eq!(
+        store
+            .replay(&a[0], None, now, &"op".into(), now)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    assert!(
+        claim_all(store, now).await.is_empty(),
+        "the replayed one waits for the one in flight"
+    );
+    assert_eq!(store.order_line("s", ROUTE, key).await.unwrap(), a);
+    (a, second, now)
+}
+
+/// A replayed delivery waiting behind a head in flight goes first once that head's
+/// attempt ends in a retry: the head waits behind it, retrying when its turn comes.
+async fn a_replay_goes_before_a_head_that_retries(store: &dyn Store) {
+    let (a, second, now) = replayed_behind_a_head_in_flight(store, "a", false).await;
+    let retry = Completion::Retry {
+        attempt: attempt(&second, now, 503),
+        at: now,
+    };
+    assert!(store.complete(&second, "w", retry, now).await.unwrap());
+    let replayed = only_head(store, now, &a[0]).await;
+    deliver(store, &replayed, now).await;
+    let retried = only_head(store, now, &a[1]).await;
+    assert_eq!(retried.delivery.attempts, 1);
+}
+for_each_fresh_store!(
+    a_replay_goes_before_a_head_that_retries,
+    super::a_replay_goes_before_a_head_that_retries
+);
+
+/// With `block`, a head in flight that dies behind a replayed delivery that arrived
+/// before it blocks nothing while that one goes first; it blocks its key once it is
+/// the head again.
+async fn a_replay_goes_before_a_head_that_dies(store: &dyn Store) {
+    let (a, second, now) = replayed_behind_a_head_in_flight(store, "a", true).await;
+    kill(store, &second, now).await;
+    assert_eq!(blocked(store).await, 0, "the line's head is pending");
+    let replayed = only_head(store, now, &a[0]).await;
+    deliver(store, &replayed, now).await;
+    assert_eq!(blocked(store).await, 1);
+    assert!(claim_all(store, now).await.is_empty());
+}
+for_each_fresh_store!(
+    a_replay_goes_before_a_head_that_dies,
+    super::a_replay_goes_before_a_head_that_dies
+);
+
+/// A replayed delivery waiting behind a head in flight goes first once that head's
+/// lease runs out (its worker died): the first claim that hands anything out hands
+/// out the replayed one, alone.
+async fn a_replay_goes_before_an_abandoned_head(store: &dyn Store) {
+    let (a, gone, _) = replayed_behind_a_head_in_flight(store, "a", false).await;
+    drop(gone);
+    let again = crate::support::wait_until_ok(
+        "a claim once the head's lease ran out",
+        DEADLINE,
+        async || {
+            let got = claim_all(store, now_ms()).await;
+            match got.is_empty() {
+                true => Err("nothing yet".to_string()),
+                false => Ok(got),
+            }
+        },
+    )
+    .await;
+    assert_eq!(ids(&again), vec![a[0].clone()], "the replayed one, alone");
+    deliver(store, &again[0], now_ms()).await;
+    let last = only_head(store, now_ms(), &a[1]).await;
+    assert_eq!(last.delivery.attempts, 0);
+}
+for_each_fresh_store!(
+    a_replay_goes_before_an_abandoned_head,
+    super::a_replay_goes_before_an_abandoned_head
+);
+
+/// A replay at a time past the head's lease puts the replayed delivery first at
+/// once: the head is no longer in flight. Its worker's late completion still counts
+/// (no other claim took the delivery since), and the line goes on.
+async fn a_replay_goes_before_a_head_whose_lease_ran_out(store: &dyn Store) {
+    let a = line(store, "a", 2, false).await;
+    let now = now_ms();
+    let first = only_head(store, now, &a[0]).await;
+    deliver(store, &first, now).await;
+    let late = only_head(store, now, &a[1]).await;
+    let after = now + i64::try_from(LEASE.as_millis()).unwrap() + 1;
+    assert_eq!(
+        store
+            .replay(&a[0], None, after, &"op".into(), after)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    let replayed = only_head(store, after, &a[0]).await;
+    deliver(store, &late, after).await;
+    deliver(store, &replayed, after).await;
+    assert!(claim_all(store, after).await.is_empty());
+    assert!(store.order_line("s", ROUTE, "a").await.unwrap().is_empty());
+}
+for_each_fresh_store!(
+    a_replay_goes_before_a_head_whose_lease_ran_out,
+    super::a_replay_goes_before_a_head_whose_lease_ran_out
+);
+
+/// A head discarded once its lease ran out lets its line go at once; its worker's
+/// late completion records the attempt and changes nothing else.
+async fn discarding_a_head_whose_lease_ran_out_lets_its_line_go(store: &dyn Store) {
+    let a = line(store, "a", 2, false).await;
+    let now = now_ms();
+    let late = only_head(store, now, &a[0]).await;
+    let after = now + i64::try_from(LEASE.as_millis()).unwrap() + 1;
+    discard_done(store, &a[0], after).await;
+    let next = only_head(store, after, &a[1]).await;
+    let done = Completion::Delivered {
+        attempt: attempt(&late, after, 200),
+    };
+    assert!(!store.complete(&late, "w", done, after).await.unwrap());
+    deliver(store, &next, after).await;
+    assert!(claim_all(store, after).await.is_empty());
+}
+for_each_fresh_store!(
+    discarding_a_head_whose_lease_ran_out_lets_its_line_go,
+    super::discarding_a_head_whose_lease_ran_out_lets_its_line_go
 );

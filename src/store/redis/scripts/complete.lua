@@ -18,7 +18,10 @@
 -- one go (`hg_line_done`), unless it is dead with `R:oblock`: it then holds the
 -- line (its key joins `blocked:R`). A dead one that lets the next go gets the skip
 -- audit event (ARGV[13]). A discarded delivery whose attempt was in flight held
--- its line until now.
+-- its line until now. One that stays in its line (a retry, a release, dead with
+-- `R:oblock`) stays its head only while it is the line's first: a delivery of the
+-- key that arrived before it and was replayed while its attempt ran goes first
+-- (`hg_line_keep`), and this one waits behind it, unscheduled and not blocking.
 local route, base, id, token = ARGV[11], ARGV[12], ARGV[8], ARGV[10]
 local p = route .. ':'
 local function drop_message()
@@ -38,7 +41,7 @@ if not exists or status ~= 'pending' or lease ~= token then
   end
   drop_message()
   if exists and status == 'discarded' and lease == token then
-    redis.call('HDEL', KEYS[1], p .. 'lease')
+    redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'lease_until')
     if okey then hg_line_done(base, route, okey, id) end
     if ARGV[5] ~= '' then
       redis.call('RPUSH', KEYS[4], ARGV[5])
@@ -63,9 +66,13 @@ end
 if ARGV[3] == 'pending' then
   set[#set + 1] = p .. 'next'
   set[#set + 1] = ARGV[4]
-  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg')
+  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'lease_until', p .. 'msg')
   redis.call('HSET', KEYS[1], unpack(set))
-  redis.call('ZADD', KEYS[3], ARGV[4], id)
+  if not okey or hg_line_keep(base, route, okey, id) then
+    redis.call('ZADD', KEYS[3], ARGV[4], id)
+  else
+    redis.call('ZREM', KEYS[3], id)
+  end
 else
   set[#set + 1] = p .. 'status'
   set[#set + 1] = ARGV[3]
@@ -73,7 +80,7 @@ else
     set[#set + 1] = p .. 'dead_at'
     set[#set + 1] = ARGV[7]
   end
-  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg', p .. 'next')
+  redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'lease_until', p .. 'msg', p .. 'next')
   redis.call('HSET', KEYS[1], unpack(set))
   if ARGV[1] == '' then redis.call('ZREM', KEYS[3], id) end
   hg_route_index(base, route, id, 'pending', ARGV[3])
@@ -82,7 +89,9 @@ else
   end
   if okey then
     if ARGV[3] == 'dead' and oblock == '1' then
-      redis.call('SADD', base .. 'blocked:' .. route, okey)
+      if hg_line_keep(base, route, okey, id) then
+        redis.call('SADD', base .. 'blocked:' .. route, okey)
+      end
     else
       hg_line_done(base, route, okey, id)
       if ARGV[3] == 'dead' then redis.call('RPUSH', base .. 'audit:' .. id, ARGV[13]) end

@@ -4,7 +4,8 @@
 -- derives the keys of the source from it (they share its hash tag).
 -- An entry hash holds `routes` (its route names, comma-separated, in order), its
 -- derived `status` and `updated_at`, and per route R the fields `R:status` (absent:
--- pending), `R:next` (absent: received at), `R:attempts`, `R:lease`, `R:msg`,
+-- pending), `R:next` (absent: received at), `R:attempts`, `R:lease` (the lease
+-- token) and `R:lease_until` (when the lease ends), `R:msg`,
 -- `R:budget_start`, `R:budget_attempts`, `R:last_error`, and on an ordered route
 -- `R:okey` (the ordering key) and `R:oblock` ('1': a dead head blocks its line).
 --
@@ -14,7 +15,10 @@
 -- the work stream; the others have no message and are in no schedule. The head
 -- stays the head while it retries, while it is leased (even once discarded), and
 -- while it is dead with `R:oblock` (its key is then in `blocked:R`); when it ends
--- otherwise, the next one becomes the head and is scheduled (`hg_line_next`).
+-- otherwise, the next one becomes the head and is scheduled (`hg_line_next`). A
+-- delivery replayed into a line takes its place by arrival: before a head that is
+-- not in flight at once (`hg_line_restart`), before one in flight once that
+-- head's attempt ends or its lease is taken back (`hg_line_keep`).
 
 -- The route names of a `routes` field, in order (none for a filtered entry).
 local function hg_routes(text)
@@ -93,6 +97,44 @@ local function hg_line_next(base, route, key)
   else
     redis.call('SADD', base .. 'blocked:' .. route, key)
   end
+end
+
+-- The line of `key` through `route` starts again from its first: its head, unless
+-- it is in flight, gives way (a pending head leaves the schedule, and its stream
+-- message, if it has one, stands for nothing any more), and the first becomes the
+-- head (`hg_line_next`). For a delivery replayed into the line: it goes first when
+-- it arrived first.
+local function hg_line_restart(base, route, key)
+  local head_key = base .. 'lhead:' .. route .. ':' .. key
+  local head = redis.call('GET', head_key)
+  if head then
+    local hk = base .. 'e:' .. head
+    if (redis.call('HGET', hk, route .. ':status') or 'pending') == 'pending' then
+      redis.call('ZREM', base .. 'sched:' .. route, head)
+      redis.call('HDEL', hk, route .. ':msg')
+    end
+    redis.call('DEL', head_key)
+    redis.call('SREM', base .. 'blocked:' .. route, key)
+  end
+  hg_line_next(base, route, key)
+end
+
+-- The head `id` of the line of `key` through `route` stays in the line once its
+-- attempt ended (a retry, a release, dead with `block`) or its lease ran out: it
+-- stays the head only while it is the line's first. A delivery of the key that
+-- arrived before it and was replayed while it was in flight waits in the line
+-- before it: the head goes to that one, and `id` waits behind. Answers whether `id`
+-- is still the head.
+local function hg_line_keep(base, route, key, id)
+  local first = redis.call('ZRANGE', base .. 'line:' .. route .. ':' .. key, 0, 0)[1]
+  if first == id then return true end
+  local head_key = base .. 'lhead:' .. route .. ':' .. key
+  if redis.call('GET', head_key) == id then
+    redis.call('DEL', head_key)
+    redis.call('SREM', base .. 'blocked:' .. route, key)
+    hg_line_next(base, route, key)
+  end
+  return false
 end
 
 -- Delivery `id` of the line of `key` through `route` ended (delivered, dead with

@@ -20,7 +20,7 @@ for _, id in ipairs(ids) do
   local f = redis.call('HMGET', ek, 'status', p .. 'status', p .. 'attempts', p .. 'msg')
   if f[1] and (f[2] or 'pending') == 'pending' and tonumber(f[3] or '0') > 0 and not f[4] then
     redis.call('ZADD', KEYS[1], ARGV[6], id)
-    redis.call('HSET', ek, p .. 'lease', ARGV[5])
+    redis.call('HSET', ek, p .. 'lease', ARGV[5], p .. 'lease_until', ARGV[6])
     return {id, redis.call('HGETALL', ek)}
   end
 end

@@ -12,11 +12,20 @@
 -- one. A replay queues each at `at` with a fresh retry budget; a discard keeps the
 -- lease, so that a worker delivering it right now records its attempt (complete).
 -- On an ordered route, a replayed delivery rejoins its key's line in its place
--- (arrival order): it goes first when the line has no head or its head is a dead
--- one that blocks it and arrived later, else it waits behind the head. A discarded
--- one leaves the line at once, unless its attempt is in flight: it holds the line
--- until that attempt ends (complete) or its lease is taken back (claim).
+-- (arrival order): it goes first when it arrived before the line's head, at once
+-- unless that head is in flight, and then once the head's attempt ends or its
+-- lease is taken back (complete, claim); else it waits behind the head. A discarded
+-- one leaves the line at once, unless its attempt is in flight (its lease running
+-- at `now`): it holds the line until that attempt ends (complete) or its lease is
+-- taken back (claim).
 local action, id, route, base = ARGV[1], ARGV[2], ARGV[6], ARGV[7]
+-- Whether the delivery through `r` of the entry at `ek` is in flight: leased, and
+-- its lease not run out at `now` (a lease taken before leases kept their end
+-- counts as running).
+local function in_flight(ek, r)
+  local l = redis.call('HMGET', ek, r .. ':lease', r .. ':lease_until')
+  return l[1] and (not l[2] or tonumber(l[2]) > tonumber(ARGV[4]))
+end
 local f = redis.call('HMGET', KEYS[1], 'status', 'routes')
 if not f[1] then return {0, ''} end
 local routes = hg_routes(f[2])
@@ -59,23 +68,18 @@ for i, t in ipairs(targets) do
     local attempts = redis.call('HGET', KEYS[1], p .. 'attempts') or '0'
     redis.call('HSET', KEYS[1], p .. 'status', 'pending', p .. 'next', ARGV[3],
       p .. 'budget_start', ARGV[4], p .. 'budget_attempts', attempts)
-    redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'msg')
+    redis.call('HDEL', KEYS[1], p .. 'lease', p .. 'lease_until', p .. 'msg')
     local okey = redis.call('HGET', KEYS[1], p .. 'okey')
     if okey then
       redis.call('ZADD', base .. 'line:' .. r .. ':' .. okey, 0, id)
-      local head_key = base .. 'lhead:' .. r .. ':' .. okey
-      local head = redis.call('GET', head_key)
-      if head == id then
-        redis.call('SREM', base .. 'blocked:' .. r, okey)
-        redis.call('ZADD', base .. 'sched:' .. r, ARGV[3], id)
-      elseif head and redis.call('HGET', base .. 'e:' .. head, r .. ':status') == 'dead' then
-        -- A blocking dead head is not in flight: the line starts again from its
-        -- first (this one when it arrived before the head).
-        redis.call('DEL', head_key)
-        redis.call('SREM', base .. 'blocked:' .. r, okey)
-        hg_line_next(base, r, okey)
-      elseif not head then
-        hg_line_next(base, r, okey)
+      local head = redis.call('GET', base .. 'lhead:' .. r .. ':' .. okey)
+      -- A head in flight (its lease running: pending, or discarded while its
+      -- attempt runs) keeps the line until its attempt ends or its lease is taken
+      -- back; any other (this one, whose lease the replay just ended; one waiting
+      -- for its time; a dead one that blocks) gives way at once: the line starts
+      -- again from its first, which is this one when it arrived first.
+      if head == id or not head or not in_flight(base .. 'e:' .. head, r) then
+        hg_line_restart(base, r, okey)
       end
     else
       redis.call('ZADD', base .. 'sched:' .. r, ARGV[3], id)
@@ -84,14 +88,14 @@ for i, t in ipairs(targets) do
   else
     redis.call('HSET', KEYS[1], p .. 'status', 'discarded')
     redis.call('HDEL', KEYS[1], p .. 'next')
-    local o = redis.call('HMGET', KEYS[1], p .. 'okey', p .. 'lease')
-    if o[1] and o[2] then
+    local okey = redis.call('HGET', KEYS[1], p .. 'okey')
+    if okey and in_flight(KEYS[1], r) then
       -- In flight: it holds its line until the attempt ends. (A probe's lease keeps
       -- its place in the schedule: a claim lets the line go should its holder die.)
-      redis.call('ZREM', base .. 'line:' .. r .. ':' .. o[1], id)
+      redis.call('ZREM', base .. 'line:' .. r .. ':' .. okey, id)
     else
       redis.call('ZREM', base .. 'sched:' .. r, id)
-      if o[1] then hg_line_done(base, r, o[1], id) end
+      if okey then hg_line_done(base, r, okey, id) end
     end
     hg_route_index(base, r, id, s, 'discarded')
   end
