@@ -205,6 +205,14 @@ pub(crate) async fn routers(
     Ok((gateway.ingest, gateway.admin))
 }
 
+/// The executable that runs the routes' transforms (see `Config::transform_worker`).
+fn transform_worker(cfg: &Config) -> anyhow::Result<std::path::PathBuf> {
+    match &cfg.transform_worker {
+        Some(exe) => Ok(exe.clone()),
+        None => std::env::current_exe().context("cannot find this executable to run transforms"),
+    }
+}
+
 /// Everything the gateway serves and runs, built from the configuration before a
 /// listener serves anything.
 struct Gateway {
@@ -285,8 +293,18 @@ async fn build(
         cfg.admin.token.as_ref(),
         cfg.admin.failed_auth_allowance,
     ));
-    let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts)
-        .context("delivery client")?;
+    let transforms = Arc::new(crate::transform::Pool::new(
+        transform_worker(cfg)?,
+        forward::transform_programs(&cfg.sources),
+    ));
+    let routes = forward::routes(
+        &cfg.sources,
+        &cfg.forwarder,
+        &provider_facts,
+        &transforms,
+        cfg.server.max_body_bytes,
+    )
+    .context("delivery client")?;
     let console_state = Arc::new(
         ConsoleState::new(
             admin_state.clone(),

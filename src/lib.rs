@@ -12,6 +12,8 @@
 //!   passed on.
 //! * [`routing`]: which routes an entry goes to ([`routing::filter`]: declarative
 //!   route filters).
+//! * [`transform`]: a route's jq program (jaq), run in worker processes the
+//!   gateway kills at the deadline.
 //! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::retry`]
 //!   is the pure policy, [`forward::breaker`] the per-destination circuit breaker.
 //! * [`pressure`]: ingest first: how saturated ingest is, which holds the
@@ -62,3 +64,4 @@ pub mod shutdown;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod transform;

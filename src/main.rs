@@ -9,6 +9,13 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = hookgate::cli::Cli::parse();
+    // A transform worker runs programs on one thread of its own: no runtime.
+    if matches!(cli.command, hookgate::cli::Command::TransformWorker) {
+        return match hookgate::transform::worker::main() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::from(1),
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -55,6 +55,10 @@ pub enum Command {
     Sign(SignArgs),
     /// List the providers this binary (and providers_dir) knows.
     Providers(ConfigArg),
+    /// Run routes' transforms for a gateway, over stdin and stdout (the gateway
+    /// starts these itself).
+    #[command(hide = true)]
+    TransformWorker,
     /// Inspect, replay and discard entries (admin API of a running gateway).
     Entries {
         #[command(flatten)]
@@ -107,6 +111,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CheckConfig(a) => check_config(a),
         Command::Sign(a) => sign::run(a),
         Command::Providers(a) => providers(a),
+        Command::TransformWorker => {
+            tokio::task::spawn_blocking(crate::transform::worker::main).await??;
+            Ok(())
+        }
         Command::Entries { api, cmd } => admin::entries(&api, cmd).await,
         Command::Dlq { api, cmd } => admin::dlq(&api, cmd).await,
         Command::Sources { api, cmd } => admin::sources(&api, cmd).await,

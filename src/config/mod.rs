@@ -178,6 +178,10 @@ pub struct Config {
     pub log: LogConfig,
     pub providers_dir: Option<PathBuf>,
     pub sources: Vec<SourceConfig>,
+    /// The executable the gateway starts as `<it> transform-worker` to run the
+    /// routes' transforms; `None`: the running executable. Not a configuration
+    /// key: a program that embeds the gateway (its tests) sets it.
+    pub transform_worker: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]

@@ -192,6 +192,16 @@ pub struct RawRoute {
     pub filter: Option<RawFilter>,
     #[serde(default)]
     pub order: Option<RawOrder>,
+    /// A jq program that turns the stored body into what the destination receives.
+    #[serde(default)]
+    pub transform: Option<String>,
+    /// `body` (the default: the output is the body) or `envelope` (the output is
+    /// `{body, headers, content_type}`).
+    #[serde(default)]
+    pub transform_output: Option<String>,
+    /// The most one run of the program may take (default 50ms).
+    #[serde(default)]
+    pub transform_timeout: Option<String>,
 }
 
 /// `[sources.routes.order]` (or `[sources.order]` for a source's one `destination`):

@@ -16,6 +16,7 @@ use super::durations::parse_duration;
 use super::raw::{RawDelivery, RawOrder, RawRetry, RawRoute};
 use super::{ConfigError, RateLimit, Secret, redact_url};
 use crate::routing::filter::{Filter, RawFilter};
+use crate::transform::TransformConfig;
 
 /// The name of the one route of a source configured with `destination`, and of the
 /// route every entry stored before routes existed is delivered through.
@@ -46,6 +47,9 @@ pub struct RouteConfig {
     pub filter: Filter,
     /// Ordered delivery per key; `None`: deliveries go in parallel, in any order.
     pub order: Option<OrderConfig>,
+    /// The jq program that shapes what the destination receives; `None`: the
+    /// stored body as it came.
+    pub transform: Option<TransformConfig>,
 }
 
 /// An ordered route's key and its policy for a dead head.
@@ -149,6 +153,7 @@ pub(super) fn default_route(
         delivery: delivery(key, inherited.delivery.clone())?,
         filter: Filter::default(),
         order: order(key, raw_order)?,
+        transform: None,
     })
 }
 
@@ -207,6 +212,7 @@ pub(super) fn routes(
             };
         let filter = compile_filter(&rkey, r.filter.unwrap_or_default())?;
         let order = order(&rkey, r.order)?;
+        let transform = transform(&rkey, r.transform, r.transform_output, r.transform_timeout)?;
         out.push(RouteConfig {
             name: r.name,
             destination: destination_url(&format!("{rkey}.destination"), r.destination)?,
@@ -215,9 +221,64 @@ pub(super) fn routes(
             delivery: delivery(&rkey, raw_delivery.over(inherited.delivery))?,
             filter,
             order,
+            transform,
         });
     }
     Ok(out)
+}
+
+/// Check a route's `transform`, `transform_output` and `transform_timeout`.
+fn transform(
+    rkey: &str,
+    program: Option<String>,
+    output: Option<String>,
+    timeout: Option<String>,
+) -> Result<Option<TransformConfig>, ConfigError> {
+    let Some(program) = program else {
+        if output.is_some() || timeout.is_some() {
+            return Err(ConfigError::invalid(
+                format!("{rkey}.transform"),
+                "transform_output and transform_timeout need a transform program",
+            ));
+        }
+        return Ok(None);
+    };
+    if let Err(e) = crate::transform::program::check(&program) {
+        return Err(ConfigError::invalid(
+            format!("{rkey}.transform"),
+            e.to_string(),
+        ));
+    }
+    let envelope = match output.as_deref() {
+        None | Some("body") => false,
+        Some("envelope") => true,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{rkey}.transform_output"),
+                format!("{other:?}: use \"body\" or \"envelope\""),
+            ));
+        }
+    };
+    let timeout = opt_duration(
+        rkey,
+        "transform_timeout",
+        timeout,
+        crate::transform::DEFAULT_TIMEOUT,
+    )?;
+    if timeout.is_zero() || timeout > crate::transform::MAX_TIMEOUT {
+        return Err(ConfigError::invalid(
+            format!("{rkey}.transform_timeout"),
+            format!(
+                "must be more than 0 and at most {}",
+                humantime::format_duration(crate::transform::MAX_TIMEOUT)
+            ),
+        ));
+    }
+    Ok(Some(TransformConfig {
+        program,
+        envelope,
+        timeout,
+    }))
 }
 
 fn compile_filter(rkey: &str, raw: RawFilter) -> Result<Filter, ConfigError> {

@@ -49,6 +49,7 @@ pub(super) fn validate(
         alerts,
         log,
         providers_dir: raw.providers_dir,
+        transform_worker: None,
         sources,
     })
 }

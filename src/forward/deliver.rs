@@ -15,9 +15,11 @@ use super::ahead::{NotSent, Place};
 use super::meters::DeliveryOutcome;
 use super::pace::Answer;
 use super::retry::{self, Decision, Outcome};
+use super::route::RouteTransform;
 use super::route::{Route, origin};
 use super::{Forwarder, meters, request};
 use crate::store::{Attempt, Claim, Completion};
+use crate::transform::{Ran, Run, Shaped, TransformError};
 
 /// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
 pub(super) fn breaker_gauge(route: &Route) {
@@ -27,8 +29,15 @@ pub(super) fn breaker_gauge(route: &Route) {
         .set(route.breaker.state().gauge());
 }
 
-/// Send one attempt and turn the result into an [`Outcome`].
-async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcome {
+/// Send one attempt (the stored body, or what the route's transform made of it)
+/// and turn the result into an [`Outcome`].
+async fn send(
+    route: &Route,
+    claim: &Claim,
+    attempt: u32,
+    now_ms: i64,
+    transformed: Option<Shaped>,
+) -> Outcome {
     let entry = &claim.entry;
     let headers = request::headers(
         entry,
@@ -44,13 +53,18 @@ async fn send(route: &Route, claim: &Claim, attempt: u32, now_ms: i64) -> Outcom
             event_type: route.event_type_signed,
         },
         route.signing_key.as_deref(),
+        transformed.as_ref(),
     );
+    let body = match transformed {
+        Some(t) => bytes::Bytes::from(t.body),
+        None => entry.body.clone(),
+    };
     let req = route
         .client
         .post(route.url.clone())
         .timeout(route.timeout)
         .headers(headers)
-        .body(entry.body.clone());
+        .body(body);
     match req.send().await {
         Ok(mut resp) => {
             let code = resp.status().as_u16();
@@ -177,9 +191,48 @@ pub(super) async fn deliver(
         give_back(permit, in_flight, now).await;
         return;
     }
+    // The route's program, from the stored body, at every attempt.
+    let transformed = match &route.transform {
+        None => None,
+        Some(t) => match transform(t, route, entry).await {
+            Ok(Ran::Send(shaped)) => Some(shaped),
+            Ok(Ran::Empty) => {
+                drop(sending);
+                drop(permit);
+                drop(in_flight);
+                route.meters.transform_skipped.increment(1);
+                tracing::info!(
+                    source = %route.source, route = %route.name, entry_id = %entry.id,
+                    "delivery skipped: the route's transform gave no output"
+                );
+                let reason = crate::transform::EMPTY_REASON.to_string();
+                complete(fwd, &claim, Completion::Filtered { reason }).await;
+                return;
+            }
+            Err(e) if e.is_final() => {
+                drop(sending);
+                drop(permit);
+                drop(in_flight);
+                let completion = transform_failed(fwd, route, &claim, &e, now);
+                complete(fwd, &claim, completion).await;
+                return;
+            }
+            Err(e) => {
+                // No worker: the program is not at fault; the delivery waits.
+                const MSG: &str = "cannot run the route's transform; the delivery waits";
+                let kind = format!("{}/{}", route.source, route.name);
+                if crate::telemetry::throttle::hit(MSG, &kind) {
+                    tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
+                }
+                drop(sending);
+                give_back(permit, in_flight, fwd.clock.now_ms() + 1_000).await;
+                return;
+            }
+        },
+    };
     let started = Instant::now();
     let outcome = tokio::select! {
-        o = send(route, &claim, attempt_no, now) => Some(o),
+        o = send(route, &claim, attempt_no, now, transformed) => Some(o),
         _ = discarded.cancelled() => None,
         _ = fwd.abort.cancelled() => {
             give_back(permit, in_flight, fwd.clock.now_ms()).await;
@@ -216,6 +269,98 @@ pub(super) async fn deliver(
     };
     let completion = record(fwd, route, &claim, permit, &outcome, now, elapsed).await;
     complete(fwd, &claim, completion).await;
+}
+
+/// Run the route's program on the stored body, with `$meta` describing the entry.
+async fn transform(
+    t: &RouteTransform,
+    route: &Route,
+    entry: &crate::store::Entry,
+) -> Result<Ran, TransformError> {
+    let mut headers = serde_json::Map::new();
+    for h in &entry.headers {
+        let value = String::from_utf8_lossy(&h.value).into_owned();
+        match headers.get_mut(&h.name) {
+            Some(serde_json::Value::String(v)) => {
+                v.push_str(", ");
+                v.push_str(&value);
+            }
+            _ => {
+                headers.insert(h.name.clone(), serde_json::Value::String(value));
+            }
+        }
+    }
+    let received = std::time::UNIX_EPOCH
+        + Duration::from_millis(u64::try_from(entry.received_at).unwrap_or(0));
+    let meta = serde_json::json!({
+        "source": route.source,
+        "route": route.name,
+        "entry_id": entry.id,
+        "event_id": entry.event_id,
+        "event_type": entry.event_type,
+        "received_at": humantime::format_rfc3339_millis(received).to_string(),
+        "headers": headers,
+    });
+    let started = Instant::now();
+    let ran = t
+        .pool
+        .run(Run {
+            program: t.program,
+            envelope: t.envelope,
+            cap: t.cap,
+            timeout: t.timeout,
+            meta,
+            body: &entry.body,
+        })
+        .await;
+    route
+        .meters
+        .transform_seconds
+        .record(started.elapsed().as_secs_f64());
+    ran
+}
+
+/// A transform that failed for good: the delivery is dead, in its own dead-letter
+/// group (`transform: <kind>`). The log names the kind only: a program's error
+/// may quote the body.
+fn transform_failed(
+    fwd: &Forwarder,
+    route: &Route,
+    claim: &Claim,
+    e: &TransformError,
+    now: i64,
+) -> Completion {
+    let entry = &claim.entry;
+    let reason = e.to_string();
+    route.meters.attempt(meters::DeliveryResult::Transform);
+    route.meters.outcome(DeliveryOutcome::Dead);
+    route.meters.dead_lettered.increment(1);
+    tracing::error!(
+        source = %route.source, route = %route.name, entry_id = %entry.id,
+        event_id = entry.event_id.as_deref().unwrap_or(""),
+        attempt = claim.delivery.attempts + 1,
+        failure = %format!("transform: {}", e.kind()),
+        "delivery failed; dead: the route's transform failed"
+    );
+    if let Some(notify) = &fwd.on_dead {
+        notify(
+            &route.source,
+            &route.name,
+            &format!("transform: {}", e.kind()),
+        );
+    }
+    let attempt = Attempt {
+        route: claim.delivery.route.clone(),
+        n: claim.delivery.attempts + 1,
+        at: now,
+        status_code: None,
+        error: Some(reason.clone()),
+        latency_ms: 0,
+    };
+    Completion::Dead {
+        attempt: Some(attempt),
+        reason,
+    }
 }
 
 /// What an attempt's outcome means, told to the meters, the route's pace, the

@@ -24,6 +24,8 @@ crate::telemetry::label_values! {
         Timeout => "timeout",
         Connect => "connect",
         Io => "io",
+        /// The route's transform failed; nothing was sent.
+        Transform => "transform",
     }
 }
 
@@ -51,6 +53,10 @@ pub struct RouteMeters {
     pub slot_waits_expired: Counter,
     /// `hookgate_circuit_breaker_state` of the route's destination origin.
     pub breaker_state: Gauge,
+    /// `hookgate_transform_skipped_total`: deliveries the transform skipped.
+    pub transform_skipped: Counter,
+    /// `hookgate_transform_seconds`: how long runs of the route's transform took.
+    pub transform_seconds: Histogram,
 }
 
 impl RouteMeters {
@@ -74,7 +80,9 @@ impl RouteMeters {
             delivery_seconds: metrics::histogram!("hookgate_delivery_seconds", "source" => s.clone(), "route" => r.clone()),
             retries_scheduled: metrics::counter!("hookgate_retries_scheduled_total", "source" => s.clone(), "route" => r.clone()),
             dead_lettered: metrics::counter!("hookgate_dead_lettered_total", "source" => s.clone(), "route" => r.clone()),
-            slot_waits_expired: metrics::counter!("hookgate_slot_waits_expired_total", "source" => s, "route" => r),
+            slot_waits_expired: metrics::counter!("hookgate_slot_waits_expired_total", "source" => s.clone(), "route" => r.clone()),
+            transform_skipped: metrics::counter!("hookgate_transform_skipped_total", "source" => s.clone(), "route" => r.clone()),
+            transform_seconds: metrics::histogram!("hookgate_transform_seconds", "source" => s, "route" => r),
             breaker_state: metrics::gauge!("hookgate_circuit_breaker_state", "destination" => origin),
         }
     }
@@ -137,8 +145,12 @@ pub fn register_metrics(sources: &[SourceRoutes], destinations: &[String]) {
                 .increment(0);
             counter!("hookgate_slot_waits_expired_total", "source" => s.clone(), "route" => route())
                 .increment(0);
+            counter!("hookgate_transform_skipped_total", "source" => s.clone(), "route" => route())
+                .increment(0);
             let _ =
                 histogram!("hookgate_delivery_seconds", "source" => s.clone(), "route" => route());
+            let _ =
+                histogram!("hookgate_transform_seconds", "source" => s.clone(), "route" => route());
             gauge!("hookgate_route_pending_deliveries", "source" => s.clone(), "route" => route())
                 .increment(0.0);
             gauge!("hookgate_route_dead_deliveries", "source" => s.clone(), "route" => route())

@@ -1,4 +1,5 @@
-//! What the internal app receives: the original raw body and content type, the
+//! What the internal app receives: the original raw body and content type (or what
+//! the route's transform made of them: `hookgate-transformed: true` says so), the
 //! provider's own headers (configurable), and hookgate's delivery headers.
 //!
 //! `webhook-id` is the entry id (stable across retries and replays, and the same for
@@ -17,6 +18,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::header_policy::HeaderPolicy;
 use crate::store::Entry;
+use crate::transform::Shaped;
 
 /// The Standard Webhooks v1 signature of a delivery.
 pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
@@ -54,17 +56,27 @@ pub struct Vouched {
     pub event_type: bool,
 }
 
-/// The headers of one delivery attempt.
+/// Received headers that describe the stored body's bytes, which a transformed
+/// body does not keep.
+const BODY_HEADERS: [&str; 4] = ["content-type", "content-encoding", "content-md5", "digest"];
+
+/// The headers of one delivery attempt. `transformed` is what the route's program
+/// made of the body, when it has one: its content type and headers replace the
+/// received ones, and the signature covers its body.
 pub fn headers(
     entry: &Entry,
     of: AttemptOf<'_>,
     pass: &HeaderPolicy,
     vouched: Vouched,
     signing_key: Option<&[u8]>,
+    transformed: Option<&Shaped>,
 ) -> HeaderMap {
     let mut h = HeaderMap::new();
     for hd in &entry.headers {
         if !pass.passes(&hd.name) {
+            continue;
+        }
+        if transformed.is_some() && BODY_HEADERS.contains(&hd.name.as_str()) {
             continue;
         }
         if let (Ok(n), Ok(v)) = (
@@ -74,6 +86,24 @@ pub fn headers(
             h.append(n, v);
         }
     }
+    let body: &[u8] = match transformed {
+        Some(t) => {
+            for (name, value) in t
+                .headers
+                .iter()
+                .chain([&("content-type".to_string(), t.content_type.clone())])
+            {
+                if let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(value),
+                ) {
+                    h.insert(n, v);
+                }
+            }
+            &t.body
+        }
+        None => &entry.body,
+    };
     let mut set = |name: &'static str, value: &str| {
         if let Ok(v) = HeaderValue::from_str(value) {
             h.insert(HeaderName::from_static(name), v);
@@ -84,8 +114,11 @@ pub fn headers(
     if let Some(key) = signing_key {
         set(
             "webhook-signature",
-            &sign(key, &entry.id, of.now_secs, &entry.body),
+            &sign(key, &entry.id, of.now_secs, body),
         );
+    }
+    if transformed.is_some() {
+        set(crate::transform::TRANSFORMED_HEADER, "true");
     }
     set("hookgate-source", of.source);
     set("hookgate-route", of.route);
@@ -182,7 +215,7 @@ mod tests {
             body: true,
             event_type: true,
         };
-        let h = headers(&entry, of(2), &all, both, None);
+        let h = headers(&entry, of(2), &all, both, None, None);
         assert_eq!(h["hookgate-route"], "billing");
         assert_eq!(h["webhook-id"], "e1");
         assert_eq!(h.get_all("webhook-id").iter().count(), 1);
@@ -203,10 +236,75 @@ mod tests {
                 event_type: false,
             },
             Some(b"k"),
+            None,
         );
         assert_eq!(only["hookgate-body-signed"], "false");
         assert!(only.get("stripe-signature").is_none());
         assert_eq!(only["content-type"], "application/json");
         assert!(only.get("webhook-signature").is_some());
+    }
+
+    #[test]
+    fn a_transformed_body_is_what_is_described_and_signed() {
+        let entry = Entry {
+            id: "e1".into(),
+            source: "s".into(),
+            event_id: None,
+            event_type: None,
+            dedupe_key: "k".into(),
+            received_at: 0,
+            status: Status::Pending,
+            attempts: 0,
+            next_attempt_at: None,
+            last_error: None,
+            deliveries: Vec::new(),
+            headers: vec![
+                Header {
+                    name: "content-type".into(),
+                    value: b"application/json".to_vec(),
+                },
+                Header {
+                    name: "content-encoding".into(),
+                    value: b"gzip".to_vec(),
+                },
+                Header {
+                    name: "x-kept".into(),
+                    value: b"1".to_vec(),
+                },
+            ],
+            body: bytes::Bytes::from_static(b"{\"a\":1}"),
+        };
+        let shaped = Shaped {
+            body: b"a=1".to_vec(),
+            content_type: "application/x-www-form-urlencoded".into(),
+            headers: vec![("x-kind".into(), "push".into())],
+        };
+        let of = AttemptOf {
+            source: "s",
+            route: "legacy",
+            attempt: 1,
+            now_secs: 100,
+        };
+        let all = HeaderPolicy::new(&["*".to_string()], &[]);
+        let both = Vouched {
+            body: true,
+            event_type: true,
+        };
+        let h = headers(&entry, of, &all, both, Some(b"k"), Some(&shaped));
+        assert_eq!(h["content-type"], "application/x-www-form-urlencoded");
+        assert!(h.get("content-encoding").is_none());
+        assert_eq!(h["x-kept"], "1");
+        assert_eq!(h["x-kind"], "push");
+        assert_eq!(h["hookgate-transformed"], "true");
+        assert_eq!(
+            h["webhook-signature"],
+            sign(b"k", "e1", 100, b"a=1").as_str()
+        );
+        let plain = headers(&entry, of, &all, both, Some(b"k"), None);
+        assert!(plain.get("hookgate-transformed").is_none());
+        assert_eq!(
+            plain["webhook-signature"],
+            sign(b"k", "e1", 100, b"{\"a\":1}").as_str()
+        );
     }
 }

@@ -21,11 +21,15 @@ pub const GROUPED_MAX: usize = 10_000;
 /// What a failure is grouped by: the last attempt's outcome, without what the dead
 /// letter's reason says around it (`not retryable: HTTP 422`, `retry budget
 /// exhausted: 5 attempts; last: timeout`): `HTTP 422` for a destination's answer,
-/// `timeout`, `connect: …` or `io: …` for an error, `unknown` when none was recorded.
+/// `timeout`, `connect: …` or `io: …` for an error, `transform: <kind>` when the
+/// route's transform failed, `unknown` when none was recorded.
 pub fn failure_of(last_error: Option<&str>) -> String {
     let Some(mut e) = last_error.map(str::trim).filter(|e| !e.is_empty()) else {
         return "unknown".to_string();
     };
+    if let Some(group) = crate::transform::group_of(e) {
+        return group;
+    }
     if let Some((_, last)) = e.rsplit_once("; last: ") {
         e = last;
     }
@@ -186,6 +190,14 @@ mod tests {
         );
         assert_eq!(failure_of(Some("HTTP x")), "HTTP x");
         assert_eq!(failure_of(None), "unknown");
+        assert_eq!(
+            failure_of(Some("transform: runtime: \"card 4242\" is not valid")),
+            "transform: runtime"
+        );
+        assert_eq!(
+            failure_of(Some("transform: timeout after 50ms")),
+            "transform: timeout"
+        );
         assert_eq!(failure_of(Some("  ")), "unknown");
     }
 

@@ -247,7 +247,8 @@ pub struct DeadLetterRoute {
 pub struct DeadLetterGroup {
     pub source: String,
     pub route: String,
-    /// `HTTP 422`, `timeout`, `connect: …` or `io: …`: the last attempt's outcome.
+    /// `HTTP 422`, `timeout`, `connect: …`, `io: …` or `transform: <kind>`: the
+    /// last attempt's outcome.
     pub failure: String,
     pub count: u64,
     /// When the first and the last of them went dead (RFC 3339).

@@ -50,7 +50,7 @@ impl Counted {
             super::Completion::Delivered { .. } => Some(Counted::Delivered),
             super::Completion::Retry { .. } => Some(Counted::Failed),
             super::Completion::Dead { attempt, .. } => attempt.as_ref().map(|_| Counted::Failed),
-            super::Completion::Release { .. } => None,
+            super::Completion::Release { .. } | super::Completion::Filtered { .. } => None,
         }
     }
 }

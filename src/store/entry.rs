@@ -21,8 +21,9 @@ pub enum Status {
     Dead,
     /// An operator discarded it.
     Discarded,
-    /// An entry no route's filter selected: stored and answered, never delivered,
-    /// purged with the delivered ones. Only entries have it, never a delivery.
+    /// An entry no route's filter selected, or whose every delivery its route's
+    /// transform skipped: stored and answered, never delivered, purged with the
+    /// delivered ones. A delivery has it when its route's transform skipped it.
     Filtered,
 }
 
@@ -56,27 +57,27 @@ impl Status {
         Status::Filtered,
     ];
 
-    /// The status of an entry whose deliveries have these statuses: `Filtered`
-    /// without any; else `Pending` while one is; else `Dead` if one is; else
-    /// `Discarded` if one is; else (every one delivered) `Delivered`.
+    /// The status of an entry whose deliveries have these statuses: `Pending`
+    /// while one is; else `Dead` if one is; else `Discarded` if one is; else
+    /// `Delivered` if one is; else (none, or every one skipped by its transform)
+    /// `Filtered`.
     pub fn of_entry(deliveries: impl IntoIterator<Item = Status>) -> Status {
-        let mut any = false;
-        let (mut pending, mut dead, mut discarded) = (false, false, false);
+        let (mut pending, mut dead, mut discarded, mut delivered) = (false, false, false, false);
         for s in deliveries {
-            any = true;
             match s {
                 Status::Pending => pending = true,
                 Status::Dead => dead = true,
                 Status::Discarded => discarded = true,
-                Status::Delivered | Status::Filtered => {}
+                Status::Delivered => delivered = true,
+                Status::Filtered => {}
             }
         }
-        match (any, pending, dead, discarded) {
-            (false, ..) => Status::Filtered,
-            (_, true, ..) => Status::Pending,
-            (_, _, true, _) => Status::Dead,
-            (_, _, _, true) => Status::Discarded,
-            _ => Status::Delivered,
+        match (pending, dead, discarded, delivered) {
+            (true, ..) => Status::Pending,
+            (_, true, ..) => Status::Dead,
+            (_, _, true, _) => Status::Discarded,
+            (_, _, _, true) => Status::Delivered,
+            _ => Status::Filtered,
         }
     }
 

@@ -195,6 +195,12 @@ pub enum Completion {
     Release {
         at: i64,
     },
+    /// Not sent, for good and without an attempt: the route's transform gave no
+    /// output. The delivery is `filtered` with `reason` as its last error, and leaves
+    /// its line as a delivered one does.
+    Filtered {
+        reason: String,
+    },
 }
 
 /// An operator's change, made through this process, that in-flight work must see at

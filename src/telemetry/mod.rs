@@ -204,7 +204,7 @@ fn describe() {
     );
     describe_counter!(
         "hookgate_delivery_attempts_total",
-        "Delivery attempts by source, route and result (2xx, 3xx, 4xx, 5xx, other, timeout, connect, io)"
+        "Delivery attempts by source, route and result (2xx, 3xx, 4xx, 5xx, other, timeout, connect, io, transform: the route's transform failed)"
     );
     describe_counter!(
         "hookgate_deliveries_total",
@@ -221,6 +221,15 @@ fn describe() {
     describe_counter!(
         "hookgate_slot_waits_expired_total",
         "Claimed deliveries given back unsent because no destination slot came within their lease, by source and route"
+    );
+    describe_counter!(
+        "hookgate_transform_skipped_total",
+        "Deliveries a route's transform skipped (no output; recorded filtered), by source and route"
+    );
+    describe_histogram!(
+        "hookgate_transform_seconds",
+        Unit::Seconds,
+        "Duration of transform runs (waiting for a worker included), by source and route"
     );
     describe_counter!(
         "hookgate_entries_filtered_total",

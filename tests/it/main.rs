@@ -46,5 +46,6 @@ mod redis_replicas;
 mod redis_store;
 mod routes;
 mod stalled;
+mod transform;
 mod unsigned;
 mod upstream;

@@ -136,7 +136,9 @@ impl Finished {
             || (self.order.is_some()
                 && matches!(
                     completion,
-                    Completion::Delivered { .. } | Completion::Dead { .. }
+                    Completion::Delivered { .. }
+                        | Completion::Dead { .. }
+                        | Completion::Filtered { .. }
                 ))
     }
 }
@@ -147,8 +149,8 @@ const DERIVED_STATUS: &str = "SELECT CASE
          WHEN bool_or(status = 'pending') THEN 'pending'
          WHEN bool_or(status = 'dead') THEN 'dead'
          WHEN bool_or(status = 'discarded') THEN 'discarded'
-         WHEN count(*) = 0 THEN 'filtered'
-         ELSE 'delivered' END
+         WHEN bool_or(status = 'delivered') THEN 'delivered'
+         ELSE 'filtered' END
      FROM deliveries WHERE entry_id = $1";
 
 /// Keep the entry's status in step with its deliveries, and `updated_at` when it
@@ -187,13 +189,14 @@ pub(super) async fn complete_row(
     let attempt = match completion {
         Completion::Delivered { attempt } | Completion::Retry { attempt, .. } => Some(attempt),
         Completion::Dead { attempt, .. } => attempt.as_ref(),
-        Completion::Release { .. } => None,
+        Completion::Release { .. } | Completion::Filtered { .. } => None,
     };
     let (status, next, last_error): (Status, Option<i64>, Option<String>) = match completion {
         Completion::Delivered { .. } => (Status::Delivered, None, None),
         Completion::Retry { attempt, at } => (Status::Pending, Some(*at), attempt_error(attempt)),
         Completion::Dead { reason, .. } => (Status::Dead, None, Some(reason.clone())),
         Completion::Release { at } => (Status::Pending, Some(*at), None),
+        Completion::Filtered { reason } => (Status::Filtered, None, Some(reason.clone())),
     };
     // Counted by this statement, or by the caller once for a whole batch.
     let (delivered, failed): (i64, i64) = match (counted_here, Counted::of(completion)) {
@@ -277,7 +280,7 @@ pub(super) async fn complete(
     if applied
         && matches!(
             completion,
-            Completion::Delivered { .. } | Completion::Dead { .. }
+            Completion::Delivered { .. } | Completion::Dead { .. } | Completion::Filtered { .. }
         )
         && let Some(order) = &f.order
     {

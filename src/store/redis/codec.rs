@@ -156,7 +156,7 @@ fn read_deliveries(
             let status = match field_str(map, &field("status")) {
                 None => Status::Pending,
                 Some(text) => match Status::parse(&text) {
-                    Some(Status::Filtered) | None => {
+                    None => {
                         return Err(corrupt(format!("route {route}: delivery status {text:?}")));
                     }
                     Some(s) => s,

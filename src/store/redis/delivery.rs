@@ -235,6 +235,13 @@ impl RedisStore {
                 reason.clone(),
             ),
             Completion::Release { at } => (Status::Pending, Some(*at), None, None, String::new()),
+            Completion::Filtered { reason } => (
+                Status::Filtered,
+                None,
+                None,
+                Some(reason.clone()),
+                String::new(),
+            ),
         };
         let attempt_json = match attempt {
             Some(a) => serde_json::to_string(a).map_err(|source| StoreError::Encode {

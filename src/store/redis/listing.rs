@@ -185,8 +185,8 @@ impl RedisStore {
     }
 
     /// The index sets a listing of `source` by `q` reads: the entry status sets, or
-    /// with a route that route's delivery status sets (a delivery is never filtered);
-    /// the one of `q.status`, or every one.
+    /// with a route that route's delivery status sets (a delivery is filtered when
+    /// its route's transform skipped it); the one of `q.status`, or every one.
     fn index_keys(&self, source: &str, q: &ListQuery) -> Vec<String> {
         let statuses = Status::ALL
             .into_iter()
@@ -194,7 +194,6 @@ impl RedisStore {
         match q.route.as_deref() {
             None => statuses.map(|s| self.status_key(source, s)).collect(),
             Some(route) => statuses
-                .filter(|s| *s != Status::Filtered)
                 .map(|s| self.route_status_key(source, route, s))
                 .collect(),
         }

@@ -227,13 +227,14 @@ pub(super) fn complete(
     let attempt = match completion {
         Completion::Delivered { attempt } | Completion::Retry { attempt, .. } => Some(attempt),
         Completion::Dead { attempt, .. } => attempt.as_ref(),
-        Completion::Release { .. } => None,
+        Completion::Release { .. } | Completion::Filtered { .. } => None,
     };
     let (status, next, last_error): (Status, Option<i64>, Option<String>) = match completion {
         Completion::Delivered { .. } => (Status::Delivered, None, None),
         Completion::Retry { attempt, at } => (Status::Pending, Some(*at), attempt_error(attempt)),
         Completion::Dead { reason, .. } => (Status::Dead, None, Some(reason.clone())),
         Completion::Release { at } => (Status::Pending, Some(*at), None),
+        Completion::Filtered { reason } => (Status::Filtered, None, Some(reason.clone())),
     };
     let applied =
         conn.prepare_cached(
@@ -292,7 +293,7 @@ pub(super) fn complete(
     if applied
         && matches!(
             completion,
-            Completion::Delivered { .. } | Completion::Dead { .. }
+            Completion::Delivered { .. } | Completion::Dead { .. } | Completion::Filtered { .. }
         )
         && let Some(order) = &f.order
     {

@@ -19,14 +19,12 @@ pub(super) const ENTRY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type
 const DELIVERY_COLUMNS: &str = "route, status, attempts, next_attempt_at, last_error, \
      budget_start, budget_attempts, order_key, order_block";
 
+/// A delivery's status (`filtered` when its route's transform skipped it).
 pub(super) fn parse_status(id: &str, status: &str) -> Result<Status, StoreError> {
-    match Status::parse(status) {
-        Some(Status::Filtered) | None => Err(StoreError::Corrupt {
-            id: id.to_string(),
-            problem: format!("a delivery with status {status:?}"),
-        }),
-        Some(s) => Ok(s),
-    }
+    Status::parse(status).ok_or_else(|| StoreError::Corrupt {
+        id: id.to_string(),
+        problem: format!("a delivery with status {status:?}"),
+    })
 }
 
 fn row_to_delivery(id: &str, r: &rusqlite::Row<'_>) -> Result<Delivery, StoreError> {

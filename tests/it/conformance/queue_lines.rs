@@ -556,3 +556,25 @@ for_each_fresh_store!(
     discarding_a_head_whose_lease_ran_out_lets_its_line_go,
     super::discarding_a_head_whose_lease_ran_out_lets_its_line_go
 );
+
+/// A head its route's transform skipped (`filtered`) leaves its line as a delivered
+/// one does: the next of its key goes.
+async fn a_skipped_head_lets_its_line_go(store: &dyn Store) {
+    let a = line(store, "a", 2, true).await;
+    let now = now_ms();
+    let first = claim_all(store, now).await;
+    assert_eq!(ids(&first), vec![a[0].clone()]);
+    let skip = Completion::Filtered {
+        reason: "transform: empty".into(),
+    };
+    assert!(store.complete(&first[0], "w", skip, now).await.unwrap());
+    assert_eq!(ids(&claim_all(store, now).await), vec![a[1].clone()]);
+    assert_eq!(
+        store.order_line("s", ROUTE, "a").await.unwrap(),
+        vec![a[1].clone()]
+    );
+}
+for_each_fresh_store!(
+    a_skipped_head_lets_its_line_go,
+    super::a_skipped_head_lets_its_line_go
+);

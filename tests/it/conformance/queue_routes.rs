@@ -5,7 +5,9 @@
 //! delivery (replays, discards, pauses) is in `queue_routes_operators`.
 
 use hookgate::clock::system_now_ms as now_ms;
-use hookgate::store::{Claim, ListQuery, RouteStats, SourceStats, Status, Store, Transition};
+use hookgate::store::{
+    Claim, Completion, ListQuery, RouteStats, SourceStats, Status, Store, Transition,
+};
 
 use super::{
     DEADLINE, LEASE, Outcome, accept_new, claim_of, claimable, claims, completion, delivery,
@@ -53,6 +55,57 @@ async fn accept_stores_a_delivery_per_route(store: &dyn Store) {
 for_each_fresh_store!(
     accept_stores_one_pending_delivery_per_route_in_route_order,
     super::accept_stores_a_delivery_per_route
+);
+
+/// A delivery its route's transform skipped is `filtered`, with the reason, no
+/// attempt and no lease, and never handed out again; the entry is `filtered` when
+/// every delivery is, and follows the others' otherwise.
+async fn a_skipped_delivery_is_filtered(store: &dyn Store) {
+    let skip = || Completion::Filtered {
+        reason: "transform: empty".into(),
+    };
+    // One route, skipped: the entry is filtered.
+    let one = accept_new(store, routed("s", "evt_skip_one", &["a"])).await;
+    let now = now_ms();
+    let c = claim_of(store, "s", "a", &one, "w", now).await;
+    assert!(store.complete(&c, "w", skip(), now).await.unwrap());
+    let d = delivery(store, &one, "a").await;
+    assert_eq!(d.status, Status::Filtered);
+    assert_eq!(d.attempts, 0);
+    assert_eq!(d.last_error.as_deref(), Some("transform: empty"));
+    assert_eq!(got(store, &one).await.status, Status::Filtered);
+    assert!(
+        !claimable(store, "s", "a", now_ms() + 3_600_000)
+            .await
+            .contains(&one)
+    );
+    // A repeat of the same completion changes nothing.
+    assert!(!store.complete(&c, "w", skip(), now).await.unwrap());
+    // Two routes: one skipped, the other delivered: the entry is delivered.
+    let two = accept_new(store, routed("s", "evt_skip_two", &["a", "b"])).await;
+    let now = now_ms();
+    let c = claim_of(store, "s", "a", &two, "w", now).await;
+    assert!(store.complete(&c, "w", skip(), now).await.unwrap());
+    assert_eq!(got(store, &two).await.status, Status::Pending);
+    settle(store, "s", &two, "b", Outcome::Delivered, now).await;
+    assert_eq!(
+        statuses(store, &two).await,
+        expect_statuses(&[("a", Status::Filtered), ("b", Status::Delivered)])
+    );
+    assert_eq!(got(store, &two).await.status, Status::Delivered);
+    // Both skipped: filtered.
+    let both = accept_new(store, routed("s", "evt_skip_both", &["a", "b"])).await;
+    let now = now_ms();
+    for r in ["a", "b"] {
+        let c = claim_of(store, "s", r, &both, "w", now).await;
+        assert!(store.complete(&c, "w", skip(), now).await.unwrap());
+    }
+    assert_eq!(got(store, &both).await.status, Status::Filtered);
+    assert_eq!(store.count_status("s", Status::Filtered).await.unwrap(), 2);
+}
+for_each_fresh_store!(
+    a_delivery_its_transform_skipped_is_filtered_and_never_handed_out,
+    super::a_skipped_delivery_is_filtered
 );
 
 async fn filtered_entry_is_never_delivered(store: &dyn Store) {

@@ -19,7 +19,9 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub async fn start(cfg: Config) -> Gateway {
+    pub async fn start(mut cfg: Config) -> Gateway {
+        // Transforms run in `hookgate transform-worker`, not in this test binary.
+        cfg.transform_worker = Some(env!("CARGO_BIN_EXE_hookgate").into());
         let ingest = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let probes = match cfg.admin.probe_listen {

@@ -57,15 +57,15 @@ end
 -- the status indexes and the retention indexes (scored `now`, when it reached the
 -- status). Answers the status.
 local function hg_settle_as(base, ek, id, now, old, statuses)
-  local seen, any = {}, false
+  local seen = {}
   for _, s in ipairs(statuses) do
-    seen[s], any = true, true
+    seen[s] = true
   end
-  local new = 'delivered'
-  if not any then new = 'filtered'
-  elseif seen.pending then new = 'pending'
+  local new = 'filtered'
+  if seen.pending then new = 'pending'
   elseif seen.dead then new = 'dead'
-  elseif seen.discarded then new = 'discarded' end
+  elseif seen.discarded then new = 'discarded'
+  elseif seen.delivered then new = 'delivered' end
   if new == old then return new end
   if old then redis.call('ZREM', base .. 'st:' .. old, id) end
   redis.call('ZADD', base .. 'st:' .. new, 0, id)
