@@ -37,8 +37,15 @@ pub fn check(code: &str) -> Result<(), ProgramError> {
     compile(code).map(|_| ())
 }
 
+/// The deepest nesting of brackets a program may have: jaq's parser is recursive,
+/// and a program nested deeper than any written by hand would exhaust its stack.
+const MAX_NESTING: usize = 256;
+/// The longest program accepted.
+const MAX_LEN: usize = 64 * 1024;
+
 /// Compile `code`.
 pub fn compile(code: &str) -> Result<Compiled, ProgramError> {
+    bounded(code)?;
     let defs = jaq_core::defs()
         .chain(jaq_std::defs())
         .chain(jaq_json::defs());
@@ -79,6 +86,46 @@ pub fn compile(code: &str) -> Result<Compiled, ProgramError> {
             })
         })?;
     Ok(Compiled { filter })
+}
+
+/// Refuse a program longer than [`MAX_LEN`] or nested deeper than [`MAX_NESTING`]
+/// (brackets outside string literals), before the parser sees it.
+fn bounded(code: &str) -> Result<(), ProgramError> {
+    if code.len() > MAX_LEN {
+        return Err(ProgramError {
+            problem: format!("the program is longer than {MAX_LEN} bytes"),
+            line: 1,
+            column: 1,
+        });
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, c) in code.char_indices() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '(' | '[' | '{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(at(
+                        code,
+                        &code[i..],
+                        format!("brackets nested deeper than {MAX_NESTING}"),
+                    ));
+                }
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The native functions: jaq's, with `env` (the gateway's environment holds
@@ -197,5 +244,18 @@ mod tests {
         assert!(check("$other").is_err());
         // Still there, writing nowhere.
         assert!(check(". | debug | stderr").is_ok());
+    }
+
+    #[test]
+    fn a_program_too_deep_or_too_long_is_refused_before_parsing() {
+        let deep = format!("{}1{}", "(".repeat(1_000), ")".repeat(1_000));
+        let e = check(&deep).unwrap_err();
+        assert!(e.problem.contains("nested deeper"), "{e}");
+        assert_eq!((e.line, e.column), (1, 257));
+        let fine = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        assert!(check(&fine).is_ok());
+        // Brackets inside strings do not count.
+        assert!(check(&format!("\"{}\"", "(".repeat(1000))).is_ok());
+        assert!(check(&" ".repeat(70_000)).is_err());
     }
 }
