@@ -20,9 +20,10 @@ use super::protocol::{
 };
 use super::shape::{self, ShapeError};
 
-/// The stack programs run on: deep enough for any sensible recursion; a program
-/// that needs more ends the worker, and the run fails as `crashed`.
-const STACK: usize = 64 << 20;
+/// The stack programs are compiled and run on: any program configuration accepts
+/// compiles on it (`program::STACK`); a run that recurses deeper ends the worker,
+/// and fails as `crashed`.
+const STACK: usize = program::STACK;
 /// The address space a worker may use.
 const ADDRESS_SPACE: u64 = 2 << 30;
 
