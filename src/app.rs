@@ -282,29 +282,33 @@ async fn build(
     let (ingest_limits, admin_limits, probe_limits) = http_limits(cfg);
     // Outermost: a bug in a handler answers 500 instead of dropping the connection.
     let ingest = ingest::router(state).layer(CatchPanicLayer::custom(error::panic_response));
+    let transforms = Arc::new(crate::transform::Transforms::new(
+        transform_worker(cfg)?,
+        cfg.sources
+            .iter()
+            .flat_map(|s| {
+                s.routes.iter().filter_map(|r| {
+                    let t = r.transform.clone()?;
+                    Some((s.name.clone(), r.name.clone(), t))
+                })
+            })
+            .collect(),
+        cfg.server.max_body_bytes,
+    ));
     let ops = Operations::new(
         store.clone(),
         admin_sources,
         cfg.admin.replay_rate,
         clock.clone(),
-    );
+    )
+    .with_transforms(transforms.clone());
     let admin_state = Arc::new(AdminState::new(
         ops,
         cfg.admin.token.as_ref(),
         cfg.admin.failed_auth_allowance,
     ));
-    let transforms = Arc::new(crate::transform::Pool::new(
-        transform_worker(cfg)?,
-        forward::transform_programs(&cfg.sources),
-    ));
-    let routes = forward::routes(
-        &cfg.sources,
-        &cfg.forwarder,
-        &provider_facts,
-        &transforms,
-        cfg.server.max_body_bytes,
-    )
-    .context("delivery client")?;
+    let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts, &transforms)
+        .context("delivery client")?;
     let console_state = Arc::new(
         ConsoleState::new(
             admin_state.clone(),

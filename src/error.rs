@@ -91,6 +91,9 @@ pub enum ApiError {
     /// has no per-request log line to carry it.
     #[error("store unavailable, retry later")]
     StoreUnavailable(#[from] StoreError),
+    /// A preview needed a transform worker and none could be started.
+    #[error("cannot run the route's transform now, retry later")]
+    TransformUnavailable,
 }
 
 /// What a replay or discard applied to: an entry, or one route's delivery of it
@@ -137,9 +140,10 @@ impl ApiError {
             ApiError::Refused(_) => StatusCode::FORBIDDEN,
             ApiError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Busy | ApiError::NotStored(_) | ApiError::StoreUnavailable(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::Busy
+            | ApiError::NotStored(_)
+            | ApiError::StoreUnavailable(_)
+            | ApiError::TransformUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -157,7 +161,7 @@ impl ApiError {
             ApiError::TooLarge { .. } => RequestOutcome::TooLarge,
             ApiError::BodyTimeout => RequestOutcome::BodyTimeout,
             ApiError::BodyRead => RequestOutcome::BodyRead,
-            ApiError::Busy => RequestOutcome::Busy,
+            ApiError::Busy | ApiError::TransformUnavailable => RequestOutcome::Busy,
             ApiError::NotStored(_) | ApiError::StoreUnavailable(_) => RequestOutcome::StoreError,
             ApiError::BadRequest(_) => RequestOutcome::BadRequest,
             ApiError::Unauthorized => RequestOutcome::Unauthorized,

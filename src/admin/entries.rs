@@ -91,6 +91,26 @@ pub(super) async fn replay(
     Ok((StatusCode::ACCEPTED, Json(done)).into_response())
 }
 
+/// `POST /admin/entries/{id}/preview`: what a route would send, without sending.
+pub(super) async fn preview(
+    State(admin): State<Arc<AdminState>>,
+    id: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Result<Json<dto::Preview>, ApiError> {
+    let id = path_param(id)?;
+    let req: dto::PreviewRequest = if body.is_empty() {
+        dto::PreviewRequest::default()
+    } else {
+        json_object(&body).ok_or_else(|| {
+            ApiError::BadRequest("the body must be a JSON object: {\"route\": \"name\"}".into())
+        })?
+    };
+    let route = req.route.filter(|r| !r.is_empty());
+    Ok(Json(
+        crate::operations::preview::preview(&admin.ops, &id, route.as_deref()).await?,
+    ))
+}
+
 pub(super) async fn discard(
     State(admin): State<Arc<AdminState>>,
     ApiActor(by): ApiActor,

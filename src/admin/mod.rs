@@ -126,6 +126,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/admin/entries/{id}", get(entries::show))
         .route("/admin/entries/{id}/replay", post(entries::replay))
         .route("/admin/entries/{id}/discard", post(entries::discard))
+        .route("/admin/entries/{id}/preview", post(entries::preview))
         .route("/admin/replay", post(bulk_replay::bulk_replay))
         .route("/admin/dead-letters", get(dead_letters::list))
         .route("/admin/dead-letters/replay", post(dead_letters::replay))
@@ -335,6 +336,7 @@ impl From<OpError> for ApiError {
                 ApiError::NotDiscardable { id, route, status }
             }
             OpError::Store(cause) => ApiError::StoreUnavailable(cause),
+            OpError::TransformUnavailable => ApiError::TransformUnavailable,
         }
     }
 }

@@ -136,14 +136,14 @@ pub enum SourcesCmd {
     },
 }
 
-struct Client {
+pub(super) struct Client {
     base: String,
     token: Option<String>,
     http: reqwest::Client,
 }
 
 impl Client {
-    fn new(api: &ApiArgs) -> anyhow::Result<Client> {
+    pub(super) fn new(api: &ApiArgs) -> anyhow::Result<Client> {
         crate::tls::install_provider();
         Ok(Client {
             base: api.admin_url.trim_end_matches('/').to_string(),
@@ -155,7 +155,7 @@ impl Client {
         })
     }
 
-    async fn call<T: DeserializeOwned>(
+    pub(super) async fn call<T: DeserializeOwned>(
         &self,
         method: reqwest::Method,
         path: &str,

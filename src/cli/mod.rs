@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod out;
 pub mod sign;
+pub mod transform;
 
 use std::path::PathBuf;
 
@@ -59,6 +60,11 @@ pub enum Command {
     /// starts these itself).
     #[command(hide = true)]
     TransformWorker,
+    /// Routes' transforms: what a route would send for a body or a stored entry.
+    Transform {
+        #[command(subcommand)]
+        cmd: transform::TransformCmd,
+    },
     /// Inspect, replay and discard entries (admin API of a running gateway).
     Entries {
         #[command(flatten)]
@@ -111,6 +117,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CheckConfig(a) => check_config(a),
         Command::Sign(a) => sign::run(a),
         Command::Providers(a) => providers(a),
+        Command::Transform { cmd } => transform::run(cmd).await,
         Command::TransformWorker => {
             tokio::task::spawn_blocking(crate::transform::worker::main).await??;
             Ok(())

@@ -1,7 +1,9 @@
 //! An entry's page (`GET /console/entries/{id}`): what arrived (metadata, headers
 //! with credentials redacted as the API redacts them, the body: JSON indented, other
 //! text as text, binary as hex), what happened to it (each route's delivery, every
-//! attempt as a timeline, the audit trail), and the actions: **Replay** (one route
+//! attempt as a timeline, the audit trail), what each route with a transform would
+//! send now ("What this route receives": the program run on the stored body, as a
+//! delivery attempt runs it, nothing sent), and the actions: **Replay** (one route
 //! or all) and **Discard** (a note is required).
 //!
 //! It shows what `GET /admin/entries/{id}` answers ([`crate::operations::entries::entry_detail`]) and acts
@@ -26,7 +28,7 @@ use super::entries::PATH as ENTRIES;
 use super::page::{self, Nav};
 use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor, format};
-use crate::admin::dto::EntryDetail;
+use crate::admin::dto::{EntryDetail, Preview};
 use crate::operations::OpError;
 use crate::store::Status;
 pub(crate) use json_view::json_indented;
@@ -76,9 +78,14 @@ async fn render_page(
         Err(OpError::Store(cause)) => return Err(ConsoleError::Store(cause)),
         Err(_) => return Err(ConsoleError::NotFound),
     };
+    let previews = previews(console, &detail).await?;
     let token = console.form_token(visitor);
     let chrome = console.chrome(visitor, Nav::Entries);
-    let markup = page::page("Entry", &chrome, render(&detail, notice.as_ref(), &token));
+    let markup = page::page(
+        "Entry",
+        &chrome,
+        render(&detail, &previews, notice.as_ref(), &token),
+    );
     Ok((status, page::html(markup)).into_response())
 }
 
@@ -141,13 +148,42 @@ pub async fn action(
     }
 }
 
-fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
+/// What each of the entry's routes with a transform would send now; a route whose
+/// transform cannot run now (no worker) says so instead.
+async fn previews(
+    console: &ConsoleState,
+    d: &EntryDetail,
+) -> Result<Vec<Result<Preview, String>>, ConsoleError> {
+    let ops = &console.admin.ops;
+    let Some(transforms) = &ops.transforms else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for x in &d.deliveries {
+        if !transforms.has(&d.summary.source, &x.route) {
+            continue;
+        }
+        match crate::operations::preview::preview(ops, &d.summary.id, Some(&x.route)).await {
+            Ok(p) => out.push(Ok(p)),
+            Err(OpError::Store(cause)) => return Err(ConsoleError::Store(cause)),
+            Err(other) => out.push(Err(format!("route {}: {other}", x.route))),
+        }
+    }
+    Ok(out)
+}
+
+fn render(
+    d: &EntryDetail,
+    previews: &[Result<Preview, String>],
+    notice: Option<&Notice>,
+    token: &str,
+) -> Markup {
     let s = &d.summary;
     let action = format!("{ENTRIES}/{}", s.id);
     let replayable = d.deliveries.iter().any(|x| {
         matches!(
             x.status,
-            Status::Dead | Status::Discarded | Status::Delivered
+            Status::Dead | Status::Discarded | Status::Delivered | Status::Filtered
         )
     });
     let discardable = d
@@ -317,6 +353,9 @@ fn render(d: &EntryDetail, notice: Option<&Notice>, token: &str) -> Markup {
             }
         }
         (body_section(d))
+        @if !previews.is_empty() {
+            (receives_section(previews))
+        }
     }
 }
 
@@ -360,6 +399,55 @@ fn body_section(d: &EntryDetail) -> Markup {
             }
             pre.body tabindex="0" aria-label="Body" { code { (format::untrusted(&shown)) } }
             textarea #body-raw.visually-hidden readonly tabindex="-1" aria-hidden="true" { (d.body) }
+        }
+    }
+}
+
+/// "What this route receives": per route with a transform, what it would send now.
+fn receives_section(previews: &[Result<Preview, String>]) -> Markup {
+    html! {
+        section.card aria-labelledby="receives-heading" {
+            h2 #receives-heading { "What this route receives" }
+            p.muted { "Each route's transform, run now on the stored body as a delivery attempt runs it; nothing is sent." }
+            @for p in previews {
+                @match p {
+                    Err(why) => p.alert role="alert" { (why) },
+                    Ok(p) => {
+                        div.receives data-route=(p.route) {
+                            h3 {
+                                "Route " code { (p.route) } " "
+                                @match p.outcome.as_str() {
+                                    "send" => span.badge.status-delivered { "Sends" },
+                                    "skip" => span.badge.status-filtered { "Skips: no output" },
+                                    _ => span.badge.status-dead { "Fails" },
+                                }
+                            }
+                            @if let Some(ct) = &p.content_type {
+                                p { "Content type " code { (format::untrusted(ct)) } }
+                            }
+                            @if !p.headers.is_empty() {
+                                table.headers {
+                                    tbody {
+                                        @for h in &p.headers {
+                                            tr { th scope="row" { (format::untrusted(&h.name)) } td.wrap { (format::untrusted(&h.value)) } }
+                                        }
+                                    }
+                                }
+                            }
+                            @if let Some(body) = &p.body {
+                                @let shown = json_indented(body, SHOWN_BODY_BYTES).map(|s| s.text).unwrap_or_else(|| truncate(body, SHOWN_BODY_BYTES));
+                                pre.body tabindex="0" aria-label={ "What route " (p.route) " receives" } { code { (format::untrusted(&shown)) } }
+                            }
+                            @if p.body_base64.is_some() {
+                                p.muted { "A binary body: " code { "POST /admin/entries/…/preview" } " answers it in base64." }
+                            }
+                            @if let Some(e) = &p.error {
+                                p.alert { (format::untrusted(e)) }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -468,13 +556,13 @@ mod tests {
 
     #[test]
     fn a_binary_body_shows_as_hex_and_text_is_escaped() {
-        let html = render(&detail("base64", "AAFoaf8="), None, "t").into_string();
+        let html = render(&detail("base64", "AAFoaf8="), &[], None, "t").into_string();
         assert!(html.contains("Binary, as hex, 5 bytes"), "{html}");
         assert!(html.contains("00000000  00 01 68 69 ff"), "{html}");
         assert!(!html.contains("<script>"), "{html}");
         assert!(!html.contains("<b>evt"), "{html}");
         assert!(html.contains("&lt;/textarea&gt;&lt;script&gt;"), "{html}");
-        let html = render(&detail("utf8", "{\"a\":[1]}"), None, "t").into_string();
+        let html = render(&detail("utf8", "{\"a\":[1]}"), &[], None, "t").into_string();
         assert!(html.contains("JSON, 9 bytes"), "{html}");
     }
 

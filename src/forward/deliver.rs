@@ -15,11 +15,10 @@ use super::ahead::{NotSent, Place};
 use super::meters::DeliveryOutcome;
 use super::pace::Answer;
 use super::retry::{self, Decision, Outcome};
-use super::route::RouteTransform;
 use super::route::{Route, origin};
 use super::{Forwarder, meters, request};
 use crate::store::{Attempt, Claim, Completion};
-use crate::transform::{Ran, Run, Shaped, TransformError};
+use crate::transform::{MetaOf, Ran, Shaped, TransformError, Transforms};
 
 /// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
 pub(super) fn breaker_gauge(route: &Route) {
@@ -192,7 +191,7 @@ pub(super) async fn deliver(
         return;
     }
     // The route's program, from the stored body, at every attempt.
-    let transformed = match &route.transform {
+    let transformed = match &route.transforms {
         None => None,
         Some(t) => match transform(t, route, entry).await {
             Ok(Ran::Send(shaped)) => Some(shaped),
@@ -273,46 +272,33 @@ pub(super) async fn deliver(
 
 /// Run the route's program on the stored body, with `$meta` describing the entry.
 async fn transform(
-    t: &RouteTransform,
+    t: &Transforms,
     route: &Route,
     entry: &crate::store::Entry,
 ) -> Result<Ran, TransformError> {
-    let mut headers = serde_json::Map::new();
-    for h in &entry.headers {
-        let value = String::from_utf8_lossy(&h.value).into_owned();
-        match headers.get_mut(&h.name) {
-            Some(serde_json::Value::String(v)) => {
-                v.push_str(", ");
-                v.push_str(&value);
-            }
-            _ => {
-                headers.insert(h.name.clone(), serde_json::Value::String(value));
-            }
-        }
-    }
-    let received = std::time::UNIX_EPOCH
-        + Duration::from_millis(u64::try_from(entry.received_at).unwrap_or(0));
-    let meta = serde_json::json!({
-        "source": route.source,
-        "route": route.name,
-        "entry_id": entry.id,
-        "event_id": entry.event_id,
-        "event_type": entry.event_type,
-        "received_at": humantime::format_rfc3339_millis(received).to_string(),
-        "headers": headers,
-    });
+    let meta = crate::transform::meta(
+        MetaOf {
+            source: &route.source,
+            route: &route.name,
+            entry_id: &entry.id,
+            event_id: entry.event_id.as_deref(),
+            event_type: entry.event_type.as_deref(),
+            received_at: entry.received_at,
+        },
+        entry
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.value.as_slice())),
+    );
     let started = Instant::now();
     let ran = t
-        .pool
-        .run(Run {
-            program: t.program,
-            envelope: t.envelope,
-            cap: t.cap,
-            timeout: t.timeout,
-            meta,
-            body: &entry.body,
-        })
-        .await;
+        .run(&route.source, &route.name, meta, &entry.body)
+        .await
+        .unwrap_or_else(|| {
+            Err(TransformError::Unavailable(
+                "the route has no program".into(),
+            ))
+        });
     route
         .meters
         .transform_seconds

@@ -42,7 +42,7 @@ use admission::{Admission, InFlightMap, ProbePermit};
 use ahead::Place;
 pub use meters::{DeliveryOutcome, DeliveryResult, register_metrics};
 use pace::Pace;
-pub use route::{ProviderFacts, Route, RouteTransform, client, origin, routes, transform_programs};
+pub use route::{ProviderFacts, Route, client, origin, routes};
 
 /// Told about every delivery that goes dead: (source, route, reason). Must not
 /// block.

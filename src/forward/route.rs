@@ -16,7 +16,7 @@ use super::request;
 use super::retry::RetryPolicy;
 use crate::config::ForwarderConfig;
 use crate::header_policy::HeaderPolicy;
-use crate::transform::Pool;
+use crate::transform::Transforms;
 
 /// Where and how the entries of one source are delivered through one of its routes.
 pub struct Route {
@@ -47,31 +47,10 @@ pub struct Route {
     /// The route's rate limit and how it adapts, when it has one. The send slots
     /// themselves are the store's, so that every process keeps one pace.
     pub pace: Option<std::sync::Mutex<Pace>>,
-    /// The route's transform, when it has one.
-    pub transform: Option<RouteTransform>,
+    /// The gateway's transforms, when this route has one.
+    pub transforms: Option<Arc<Transforms>>,
     /// Its metric handles.
     pub(super) meters: RouteMeters,
-}
-
-/// A route's transform: its program in the gateway's pool of transform workers.
-pub struct RouteTransform {
-    pub pool: Arc<Pool>,
-    /// The program's index in the pool (see [`transform_programs`]).
-    pub program: usize,
-    pub envelope: bool,
-    pub timeout: Duration,
-    /// The most bytes its output may have (`server.max_body_bytes`).
-    pub cap: usize,
-}
-
-/// The routes' transform programs, numbered in the order [`routes`] gives them
-/// their index: what a [`Pool`] for these sources is made of.
-pub fn transform_programs(sources: &[crate::config::SourceConfig]) -> Vec<String> {
-    sources
-        .iter()
-        .flat_map(|s| s.routes.iter())
-        .filter_map(|r| r.transform.as_ref().map(|t| t.program.clone()))
-        .collect()
 }
 
 /// Why the routes could not be built.
@@ -130,17 +109,13 @@ pub struct ProviderFacts {
 /// Build the routes of every source. Routes delivering to the same destination
 /// origin share one breaker and one concurrency limit (the smallest configured).
 /// `facts` gives each source's provider facts (by source name).
-///
-/// `transforms` runs the programs of [`transform_programs`]; outputs are capped at
-/// `max_body_bytes`.
+/// `transforms` runs the routes' transforms.
 pub fn routes(
     sources: &[crate::config::SourceConfig],
     cfg: &ForwarderConfig,
     facts: &HashMap<String, ProviderFacts>,
-    transforms: &Arc<Pool>,
-    max_body_bytes: usize,
+    transforms: &Arc<Transforms>,
 ) -> Result<Vec<Route>, RouteError> {
-    let mut next_program = 0usize;
     let all = || {
         sources
             .iter()
@@ -167,16 +142,6 @@ pub fn routes(
                     )
                 })
                 .clone();
-            let transform = r.transform.as_ref().map(|t| {
-                next_program += 1;
-                RouteTransform {
-                    pool: transforms.clone(),
-                    program: next_program - 1,
-                    envelope: t.envelope,
-                    timeout: t.timeout,
-                    cap: max_body_bytes,
-                }
-            });
             let credentials = facts
                 .get(&s.name)
                 .map(|f| f.credential_headers.as_slice())
@@ -213,7 +178,7 @@ pub fn routes(
                     .delivery
                     .rate_limit
                     .map(|l| std::sync::Mutex::new(Pace::new(l))),
-                transform,
+                transforms: transforms.has(&s.name, &r.name).then(|| transforms.clone()),
             })
         })
         .collect()

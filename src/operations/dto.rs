@@ -283,3 +283,37 @@ pub struct DeadLetterReplay {
     pub route: String,
     pub failure: String,
 }
+
+/// The body of `POST /admin/entries/{id}/preview`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PreviewRequest {
+    /// The route whose request is previewed; may be left out when the entry's
+    /// source has one route.
+    #[serde(default)]
+    pub route: Option<String>,
+}
+
+/// What a route would send for an entry, now, without sending it: the stored body,
+/// or what the route's transform makes of it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Preview {
+    pub route: String,
+    /// Whether the route has a transform.
+    pub transformed: bool,
+    /// `send`: this is what the route sends; `skip`: the transform gives no output
+    /// (the delivery would be `filtered`); `failed`: the transform fails (the
+    /// delivery would be dead, in group `failure`).
+    pub outcome: String,
+    pub content_type: Option<String>,
+    /// Headers the transform sets (hookgate's own delivery headers, which depend on
+    /// the attempt, are not shown).
+    pub headers: Vec<Header>,
+    /// The body, when it is UTF-8 text.
+    pub body: Option<String>,
+    /// The body in base64, when it is not UTF-8.
+    pub body_base64: Option<String>,
+    /// The failure's group (`transform: <kind>`), when it fails.
+    pub failure: Option<String>,
+    /// What went wrong, when it fails (it may quote the body).
+    pub error: Option<String>,
+}

@@ -18,7 +18,7 @@ pub enum OpError {
     #[error("entry {id:?} has no delivery through route {route:?}")]
     NoDelivery { id: String, route: String },
     /// The delivery's status does not allow a replay.
-    #[error("{} is {}; only delivered, dead or discarded deliveries can be replayed", what(.id, .route), .status.as_str())]
+    #[error("{} is {}; only delivered, dead, discarded or filtered deliveries can be replayed", what(.id, .route), .status.as_str())]
     NotReplayable {
         id: String,
         route: Option<String>,
@@ -33,4 +33,7 @@ pub enum OpError {
     },
     #[error("store unavailable, retry later")]
     Store(#[from] StoreError),
+    /// No transform worker could be started to run a preview.
+    #[error("cannot run the route's transform now, retry later")]
+    TransformUnavailable,
 }

@@ -12,12 +12,14 @@ pub mod dead_letters;
 pub mod dto;
 pub mod entries;
 mod error;
+pub mod preview;
 pub mod sources;
 
 use std::sync::{Arc, Mutex};
 
 use crate::clock::Clock;
 use crate::store::Store;
+use crate::transform::Transforms;
 
 pub use error::OpError;
 
@@ -33,6 +35,8 @@ pub struct Operations {
     /// The next free slot (unix ms) of bulk replays in this process.
     pub replay_horizon: Mutex<i64>,
     pub clock: Clock,
+    /// The routes' transforms, which a preview runs.
+    pub transforms: Option<Arc<Transforms>>,
 }
 
 impl Operations {
@@ -48,7 +52,14 @@ impl Operations {
             replay_rate: replay_rate.max(1),
             replay_horizon: Mutex::new(0),
             clock,
+            transforms: None,
         }
+    }
+
+    /// These operations, previewing the routes' transforms with `transforms`.
+    pub fn with_transforms(mut self, transforms: Arc<Transforms>) -> Operations {
+        self.transforms = Some(transforms);
+        self
     }
 
     pub(crate) fn source(&self, name: &str) -> Option<&SourceFacts> {

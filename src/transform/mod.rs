@@ -20,6 +20,8 @@ pub mod protocol;
 pub mod shape;
 pub mod worker;
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use pool::{Pool, Ran, Run};
@@ -47,6 +49,126 @@ pub struct TransformConfig {
     pub envelope: bool,
     /// `transform_timeout`: the most one run may take.
     pub timeout: Duration,
+}
+
+/// The gateway's transforms: one pool of workers, and each route's program in it.
+/// Built once from the configuration; the forwarder runs a route's program at each
+/// attempt, the admin API and the console to preview what a route would send.
+pub struct Transforms {
+    pool: Pool,
+    routes: HashMap<(String, String), RouteProgram>,
+    cap: usize,
+}
+
+/// A route's program: its index in the pool, and how its runs are shaped and
+/// bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteProgram {
+    index: usize,
+    envelope: bool,
+    timeout: Duration,
+}
+
+impl Transforms {
+    /// The transforms of `routes` (`(source, route, transform)`), run by `exe
+    /// transform-worker`, their outputs at most `cap` bytes. Nothing starts yet.
+    pub fn new(exe: PathBuf, routes: Vec<(String, String, TransformConfig)>, cap: usize) -> Self {
+        let mut programs = Vec::with_capacity(routes.len());
+        let mut by_route = HashMap::with_capacity(routes.len());
+        for (source, route, t) in routes {
+            by_route.insert(
+                (source, route),
+                RouteProgram {
+                    index: programs.len(),
+                    envelope: t.envelope,
+                    timeout: t.timeout,
+                },
+            );
+            programs.push(t.program);
+        }
+        Transforms {
+            pool: Pool::new(exe, programs),
+            routes: by_route,
+            cap,
+        }
+    }
+
+    /// Whether route `route` of `source` has a transform.
+    pub fn has(&self, source: &str, route: &str) -> bool {
+        self.routes
+            .contains_key(&(source.to_string(), route.to_string()))
+    }
+
+    /// Run the transform of route `route` of `source` on `body`; `None` when the
+    /// route has none.
+    pub async fn run(
+        &self,
+        source: &str,
+        route: &str,
+        meta: serde_json::Value,
+        body: &[u8],
+    ) -> Option<Result<Ran, TransformError>> {
+        let p = *self.routes.get(&(source.to_string(), route.to_string()))?;
+        Some(
+            self.pool
+                .run(Run {
+                    program: p.index,
+                    envelope: p.envelope,
+                    cap: self.cap,
+                    timeout: p.timeout,
+                    meta,
+                    body,
+                })
+                .await,
+        )
+    }
+}
+
+/// What `$meta` tells a program about the entry it runs on.
+#[derive(Debug, Clone, Copy)]
+pub struct MetaOf<'a> {
+    pub source: &'a str,
+    pub route: &'a str,
+    pub entry_id: &'a str,
+    pub event_id: Option<&'a str>,
+    pub event_type: Option<&'a str>,
+    /// Unix milliseconds.
+    pub received_at: i64,
+}
+
+/// `$meta`: the entry's facts and its stored headers (lower-case names; repeated
+/// headers joined with `, `; invalid UTF-8 replaced).
+pub fn meta<'h>(
+    of: MetaOf<'_>,
+    headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
+) -> serde_json::Value {
+    let mut map = serde_json::Map::new();
+    for (name, value) in headers {
+        let value = String::from_utf8_lossy(value);
+        match map.get_mut(name) {
+            Some(serde_json::Value::String(v)) => {
+                v.push_str(", ");
+                v.push_str(&value);
+            }
+            _ => {
+                map.insert(
+                    name.to_ascii_lowercase(),
+                    serde_json::Value::String(value.into_owned()),
+                );
+            }
+        }
+    }
+    let received =
+        std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(of.received_at).unwrap_or(0));
+    serde_json::json!({
+        "source": of.source,
+        "route": of.route,
+        "entry_id": of.entry_id,
+        "event_id": of.event_id,
+        "event_type": of.event_type,
+        "received_at": humantime::format_rfc3339_millis(received).to_string(),
+        "headers": map,
+    })
 }
 
 /// Why a transform gave nothing to send.
@@ -128,5 +250,33 @@ mod tests {
         );
         assert!(!TransformError::Unavailable("x".into()).is_final());
         assert_eq!(group_of("HTTP 500"), None);
+    }
+
+    #[test]
+    fn meta_holds_the_entry_and_its_headers() {
+        let m = meta(
+            MetaOf {
+                source: "shop",
+                route: "legacy",
+                entry_id: "e1",
+                event_id: Some("evt_1"),
+                event_type: None,
+                received_at: 1_700_000_000_123,
+            },
+            [
+                ("x-a", &b"1"[..]),
+                ("x-a", &b"2"[..]),
+                ("x-b", &b"\xff"[..]),
+            ],
+        );
+        assert_eq!(
+            m,
+            serde_json::json!({
+                "source": "shop", "route": "legacy", "entry_id": "e1",
+                "event_id": "evt_1", "event_type": null,
+                "received_at": "2023-11-14T22:13:20.123Z",
+                "headers": {"x-a": "1, 2", "x-b": "\u{fffd}"},
+            })
+        );
     }
 }

@@ -221,12 +221,18 @@ fn scalar(v: &Val) -> Option<String> {
     }
 }
 
-/// A number as JSON writes it (see the module's note on what JSON cannot say).
+/// The largest magnitude below which every integral float is written as an
+/// integer (as jq writes `4 / 2`: `2`); 2^53, where floats stop being exact.
+const INTEGRAL_UP_TO: f64 = 9_007_199_254_740_992.0;
+
+/// A number as JSON writes it (see the module's note on what JSON cannot say); an
+/// integral float as an integer, as jq writes one.
 fn number(n: &Num) -> String {
     match n {
         Num::Float(f) if f.is_nan() => "null".into(),
         Num::Float(f) if f.is_infinite() && *f > 0.0 => "1.7976931348623157e308".into(),
         Num::Float(f) if f.is_infinite() => "-1.7976931348623157e308".into(),
+        Num::Float(f) if f.fract() == 0.0 && f.abs() < INTEGRAL_UP_TO => format!("{}", *f as i64),
         other => other.to_string(),
     }
 }
@@ -322,6 +328,11 @@ mod tests {
         let back: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(back[0], serde_json::Value::Null);
         assert!(back[1].as_f64().unwrap() > 1e308);
+        let n = |f: f64| json(&Val::Num(Num::Float(f)), 100).unwrap();
+        assert_eq!(n(20.0), b"20");
+        assert_eq!(n(-3.0), b"-3");
+        assert_eq!(n(20.5), b"20.5");
+        assert_eq!(n(1e300), b"1e300");
     }
 
     #[test]

@@ -494,6 +494,7 @@ async fn the_server_and_its_openapi_document_agree() {
         ("GET", "/admin/entries/{id}"),
         ("POST", "/admin/entries/{id}/replay"),
         ("POST", "/admin/entries/{id}/discard"),
+        ("POST", "/admin/entries/{id}/preview"),
         ("POST", "/admin/replay"),
         ("GET", "/admin/dead-letters"),
         ("POST", "/admin/dead-letters/replay"),
@@ -538,6 +539,23 @@ async fn the_server_and_its_openapi_document_agree() {
             Some(json!({"route": "default"})),
         ),
         ("POST", "/admin/entries/missing/replay".into(), None),
+        ("POST", format!("/admin/entries/{dead}/preview"), None),
+        (
+            "POST",
+            format!("/admin/entries/{dead}/preview"),
+            Some(json!({"route": "default"})),
+        ),
+        (
+            "POST",
+            format!("/admin/entries/{dead}/preview"),
+            Some(json!({"route": "nope"})),
+        ),
+        (
+            "POST",
+            format!("/admin/entries/{dead}/preview"),
+            Some(json!(["not", "an", "object"])),
+        ),
+        ("POST", "/admin/entries/missing/preview".into(), None),
         (
             "POST",
             format!("/admin/entries/{other}/discard"),

@@ -1,7 +1,7 @@
 //! Stored XSS, in real Chromium: a signed webhook whose event id, event type, body
 //! and headers carry `<script>`, `<img onerror>`, `<svg onload>`, `javascript:` URLs
 //! and a `</textarea>` breakout, shown on every console page that shows webhook
-//! data. Each payload, if it ran, would change `document.title` and call the test's
+//! data (and in what a route's transform makes of them). Each payload, if it ran, would change `document.title` and call the test's
 //! sink; the test asserts that neither happened, that no element the payloads carry
 //! made it into the page, and that each payload is shown as text.
 
@@ -23,8 +23,12 @@ async fn in_chromium_no_webhook_value_runs_on_any_console_page() {
     let sources = format!(
         "[[sources]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
          [[sources.routes]]\nname = \"orders\"\ndestination = \"{}/orders\"\n\
+         [sources.routes.retry]\nmax_attempts = 1\n\
+         [[sources.routes]]\nname = \"legacy\"\ndestination = \"{}/legacy\"\n\
+         transform_output = \"envelope\"\n\
+         transform = '{{body: {{note: .data.object.note, id: .id}}, headers: {{\"X-Kind\": .type}}}}'\n\
          [sources.routes.retry]\nmax_attempts = 1\n",
-        refusing.url
+        refusing.url, refusing.url
     );
     let gw = Gateway::start(admin_config(&h, "", &sources)).await;
     let admin = Admin::new(&gw);
@@ -130,6 +134,19 @@ async fn in_chromium_no_webhook_value_runs_on_any_console_page() {
                 );
                 let header = b.text_of("table.headers").await;
                 assert!(header.contains("<svg onload="), "{header}");
+                // What the transformed route receives: the payloads, as text.
+                let receives = b.text_of("div.receives").await;
+                assert!(receives.contains("</textarea></pre><script>"), "{receives}");
+                assert!(receives.contains(&event_id), "{receives}");
+                assert!(receives.contains(&event_type), "{receives}");
+                b.client
+                    .execute(
+                        "document.getElementById('receives-heading').scrollIntoView();",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                b.screenshot("xss-entry-receives").await;
             }
             "dead-letters" => {
                 assert!(

@@ -82,11 +82,11 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
         &cfg.sources,
         &cfg.forwarder,
         &std::collections::HashMap::new(),
-        &std::sync::Arc::new(hookgate::transform::Pool::new(
+        &std::sync::Arc::new(hookgate::transform::Transforms::new(
             env!("CARGO_BIN_EXE_hookgate").into(),
             Vec::new(),
+            cfg.server.max_body_bytes,
         )),
-        cfg.server.max_body_bytes,
     )
     .unwrap();
     let forwarder = tokio::spawn(hookgate::forward::run(

@@ -47,5 +47,6 @@ mod redis_store;
 mod routes;
 mod stalled;
 mod transform;
+mod transform_examples;
 mod unsigned;
 mod upstream;

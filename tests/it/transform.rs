@@ -366,3 +366,226 @@ async fn the_pool_survives_programs_that_never_end_recurse_or_explode() {
     let (again, _) = run(0, 5_000).await;
     assert!(matches!(again, Ok(Ran::Send(_))), "{again:?}");
 }
+
+async fn preview_matches(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let raw = Upstream::ok().await;
+    let flat = Upstream::ok().await;
+    let skip = Upstream::ok().await;
+    let fails = Upstream::ok().await;
+    let cfg = config(
+        &h,
+        &raw.url,
+        &[
+            (
+                "flat",
+                &flat.url,
+                "transform = '{body: {id: .data.object.id, at: $meta.received_at}, headers: {\"X-Kind\": .type}, content_type: \"application/vnd.legacy+json\"}'\ntransform_output = \"envelope\"",
+            ),
+            ("skip", &skip.url, "transform = 'empty'"),
+            ("fails", &fails.url, "transform = '.data.object.id | error'"),
+        ],
+    );
+    let gw = Gateway::start(cfg).await;
+    let c = http();
+    let admin = |path: String, body: serde_json::Value| {
+        let c = c.clone();
+        let url = format!("{}{path}", gw.admin);
+        async move {
+            let r = c.post(url).json(&body).send().await.unwrap();
+            let st = r.status().as_u16();
+            (st, r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    // Held, so that the previews come before the deliveries.
+    let (st, _) = admin("/admin/sources/shop/pause".into(), json!({})).await;
+    assert_eq!(st, 200);
+    let body = payment("evt_t4", "charge.succeeded");
+    let (st, json) = post_stripe_signed(&c, &gw.ingest, "shop", body.as_bytes()).await;
+    assert_eq!(st, 200);
+    let id = json["id"].as_str().unwrap().to_string();
+    let preview = |route: &str| {
+        admin(
+            format!("/admin/entries/{id}/preview"),
+            json!({"route": route}),
+        )
+    };
+
+    let (st, p) = preview("flat").await;
+    assert_eq!(st, 200, "{p}");
+    assert_eq!(
+        (p["outcome"].as_str(), p["transformed"].as_bool()),
+        (Some("send"), Some(true))
+    );
+    assert_eq!(p["content_type"], "application/vnd.legacy+json");
+    assert_eq!(
+        p["headers"],
+        json!([{"name": "x-kind", "value": "charge.succeeded"}])
+    );
+    let (st, raw_p) = preview("raw").await;
+    assert_eq!(st, 200);
+    assert_eq!(raw_p["transformed"], false);
+    assert_eq!(raw_p["body"], body.as_str());
+    let (_, s) = preview("skip").await;
+    assert_eq!(s["outcome"], "skip");
+    let (_, f) = preview("fails").await;
+    assert_eq!(f["outcome"], "failed");
+    assert_eq!(f["failure"], "transform: runtime");
+    assert!(f["error"].as_str().unwrap().contains("pi_evt_t4"), "{f}");
+    // Refusals.
+    assert_eq!(preview("nope").await.0, 404);
+    assert_eq!(
+        admin(format!("/admin/entries/{id}/preview"), json!({}))
+            .await
+            .0,
+        400
+    );
+    assert_eq!(
+        admin(
+            "/admin/entries/nope/preview".into(),
+            json!({"route": "raw"})
+        )
+        .await
+        .0,
+        404
+    );
+
+    // What is then sent is what was previewed.
+    let (st, _) = admin("/admin/sources/shop/resume".into(), json!({})).await;
+    assert_eq!(st, 200);
+    for (up, what) in [(&raw, "raw"), (&flat, "flat")] {
+        up.wait_for(Duration::from_secs(10), what, |r| !r.is_empty())
+            .await;
+    }
+    let sent = &flat.received()[0];
+    assert_eq!(
+        String::from_utf8_lossy(&sent.body),
+        p["body"].as_str().unwrap()
+    );
+    assert_eq!(
+        sent.header("content-type").as_deref(),
+        p["content_type"].as_str()
+    );
+    assert_eq!(sent.header("x-kind").as_deref(), Some("charge.succeeded"));
+    assert_eq!(raw.received()[0].body, body.as_bytes());
+    let store = h.open().await;
+    let e = wait_until_ok(
+        "every delivery ended",
+        Duration::from_secs(10),
+        async || {
+            let e = store
+                .get(&id)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("gone")?;
+            let statuses: Vec<Status> = e.deliveries.iter().map(|d| d.status).collect();
+            match statuses.contains(&Status::Pending) {
+                false => Ok(e),
+                true => Err(format!("{statuses:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(e.delivery("skip").unwrap().status, Status::Filtered);
+    assert_eq!(e.delivery("fails").unwrap().status, Status::Dead);
+    assert_eq!(skip.count() + fails.count(), 0);
+    // A skipped delivery is replayed through its route like any ended one.
+    let (st, _) = admin(
+        format!("/admin/entries/{id}/replay"),
+        json!({"route": "skip"}),
+    )
+    .await;
+    assert_eq!(st, 202);
+    store.close().await;
+    gw.stop().await;
+}
+for_each_store!(
+    a_preview_shows_what_each_route_then_sends,
+    super::preview_matches
+);
+
+/// `hookgate transform test --body`: the route's program on a file, here.
+#[test]
+fn the_cli_runs_a_route_transform_on_a_body_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[sources]]\nname = \"shop\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
+             [[sources.routes]]\nname = \"flat\"\ndestination = \"http://127.0.0.1:9/\"\n\
+             transform = '{{order: .data.object.id}}'\n\
+             [[sources.routes]]\nname = \"broken\"\ndestination = \"http://127.0.0.1:9/\"\n\
+             transform = '.a | error'\n"
+        ),
+    )
+    .unwrap();
+    let body = dir.path().join("event.json");
+    std::fs::write(&body, payment("evt_cli", "charge.succeeded")).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let body = body.to_str().unwrap();
+    let (code, out, err) = crate::cli::run(
+        &[
+            "transform",
+            "test",
+            "--config",
+            cfg,
+            "--route",
+            "shop/flat",
+            "--body",
+            body,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim_end(), r#"{"order":"pi_evt_cli"}"#);
+    assert!(err.contains("route flat: sends"), "{err}");
+    assert!(err.contains("content-type: application/json"), "{err}");
+    let (code, out, _) = crate::cli::run(
+        &[
+            "transform",
+            "test",
+            "--config",
+            cfg,
+            "--route",
+            "flat",
+            "--body",
+            body,
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0);
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(p["outcome"], "send");
+    let (code, _, err) = crate::cli::run(
+        &[
+            "transform",
+            "test",
+            "--config",
+            cfg,
+            "--route",
+            "broken",
+            "--body",
+            body,
+        ],
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("transform: runtime"), "{err}");
+    let (code, _, err) = crate::cli::run(
+        &[
+            "transform",
+            "test",
+            "--config",
+            cfg,
+            "--route",
+            "nope",
+            "--body",
+            body,
+        ],
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("no route \"nope\""), "{err}");
+}

@@ -1,0 +1,134 @@
+//! See before you send: what a route would send for a stored entry, now, without
+//! sending it. For a route with a transform, the program runs on the stored body
+//! exactly as a delivery attempt runs it (same workers, same `$meta`, same bounds),
+//! so the preview is what the next attempt sends; for a route without one, it is
+//! the stored body.
+
+use base64::Engine as _;
+
+use super::dto::{Header, Preview};
+use super::{OpError, Operations};
+use crate::transform::{MetaOf, Ran, TransformError};
+
+/// What route `route` (or, when the source has one route, that one) would send for
+/// entry `id`.
+pub async fn preview(ops: &Operations, id: &str, route: Option<&str>) -> Result<Preview, OpError> {
+    let entry = ops
+        .store
+        .get(id)
+        .await?
+        .ok_or_else(|| OpError::NoSuchEntry(id.to_string()))?;
+    let source = ops
+        .source(&entry.source)
+        .ok_or_else(|| OpError::NoSuchSource(entry.source.clone()))?;
+    let route = match route {
+        Some(r) if source.has_route(r) => r.to_string(),
+        Some(r) => {
+            return Err(OpError::NoSuchRoute {
+                name: source.name.clone(),
+                route: r.to_string(),
+            });
+        }
+        None => match source.routes.as_slice() {
+            [only] => only.clone(),
+            _ => {
+                return Err(OpError::Invalid(format!(
+                    "source {:?} has several routes; name one: {{\"route\": \"…\"}}",
+                    source.name
+                )));
+            }
+        },
+    };
+    let transforms = ops
+        .transforms
+        .as_ref()
+        .filter(|t| t.has(&entry.source, &route));
+    let Some(transforms) = transforms else {
+        let content_type = entry
+            .headers
+            .iter()
+            .find(|h| h.name == "content-type")
+            .map(|h| String::from_utf8_lossy(&h.value).into_owned());
+        return Ok(sent(route, false, content_type, Vec::new(), &entry.body));
+    };
+    let meta = crate::transform::meta(
+        MetaOf {
+            source: &entry.source,
+            route: &route,
+            entry_id: &entry.id,
+            event_id: entry.event_id.as_deref(),
+            event_type: entry.event_type.as_deref(),
+            received_at: entry.received_at,
+        },
+        entry
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.value.as_slice())),
+    );
+    match transforms
+        .run(&entry.source, &route, meta, &entry.body)
+        .await
+    {
+        None | Some(Err(TransformError::Unavailable(_))) => Err(OpError::TransformUnavailable),
+        Some(Ok(Ran::Send(s))) => Ok(sent(
+            route,
+            true,
+            Some(s.content_type),
+            s.headers
+                .into_iter()
+                .map(|(name, value)| Header { name, value })
+                .collect(),
+            &s.body,
+        )),
+        Some(Ok(Ran::Empty)) => Ok(Preview {
+            route,
+            transformed: true,
+            outcome: "skip".into(),
+            content_type: None,
+            headers: Vec::new(),
+            body: None,
+            body_base64: None,
+            failure: None,
+            error: Some(crate::transform::EMPTY_REASON.into()),
+        }),
+        Some(Err(e)) => Ok(Preview {
+            route,
+            transformed: true,
+            outcome: "failed".into(),
+            content_type: None,
+            headers: Vec::new(),
+            body: None,
+            body_base64: None,
+            failure: Some(format!("transform: {}", e.kind())),
+            error: Some(e.to_string()),
+        }),
+    }
+}
+
+/// A preview of a request that is sent: the body as text when it is UTF-8.
+fn sent(
+    route: String,
+    transformed: bool,
+    content_type: Option<String>,
+    headers: Vec<Header>,
+    body: &[u8],
+) -> Preview {
+    let (text, b64) = match std::str::from_utf8(body) {
+        Ok(t) => (Some(t.to_string()), None),
+        Err(_) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(body)),
+        ),
+    };
+    Preview {
+        route,
+        transformed,
+        outcome: "send".into(),
+        content_type,
+        headers,
+        body: text,
+        body_base64: b64,
+        failure: None,
+        error: None,
+    }
+}
