@@ -132,17 +132,19 @@ async fn run_here(cfg: &Config, source: &str, route: &str, body: &[u8]) -> anyho
         vec![(source.to_string(), route.to_string(), program)],
         cfg.server.max_body_bytes,
     ));
-    let meta = crate::transform::meta(
-        MetaOf {
-            source,
-            route,
-            entry_id: "test",
-            event_id: None,
-            event_type: None,
-            received_at: crate::clock::system_now_ms(),
-        },
-        std::iter::empty(),
-    );
+    let meta = || {
+        crate::transform::meta(
+            MetaOf {
+                source,
+                route,
+                entry_id: "test",
+                event_id: None,
+                event_type: None,
+                received_at: crate::clock::system_now_ms(),
+            },
+            std::iter::empty(),
+        )
+    };
     let ran = transforms
         .run(source, route, meta, body)
         .await

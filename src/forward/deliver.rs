@@ -276,20 +276,22 @@ async fn transform(
     route: &Route,
     entry: &crate::store::Entry,
 ) -> Result<Ran, TransformError> {
-    let meta = crate::transform::meta(
-        MetaOf {
-            source: &route.source,
-            route: &route.name,
-            entry_id: &entry.id,
-            event_id: entry.event_id.as_deref(),
-            event_type: entry.event_type.as_deref(),
-            received_at: entry.received_at,
-        },
-        entry
-            .headers
-            .iter()
-            .map(|h| (h.name.as_str(), h.value.as_slice())),
-    );
+    let meta = || {
+        crate::transform::meta(
+            MetaOf {
+                source: &route.source,
+                route: &route.name,
+                entry_id: &entry.id,
+                event_id: entry.event_id.as_deref(),
+                event_type: entry.event_type.as_deref(),
+                received_at: entry.received_at,
+            },
+            entry
+                .headers
+                .iter()
+                .map(|h| (h.name.as_str(), h.value.as_slice())),
+        )
+    };
     let started = Instant::now();
     let ran = t
         .run(&route.source, &route.name, meta, &entry.body)

@@ -51,20 +51,22 @@ pub async fn preview(ops: &Operations, id: &str, route: Option<&str>) -> Result<
             .map(|h| String::from_utf8_lossy(&h.value).into_owned());
         return Ok(sent(route, false, content_type, Vec::new(), &entry.body));
     };
-    let meta = crate::transform::meta(
-        MetaOf {
-            source: &entry.source,
-            route: &route,
-            entry_id: &entry.id,
-            event_id: entry.event_id.as_deref(),
-            event_type: entry.event_type.as_deref(),
-            received_at: entry.received_at,
-        },
-        entry
-            .headers
-            .iter()
-            .map(|h| (h.name.as_str(), h.value.as_slice())),
-    );
+    let meta = || {
+        crate::transform::meta(
+            MetaOf {
+                source: &entry.source,
+                route: &route,
+                entry_id: &entry.id,
+                event_id: entry.event_id.as_deref(),
+                event_type: entry.event_type.as_deref(),
+                received_at: entry.received_at,
+            },
+            entry
+                .headers
+                .iter()
+                .map(|h| (h.name.as_str(), h.value.as_slice())),
+        )
+    };
     match transforms
         .run(&entry.source, &route, meta, &entry.body)
         .await

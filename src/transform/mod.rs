@@ -67,6 +67,8 @@ pub struct RouteProgram {
     index: usize,
     envelope: bool,
     timeout: Duration,
+    /// Whether the program reads `$meta`: when it does not, none is built or sent.
+    reads_meta: bool,
 }
 
 impl Transforms {
@@ -82,6 +84,7 @@ impl Transforms {
                     index: programs.len(),
                     envelope: t.envelope,
                     timeout: t.timeout,
+                    reads_meta: t.program.contains("$meta"),
                 },
             );
             programs.push(t.program);
@@ -99,16 +102,18 @@ impl Transforms {
             .contains_key(&(source.to_string(), route.to_string()))
     }
 
-    /// Run the transform of route `route` of `source` on `body`; `None` when the
+    /// Run the transform of route `route` of `source` on `body`, with the `$meta`
+    /// that `meta` writes (called only when the program reads it); `None` when the
     /// route has none.
     pub async fn run(
         &self,
         source: &str,
         route: &str,
-        meta: serde_json::Value,
+        meta: impl FnOnce() -> Vec<u8>,
         body: &[u8],
     ) -> Option<Result<Ran, TransformError>> {
         let p = *self.routes.get(&(source.to_string(), route.to_string()))?;
+        let meta = if p.reads_meta { meta() } else { Vec::new() };
         Some(
             self.pool
                 .run(Run {
@@ -116,7 +121,7 @@ impl Transforms {
                     envelope: p.envelope,
                     cap: self.cap,
                     timeout: p.timeout,
-                    meta,
+                    meta: &meta,
                     body,
                 })
                 .await,
@@ -136,39 +141,54 @@ pub struct MetaOf<'a> {
     pub received_at: i64,
 }
 
-/// `$meta`: the entry's facts and its stored headers (lower-case names; repeated
-/// headers joined with `, `; invalid UTF-8 replaced).
-pub fn meta<'h>(
-    of: MetaOf<'_>,
-    headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
-) -> serde_json::Value {
-    let mut map = serde_json::Map::new();
+/// `$meta` as JSON: the entry's facts and its stored headers (lower-case names;
+/// repeated headers joined with `, `; invalid UTF-8 replaced).
+pub fn meta<'h>(of: MetaOf<'_>, headers: impl IntoIterator<Item = (&'h str, &'h [u8])>) -> Vec<u8> {
+    let mut joined: Vec<(String, String)> = Vec::new();
     for (name, value) in headers {
+        let name = name.to_ascii_lowercase();
         let value = String::from_utf8_lossy(value);
-        match map.get_mut(name) {
-            Some(serde_json::Value::String(v)) => {
+        match joined.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => {
                 v.push_str(", ");
                 v.push_str(&value);
             }
-            _ => {
-                map.insert(
-                    name.to_ascii_lowercase(),
-                    serde_json::Value::String(value.into_owned()),
-                );
-            }
+            None => joined.push((name, value.into_owned())),
         }
     }
     let received =
         std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(of.received_at).unwrap_or(0));
-    serde_json::json!({
-        "source": of.source,
-        "route": of.route,
-        "entry_id": of.entry_id,
-        "event_id": of.event_id,
-        "event_type": of.event_type,
-        "received_at": humantime::format_rfc3339_millis(received).to_string(),
-        "headers": map,
-    })
+    let meta = Meta {
+        source: of.source,
+        route: of.route,
+        entry_id: of.entry_id,
+        event_id: of.event_id,
+        event_type: of.event_type,
+        received_at: humantime::format_rfc3339_millis(received).to_string(),
+        headers: Headers(&joined),
+    };
+    // Strings into a Vec: serialization cannot fail.
+    serde_json::to_vec(&meta).unwrap_or_default()
+}
+
+#[derive(serde::Serialize)]
+struct Meta<'a> {
+    source: &'a str,
+    route: &'a str,
+    entry_id: &'a str,
+    event_id: Option<&'a str>,
+    event_type: Option<&'a str>,
+    received_at: String,
+    headers: Headers<'a>,
+}
+
+/// Headers as a JSON object, in the order they came.
+struct Headers<'a>(&'a [(String, String)]);
+
+impl serde::Serialize for Headers<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(n, v)| (n, v)))
+    }
 }
 
 /// Why a transform gave nothing to send.
@@ -254,7 +274,7 @@ mod tests {
 
     #[test]
     fn meta_holds_the_entry_and_its_headers() {
-        let m = meta(
+        let m: serde_json::Value = serde_json::from_slice(&meta(
             MetaOf {
                 source: "shop",
                 route: "legacy",
@@ -268,7 +288,8 @@ mod tests {
                 ("x-a", &b"2"[..]),
                 ("x-b", &b"\xff"[..]),
             ],
-        );
+        ))
+        .unwrap();
         assert_eq!(
             m,
             serde_json::json!({

@@ -6,7 +6,7 @@
 //! ```text
 //! gateway → worker   Init                 (once)
 //! worker  → gateway  Ready
-//! gateway → worker   Job, body frame      (then per run)
+//! gateway → worker   Job, $meta frame, body frame   (then per run)
 //! worker  → gateway  Reply, body frame when the reply is Sent
 //! ```
 
@@ -34,14 +34,14 @@ pub enum Ready {
     Failed(String),
 }
 
-/// One run: the program, how its output is shaped and bounded, and `$meta`. The
-/// input body follows as a raw frame.
+/// One run: the program, and how its output is shaped and bounded. `$meta` follows
+/// as a frame of JSON (empty: `null`, for a program that does not read it), then
+/// the input body as a raw frame.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Job {
     pub program: usize,
     pub envelope: bool,
     pub cap: usize,
-    pub meta: serde_json::Value,
 }
 
 /// How a run failed, as the worker saw it.

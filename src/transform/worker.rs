@@ -78,11 +78,11 @@ pub fn serve(input: &mut impl io::Read, output: &mut impl io::Write) -> io::Resu
     write_message(output, &Ready::Ready)?;
     output.flush()?;
     while let Some(job) = read_message::<Job>(input)? {
-        let Some(body) = read_frame(input)? else {
+        let (Some(meta), Some(body)) = (read_frame(input)?, read_frame(input)?) else {
             return Ok(());
         };
         let (reply, out) = match compiled.get(job.program) {
-            Some(c) => run(c, &body, &job),
+            Some(c) => run(c, &meta, &body, &job),
             None => failed(Failure::Runtime, "no such program".into()),
         };
         write_message(output, &reply)?;
@@ -98,17 +98,17 @@ fn failed(failure: Failure, message: String) -> (Reply, Option<Vec<u8>>) {
     (Reply::Failed { failure, message }, None)
 }
 
-/// Run one job: the program over the body, to its end (a program that gives
-/// outputs forever runs until the gateway's deadline).
-pub fn run(c: &Compiled, body: &[u8], job: &Job) -> (Reply, Option<Vec<u8>>) {
+/// Run one job: the program over the body, with `$meta` (JSON; empty: `null`), to
+/// its end (a program that gives outputs forever runs until the gateway's deadline).
+pub fn run(c: &Compiled, meta: &[u8], body: &[u8], job: &Job) -> (Reply, Option<Vec<u8>>) {
     let input = match jaq_json::read::parse_single(body) {
         Ok(v) => v,
         Err(_) => return failed(Failure::NotJson, "the stored body is not JSON".into()),
     };
-    let meta = serde_json::to_vec(&job.meta)
-        .ok()
-        .and_then(|m| jaq_json::read::parse_single(&m).ok())
-        .unwrap_or(Val::Null);
+    let meta = match meta {
+        [] => Val::Null,
+        m => jaq_json::read::parse_single(m).unwrap_or(Val::Null),
+    };
     let ctx = Ctx::<Data>::new(&c.filter.lut, Vars::new([meta]));
     let mut outputs = c.filter.id.run((ctx, input)).map(unwrap_valr);
     let first = match outputs.next() {
@@ -159,18 +159,20 @@ mod tests {
     use super::*;
     use crate::transform::protocol::{read_frame, read_message};
 
+    const META: &[u8] = br#"{"source":"s","route":"r"}"#;
+
     fn job(program: usize, envelope: bool) -> Job {
         Job {
             program,
             envelope,
             cap: 1000,
-            meta: serde_json::json!({"source": "s", "route": "r"}),
         }
     }
 
     fn run_on(code: &str, body: &str, envelope: bool) -> (Reply, Option<Vec<u8>>) {
         run(
             &program::compile(code).unwrap(),
+            META,
             body.as_bytes(),
             &job(0, envelope),
         )
@@ -211,6 +213,7 @@ mod tests {
         .unwrap();
         for (p, env) in [(0, false), (1, true), (7, false)] {
             write_message(&mut input, &job(p, env)).unwrap();
+            write_frame(&mut input, META).unwrap();
             write_frame(&mut input, br#"{"a":"hi"}"#).unwrap();
         }
         let mut output = Vec::new();

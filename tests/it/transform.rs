@@ -324,7 +324,7 @@ async fn the_pool_survives_programs_that_never_end_recurse_or_explode() {
                     envelope: false,
                     cap: 1 << 20,
                     timeout: Duration::from_millis(timeout_ms),
-                    meta: json!({}),
+                    meta: b"{}",
                     body: br#"{"a":"secret-ish"}"#,
                 })
                 .await;
