@@ -299,7 +299,7 @@ for_each_store!(
 );
 
 /// The worker pool alone: what a program does to its worker never reaches the
-/// next run.
+/// next run, nor the runs handed to the same worker with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pool_survives_programs_that_never_end_recurse_or_explode() {
     let programs = [
@@ -365,6 +365,24 @@ async fn the_pool_survives_programs_that_never_end_recurse_or_explode() {
     // And the next run is served as the first was.
     let (again, _) = run(0, 5_000).await;
     assert!(matches!(again, Ok(Ran::Send(_))), "{again:?}");
+    // Runs handed to a worker together: an endless one among them is cut at its
+    // deadline, and the ones behind it are run by a new worker.
+    let many = (0..60).map(|i| {
+        run(
+            if i == 10 { 1 } else { 0 },
+            if i == 10 { 200 } else { 5_000 },
+        )
+    });
+    let outs = futures_util::future::join_all(many).await;
+    for (i, (out, _)) in outs.into_iter().enumerate() {
+        match i {
+            10 => assert_eq!(
+                out,
+                Err(TransformError::Timeout(Duration::from_millis(200)))
+            ),
+            _ => assert!(matches!(out, Ok(Ran::Send(_))), "run {i}: {out:?}"),
+        }
+    }
 }
 
 async fn preview_matches(backend: Backend) {
