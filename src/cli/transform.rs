@@ -12,9 +12,9 @@ use clap::{Args, Subcommand};
 use super::ConfigArg;
 use super::admin::{ApiArgs, Client};
 use super::out::outln;
-use crate::admin::dto::{Header, Preview};
+use crate::admin::dto::{Preview, PreviewOutcome};
 use crate::config::Config;
-use crate::transform::{MetaOf, Ran, Transforms};
+use crate::transform::{MetaOf, Transforms};
 
 #[derive(Debug, Subcommand)]
 pub enum TransformCmd {
@@ -87,8 +87,8 @@ pub async fn run(cmd: TransformCmd) -> anyhow::Result<()> {
 
 /// A failed transform is a failed command.
 fn finish(p: &Preview) -> anyhow::Result<()> {
-    match p.outcome.as_str() {
-        "failed" => bail!(
+    match p.outcome {
+        PreviewOutcome::Failed => bail!(
             "the transform fails: {}",
             p.error.as_deref().unwrap_or("unknown")
         ),
@@ -149,56 +149,16 @@ async fn run_here(cfg: &Config, source: &str, route: &str, body: &[u8]) -> anyho
         .run(source, route, meta, body)
         .await
         .context("the route has no transform")?;
-    let route = route.to_string();
-    Ok(match ran {
-        Ok(Ran::Send(s)) => Preview {
-            route,
-            transformed: true,
-            outcome: "send".into(),
-            content_type: Some(s.content_type),
-            headers: s
-                .headers
-                .into_iter()
-                .map(|(name, value)| Header { name, value })
-                .collect(),
-            body_base64: None,
-            body: Some(String::from_utf8_lossy(&s.body).into_owned()),
-            failure: None,
-            error: None,
-        },
-        Ok(Ran::Empty) => Preview {
-            route,
-            transformed: true,
-            outcome: "skip".into(),
-            content_type: None,
-            headers: Vec::new(),
-            body: None,
-            body_base64: None,
-            failure: None,
-            error: Some(crate::transform::EMPTY_REASON.into()),
-        },
-        Err(e) if !e.is_final() => return Err(e).context("cannot run the transform"),
-        Err(e) => Preview {
-            route,
-            transformed: true,
-            outcome: "failed".into(),
-            content_type: None,
-            headers: Vec::new(),
-            body: None,
-            body_base64: None,
-            failure: Some(format!("transform: {}", e.kind())),
-            error: Some(e.to_string()),
-        },
-    })
+    crate::operations::preview::of_run(route.to_string(), ran).context("cannot run the transform")
 }
 
 /// The preview for a reader: what happens, the content type and headers on
 /// standard error, the body alone on standard output (to pipe into `jq`).
 fn print(p: &Preview) -> anyhow::Result<()> {
-    let what = match p.outcome.as_str() {
-        "send" => "sends",
-        "skip" => "skips the delivery (no output; it would be recorded filtered)",
-        _ => "fails",
+    let what = match p.outcome {
+        PreviewOutcome::Send => "sends",
+        PreviewOutcome::Skip => "skips the delivery (no output; it would be recorded filtered)",
+        PreviewOutcome::Failed => "fails",
     };
     eprintln!("route {}: {what}", p.route);
     if let Some(ct) = &p.content_type {

@@ -28,7 +28,7 @@ use super::entries::PATH as ENTRIES;
 use super::page::{self, Nav};
 use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor, format};
-use crate::admin::dto::{EntryDetail, Preview};
+use crate::admin::dto::{EntryDetail, Preview, PreviewOutcome};
 use crate::operations::OpError;
 use crate::store::Status;
 pub(crate) use json_view::json_indented;
@@ -416,10 +416,10 @@ fn receives_section(previews: &[Result<Preview, String>]) -> Markup {
                         div.receives data-route=(p.route) {
                             h3 {
                                 "Route " code { (p.route) } " "
-                                @match p.outcome.as_str() {
-                                    "send" => span.badge.status-delivered { "Sends" },
-                                    "skip" => span.badge.status-filtered { "Skips: no output" },
-                                    _ => span.badge.status-dead { "Fails" },
+                                @match p.outcome {
+                                    PreviewOutcome::Send => span.badge.status-delivered { "Sends" },
+                                    PreviewOutcome::Skip => span.badge.status-filtered { "Skips: no output" },
+                                    PreviewOutcome::Failed => span.badge.status-dead { "Fails" },
                                 }
                             }
                             @if let Some(ct) = &p.content_type {

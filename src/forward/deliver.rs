@@ -18,7 +18,7 @@ use super::retry::{self, Decision, Outcome};
 use super::route::{Route, origin};
 use super::{Forwarder, meters, request};
 use crate::store::{Attempt, Claim, Completion};
-use crate::transform::{MetaOf, Ran, Shaped, TransformError, Transforms};
+use crate::transform::{Ran, Shaped, TransformError, Transforms};
 
 /// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
 pub(super) fn breaker_gauge(route: &Route) {
@@ -276,22 +276,7 @@ async fn transform(
     route: &Route,
     entry: &crate::store::Entry,
 ) -> Result<Ran, TransformError> {
-    let meta = || {
-        crate::transform::meta(
-            MetaOf {
-                source: &route.source,
-                route: &route.name,
-                entry_id: &entry.id,
-                event_id: entry.event_id.as_deref(),
-                event_type: entry.event_type.as_deref(),
-                received_at: entry.received_at,
-            },
-            entry
-                .headers
-                .iter()
-                .map(|h| (h.name.as_str(), h.value.as_slice())),
-        )
-    };
+    let meta = || request::transform_meta(entry, &route.name);
     let started = Instant::now();
     let ran = t
         .run(&route.source, &route.name, meta, &entry.body)

@@ -140,6 +140,25 @@ pub fn headers(
     h
 }
 
+/// `$meta` for a run of route `route`'s transform on `entry` (see
+/// `transform::meta`).
+pub fn transform_meta(entry: &Entry, route: &str) -> Vec<u8> {
+    crate::transform::meta(
+        crate::transform::MetaOf {
+            source: &entry.source,
+            route,
+            entry_id: &entry.id,
+            event_id: entry.event_id.as_deref(),
+            event_type: entry.event_type.as_deref(),
+            received_at: entry.received_at,
+        },
+        entry
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.value.as_slice())),
+    )
+}
+
 /// Decode a destination secret: `whsec_<base64>` as in Standard Webhooks, or any
 /// other string used as its bytes.
 pub fn decode_destination_secret(secret: &str) -> Vec<u8> {

@@ -284,6 +284,18 @@ pub struct DeadLetterReplay {
     pub failure: String,
 }
 
+/// What a route would do with an entry now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreviewOutcome {
+    /// This is what the route sends.
+    Send,
+    /// The transform gives no output: the delivery would be `filtered`.
+    Skip,
+    /// The transform fails: the delivery would be dead, in group `failure`.
+    Failed,
+}
+
 /// The body of `POST /admin/entries/{id}/preview`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PreviewRequest {
@@ -300,10 +312,7 @@ pub struct Preview {
     pub route: String,
     /// Whether the route has a transform.
     pub transformed: bool,
-    /// `send`: this is what the route sends; `skip`: the transform gives no output
-    /// (the delivery would be `filtered`); `failed`: the transform fails (the
-    /// delivery would be dead, in group `failure`).
-    pub outcome: String,
+    pub outcome: PreviewOutcome,
     pub content_type: Option<String>,
     /// Headers the transform sets (hookgate's own delivery headers, which depend on
     /// the attempt, are not shown).

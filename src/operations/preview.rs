@@ -6,9 +6,9 @@
 
 use base64::Engine as _;
 
-use super::dto::{Header, Preview};
+use super::dto::{Header, Preview, PreviewOutcome};
 use super::{OpError, Operations};
-use crate::transform::{MetaOf, Ran, TransformError};
+use crate::transform::{Ran, TransformError};
 
 /// What route `route` (or, when the source has one route, that one) would send for
 /// entry `id`.
@@ -51,28 +51,32 @@ pub async fn preview(ops: &Operations, id: &str, route: Option<&str>) -> Result<
             .map(|h| String::from_utf8_lossy(&h.value).into_owned());
         return Ok(sent(route, false, content_type, Vec::new(), &entry.body));
     };
-    let meta = || {
-        crate::transform::meta(
-            MetaOf {
-                source: &entry.source,
-                route: &route,
-                entry_id: &entry.id,
-                event_id: entry.event_id.as_deref(),
-                event_type: entry.event_type.as_deref(),
-                received_at: entry.received_at,
-            },
-            entry
-                .headers
-                .iter()
-                .map(|h| (h.name.as_str(), h.value.as_slice())),
-        )
-    };
+    let meta = || crate::forward::request::transform_meta(&entry, &route);
     match transforms
         .run(&entry.source, &route, meta, &entry.body)
         .await
     {
-        None | Some(Err(TransformError::Unavailable(_))) => Err(OpError::TransformUnavailable),
-        Some(Ok(Ran::Send(s))) => Ok(sent(
+        None => Err(OpError::TransformUnavailable),
+        Some(ran) => of_run(route.clone(), ran).map_err(|_| OpError::TransformUnavailable),
+    }
+}
+
+/// The preview of a transform's run through `route`; `Err` when no worker could
+/// run it (not the program's failure).
+pub fn of_run(route: String, ran: Result<Ran, TransformError>) -> Result<Preview, TransformError> {
+    let unsent = |outcome, failure, error| Preview {
+        route: route.clone(),
+        transformed: true,
+        outcome,
+        content_type: None,
+        headers: Vec::new(),
+        body: None,
+        body_base64: None,
+        failure,
+        error: Some(error),
+    };
+    match ran {
+        Ok(Ran::Send(s)) => Ok(sent(
             route,
             true,
             Some(s.content_type),
@@ -82,28 +86,17 @@ pub async fn preview(ops: &Operations, id: &str, route: Option<&str>) -> Result<
                 .collect(),
             &s.body,
         )),
-        Some(Ok(Ran::Empty)) => Ok(Preview {
-            route,
-            transformed: true,
-            outcome: "skip".into(),
-            content_type: None,
-            headers: Vec::new(),
-            body: None,
-            body_base64: None,
-            failure: None,
-            error: Some(crate::transform::EMPTY_REASON.into()),
-        }),
-        Some(Err(e)) => Ok(Preview {
-            route,
-            transformed: true,
-            outcome: "failed".into(),
-            content_type: None,
-            headers: Vec::new(),
-            body: None,
-            body_base64: None,
-            failure: Some(format!("transform: {}", e.kind())),
-            error: Some(e.to_string()),
-        }),
+        Ok(Ran::Empty) => Ok(unsent(
+            PreviewOutcome::Skip,
+            None,
+            crate::transform::EMPTY_REASON.into(),
+        )),
+        Err(e) if !e.is_final() => Err(e),
+        Err(e) => Ok(unsent(
+            PreviewOutcome::Failed,
+            Some(format!("transform: {}", e.kind())),
+            e.to_string(),
+        )),
     }
 }
 
@@ -125,7 +118,7 @@ fn sent(
     Preview {
         route,
         transformed,
-        outcome: "send".into(),
+        outcome: PreviewOutcome::Send,
         content_type,
         headers,
         body: text,
