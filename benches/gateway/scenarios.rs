@@ -453,7 +453,14 @@ pub async fn forward_drain(report: &mut Report, s: Settings) {
     let one = drain(s, 1, false, Store::Embedded, None).await;
     let three = drain(s, 3, false, Store::Embedded, None).await;
     let ordered = drain(s, 1, true, Store::Embedded, None).await;
-    let transformed = drain(s, 1, false, Store::Embedded, Some(SMALL_TRANSFORM)).await;
+    // The transform's cost against the same route without it, in alternating
+    // drains (this host's rate drifts from one drain to the next).
+    let mut plain = Vec::new();
+    let mut transformed = Vec::new();
+    for _ in 0..2 {
+        plain.push(drain(s, 1, false, Store::Embedded, Some("")).await);
+        transformed.push(drain(s, 1, false, Store::Embedded, Some(SMALL_TRANSFORM)).await);
+    }
     report.add(format!(
         "forward drain, embedded, 1 route: {} entries in {:.2} s = {:.0} deliveries/s, gateway CPU {} per delivery (concurrency 64; peak RSS {:.1} MiB)",
         s.drain_entries,
@@ -482,14 +489,32 @@ pub async fn forward_drain(report: &mut Report, s: Settings) {
         ordered.rss_mib,
         one.secs / ordered.secs
     ));
+    let secs = |d: &[Drained]| d.iter().map(|d| d.secs).sum::<f64>();
+    let cpu = |d: &[Drained]| Drained {
+        secs: secs(d),
+        cpu_secs: d.iter().map(|d| d.cpu_secs).sum(),
+        writer_secs: d.iter().map(|d| d.writer_secs).sum(),
+        rss_mib: d.iter().map(|d| d.rss_mib).fold(0.0, f64::max),
+    };
+    let n = plain.len() * s.drain_entries;
+    for (i, (p, t)) in plain.iter().zip(&transformed).enumerate() {
+        report.add(format!(
+            "forward drain, embedded, 1 [[sources.routes]] route, pair {}: without a transform {:.0} deliveries/s, with {SMALL_TRANSFORM} {:.0} deliveries/s: {:.2}×",
+            i + 1,
+            s.drain_entries as f64 / p.secs,
+            s.drain_entries as f64 / t.secs,
+            p.secs / t.secs
+        ));
+    }
     report.add(format!(
-        "forward drain, embedded, 1 route with a small transform ({SMALL_TRANSFORM}): {} entries in {:.2} s = {:.0} deliveries/s, gateway CPU {} per delivery (peak RSS {:.1} MiB, transform workers not counted); {:.2}× the untransformed route's rate",
-        s.drain_entries,
-        transformed.secs,
-        s.drain_entries as f64 / transformed.secs,
-        transformed.cpu_us_per_delivery(s.drain_entries),
-        transformed.rss_mib,
-        one.secs / transformed.secs
+        "forward drain, embedded, 1 route with a small transform ({SMALL_TRANSFORM}): {n} entries in {:.2} s = {:.0} deliveries/s, gateway CPU {} per delivery (peak RSS {:.1} MiB, transform workers not counted); the same route without it: {:.0} deliveries/s, gateway CPU {}; {:.2}× the untransformed route's rate",
+        secs(&transformed),
+        n as f64 / secs(&transformed),
+        cpu(&transformed).cpu_us_per_delivery(n),
+        cpu(&transformed).rss_mib,
+        n as f64 / secs(&plain),
+        cpu(&plain).cpu_us_per_delivery(n),
+        secs(&plain) / secs(&transformed)
     ));
 }
 
@@ -529,14 +554,21 @@ async fn drain(
     routes: usize,
     ordered: bool,
     store: Store,
-    transform: Option<&str>,
+    // One `[[sources.routes]]` route with this transform (none when empty),
+    // rather than the source's own destination.
+    route: Option<&str>,
 ) -> Drained {
     let sink = start_sink(None, false).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let pg = store.is_postgres().then(|| start_postgres(false));
     let store_section = store_toml(store, dir.path(), None, pg.as_ref());
     let target = format!("http://127.0.0.1:{}/hook", sink.port);
-    let gw = if let Some(program) = transform {
+    let gw = if let Some(program) = route {
+        let transform = if program.is_empty() {
+            String::new()
+        } else {
+            format!("transform = '{program}'\n")
+        };
         start_gateway(
             dir.path(),
             &store_section,
@@ -544,7 +576,7 @@ async fn drain(
             "[forwarder]\npoll_interval = \"100ms\"\n",
             &format!(
                 "[sources.delivery]\nconcurrency = 64\n\
-                 [[sources.routes]]\nname = \"t\"\ndestination = \"{target}\"\ntransform = '{program}'\n"
+                 [[sources.routes]]\nname = \"t\"\ndestination = \"{target}\"\n{transform}"
             ),
         )
     } else if routes == 1 {

@@ -9,7 +9,9 @@
 //! program does, the gateway goes on. The worker starts with an empty environment
 //! (the gateway's holds secrets), a bounded address space and no core dumps.
 
-use std::io::{self, BufReader, BufWriter};
+use std::io::{self, BufReader};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use jaq_core::{Ctx, Vars, unwrap_valr};
 use jaq_json::Val;
@@ -35,9 +37,10 @@ pub fn main() -> io::Result<()> {
         .stack_size(STACK)
         .spawn(|| {
             serve(
-                &mut BufReader::new(io::stdin().lock()),
-                &mut BufWriter::new(io::stdout().lock()),
+                &mut BufReader::with_capacity(INPUT_BUFFER, io::stdin().lock()),
+                io::stdout(),
             )
+            .map(drop)
         })?;
     runner
         .join()
@@ -59,8 +62,39 @@ fn limit_resources() {
     set(libc::RLIMIT_AS, ADDRESS_SPACE);
 }
 
-/// The worker's loop: read [`Init`], compile, then answer jobs.
-pub fn serve(input: &mut impl io::Read, output: &mut impl io::Write) -> io::Result<()> {
+/// How much of the gateway's input the worker reads at once: a batch of runs
+/// (`pool::BATCH`) of a few KiB each.
+const INPUT_BUFFER: usize = 256 * 1024;
+/// The longest a finished run's answer waits behind the runs after it.
+const HOLD: Duration = Duration::from_millis(1);
+
+/// The worker's loop: read [`Init`], compile, then answer jobs. Answers are written
+/// when no further job waits in the input (one write for a batch's answers), or
+/// [`HOLD`] after they were ready, whichever comes first: a run that never ends
+/// does not hold the answers of the runs before it until the gateway kills the
+/// worker. Gives `output` back at the end of input.
+pub fn serve<R: io::Read, W: io::Write + Send>(
+    input: &mut BufReader<R>,
+    output: W,
+) -> io::Result<W> {
+    let outbox = Outbox::new(output);
+    std::thread::scope(|scope| {
+        let watchdog = scope.spawn(|| outbox.watch());
+        let served = answer_jobs(input, &outbox);
+        let closed = outbox.close();
+        let watched = watchdog
+            .join()
+            .map_err(|_| io::Error::other("the answer thread panicked"))
+            .and_then(|r| r);
+        served.and(closed).and(watched)
+    })?;
+    outbox.into_output()
+}
+
+fn answer_jobs<R: io::Read, W: io::Write>(
+    input: &mut BufReader<R>,
+    outbox: &Outbox<W>,
+) -> io::Result<()> {
     let Some(init) = read_message::<Init>(input)? else {
         return Ok(());
     };
@@ -69,14 +103,15 @@ pub fn serve(input: &mut impl io::Read, output: &mut impl io::Write) -> io::Resu
         match program::compile(code) {
             Ok(c) => compiled.push(c),
             Err(e) => {
-                write_message(output, &Ready::Failed(format!("program {i}: {e}")))?;
-                output.flush()?;
-                return Ok(());
+                let mut bytes = Vec::new();
+                write_message(&mut bytes, &Ready::Failed(format!("program {i}: {e}")))?;
+                return outbox.push(&bytes, true);
             }
         }
     }
-    write_message(output, &Ready::Ready)?;
-    output.flush()?;
+    let mut bytes = Vec::new();
+    write_message(&mut bytes, &Ready::Ready)?;
+    outbox.push(&bytes, true)?;
     while let Some(job) = read_message::<Job>(input)? {
         let (Some(meta), Some(body)) = (read_frame(input)?, read_frame(input)?) else {
             return Ok(());
@@ -85,13 +120,127 @@ pub fn serve(input: &mut impl io::Read, output: &mut impl io::Write) -> io::Resu
             Some(c) => run(c, &meta, &body, &job),
             None => failed(Failure::Runtime, "no such program".into()),
         };
-        write_message(output, &reply)?;
+        bytes.clear();
+        write_message(&mut bytes, &reply)?;
         if let Some(out) = out {
-            write_frame(output, &out)?;
+            write_frame(&mut bytes, &out)?;
         }
-        output.flush()?;
+        outbox.push(&bytes, input.buffer().is_empty())?;
     }
     Ok(())
+}
+
+/// The answers not written yet, shared by the runner and the thread that writes
+/// them when they have waited [`HOLD`].
+struct Outbox<W> {
+    pending: Mutex<Pending<W>>,
+    woken: Condvar,
+}
+
+struct Pending<W> {
+    output: W,
+    bytes: Vec<u8>,
+    /// When the oldest answer not written was ready.
+    since: Option<Instant>,
+    closed: bool,
+    failed: Option<io::Error>,
+}
+
+impl<W: io::Write> Pending<W> {
+    fn write_out(&mut self) -> io::Result<()> {
+        self.since = None;
+        let result = self
+            .output
+            .write_all(&self.bytes)
+            .and_then(|()| self.output.flush());
+        self.bytes.clear();
+        result
+    }
+}
+
+impl<W: io::Write> Outbox<W> {
+    fn new(output: W) -> Outbox<W> {
+        Outbox {
+            pending: Mutex::new(Pending {
+                output,
+                bytes: Vec::new(),
+                since: None,
+                closed: false,
+                failed: None,
+            }),
+            woken: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> io::Result<MutexGuard<'_, Pending<W>>> {
+        self.pending
+            .lock()
+            .map_err(|_| io::Error::other("the answers' lock is poisoned"))
+    }
+
+    /// Add an answer; write every answer waiting now if `now`.
+    fn push(&self, answer: &[u8], now: bool) -> io::Result<()> {
+        let mut p = self.lock()?;
+        if let Some(e) = p.failed.take() {
+            return Err(e);
+        }
+        p.bytes.extend_from_slice(answer);
+        if now {
+            p.write_out()
+        } else {
+            if p.since.is_none() {
+                p.since = Some(Instant::now());
+                self.woken.notify_one();
+            }
+            Ok(())
+        }
+    }
+
+    /// Write what is left, and let the watching thread end.
+    fn close(&self) -> io::Result<()> {
+        let mut p = self.lock()?;
+        p.closed = true;
+        self.woken.notify_one();
+        if p.bytes.is_empty() {
+            Ok(())
+        } else {
+            p.write_out()
+        }
+    }
+
+    /// Write answers that have waited [`HOLD`], until closed.
+    fn watch(&self) -> io::Result<()> {
+        let mut p = self.lock()?;
+        loop {
+            if p.closed {
+                return Ok(());
+            }
+            let wait = match p.since {
+                None => None,
+                Some(since) => match HOLD.checked_sub(since.elapsed()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => {
+                        if let Err(e) = p.write_out() {
+                            p.failed = Some(e);
+                        }
+                        continue;
+                    }
+                },
+            };
+            let poisoned = || io::Error::other("the answers' lock is poisoned");
+            p = match wait {
+                None => self.woken.wait(p).map_err(|_| poisoned())?,
+                Some(left) => self.woken.wait_timeout(p, left).map_err(|_| poisoned())?.0,
+            };
+        }
+    }
+
+    fn into_output(self) -> io::Result<W> {
+        self.pending
+            .into_inner()
+            .map(|p| p.output)
+            .map_err(|_| io::Error::other("the answers' lock is poisoned"))
+    }
 }
 
 fn failed(failure: Failure, message: String) -> (Reply, Option<Vec<u8>>) {
@@ -216,8 +365,7 @@ mod tests {
             write_frame(&mut input, META).unwrap();
             write_frame(&mut input, br#"{"a":"hi"}"#).unwrap();
         }
-        let mut output = Vec::new();
-        serve(&mut input.as_slice(), &mut output).unwrap();
+        let output = serve(&mut BufReader::new(input.as_slice()), Vec::new()).unwrap();
         let mut out = output.as_slice();
         assert!(matches!(
             read_message::<Ready>(&mut out).unwrap(),
