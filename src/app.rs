@@ -97,6 +97,7 @@ pub fn build_sources(
                     cfg.server.max_connections_per_client.is_some(),
                 ),
                 metrics: ingest::SourceMetrics::new(&s.name),
+                keep_rejected_bodies: s.keep_rejected_bodies,
             })
         })
         .collect()
@@ -235,6 +236,7 @@ struct Gateway {
     on_dead: Option<forward::OnDead>,
     pressure: Arc<crate::pressure::IngestPressure>,
     unverified: Arc<ingest::UnverifiedCounts>,
+    rejections: Arc<ingest::rejections::RejectionLog>,
 }
 
 /// Build every part of the gateway: the metrics, the sources, the store, the
@@ -256,12 +258,14 @@ async fn build(
     let admin_sources = admin_sources(&sources);
     let provider_facts = provider_facts(&sources);
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
+    let rejections = Arc::new(rejection_log(&registry));
     let readiness = Arc::new(crate::store::Readiness::new());
     let pressure = Arc::new(crate::pressure::IngestPressure::new(
         cfg.forwarder.ingest_first,
     ));
     let state = Arc::new(IngestState {
         unverified: unverified.clone(),
+        rejections: rejections.clone(),
         sources: sources
             .into_iter()
             .map(|s| (s.name.clone(), Arc::new(s)))
@@ -367,7 +371,24 @@ async fn build(
         on_dead,
         pressure,
         unverified,
+        rejections,
     })
+}
+
+/// The rejection log, redacting every provider's signature header and keeping no
+/// provider's credential of a request to a name that is not a source.
+fn rejection_log(registry: &Registry) -> ingest::rejections::RejectionLog {
+    let mut signatures: Vec<String> = Vec::new();
+    let mut credentials = Vec::new();
+    for spec in registry.iter() {
+        if let Some(h) = spec.signature_header()
+            && !signatures.iter().any(|s| s == h.as_str())
+        {
+            signatures.push(h.as_str().to_string());
+        }
+        credentials.extend(spec.credential_headers.iter().cloned());
+    }
+    ingest::rejections::RejectionLog::new(signatures, HeaderPolicy::new(&[], &credentials))
 }
 
 /// Warn about what the operator may not have meant: no admin token or a short one,
@@ -496,6 +517,7 @@ async fn serve_until_shutdown(
         on_dead,
         pressure,
         unverified,
+        rejections,
     } = gateway;
     tracing::info!(
         ingest = %listeners.ingest.local_addr()?,
@@ -539,8 +561,9 @@ async fn serve_until_shutdown(
         forward::Neighbours { pressure, on_dead },
         shutdown.clone(),
     ));
-    let flush_task = tokio::spawn(ingest::flush_unverified(
+    let flush_task = tokio::spawn(ingest::flush_refused(
         unverified,
+        rejections,
         store.clone(),
         shutdown.clone(),
     ));

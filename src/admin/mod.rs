@@ -2,8 +2,8 @@
 //! around the whole listener, and the state the handlers share. The handlers live in
 //! `entries` (inspect, replay, discard), `bulk_replay` (replay what a filter
 //! selects, paced), `dead_letters` (dead deliveries grouped by failure, and a
-//! group's paced replay), `sources` (pause and resume sources and routes, stats) and
-//! `audit`; each reads its request, calls the operation (`crate::operations`, which
+//! group's paced replay), `sources` (pause and resume sources and routes, stats),
+//! `audit` and `rejections` (the requests ingest refused); each reads its request, calls the operation (`crate::operations`, which
 //! the console calls too) and answers JSON, an [`OpError`] becoming an [`ApiError`]
 //! in one place. The wire types are [`dto`] (`operations::dto`), which is all the
 //! CLI uses of this module.
@@ -29,6 +29,7 @@ mod bulk_replay;
 mod dead_letters;
 mod entries;
 pub mod probes;
+mod rejections;
 mod sources;
 pub mod throttle;
 
@@ -130,6 +131,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/admin/replay", post(bulk_replay::bulk_replay))
         .route("/admin/dead-letters", get(dead_letters::list))
         .route("/admin/dead-letters/replay", post(dead_letters::replay))
+        .route("/admin/rejections", get(rejections::list))
+        .route("/admin/rejections/groups", get(rejections::groups))
         .route("/admin/sources", get(sources::list))
         .route("/admin/sources/{name}/pause", post(sources::pause))
         .route("/admin/sources/{name}/resume", post(sources::resume))

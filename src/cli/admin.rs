@@ -226,7 +226,7 @@ fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
 }
 
 /// Print rows as aligned columns.
-fn table(header: &[&str], rows: Vec<Vec<String>>) -> std::io::Result<()> {
+pub(super) fn table(header: &[&str], rows: Vec<Vec<String>>) -> std::io::Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
@@ -252,7 +252,7 @@ fn dash(v: &Option<String>) -> String {
     v.clone().unwrap_or_else(|| "-".into())
 }
 
-fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
+pub(super) fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(v)?)?;
     Ok(())
 }

@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod out;
+pub mod rejections;
 pub mod sign;
 pub mod transform;
 
@@ -91,6 +92,13 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Requests ingest refused: counts per source and reason, and the newest ones.
+    Rejections {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(flatten)]
+        args: rejections::RejectionArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +134,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dlq { api, cmd } => admin::dlq(&api, cmd).await,
         Command::Sources { api, cmd } => admin::sources(&api, cmd).await,
         Command::Stats { api } => admin::stats(&api).await,
+        Command::Rejections { api, args } => rejections::rejections(&api, args).await,
     }
 }
 

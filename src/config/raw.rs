@@ -168,6 +168,9 @@ pub struct RawSource {
     /// The ordering of the one route `destination` stands for.
     #[serde(default)]
     pub order: Option<RawOrder>,
+    /// Keep the bodies of refused requests (their first bytes) in the rejection log.
+    #[serde(default)]
+    pub keep_rejected_bodies: bool,
 }
 
 /// One `[[sources.routes]]` entry. Its `retry` and `delivery` keys override the

@@ -26,6 +26,8 @@ pub struct SourceConfig {
     pub provider_options: Option<toml::Table>,
     /// Where its entries go, in configuration order. Never empty.
     pub routes: Vec<RouteConfig>,
+    /// Keep the bodies (their first bytes) of the requests it refuses.
+    pub keep_rejected_bodies: bool,
 }
 
 impl SourceConfig {
@@ -199,6 +201,7 @@ pub(super) fn validate_source(
         dedupe_ttl,
         provider_options: raw.provider_options,
         routes,
+        keep_rejected_bodies: raw.keep_rejected_bodies,
     })
 }
 

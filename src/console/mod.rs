@@ -40,6 +40,7 @@ mod login;
 mod overview;
 mod page;
 mod posted;
+mod rejections;
 mod session;
 mod sources;
 
@@ -278,6 +279,7 @@ pub fn router(state: Arc<ConsoleState>) -> Router {
         .route("/entries/{id}/{action}", post(entry::action))
         .route("/dead-letters", get(dead_letters::show))
         .route("/dead-letters/replay", post(dead_letters::replay))
+        .route("/rejections", get(rejections::show))
         .route("/sources", get(sources::show))
         .route("/sources/{name}/{action}", post(sources::source_action))
         .route(

@@ -16,14 +16,16 @@ pub enum Nav {
     Overview,
     Entries,
     DeadLetters,
+    Rejections,
     Sources,
 }
 
 /// The navigation's links, in order.
-const NAV: [(Nav, &str, &str); 4] = [
+const NAV: [(Nav, &str, &str); 5] = [
     (Nav::Overview, "/console/", "Overview"),
     (Nav::Entries, "/console/entries", "Entries"),
     (Nav::DeadLetters, "/console/dead-letters", "Dead letters"),
+    (Nav::Rejections, "/console/rejections", "Rejections"),
     (Nav::Sources, "/console/sources", "Sources"),
 ];
 

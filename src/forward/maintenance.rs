@@ -1,5 +1,6 @@
 //! The forwarder's periodic maintenance pass: store housekeeping, retention (in
-//! bounded steps, so a long purge never stalls ingest), and the per-source and
+//! bounded steps, so a long purge never stalls ingest; rejected requests as long as
+//! dead letters), and the per-source and
 //! per-route gauges (pending, dead, age of the oldest pending entry).
 
 use std::time::Duration;
@@ -58,6 +59,12 @@ pub(super) async fn run(
                 break;
             }
         }
+    }
+    // Rejected requests are kept as long as dead letters.
+    match fwd.store.purge_rejections(dead_before).await {
+        Ok(n) if n > 0 => tracing::info!(rejections = n, "retention purged rejected requests"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "retention of rejected requests failed"),
     }
     for s in sources {
         if let Ok(stats) = fwd.store.stats(s).await {

@@ -9,6 +9,7 @@
 //! a 2xx. Ingest never delivers: the forwarder picks entries up from the store.
 
 pub mod body;
+pub mod rejections;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,6 +58,8 @@ pub struct Source {
     /// The part of the body budget this source's requests may hold.
     pub body_share: body::SourceShare,
     pub metrics: SourceMetrics,
+    /// Keep the bodies (their first bytes) of refused requests in the rejection log.
+    pub keep_rejected_bodies: bool,
 }
 
 /// A route as ingest sees it: its name, which entries it takes, and where an
@@ -184,9 +187,11 @@ impl UnverifiedCounts {
     }
 }
 
-/// Add the counted verification failures to the store every second until shutdown.
-pub async fn flush_unverified(
+/// Every second until shutdown, add the counted verification failures to the
+/// store's counters and hand it the rejection log's rows and counts.
+pub async fn flush_refused(
     counts: Arc<UnverifiedCounts>,
+    rejections: Arc<rejections::RejectionLog>,
     store: Arc<dyn Store>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
@@ -200,6 +205,16 @@ pub async fn flush_unverified(
                 tracing::debug!(source, error = %e, "cannot record verification failures");
             }
         }
+        let batch = rejections.take();
+        if !batch.rows.is_empty() || !batch.counts.is_empty() {
+            // Lost when the store refuses it: the log is a clue, not a record.
+            if let Err(e) = store.record_rejections(&batch).await {
+                const MSG: &str = "cannot record rejected requests";
+                if telemetry::throttle::hit(MSG, e.kind()) {
+                    tracing::warn!(error = %e, rows = batch.rows.len(), "{MSG}");
+                }
+            }
+        }
         if stop {
             return;
         }
@@ -210,6 +225,8 @@ pub async fn flush_unverified(
 pub struct IngestState {
     /// Verification failures not yet added to the store.
     pub unverified: Arc<UnverifiedCounts>,
+    /// Refused requests not yet handed to the store.
+    pub rejections: Arc<rejections::RejectionLog>,
     pub sources: HashMap<String, Arc<Source>>,
     pub store: Arc<dyn Store>,
     pub max_body_bytes: usize,
@@ -426,22 +443,18 @@ fn refuse_early(
 /// entry (with its dedupe key). Synchronous, so that it can run on the blocking pool.
 fn decide(
     source: &Source,
-    parts: &http::request::Parts,
+    head: Head<'_>,
     url: Option<&str>,
     body: &Bytes,
     now_ms: i64,
 ) -> Result<Decision, VerifyError> {
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
+    let path = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let verified = source.verifier.verify(
         verify::Request {
-            method: parts.method.as_str(),
+            method: head.method.as_str(),
             path,
             url,
-            headers: &parts.headers,
+            headers: head.headers,
             body,
         },
         now_ms.div_euclid(1000),
@@ -451,7 +464,7 @@ fn decide(
     }
     let identity = verified.identity();
     let event_type = verified.event_type();
-    let headers = capture_headers(&source.headers, &parts.headers);
+    let headers = capture_headers(&source.headers, head.headers);
     let routes = matching_routes(
         &source.routes,
         &Subject {
@@ -491,31 +504,86 @@ fn decide(
     })))
 }
 
+/// The parts of a request's head verification reads.
+#[derive(Clone, Copy)]
+struct Head<'a> {
+    method: &'a http::Method,
+    uri: &'a http::Uri,
+    headers: &'a HeaderMap,
+}
+
+/// Why a refusal goes to the rejection log: the refused signature's reason, or the
+/// outcome. `None` for what is not a refusal of the request (the store failed).
+fn rejection_reason(e: &ApiError) -> Option<&'static str> {
+    match e {
+        ApiError::Unverified(reason) => Some(reason.label()),
+        ApiError::UnknownSource(_)
+        | ApiError::TooLarge { .. }
+        | ApiError::BodyTimeout
+        | ApiError::BodyRead
+        | ApiError::Busy => Some(e.outcome().label()),
+        _ => None,
+    }
+}
+
+/// Handle a request, and note it in the rejection log when it is refused.
 async fn handle(
     ingest: &IngestState,
     source_name: &str,
     req: Request<Body>,
 ) -> Result<Handled, ApiError> {
-    let source = ingest
-        .sources
-        .get(source_name)
-        .cloned()
-        .ok_or_else(|| ApiError::UnknownSource(source_name.to_string()))?;
-    let (parts, body) = req.into_parts();
-    let declared = body::declared_length(&parts.headers);
-    let client = parts
-        .extensions
+    let declared = body::declared_length(req.headers());
+    let client = req
+        .extensions()
         .get::<crate::serve::Peer>()
         .map(|p| p.client);
+    let source = ingest.sources.get(source_name).cloned();
+    let (parts, body) = req.into_parts();
+    let mut read = None;
+    let result = match &source {
+        Some(source) => {
+            handle_source(ingest, source, &parts, body, declared, client, &mut read).await
+        }
+        None => Err(ApiError::UnknownSource(source_name.to_string())),
+    };
+    if let Err(e) = &result
+        && let Some(reason) = rejection_reason(e)
+    {
+        ingest.rejections.note(rejections::Refused {
+            source: source_name,
+            policy: source.as_ref().map(|s| &s.headers),
+            keep_body: source.as_ref().is_some_and(|s| s.keep_rejected_bodies),
+            reason,
+            status: e.status().as_u16(),
+            client,
+            headers: &parts.headers,
+            declared,
+            body: read.as_deref(),
+            at: ingest.clock.now_ms(),
+        });
+    }
+    result
+}
+
+/// Handle a request to a configured source; `read` gets the body once it is read.
+async fn handle_source(
+    ingest: &IngestState,
+    source: &Arc<Source>,
+    parts: &http::request::Parts,
+    body: Body,
+    declared: Option<u64>,
+    client: Option<std::net::IpAddr>,
+    read: &mut Option<Bytes>,
+) -> Result<Handled, ApiError> {
     // What the headers alone decide, before a byte of the body is buffered.
-    let reservation = match refuse_early(ingest, &source, &parts.headers, declared, client) {
+    let reservation = match refuse_early(ingest, source, &parts.headers, declared, client) {
         Ok(r) => r,
         Err(e) => {
             body::drain(body, declared);
             return Err(e);
         }
     };
-    let read = match body::read(
+    let got = match body::read(
         body,
         declared,
         ingest.max_body_bytes,
@@ -526,7 +594,7 @@ async fn handle(
     )
     .await
     {
-        Ok(read) => read,
+        Ok(got) => got,
         Err(e) => {
             if let Some(rest) = e.rest {
                 body::drain(rest, None);
@@ -539,11 +607,17 @@ async fn handle(
     let body::ReadBody {
         bytes: body,
         reservation: _reservation,
-    } = read;
+    } = got;
+    *read = Some(body.clone());
     let url = source
         .public_url
         .as_deref()
         .map(|base| crate::provider::request_url(base, parts.uri.query()));
+    let head = Head {
+        method: &parts.method,
+        uri: &parts.uri,
+        headers: &parts.headers,
+    };
     let decision = if body.len() > OFFLOAD_BODY_BYTES {
         // Hashing a large body takes long enough to stall the other requests of an
         // async worker: do it on the blocking pool, a bounded number at a time.
@@ -553,11 +627,23 @@ async fn handle(
             .await
             .map_err(|_| ApiError::Busy)?;
         let source = source.clone();
-        tokio::task::spawn_blocking(move || decide(&source, &parts, url.as_deref(), &body, now_ms))
-            .await
-            .map_err(|_| ApiError::Busy)??
+        let (method, uri, headers) = (
+            parts.method.clone(),
+            parts.uri.clone(),
+            parts.headers.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let head = Head {
+                method: &method,
+                uri: &uri,
+                headers: &headers,
+            };
+            decide(&source, head, url.as_deref(), &body, now_ms)
+        })
+        .await
+        .map_err(|_| ApiError::Busy)??
     } else {
-        decide(&source, &parts, url.as_deref(), &body, now_ms)?
+        decide(source, head, url.as_deref(), &body, now_ms)?
     };
     match decision {
         Decision::Handshake(HandshakeReply::Text(text)) => Ok(Handled::Handshake(

@@ -326,3 +326,59 @@ pub struct Preview {
     /// What went wrong, when it fails (it may quote the body).
     pub error: Option<String>,
 }
+
+/// A request ingest refused, as `GET /admin/rejections` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rejection {
+    pub id: String,
+    /// RFC 3339.
+    pub at: String,
+    /// The source the URL named.
+    pub source: String,
+    /// Whether that source is configured.
+    pub known: bool,
+    /// `mismatch`, `stale`, `missing_signature`, … (a refused signature), or
+    /// `too_large`, `unknown_source`, `busy`, `body_timeout`, `body_read`.
+    pub reason: String,
+    /// The HTTP status answered.
+    pub status: u16,
+    pub client: Option<String>,
+    /// The body's size: as read, or as declared when it was not read.
+    pub size: Option<u64>,
+    /// `sha256:<hex>` of the body, when it was read.
+    pub digest: Option<String>,
+    /// The headers an entry of the source keeps, the signature redacted.
+    pub headers: Vec<Header>,
+    /// Only for a source with `keep_rejected_bodies`: `utf8` or `base64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_encoding: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RejectionList {
+    pub rejections: Vec<Rejection>,
+    pub next_cursor: Option<String>,
+}
+
+/// Every request of one source (`*`: every name that is not a configured source)
+/// refused for one reason since a time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RejectionGroup {
+    pub source: String,
+    pub reason: String,
+    pub count: u64,
+    /// The newest (RFC 3339).
+    pub last_at: String,
+    /// What usually causes it.
+    pub hint: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RejectionGroups {
+    /// The start of the counted hours (RFC 3339).
+    pub since: String,
+    /// The group refused last first.
+    pub groups: Vec<RejectionGroup>,
+}

@@ -13,6 +13,7 @@ pub mod dto;
 pub mod entries;
 mod error;
 pub mod preview;
+pub mod rejections;
 pub mod sources;
 
 use std::sync::{Arc, Mutex};

@@ -21,6 +21,7 @@ pub(crate) mod pace;
 mod postgres;
 mod readiness;
 mod redis;
+pub mod rejection;
 mod signal;
 mod sqlite;
 
@@ -47,6 +48,9 @@ pub use readiness::Readiness;
 /// The Redis entry codec, for the `stored` fuzz target.
 #[cfg(any(test, fuzzing))]
 pub(crate) use redis::{entry_from_map as redis_entry_from_map, pack_record as redis_pack_record};
+pub use rejection::{
+    REJECTIONS_KEEP, Rejection, RejectionBatch, RejectionCount, RejectionPage, RejectionQuery,
+};
 pub(crate) use signal::{Wake, WorkSignals};
 
 /// The audit action recorded when a dead head of an ordered line lets the next go.
@@ -277,10 +281,12 @@ pub struct Purged {
 ///   audit.
 /// * A revoked console session stays revoked, for every process on the store, until
 ///   it would have expired.
+/// * Rejected requests are kept per group (source and reason), the newest
+///   [`REJECTIONS_KEEP`] rows of each, with every refusal counted.
 /// * Pending entries are never purged.
-pub trait Store: Queue + Reads + Records + Pacing + Lifecycle {}
+pub trait Store: Queue + Reads + Records + Rejections + Pacing + Lifecycle {}
 
-impl<T: Queue + Reads + Records + Pacing + Lifecycle + ?Sized> Store for T {}
+impl<T: Queue + Reads + Records + Rejections + Pacing + Lifecycle + ?Sized> Store for T {}
 
 /// The queue: what makes a webhook delivered at least once. Entries are accepted
 /// (deduped, durable), their deliveries claimed under leases and completed, replayed,
@@ -548,6 +554,26 @@ pub trait Records: Send + Sync + 'static {
     /// Whether the console session `id`, issued at `issued_at` (unix ms), was
     /// revoked: by itself, or with every session issued until then.
     async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError>;
+}
+
+/// The requests ingest refused (`rejection`), shared by every process on the store.
+#[async_trait]
+pub trait Rejections: Send + Sync + 'static {
+    /// Keep `batch`: its rows, each group then trimmed to its newest
+    /// [`REJECTIONS_KEEP`], and its counts, added to each group's count of the hour
+    /// of their `last_at`. A row already kept (same id) is not added twice.
+    async fn record_rejections(&self, batch: &RejectionBatch) -> Result<(), StoreError>;
+
+    /// Rows newest first, as `query` asks.
+    async fn rejections(&self, query: &RejectionQuery) -> Result<RejectionPage, StoreError>;
+
+    /// The counts of every group over the hours from the one `since` (unix ms) falls
+    /// in, summed per group, the group refused last first.
+    async fn rejection_counts(&self, since: i64) -> Result<Vec<RejectionCount>, StoreError>;
+
+    /// Remove the rows older than `before` (unix ms) and the counts of the hours
+    /// before its hour; answers how many rows went.
+    async fn purge_rejections(&self, before: i64) -> Result<u64, StoreError>;
 }
 
 /// The send slots of paced routes (GCRA), shared by every process on the store.

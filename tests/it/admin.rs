@@ -505,6 +505,8 @@ async fn the_server_and_its_openapi_document_agree() {
         ("POST", "/admin/sources/{name}/routes/{route}/resume"),
         ("GET", "/admin/stats"),
         ("GET", "/admin/audit"),
+        ("GET", "/admin/rejections"),
+        ("GET", "/admin/rejections/groups"),
     ]
     .into_iter()
     .map(|(m, p)| (m.to_string(), p.to_string()))
@@ -518,6 +520,19 @@ async fn the_server_and_its_openapi_document_agree() {
         ("GET", "/readyz".into(), None),
         ("GET", "/admin/entries".into(), None),
         ("GET", "/admin/entries?status=dead&limit=1".into(), None),
+        ("GET", "/admin/rejections".into(), None),
+        (
+            "GET",
+            "/admin/rejections?reason=mismatch&limit=2".into(),
+            None,
+        ),
+        ("GET", "/admin/rejections?limit=0".into(), None),
+        ("GET", "/admin/rejections/groups".into(), None),
+        (
+            "GET",
+            "/admin/rejections/groups?since=yesterday".into(),
+            None,
+        ),
         ("GET", "/admin/entries?status=bogus".into(), None),
         ("GET", format!("/admin/entries/{dead}"), None),
         ("GET", "/admin/entries/missing".into(), None),

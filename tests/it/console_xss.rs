@@ -64,6 +64,33 @@ async fn in_chromium_no_webhook_value_runs_on_any_console_page() {
         }
     })
     .await;
+    // Refused requests carry payloads too: a forgery with the same headers, and a
+    // source name that is one.
+    let mut forged = headers.clone();
+    flip_signature(&mut forged, "stripe-signature", 3);
+    let (st, _) = post_raw(&client, &gw.ingest, "stripe", body.as_bytes(), &forged).await;
+    assert_eq!(st, 401);
+    let unknown = format!("<img src=x onerror=\"{}\">", run("source"));
+    let (st, _) = post_raw(
+        &client,
+        &gw.ingest,
+        &form_urlencoded::byte_serialize(unknown.as_bytes())
+            .collect::<String>()
+            .replace('+', "%20"),
+        body.as_bytes(),
+        &headers,
+    )
+    .await;
+    assert_eq!(st, 404);
+    wait_until_ok("the refusals to be kept", WAIT, async || {
+        let r = admin.get("/admin/rejections").await;
+        if r["rejections"].as_array().map_or(0, Vec::len) == 2 {
+            Ok(())
+        } else {
+            Err(r)
+        }
+    })
+    .await;
     let listed = admin.get("/admin/entries").await;
     let id = listed["entries"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(listed["entries"][0]["event_id"], event_id.as_str());
@@ -85,6 +112,7 @@ async fn in_chromium_no_webhook_value_runs_on_any_console_page() {
         ("entries-live", "/console/entries?live=1".to_string()),
         ("entry", format!("/console/entries/{id}")),
         ("dead-letters", "/console/dead-letters".to_string()),
+        ("rejections", "/console/rejections".to_string()),
         ("overview", "/console/".to_string()),
     ];
     for (name, path) in &pages {
@@ -153,6 +181,26 @@ async fn in_chromium_no_webhook_value_runs_on_any_console_page() {
                     text.contains(&event_id),
                     "{name}: the sample's event id as text"
                 );
+            }
+            "rejections" => {
+                // Kept as the log keeps a name that is not configured: escaped,
+                // its first 64 characters.
+                let shown: String = unknown.escape_debug().take(64).collect();
+                assert!(
+                    text.contains(&shown),
+                    "{name}: the source name as text: {shown} in {text}"
+                );
+                // Open every row's headers: the payloads in them, as text.
+                b.client
+                    .execute(
+                        "document.querySelectorAll('details').forEach(d => d.open = true);",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                let rows = b.text_of("table.rejections").await;
+                assert!(rows.contains("<svg onload="), "{rows}");
+                assert!(rows.contains("[redacted]"), "the signature: {rows}");
             }
             _ => {}
         }

@@ -44,6 +44,7 @@ mod providers;
 mod redis_preconditions;
 mod redis_replicas;
 mod redis_store;
+mod rejections;
 mod routes;
 mod stalled;
 mod transform;

@@ -22,6 +22,7 @@ mod notify;
 mod preconditions;
 mod reads;
 mod records;
+mod rejections;
 mod retention;
 mod rows;
 mod schema;
@@ -40,8 +41,8 @@ use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
     Controls, DeadLetter, Entry, Finished, HousekeepingPass, IdPage, Lifecycle, ListQuery,
     MAX_PAGE, MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records,
-    RouteStats, SourceStats, Status, StoreError, Transition, Unsafe, Wake, WorkSignals,
-    encode_headers,
+    RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats,
+    SourceStats, Status, StoreError, Transition, Unsafe, Wake, WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::PostgresConfig;
@@ -524,6 +525,29 @@ impl Reads for PostgresStore {
 
     async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError> {
         self.relaxed(async |conn| reads::route_stats(&*conn, source, route).await)
+            .await
+    }
+}
+
+#[async_trait]
+impl Rejections for PostgresStore {
+    async fn record_rejections(&self, batch: &RejectionBatch) -> Result<(), StoreError> {
+        self.durable(async |conn| transaction!(conn, |tx| rejections::record(&tx, batch).await?))
+            .await
+    }
+
+    async fn rejections(&self, query: &RejectionQuery) -> Result<RejectionPage, StoreError> {
+        self.relaxed(async |conn| rejections::list(&*conn, query).await)
+            .await
+    }
+
+    async fn rejection_counts(&self, since: i64) -> Result<Vec<RejectionCount>, StoreError> {
+        self.relaxed(async |conn| rejections::counts(&*conn, since).await)
+            .await
+    }
+
+    async fn purge_rejections(&self, before: i64) -> Result<u64, StoreError> {
+        self.durable(async |conn| transaction!(conn, |tx| rejections::purge(&tx, before).await?))
             .await
     }
 }

@@ -14,7 +14,38 @@ use crate::store::{Backend, StoreError};
 /// The migrations, in order; version `n` is `MIGRATIONS[n - 1]`.
 ///
 /// 1. Everything the store contract needs ([`V1`]).
-const MIGRATIONS: &[&str] = &[V1];
+/// 2. The requests ingest refused ([`V2`]).
+const MIGRATIONS: &[&str] = &[V1, V2];
+
+/// The requests ingest refused (`store::rejection`): a row per sampled refusal,
+/// each group (`grp`, `reason`) trimmed to its newest rows, and a count per group
+/// and hour.
+const V2: &str = r#"
+CREATE TABLE rejections (
+    id      TEXT COLLATE "C" PRIMARY KEY,
+    at      BIGINT NOT NULL,
+    grp     TEXT COLLATE "C" NOT NULL,
+    source  TEXT COLLATE "C" NOT NULL,
+    known   BOOLEAN NOT NULL,
+    reason  TEXT COLLATE "C" NOT NULL,
+    status  INTEGER NOT NULL,
+    client  TEXT,
+    size    BIGINT,
+    digest  TEXT,
+    headers TEXT NOT NULL,
+    body    BYTEA
+);
+CREATE INDEX rejections_group ON rejections (grp, reason, id);
+CREATE INDEX rejections_at ON rejections (at);
+CREATE TABLE rejection_counts (
+    grp     TEXT COLLATE "C" NOT NULL,
+    reason  TEXT COLLATE "C" NOT NULL,
+    hour    BIGINT NOT NULL,
+    count   BIGINT NOT NULL,
+    last_at BIGINT NOT NULL,
+    PRIMARY KEY (grp, reason, hour)
+);
+"#;
 
 /// The first schema, shaped like the embedded store's (`store::sqlite::schema`),
 /// for a server shared by several gateways:

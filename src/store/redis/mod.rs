@@ -71,6 +71,7 @@ mod housekeeping;
 mod listing;
 mod migrate;
 mod preconditions;
+mod rejections;
 mod replicas;
 mod scripts;
 mod transition;
@@ -93,8 +94,9 @@ use self::transition::{Action, audit_event};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, ControlEvent, Controls,
     DeadLetter, Entry, HousekeepingPass, IdPage, Lifecycle, ListQuery, MinuteActivity, NewEntry,
-    Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RouteStats, SourceStats, Status,
-    StoreError, Transition, WorkSignals,
+    Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RejectionBatch, RejectionCount,
+    RejectionPage, RejectionQuery, Rejections, RouteStats, SourceStats, Status, StoreError,
+    Transition, WorkSignals,
 };
 use crate::config::RedisConfig;
 
@@ -629,6 +631,25 @@ impl Reads for RedisStore {
             .await?;
         stats.oldest_pending_at = self.received_at(source, oldest).await?;
         Ok(stats)
+    }
+}
+
+#[async_trait]
+impl Rejections for RedisStore {
+    async fn record_rejections(&self, batch: &RejectionBatch) -> Result<(), StoreError> {
+        self.keep_rejections(batch).await
+    }
+
+    async fn rejections(&self, query: &RejectionQuery) -> Result<RejectionPage, StoreError> {
+        self.list_rejections(query).await
+    }
+
+    async fn rejection_counts(&self, since: i64) -> Result<Vec<RejectionCount>, StoreError> {
+        self.count_rejections(since).await
+    }
+
+    async fn purge_rejections(&self, before: i64) -> Result<u64, StoreError> {
+        self.purge_rejected(before).await
     }
 }
 

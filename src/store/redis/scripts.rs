@@ -46,6 +46,8 @@ pub(super) struct Scripts {
     pub pace: Script,
     /// Hold the send slots of a paced route until a time.
     pub hold: Script,
+    /// Keep a batch of rejected requests (refused at maxmemory, as an accept).
+    pub reject: Script,
     /// Raise a number kept as a string (the console's "sessions revoked until").
     pub raise: Script,
     /// Migration to routes: a source's work stream and schedule.
@@ -89,6 +91,8 @@ impl Scripts {
             pace: plain(include_str!("scripts/pace.lua")),
             hold: plain(include_str!("scripts/hold.lua")),
             raise: plain(include_str!("scripts/raise.lua")),
+            // Refused while out of memory, as the accept.
+            reject: Script::new(include_str!("scripts/reject.lua")),
             migrate_queues: Script::new(include_str!("scripts/migrate_queues.lua")),
             migrate_entries: Script::new(include_str!("scripts/migrate_entries.lua")),
         }

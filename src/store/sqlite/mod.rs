@@ -18,6 +18,7 @@ mod delivery;
 mod lines;
 mod private;
 mod queries;
+mod rejections;
 mod retention;
 mod rows;
 mod schema;
@@ -41,7 +42,8 @@ use super::pace::{self, ceil_ms};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
     Controls, DeadLetter, Entry, HousekeepingPass, IdPage, Lifecycle, ListQuery, MAX_PAGE,
-    MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RouteStats,
+    MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records,
+    RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats,
     SourceStats, Status, StoreError, Transition, Wake, WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
@@ -498,6 +500,33 @@ impl Reads for SqliteStore {
     async fn stats(&self, source: &str) -> Result<SourceStats, StoreError> {
         let source = source.to_string();
         self.read(move |conn| queries::stats(conn, &source)).await
+    }
+}
+
+#[async_trait]
+impl Rejections for SqliteStore {
+    async fn record_rejections(&self, batch: &RejectionBatch) -> Result<(), StoreError> {
+        let batch = batch.clone();
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            rejections::record(conn, &batch)
+        })
+        .await
+    }
+
+    async fn rejections(&self, query: &RejectionQuery) -> Result<RejectionPage, StoreError> {
+        let query = query.clone();
+        self.read(move |conn| rejections::list(conn, &query)).await
+    }
+
+    async fn rejection_counts(&self, since: i64) -> Result<Vec<RejectionCount>, StoreError> {
+        self.read(move |conn| rejections::counts(conn, since)).await
+    }
+
+    async fn purge_rejections(&self, before: i64) -> Result<u64, StoreError> {
+        self.write_answered_at_commit(WriteKind::Other, None, move |conn, _| {
+            rejections::purge(conn, before)
+        })
+        .await
     }
 }
 

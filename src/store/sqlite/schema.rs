@@ -311,7 +311,8 @@ const INDEXES: &[(&str, &str)] = &[(
 /// `activity` holds the per-minute counters of each source (`store::activity`), one
 /// row per source and minute that had any, kept for `ACTIVITY_RETENTION` (the purge
 /// removes older rows). `control_audit`, `revoked_sessions` and `console_settings`
-/// hold the console's records (`controls`).
+/// hold the console's records (`controls`); `rejections` and `rejection_counts` the
+/// requests ingest refused (`rejections`).
 const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS activity (
         source    TEXT NOT NULL,
@@ -338,6 +339,30 @@ const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS console_settings (
         name  TEXT PRIMARY KEY,
         value INTEGER NOT NULL
+    ) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS rejections (
+        id      TEXT PRIMARY KEY,
+        at      INTEGER NOT NULL,
+        grp     TEXT NOT NULL,
+        source  TEXT NOT NULL,
+        known   INTEGER NOT NULL,
+        reason  TEXT NOT NULL,
+        status  INTEGER NOT NULL,
+        client  TEXT,
+        size    INTEGER,
+        digest  TEXT,
+        headers TEXT NOT NULL,
+        body    BLOB
+    ) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS rejections_group ON rejections(grp, reason, id)",
+    "CREATE INDEX IF NOT EXISTS rejections_at ON rejections(at)",
+    "CREATE TABLE IF NOT EXISTS rejection_counts (
+        grp     TEXT NOT NULL,
+        reason  TEXT NOT NULL,
+        hour    INTEGER NOT NULL,
+        count   INTEGER NOT NULL,
+        last_at INTEGER NOT NULL,
+        PRIMARY KEY (grp, reason, hour)
     ) WITHOUT ROWID",
 ];
 

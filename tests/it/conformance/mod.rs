@@ -1,5 +1,5 @@
 //! The store conformance suite: the store contract (`hookgate::store::Store`, the sum
-//! of its parts `Queue`, `Reads`, `Records`, `Pacing` and `Lifecycle`) held on every
+//! of its parts `Queue`, `Reads`, `Records`, `Rejections`, `Pacing` and `Lifecycle`) held on every
 //! backend of `support::backends` (the embedded store, a private redis-server). One
 //! backend-agnostic function per behaviour, run once per backend by
 //! `for_each_store!` / `for_each_fresh_store!`; one file per part of the contract
@@ -17,6 +17,7 @@ mod reads;
 mod reads_console;
 mod reads_routes;
 mod records;
+mod rejections;
 
 use std::time::Duration;
 
