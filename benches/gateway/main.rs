@@ -21,10 +21,12 @@
 //!
 //! Modules: [`load`] (requests and the closed loop), [`open`] (the open loop), [`procs`] (baseline, gateway and
 //! Redis processes), [`sink`] (the forward scenarios' destination), [`measure`] (CPU,
-//! disk, medians), [`scenarios`] (one function per scenario) and [`console`] (the
-//! console's pages with a large store behind them).
+//! disk, medians), [`scenarios`] (one function per scenario), [`console`] (the
+//! console's pages with a large store behind them) and [`flood`] (genuine webhooks
+//! while forgeries flood in).
 
 mod console;
+mod flood;
 mod load;
 mod measure;
 mod open;
@@ -54,6 +56,7 @@ const SCENARIOS: &[&str] = &[
     "forward-e2e",
     "recovery",
     "console",
+    "rejection-flood",
     "profile-embedded",
     "profile-redis",
 ];
@@ -162,6 +165,11 @@ fn main() {
                 "recovery" => recovery(&mut report, settings).await,
                 "profile-embedded" => profile(&mut report, Store::Embedded, settings).await,
                 "profile-redis" => profile(&mut report, Store::Redis, settings).await,
+                "rejection-flood" => {
+                    for store in [Store::Embedded, Store::Redis, Store::Postgres] {
+                        flood::rejection_flood(&mut report, store, settings).await;
+                    }
+                }
                 "console" => {
                     console::console(&mut report, Store::Embedded, settings).await;
                     console::console(&mut report, Store::Redis, settings).await;

@@ -166,6 +166,15 @@ impl Store {
     pub fn is_postgres(self) -> bool {
         matches!(self, Store::Postgres | Store::PostgresStandby)
     }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::Embedded => "embedded",
+            Store::Redis => "redis",
+            Store::Postgres => "postgres",
+            Store::PostgresStandby => "postgres with a synchronous standby",
+        }
+    }
 }
 
 /// A private PostgreSQL server, and its synchronous standby when asked for.

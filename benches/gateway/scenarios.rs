@@ -74,8 +74,8 @@ pub enum Forwarding {
 }
 
 /// A gateway for the ingest and latency scenarios, with its sink when it forwards.
-struct Subject {
-    gw: crate::procs::Proc,
+pub(crate) struct Subject {
+    pub(crate) gw: crate::procs::Proc,
     sink: Option<SinkProc>,
     redis: Option<crate::procs::Redis>,
     pg: Option<crate::procs::Postgres>,
@@ -83,7 +83,7 @@ struct Subject {
 }
 
 impl Subject {
-    async fn start(store: Store, forwarding: Forwarding) -> Subject {
+    pub(crate) async fn start(store: Store, forwarding: Forwarding) -> Subject {
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = (store == Store::Redis).then(start_redis);
         let pg = store
@@ -267,7 +267,7 @@ pub async fn ingest(report: &mut Report, store: Store, s: Settings, duplicates: 
 }
 
 /// Percentiles (ms) of a latency histogram in µs: "p50 …, p99 …, p99.9 …".
-fn percentiles(h: &Histogram<u64>) -> String {
+pub(crate) fn percentiles(h: &Histogram<u64>) -> String {
     format!(
         "p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
         h.value_at_quantile(0.5) as f64 / 1000.0,

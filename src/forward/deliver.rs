@@ -523,11 +523,15 @@ async fn share_hold(fwd: &Forwarder, route: &Route, outcome: &Outcome, done_at: 
     }
 }
 
-/// Record a completion, retrying while the store is unreachable. If it never
-/// succeeds, the lease expires and the entry is delivered again (at-least-once).
+/// Record a completion, retrying while the store is unreachable, for as long as a
+/// lease lasts: a store that comes back within it (a restart, a failover, a frozen
+/// server thawed) gets the completion within a couple of seconds, and the entry is
+/// not delivered again. If it never succeeds, the lease has expired by then and the
+/// entry is delivered again (at-least-once).
 async fn complete(fwd: &Forwarder, claim: &Claim, completion: Completion) {
     let mut delay = Duration::from_millis(50);
-    for _ in 0..8 {
+    let until = tokio::time::Instant::now() + fwd.cfg.lease;
+    loop {
         let now = fwd.clock.now_ms();
         match fwd
             .store
@@ -552,6 +556,9 @@ async fn complete(fwd: &Forwarder, claim: &Claim, completion: Completion) {
                 );
                 if crate::telemetry::throttle::hit(MSG, &kind) {
                     tracing::warn!(entry_id = %claim.entry.id, error = %e, "{MSG}");
+                }
+                if tokio::time::Instant::now() + delay >= until {
+                    break;
                 }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(2));

@@ -78,10 +78,14 @@ enum Trouble {
 /// it, without a restart of the gateway; every webhook answered 200 is delivered.
 async fn in_trouble(trouble: Trouble) {
     let _alone = TIMED_ALONE.lock().await;
-    let mut pg = PostgresServer::start();
+    let pg = PostgresServer::start();
     let up = Upstream::ok().await;
     let dir = tempfile::tempdir().unwrap();
     let mut gw = child_gateway(dir.path(), &pg, &up, "", true);
+    // The server is started again on a thread of its own: webhooks keep coming
+    // while it recovers, as they would from a provider.
+    let mut pg = Some(pg);
+    let mut restarting = None;
     let c = http_builder()
         .timeout(Duration::from_secs(30))
         .build()
@@ -97,6 +101,7 @@ async fn in_trouble(trouble: Trouble) {
             tokio::time::sleep(wait).await;
         }
         if !broken && at >= Duration::from_secs(1) {
+            let pg = pg.as_mut().expect("the server");
             match trouble {
                 Trouble::Frozen => pg.freeze(),
                 Trouble::Killed => pg.kill_all(),
@@ -111,10 +116,14 @@ async fn in_trouble(trouble: Trouble) {
             }));
         }
         if !mended && at >= Duration::from_secs(6) {
-            match trouble {
-                Trouble::Frozen => pg.thaw(),
-                Trouble::Killed => pg.restart(),
-            }
+            let mut server = pg.take().expect("the server");
+            restarting = Some(tokio::task::spawn_blocking(move || {
+                match trouble {
+                    Trouble::Frozen => server.thaw(),
+                    Trouble::Killed => server.restart(),
+                }
+                server
+            }));
             mended = true;
         }
         let c = c.clone();
@@ -131,6 +140,7 @@ async fn in_trouble(trouble: Trouble) {
             )
         }));
     }
+    let _pg = restarting.expect("mended").await.unwrap();
     let mut late = Vec::new();
     let mut acked = Vec::new();
     let (mut refused, mut ok_after) = (0, 0);
