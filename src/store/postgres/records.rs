@@ -18,29 +18,40 @@ pub(super) async fn record_control(
     c: &impl GenericClient,
     e: &ControlEvent,
 ) -> Result<(), StoreError> {
-    c.execute_cached(
-        "INSERT INTO control_audit (at, action, source, route, actor, session, client)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        &[
-            &e.at,
-            &e.action.as_str(),
-            &e.source,
-            &e.route,
-            &e.by.name,
-            &e.by.session,
-            &e.by.client,
-        ],
-    )
-    .await?;
-    let keep = i64::try_from(CONTROL_AUDIT_KEEP).unwrap_or(i64::MAX);
-    c.execute_cached(
-        "DELETE FROM control_audit WHERE seq <= (SELECT seq FROM control_audit
-         ORDER BY seq DESC LIMIT 1 OFFSET $1)",
-        &[&keep],
-    )
-    .await?;
+    let seq: i64 = c
+        .query_cached(
+            "INSERT INTO control_audit (at, action, source, route, actor, session, client)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq",
+            &[
+                &e.at,
+                &e.action.as_str(),
+                &e.source,
+                &e.route,
+                &e.by.name,
+                &e.by.session,
+                &e.by.client,
+            ],
+        )
+        .await?
+        .first()
+        .map_or(0, |r| r.get(0));
+    // The newest rows are kept. Trimming is done every TRIM_EVERY records, not on
+    // each: concurrent trims delete the same old rows and wait on each other's
+    // locks. Reads never answer more than the newest CONTROL_AUDIT_KEEP.
+    if seq % TRIM_EVERY == 0 {
+        let keep = i64::try_from(CONTROL_AUDIT_KEEP).unwrap_or(i64::MAX);
+        c.execute_cached(
+            "DELETE FROM control_audit WHERE seq <= (SELECT seq FROM control_audit
+             ORDER BY seq DESC LIMIT 1 OFFSET $1)",
+            &[&keep],
+        )
+        .await?;
+    }
     Ok(())
 }
+
+/// How often (in records) the control audit is trimmed to its newest rows.
+const TRIM_EVERY: i64 = 64;
 
 pub(super) async fn control_audit(
     c: &impl GenericClient,
