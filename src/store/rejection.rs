@@ -66,6 +66,14 @@ impl Rejection {
     pub fn group(&self) -> (&str, &str) {
         (group_source(&self.source, self.known), &self.reason)
     }
+
+    /// The headers as the SQL stores keep them (JSON).
+    pub(crate) fn headers_text(&self) -> Result<String, super::StoreError> {
+        serde_json::to_string(&self.headers).map_err(|source| super::StoreError::Encode {
+            what: "a rejected request's headers",
+            source,
+        })
+    }
 }
 
 /// The source part of a group: the source, or [`UNKNOWN_SOURCES`].

@@ -19,10 +19,7 @@ pub(super) async fn record(
     let mut groups = std::collections::BTreeSet::new();
     for r in &batch.rows {
         let (grp, _) = r.group();
-        let headers = serde_json::to_string(&r.headers).map_err(|source| StoreError::Encode {
-            what: "a rejected request's headers",
-            source,
-        })?;
+        let headers = r.headers_text()?;
         let size = r.size.map(|s| i64::try_from(s).unwrap_or(i64::MAX));
         let status = i32::from(r.status);
         c.execute_cached(

@@ -21,10 +21,7 @@ pub(super) fn record(conn: &Connection, batch: &RejectionBatch) -> Result<(), St
     let mut groups = std::collections::BTreeSet::new();
     for r in &batch.rows {
         let (grp, _) = r.group();
-        let headers = serde_json::to_string(&r.headers).map_err(|source| StoreError::Encode {
-            what: "a rejected request's headers",
-            source,
-        })?;
+        let headers = r.headers_text()?;
         insert.execute(params![
             r.id,
             r.at,
