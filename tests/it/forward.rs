@@ -494,6 +494,15 @@ async fn graceful_shutdown(backend: Backend) {
         |r| reached(r, ids.values()),
     )
     .await;
+    // The app has them; the gateway records each attempt once the answer is in.
+    wait_status(
+        &h,
+        "stripe",
+        Status::Delivered,
+        ids.len() as u64,
+        Duration::from_secs(10),
+    )
+    .await;
     let store = h.open().await;
     for id in ids.values() {
         let attempts = store.attempts(id).await.unwrap();

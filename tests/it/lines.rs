@@ -160,58 +160,65 @@ fn percentile(sorted: &[Duration], pct: usize) -> Duration {
     sorted[(sorted.len() * pct).div_ceil(100).max(1) - 1]
 }
 
-/// With 20,000 deliveries behind a blocked head of one source, another source's
-/// ingest p99 stays within twice (plus 2 ms) that of a gateway without the line,
-/// measured in alternating rounds of the same run. Before, every accept woke the
-/// blocked route's loop, whose claim read every delivery of the line on the writer
-/// thread: each webhook of any source waited behind it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_blocked_line_leaves_other_sources_ingest_as_fast() {
-    let _alone = TIMED_ALONE.lock().await;
-    let upstream = Upstream::ok().await;
-    let (plain, lined) = (store_dir(), store_dir());
-    let seeding = Instant::now();
-    seed_the_line(lined.path()).await;
-    eprintln!("seeded the line in {:?}", seeding.elapsed());
-    let mut gateways = Vec::new();
-    for (name, dir) in [("plain", &plain), ("lined", &lined)] {
-        let path = write_config(dir.path(), &gateway_config(dir.path(), &upstream.url));
-        let log = dir.path().join("gateway.log");
-        gateways.push((name, ChildGateway::spawn(&path, &[], &log)));
-    }
-    let client = http();
-    // Connections made and caches warm before anything is measured.
-    for (name, gw) in &gateways {
-        ingest_round(&client, &gw.ingest, &format!("{name}_warm"), 100).await;
-    }
-    let mut samples = [Vec::new(), Vec::new()];
-    for round in 0..ROUNDS {
-        for (i, (name, gw)) in gateways.iter().enumerate() {
-            let tag = format!("{name}_{round}");
-            samples[i].extend(ingest_round(&client, &gw.ingest, &tag, PER_ROUND).await);
+/// Timed against a bound: the test command runs these alone, one at a time (see
+/// `scripts/test`), since on two cores a neighbour's load moves the timings.
+mod alone {
+    use super::*;
+
+    /// With 20,000 deliveries behind a blocked head of one source, another source's
+    /// ingest p99 stays within twice (plus 2 ms) that of a gateway without the line,
+    /// measured in alternating rounds of the same run. Before, every accept woke the
+    /// blocked route's loop, whose claim read every delivery of the line on the writer
+    /// thread: each webhook of any source waited behind it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_blocked_line_leaves_other_sources_ingest_as_fast() {
+        let _alone = TIMED_ALONE.lock().await;
+        let upstream = Upstream::ok().await;
+        let (plain, lined) = (store_dir(), store_dir());
+        let seeding = Instant::now();
+        seed_the_line(lined.path()).await;
+        eprintln!("seeded the line in {:?}", seeding.elapsed());
+        let mut gateways = Vec::new();
+        for (name, dir) in [("plain", &plain), ("lined", &lined)] {
+            let path = write_config(dir.path(), &gateway_config(dir.path(), &upstream.url));
+            let log = dir.path().join("gateway.log");
+            gateways.push((name, ChildGateway::spawn(&path, &[], &log)));
         }
+        let client = http();
+        // Connections made and caches warm before anything is measured.
+        for (name, gw) in &gateways {
+            ingest_round(&client, &gw.ingest, &format!("{name}_warm"), 100).await;
+        }
+        let mut samples = [Vec::new(), Vec::new()];
+        for round in 0..ROUNDS {
+            for (i, (name, gw)) in gateways.iter().enumerate() {
+                let tag = format!("{name}_{round}");
+                samples[i].extend(ingest_round(&client, &gw.ingest, &tag, PER_ROUND).await);
+            }
+        }
+        let [mut plain_took, mut lined_took] = samples;
+        plain_took.sort_unstable();
+        lined_took.sort_unstable();
+        let (plain_p50, lined_p50) = (percentile(&plain_took, 50), percentile(&lined_took, 50));
+        let (plain_p99, lined_p99) = (percentile(&plain_took, 99), percentile(&lined_took, 99));
+        eprintln!(
+            "ingest of another source ({} webhooks each): p50 {plain_p50:?}, p99 {plain_p99:?} \
+             without the line; p50 {lined_p50:?}, p99 {lined_p99:?} with {WAITING} deliveries \
+             behind a blocked head",
+            plain_took.len()
+        );
+        // The tail, as the issue states it; and the middle, which a machine busy with
+        // other work moves far less (its stalls land in both tails alike): before, every
+        // webhook waited for a claim that read the whole line.
+        let within =
+            |lined: Duration, plain: Duration| lined <= plain * 2 + Duration::from_millis(2);
+        assert!(
+            within(lined_p99, plain_p99),
+            "with the line: p99 {lined_p99:?}; without: {plain_p99:?}"
+        );
+        assert!(
+            within(lined_p50, plain_p50),
+            "with the line: p50 {lined_p50:?}; without: {plain_p50:?}"
+        );
     }
-    let [mut plain_took, mut lined_took] = samples;
-    plain_took.sort_unstable();
-    lined_took.sort_unstable();
-    let (plain_p50, lined_p50) = (percentile(&plain_took, 50), percentile(&lined_took, 50));
-    let (plain_p99, lined_p99) = (percentile(&plain_took, 99), percentile(&lined_took, 99));
-    eprintln!(
-        "ingest of another source ({} webhooks each): p50 {plain_p50:?}, p99 {plain_p99:?} \
-         without the line; p50 {lined_p50:?}, p99 {lined_p99:?} with {WAITING} deliveries \
-         behind a blocked head",
-        plain_took.len()
-    );
-    // The tail, as the issue states it; and the middle, which a machine busy with
-    // other work moves far less (its stalls land in both tails alike): before, every
-    // webhook waited for a claim that read the whole line.
-    let within = |lined: Duration, plain: Duration| lined <= plain * 2 + Duration::from_millis(2);
-    assert!(
-        within(lined_p99, plain_p99),
-        "with the line: p99 {lined_p99:?}; without: {plain_p99:?}"
-    );
-    assert!(
-        within(lined_p50, plain_p50),
-        "with the line: p50 {lined_p50:?}; without: {plain_p50:?}"
-    );
 }
