@@ -79,6 +79,7 @@ async fn main() {
                     } else {
                         Vec::new()
                     },
+                    index: Vec::new(),
                 };
                 store.accept(e).await.unwrap();
             }

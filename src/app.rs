@@ -98,6 +98,7 @@ pub fn build_sources(
                 ),
                 metrics: ingest::SourceMetrics::new(&s.name),
                 keep_rejected_bodies: s.keep_rejected_bodies,
+                index: s.index.clone(),
             })
         })
         .collect()
@@ -435,6 +436,7 @@ fn admin_sources(sources: &[Source]) -> Vec<crate::admin::AdminSource> {
                 .map(|h| h.as_str().to_string())
                 .unwrap_or_default(),
             routes: s.routes.iter().map(|r| r.name.clone()).collect(),
+            index: s.index.clone(),
         })
         .collect()
 }

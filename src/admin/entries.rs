@@ -19,6 +19,7 @@ use super::actor::ApiActor;
 use super::dto::{self, EntryDetail, EntryList, TransitionResult};
 use super::{AdminState, path_param};
 use crate::error::ApiError;
+use crate::operations::search::{PREDICATE_PARAMS, parse_predicate, search_entries};
 use crate::store::{ListQuery, MAX_PAGE, Status};
 
 /// The page size of a listing that names no `limit` (the largest is `MAX_PAGE`).
@@ -28,6 +29,7 @@ pub(super) async fn list(
     State(admin): State<Arc<AdminState>>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<EntryList>, ApiError> {
+    let raw_query = raw.clone();
     let q = query_map(raw);
     let limit = match q.get("limit") {
         Some(v) => v
@@ -50,15 +52,12 @@ pub(super) async fn list(
         limit,
         cursor: q.get("cursor").filter(|s| !s.is_empty()).cloned(),
     };
-    let page = admin.ops.store.list(&query).await?;
-    Ok(Json(EntryList {
-        entries: page
-            .entries
-            .iter()
-            .map(crate::operations::entries::summary)
-            .collect(),
-        next_cursor: page.next_cursor,
-    }))
+    // Payload predicates (each parameter may repeat): see `operations::search`.
+    let predicates = form_urlencoded::parse(raw_query.as_deref().unwrap_or_default().as_bytes())
+        .filter(|(k, _)| PREDICATE_PARAMS.contains(&k.as_ref()))
+        .map(|(k, v)| parse_predicate(&k, &v))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(search_entries(&admin.ops, query, predicates).await?))
 }
 
 pub(super) async fn show(

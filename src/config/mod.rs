@@ -39,7 +39,7 @@ pub use route::{
     DEFAULT_ROUTE, DeliveryConfig, MAX_ROUTES, OrderBy, OrderConfig, RetryConfig, RouteConfig,
     valid_route_name,
 };
-pub use source::SourceConfig;
+pub use source::{INDEXES_MAX, SourceConfig};
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -171,6 +171,9 @@ pub struct RawSource {
     /// Keep the bodies of refused requests (their first bytes) in the rejection log.
     #[serde(default)]
     pub keep_rejected_bodies: bool,
+    /// Indexed JSON pointers of the body, by name (`[sources.index]`).
+    #[serde(default)]
+    pub index: std::collections::BTreeMap<String, String>,
 }
 
 /// One `[[sources.routes]]` entry. Its `retry` and `delivery` keys override the

@@ -28,6 +28,50 @@ pub struct SourceConfig {
     pub routes: Vec<RouteConfig>,
     /// Keep the bodies (their first bytes) of the requests it refuses.
     pub keep_rejected_bodies: bool,
+    /// Indexed JSON pointers of the body: (name, pointer), by name.
+    pub index: Vec<(String, String)>,
+}
+
+/// The most indexes (`[sources.index]`) a source may declare: each costs every
+/// accept of the source a write.
+pub const INDEXES_MAX: usize = 8;
+
+/// An index name: what a search names and a store key holds.
+fn valid_index_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Check `[sources.index]`: at most [`INDEXES_MAX`] names, each a valid name with a
+/// JSON pointer (empty or starting with `/`).
+fn validate_index(
+    key: &dyn Fn(&str) -> String,
+    raw: std::collections::BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    if raw.len() > INDEXES_MAX {
+        return Err(ConfigError::invalid(
+            key("index"),
+            format!("at most {INDEXES_MAX} indexes per source"),
+        ));
+    }
+    for (name, pointer) in &raw {
+        if !valid_index_name(name) {
+            return Err(ConfigError::invalid(
+                key(&format!("index.{name}")),
+                "an index name is 1 to 32 of a-z, 0-9 and _",
+            ));
+        }
+        if !(pointer.is_empty() || pointer.starts_with('/')) {
+            return Err(ConfigError::invalid(
+                key(&format!("index.{name}")),
+                format!("{pointer:?} is not a JSON pointer: it must be empty or start with `/`"),
+            ));
+        }
+    }
+    Ok(raw.into_iter().collect())
 }
 
 impl SourceConfig {
@@ -193,6 +237,7 @@ pub(super) fn validate_source(
             env,
         )?,
     };
+    let index = validate_index(&key, raw.index)?;
     Ok(SourceConfig {
         name: raw.name,
         provider: raw.provider,
@@ -202,6 +247,7 @@ pub(super) fn validate_source(
         provider_options: raw.provider_options,
         routes,
         keep_rejected_bodies: raw.keep_rejected_bodies,
+        index,
     })
 }
 

@@ -78,6 +78,7 @@ fn round_trip(lines: &[&[u8]], rest: &[u8]) {
         body: Bytes::copy_from_slice(rest),
         routes: vec!["default".to_string()],
         ordering: Vec::new(),
+        index: Vec::new(),
     };
     let Ok(packed) = redis_pack_record(&entry) else {
         return;

@@ -60,6 +60,9 @@ pub struct Source {
     pub metrics: SourceMetrics,
     /// Keep the bodies (their first bytes) of refused requests in the rejection log.
     pub keep_rejected_bodies: bool,
+    /// Indexed JSON pointers of the body, (name, pointer): their values are stored
+    /// with each entry (`store::search`).
+    pub index: Vec<(String, String)>,
 }
 
 /// A route as ingest sees it: its name, which entries it takes, and where an
@@ -501,6 +504,7 @@ fn decide(
         body: body.clone(),
         routes,
         ordering,
+        index: crate::store::search::extract(&source.index, body),
     })))
 }
 

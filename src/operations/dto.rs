@@ -23,6 +23,23 @@ pub struct EntrySummary {
 pub struct EntryList {
     pub entries: Vec<EntrySummary>,
     pub next_cursor: Option<String>,
+    /// How a search with predicates went (absent from a plain listing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchInfo>,
+}
+
+/// How a payload search went: the index that gave its candidates, how many entries
+/// it read with their bodies, and, when it stopped before the end of its window
+/// without a full page, where (`next_cursor` goes on from there).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SearchInfo {
+    pub index: Option<String>,
+    pub scanned: usize,
+    /// The whole window was searched (up to the page's last entry).
+    pub complete: bool,
+    /// The arrival time of the last entry read, when not complete: older entries
+    /// are not searched yet.
+    pub stopped_at: Option<String>,
 }
 
 /// A stored header of an entry (credentials and signatures redacted).

@@ -267,7 +267,7 @@ pub fn summary(e: &ListedEntry) -> EntrySummary {
 }
 
 /// Header names whose values are credentials or signatures.
-fn is_sensitive(name: &str, signature_header: &str) -> bool {
+pub(crate) fn is_sensitive(name: &str, signature_header: &str) -> bool {
     let n = name.to_ascii_lowercase();
     n == signature_header
         || matches!(

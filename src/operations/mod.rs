@@ -14,6 +14,7 @@ pub mod entries;
 mod error;
 pub mod preview;
 pub mod rejections;
+pub mod search;
 pub mod sources;
 
 use std::sync::{Arc, Mutex};
@@ -80,6 +81,8 @@ pub struct SourceFacts {
     pub signature_header: String,
     /// Its route names, in configuration order.
     pub routes: Vec<String>,
+    /// Its indexed pointers (`[sources.index]`): (name, pointer).
+    pub index: Vec<(String, String)>,
 }
 
 impl SourceFacts {

@@ -66,7 +66,7 @@ pub struct Filter {
 
 /// What a predicate asks of the value it finds.
 #[derive(Debug, Clone, PartialEq)]
-enum Test {
+pub enum Test {
     Equals(serde_json::Value),
     OneOf(Vec<serde_json::Value>),
     Exists(bool),
@@ -82,6 +82,22 @@ pub struct Subject<'a> {
 }
 
 impl Filter {
+    /// The filter of these predicates, already checked: on the body, by JSON pointer;
+    /// on the headers, by lower-case name (a search's, see `operations::search`).
+    pub fn of_predicates(body: Vec<(String, Test)>, headers: Vec<(String, Test)>) -> Filter {
+        Filter {
+            event_types: None,
+            event_type_globs: Vec::new(),
+            body,
+            headers,
+        }
+    }
+
+    /// The body predicates: (pointer, test).
+    pub fn body_predicates(&self) -> &[(String, Test)] {
+        &self.body
+    }
+
     /// Check and compile `raw`; `key` is where it sits in the configuration.
     pub fn compile(key: &str, raw: &RawFilter) -> Result<Filter, FilterError> {
         let err = |at: String, problem: String| FilterError { key: at, problem };
@@ -225,7 +241,7 @@ impl Filter {
 
 impl Test {
     /// The test as text: `= true`, `in ["a", "b"]`, `exists`, `starts with "x"`.
-    fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             Test::Equals(v) => format!("= {v}"),
             Test::OneOf(vs) => format!("in {}", serde_json::Value::Array(vs.clone())),

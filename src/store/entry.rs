@@ -127,6 +127,9 @@ pub struct NewEntry {
     /// The ordering key of each ordered route (of `routes`) the entry carries a key
     /// for; a route not named here delivers the entry without order.
     pub ordering: Vec<RouteOrder>,
+    /// The values of the source's indexed pointers found in the body
+    /// (`search::extract`), kept so a search by one is a lookup.
+    pub index: Vec<super::IndexedValue>,
 }
 
 /// An entry's place in an ordered route: the deliveries through `route` with the

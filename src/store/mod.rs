@@ -22,6 +22,7 @@ mod postgres;
 mod readiness;
 mod redis;
 pub mod rejection;
+pub mod search;
 mod signal;
 mod sqlite;
 
@@ -51,6 +52,7 @@ pub(crate) use redis::{entry_from_map as redis_entry_from_map, pack_record as re
 pub use rejection::{
     REJECTIONS_KEEP, Rejection, RejectionBatch, RejectionCount, RejectionPage, RejectionQuery,
 };
+pub use search::{IndexLookup, IndexUse, IndexedValue, SearchPage, SearchQuery};
 pub(crate) use signal::{Wake, WorkSignals};
 
 /// The audit action recorded when a dead head of an ordered line lets the next go.
@@ -283,10 +285,12 @@ pub struct Purged {
 ///   it would have expired.
 /// * Rejected requests are kept per group (source and reason), the newest
 ///   [`REJECTIONS_KEEP`] rows of each, with every refusal counted.
+/// * A source's indexed values are found by lookup, newest first, and leave with
+///   their entry.
 /// * Pending entries are never purged.
-pub trait Store: Queue + Reads + Records + Rejections + Pacing + Lifecycle {}
+pub trait Store: Queue + Reads + Search + Records + Rejections + Pacing + Lifecycle {}
 
-impl<T: Queue + Reads + Records + Rejections + Pacing + Lifecycle + ?Sized> Store for T {}
+impl<T: Queue + Reads + Search + Records + Rejections + Pacing + Lifecycle + ?Sized> Store for T {}
 
 /// The queue: what makes a webhook delivered at least once. Entries are accepted
 /// (deduped, durable), their deliveries claimed under leases and completed, replayed,
@@ -527,6 +531,21 @@ pub trait Reads: Send + Sync + 'static {
 
     /// The deliveries through `route` of `source`, by status.
     async fn route_stats(&self, source: &str, route: &str) -> Result<RouteStats, StoreError>;
+}
+
+/// What payload search reads (`search`): the values of the sources' indexed
+/// pointers, and whole entries by the page.
+#[async_trait]
+pub trait Search: Send + Sync + 'static {
+    /// The ids of the entries of `lookup.source` whose value in the index
+    /// `lookup.name` is one of `lookup.values`, newest first, strictly below
+    /// `lookup.below` and at or above `lookup.floor`, at most `lookup.limit`: a lookup,
+    /// whatever the number of entries.
+    async fn indexed(&self, lookup: &IndexLookup) -> Result<Vec<String>, StoreError>;
+
+    /// The entries with these `(source, id)`, whole (headers and bodies), in the order
+    /// asked; one that is not there is left out.
+    async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Entry>, StoreError>;
 }
 
 /// What operators leave behind, shared by every process on the store: the control

@@ -50,6 +50,7 @@ fn ordered_entry(n: usize) -> NewEntry {
             key: "k".into(),
             block: true,
         }],
+        index: Vec::new(),
     }
 }
 

@@ -57,6 +57,7 @@ async fn entries_are_packed_and_read_back_byte_for_byte() {
         body: bytes::Bytes::from_static(body),
         routes: vec!["default".into()],
         ordering: Vec::new(),
+        index: Vec::new(),
     };
     let id = e.id.clone();
     store.accept(e).await.expect("accept");

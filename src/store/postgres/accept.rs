@@ -271,18 +271,18 @@ async fn insert_entries(
         .collect();
     let headers: Vec<&str> = new.iter().map(|w| w.headers.as_str()).collect();
     let bodies: Vec<&[u8]> = new.iter().map(|w| w.entry.body.as_ref()).collect();
-    tx.execute_cached(
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+        &ids, &sources, &event_ids, &types, &keys, &received, &statuses, &headers, &now, &bodies,
+    ];
+    let entries = tx.execute_cached(
         "INSERT INTO entries (id, source, event_id, event_type, dedupe_key, received_at,
                               status, updated_at, headers, body)
          SELECT i, s, ev, t, k, r, st, $9, h, b
          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[],
                      $7::text[], $8::text[], $10::bytea[]) AS x(i, s, ev, t, k, r, st, h, b)",
-        &[
-            &ids, &sources, &event_ids, &types, &keys, &received, &statuses, &headers, &now,
-            &bodies,
-        ],
-    )
-    .await?;
+        &params,
+    );
+    futures_util::future::try_join(entries, super::search::index_entries(tx, new)).await?;
     Ok(())
 }
 

@@ -26,6 +26,7 @@ mod rejections;
 mod retention;
 mod rows;
 mod schema;
+mod search;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,10 +40,10 @@ use self::preconditions::Verdict;
 use super::activity::minute_of;
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
-    Controls, DeadLetter, Entry, Finished, HousekeepingPass, IdPage, Lifecycle, ListQuery,
-    MAX_PAGE, MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records,
-    RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats,
-    SourceStats, Status, StoreError, Transition, Unsafe, Wake, WorkSignals, encode_headers,
+    Controls, DeadLetter, Entry, Finished, HousekeepingPass, IdPage, IndexLookup, Lifecycle,
+    ListQuery, MAX_PAGE, MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads,
+    Records, RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats,
+    Search, SourceStats, Status, StoreError, Transition, Unsafe, Wake, WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::PostgresConfig;
@@ -548,6 +549,19 @@ impl Rejections for PostgresStore {
 
     async fn purge_rejections(&self, before: i64) -> Result<u64, StoreError> {
         self.durable(async |conn| transaction!(conn, |tx| rejections::purge(&tx, before).await?))
+            .await
+    }
+}
+
+#[async_trait]
+impl Search for PostgresStore {
+    async fn indexed(&self, lookup: &IndexLookup) -> Result<Vec<String>, StoreError> {
+        self.relaxed(async |conn| search::indexed(&*conn, lookup).await)
+            .await
+    }
+
+    async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Entry>, StoreError> {
+        self.relaxed(async |conn| search::get_many(&*conn, keys).await)
             .await
     }
 }

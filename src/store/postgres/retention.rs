@@ -77,7 +77,7 @@ pub(super) async fn purge(
             .iter()
             .map(|r| r.get(0))
             .collect();
-        for table in ["attempts", "audit", "deliveries"] {
+        for table in ["attempts", "audit", "deliveries", "entry_index"] {
             c.execute_cached(
                 &format!("DELETE FROM {table} WHERE entry_id = ANY($1)"),
                 &[&gone],

@@ -15,7 +15,22 @@ use crate::store::{Backend, StoreError};
 ///
 /// 1. Everything the store contract needs ([`V1`]).
 /// 2. The requests ingest refused ([`V2`]).
-const MIGRATIONS: &[&str] = &[V1, V2];
+/// 3. The values of the sources' indexed pointers ([`V3`]).
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
+
+/// The values of the sources' indexed pointers (`store::search`): one row per entry
+/// and index, keyed so a lookup is a range read backwards; `entry_index_entry` finds
+/// an entry's rows when retention removes it.
+const V3: &str = r#"
+CREATE TABLE entry_index (
+    source   TEXT COLLATE "C" NOT NULL,
+    name     TEXT COLLATE "C" NOT NULL,
+    value    TEXT COLLATE "C" NOT NULL,
+    entry_id TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (source, name, value, entry_id)
+);
+CREATE INDEX entry_index_entry ON entry_index (entry_id);
+"#;
 
 /// The requests ingest refused (`store::rejection`): a row per sampled refusal,
 /// each group (`grp`, `reason`) trimmed to its newest rows, and a count per group

@@ -48,6 +48,8 @@ pub(super) struct AcceptJob {
     routes: String,
     /// The ordered routes the entry has a key for: (route, key, block).
     ordering: Vec<(String, String, bool)>,
+    /// The indexed values: (index name, index text).
+    index: Vec<(String, String)>,
     /// When the caller gives up (`store.timeout` after it handed the entry over): a
     /// batch's `WAIT` for replicas ends before its earliest caller's.
     deadline: Instant,
@@ -108,6 +110,11 @@ impl RedisStore {
                 .ordering
                 .iter()
                 .map(|o| (o.route.clone(), o.key.clone(), o.block))
+                .collect(),
+            index: e
+                .index
+                .iter()
+                .map(|v| (v.name.clone(), v.value.clone()))
                 .collect(),
             ttl_ms: u64::try_from(e.dedupe_ttl.as_millis())
                 .unwrap_or(u64::MAX)
@@ -188,6 +195,10 @@ impl AcceptContext {
                 .arg(job.ordering.len());
             for (route, key, block) in &job.ordering {
                 inv.arg(route).arg(key).arg(if *block { "1" } else { "0" });
+            }
+            inv.arg(job.index.len());
+            for (name, value) in &job.index {
+                inv.arg(name).arg(value);
             }
         }
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len().max(1);

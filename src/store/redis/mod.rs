@@ -74,6 +74,7 @@ mod preconditions;
 mod rejections;
 mod replicas;
 mod scripts;
+mod search;
 mod transition;
 mod views;
 
@@ -93,10 +94,10 @@ use self::scripts::Scripts;
 use self::transition::{Action, audit_event};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, ControlEvent, Controls,
-    DeadLetter, Entry, HousekeepingPass, IdPage, Lifecycle, ListQuery, MinuteActivity, NewEntry,
-    Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RejectionBatch, RejectionCount,
-    RejectionPage, RejectionQuery, Rejections, RouteStats, SourceStats, Status, StoreError,
-    Transition, WorkSignals,
+    DeadLetter, Entry, HousekeepingPass, IdPage, IndexLookup, Lifecycle, ListQuery, MinuteActivity,
+    NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RejectionBatch,
+    RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats, Search, SourceStats,
+    Status, StoreError, Transition, WorkSignals,
 };
 use crate::config::RedisConfig;
 
@@ -631,6 +632,17 @@ impl Reads for RedisStore {
             .await?;
         stats.oldest_pending_at = self.received_at(source, oldest).await?;
         Ok(stats)
+    }
+}
+
+#[async_trait]
+impl Search for RedisStore {
+    async fn indexed(&self, lookup: &IndexLookup) -> Result<Vec<String>, StoreError> {
+        self.index_lookup(lookup).await
+    }
+
+    async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Entry>, StoreError> {
+        self.load_many(keys).await
     }
 }
 

@@ -22,6 +22,7 @@ mod rejections;
 mod retention;
 mod rows;
 mod schema;
+mod search;
 mod space;
 mod writer;
 
@@ -41,9 +42,9 @@ use self::writer::{Syncing, WriteKind, Writer};
 use super::pace::{self, ceil_ms};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
-    Controls, DeadLetter, Entry, HousekeepingPass, IdPage, Lifecycle, ListQuery, MAX_PAGE,
-    MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records,
-    RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats,
+    Controls, DeadLetter, Entry, HousekeepingPass, IdPage, IndexLookup, Lifecycle, ListQuery,
+    MAX_PAGE, MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records,
+    RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats, Search,
     SourceStats, Status, StoreError, Transition, Wake, WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
@@ -527,6 +528,19 @@ impl Rejections for SqliteStore {
             rejections::purge(conn, before)
         })
         .await
+    }
+}
+
+#[async_trait]
+impl Search for SqliteStore {
+    async fn indexed(&self, lookup: &IndexLookup) -> Result<Vec<String>, StoreError> {
+        let lookup = lookup.clone();
+        self.read(move |conn| search::indexed(conn, &lookup)).await
+    }
+
+    async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Entry>, StoreError> {
+        let keys = keys.to_vec();
+        self.read(move |conn| search::get_many(conn, &keys)).await
     }
 }
 

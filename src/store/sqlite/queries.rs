@@ -74,6 +74,7 @@ pub(super) fn apply_accept(
         now,
         payload,
     ])?;
+    super::search::index_entry(conn, e)?;
     for (position, route) in e.routes.iter().enumerate() {
         let order = e.ordering.iter().find(|o| &o.route == route);
         // An ordered delivery joins its key's line: behind its first member, or (an
@@ -557,6 +558,7 @@ mod tests {
             body: Bytes::from(vec![7u8; 7 * 1024]),
             routes: vec!["default".into()],
             ordering: Vec::new(),
+            index: Vec::new(),
         }
     }
 

@@ -59,6 +59,8 @@ pub(super) fn purge(
             "DELETE FROM payloads WHERE n = (SELECT payload FROM entries WHERE id = ?1)",
         )?
         .execute(params![id])?;
+        conn.prepare_cached("DELETE FROM entry_index WHERE entry_id = ?1")?
+            .execute(params![id])?;
         conn.prepare_cached("DELETE FROM entries WHERE id = ?1")?
             .execute(params![id])?;
         for (source, route, key) in places {

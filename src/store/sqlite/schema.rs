@@ -312,7 +312,8 @@ const INDEXES: &[(&str, &str)] = &[(
 /// row per source and minute that had any, kept for `ACTIVITY_RETENTION` (the purge
 /// removes older rows). `control_audit`, `revoked_sessions` and `console_settings`
 /// hold the console's records (`controls`); `rejections` and `rejection_counts` the
-/// requests ingest refused (`rejections`).
+/// requests ingest refused (`rejections`); `entry_index` the values of the sources'
+/// indexed pointers, one row per entry and index (`search`).
 const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS activity (
         source    TEXT NOT NULL,
@@ -356,6 +357,14 @@ const TABLES: &[&str] = &[
     ) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS rejections_group ON rejections(grp, reason, id)",
     "CREATE INDEX IF NOT EXISTS rejections_at ON rejections(at)",
+    "CREATE TABLE IF NOT EXISTS entry_index (
+        source   TEXT NOT NULL,
+        name     TEXT NOT NULL,
+        value    TEXT NOT NULL,
+        entry_id TEXT NOT NULL,
+        PRIMARY KEY (source, name, value, entry_id)
+    ) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS entry_index_entry ON entry_index(entry_id)",
     "CREATE TABLE IF NOT EXISTS rejection_counts (
         grp     TEXT NOT NULL,
         reason  TEXT NOT NULL,

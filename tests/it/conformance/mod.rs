@@ -1,5 +1,5 @@
 //! The store conformance suite: the store contract (`hookgate::store::Store`, the sum
-//! of its parts `Queue`, `Reads`, `Records`, `Rejections`, `Pacing` and `Lifecycle`) held on every
+//! of its parts `Queue`, `Reads`, `Search`, `Records`, `Rejections`, `Pacing` and `Lifecycle`) held on every
 //! backend of `support::backends` (the embedded store, a private redis-server). One
 //! backend-agnostic function per behaviour, run once per backend by
 //! `for_each_store!` / `for_each_fresh_store!`; one file per part of the contract
@@ -18,6 +18,7 @@ mod reads_console;
 mod reads_routes;
 mod records;
 mod rejections;
+mod search;
 
 use std::time::Duration;
 
@@ -51,6 +52,7 @@ pub(crate) fn entry(source: &str, key: &str) -> NewEntry {
         body: Bytes::from(format!("{{\"id\":\"{key}\"}}")),
         routes: vec!["default".into()],
         ordering: Vec::new(),
+        index: Vec::new(),
     }
 }
 

@@ -180,6 +180,7 @@ impl Model {
                     })
                 })
                 .collect(),
+            index: Vec::new(),
         }
     }
 

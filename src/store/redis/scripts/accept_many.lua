@@ -3,7 +3,8 @@
 -- entry key.
 -- ARGV: key base (`hg:{src}:`), then per entry: id, ttl ms, received at, the packed
 -- write-once record, its routes (comma-separated; empty: filtered), the number n of
--- its ordered routes, then n times: route, ordering key, block ('1' or '0').
+-- its ordered routes, then n times: route, ordering key, block ('1' or '0'), then
+-- the number m of its indexed values, then m times: index name, value.
 -- Returns per entry {duplicate (0|1), id}. Entries are taken in order, so a batch
 -- holding the same event twice stores it once. Per route R the entry gets one
 -- message on `work:R` (its id in `R:msg`) and a place in `rst:R:pending`; on an
@@ -12,8 +13,19 @@
 -- pending, `R:next` and `R:budget_start` the arrival, counters 0) are not written:
 -- every webhook costs Redis (and its AOF) only what it must. A filtered entry (no
 -- route) ends at once (its `updated_at` absent: the arrival). New entries count in
--- the activity of their minute of arrival (`hg_count`).
+-- the activity of their minute of arrival (`hg_count`). Each indexed value of a
+-- new entry is a member `<value>\0<id>` of `ix:<name>`, and the entry's `ix` field
+-- lists them (`name\0value` lines) for the purge to remove.
 local base = ARGV[1]
+local function index_entry(ek, id, ix)
+  if #ix == 0 then return end
+  local kept = {}
+  for _, p in ipairs(ix) do
+    redis.call('ZADD', base .. 'ix:' .. p[1], 0, p[2] .. '\0' .. id)
+    kept[#kept + 1] = p[1] .. '\0' .. p[2]
+  end
+  redis.call('HSET', ek, 'ix', table.concat(kept, '\n'))
+end
 local n = (#KEYS - 4) / 2
 local out = {}
 local new, dups = 0, 0
@@ -35,12 +47,19 @@ for i = 0, n - 1 do
     ordered[ARGV[o]] = {ARGV[o + 1], ARGV[o + 2]}
   end
   a = a + 6 + 3 * n_ordered
+  local ix = {}
+  local n_ix = tonumber(ARGV[a])
+  for j = 0, n_ix - 1 do
+    ix[#ix + 1] = {ARGV[a + 1 + 2 * j], ARGV[a + 2 + 2 * j]}
+  end
+  a = a + 1 + 2 * n_ix
   -- SET NX answers nil when the key is there: only a duplicate pays for the GET.
   if not redis.call('SET', dk, id, 'NX', 'PX', ttl) then
     dups = dups + 1
     out[#out + 1] = {1, redis.call('GET', dk)}
   elseif routes == '' then
     redis.call('HSET', ek, 'record', record, 'routes', '', 'status', 'filtered')
+    index_entry(ek, id, ix)
     redis.call('ZADD', KEYS[3], 0, id)
     redis.call('ZADD', KEYS[4], received, id)
     received_in(received)
@@ -66,6 +85,7 @@ for i = 0, n - 1 do
       redis.call('ZADD', base .. 'rst:' .. r .. ':pending', 0, id)
     end
     redis.call('HSET', ek, unpack(fields))
+    index_entry(ek, id, ix)
     -- After the hash exists: the line's next head is read from it.
     for _, l in ipairs(lines) do
       redis.call('ZADD', base .. 'line:' .. l[1] .. ':' .. l[2], 0, id)

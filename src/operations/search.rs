@@ -1,0 +1,268 @@
+//! Payload search as the admin API, the console and the CLI ask it: predicates on
+//! the body (by JSON pointer) and on the stored headers, written one per query
+//! parameter, checked here, and run by `store::search` with the source's index when
+//! one of them is an `equals` or `in` on an indexed pointer.
+//!
+//! The parameters (each may repeat; every predicate must hold):
+//!
+//! * `match=<target>:<value>`: the value there equals `<value>`, read as JSON when
+//!   it is a JSON number, `true`, `false`, `null` or a quoted string, else as text
+//!   (`match=/data/object/customer:cus_123`, `match=/amount:1200`,
+//!   `match=/code:"1200"`);
+//! * `in=<target>:<v1>,<v2>,…` (or a JSON array: `in=/type:["a","b"]`);
+//! * `prefix=<target>:<text>`;
+//! * `exists=<target>` and `missing=<target>`.
+//!
+//! A target is a JSON pointer into the body (`/data/object/id`; the pointer ends at
+//! the first `:`) or a stored header, `header.<name>`. Signature and credential
+//! headers cannot be searched: they are redacted wherever the gateway shows them.
+
+use super::dto::{EntryList, SearchInfo};
+use super::entries::{is_sensitive, rfc3339, summary};
+use super::{OpError, Operations};
+use crate::routing::filter::{Filter, Test};
+use crate::store::ListQuery;
+use crate::store::search::{IndexUse, SCAN_MAX, SearchQuery, index_value, search};
+
+/// The most predicates one search takes.
+pub const PREDICATES_MAX: usize = 8;
+
+/// The query parameters that are predicates.
+pub const PREDICATE_PARAMS: [&str; 5] = ["match", "in", "prefix", "exists", "missing"];
+
+/// Where a predicate looks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A JSON pointer into the body.
+    Body(String),
+    /// A stored header, by lower-case name.
+    Header(String),
+}
+
+/// One predicate of a search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Predicate {
+    pub target: Target,
+    pub test: Test,
+}
+
+/// A predicate from its query parameter: `kind` is the parameter's name (one of
+/// [`PREDICATE_PARAMS`]), `arg` its value.
+pub fn parse_predicate(kind: &str, arg: &str) -> Result<Predicate, OpError> {
+    let bad = |what: &str| OpError::Invalid(format!("{kind}={arg:?}: {what}"));
+    let (target, rest) = match kind {
+        "exists" | "missing" => (arg, None),
+        _ => match arg.split_once(':') {
+            Some((t, v)) => (t, Some(v)),
+            None => return Err(bad("write it as <target>:<value>")),
+        },
+    };
+    let target = parse_target(target).map_err(|e| bad(&e))?;
+    let test = match (kind, rest) {
+        ("exists", _) => Test::Exists(true),
+        ("missing", _) => Test::Exists(false),
+        ("match", Some(v)) => Test::Equals(parse_value(v)),
+        ("prefix", Some(v)) => Test::Prefix(v.to_string()),
+        ("in", Some(v)) => {
+            let values = match serde_json::from_str::<serde_json::Value>(v) {
+                Ok(serde_json::Value::Array(values)) => values,
+                _ => v.split(',').map(parse_value).collect(),
+            };
+            if values.is_empty() {
+                return Err(bad("`in` needs at least one value"));
+            }
+            Test::OneOf(values)
+        }
+        _ => return Err(bad("not a predicate")),
+    };
+    if let (Target::Header(_), Test::Equals(v)) = (&target, &test)
+        && !v.is_string()
+    {
+        // Header values are text: `match=header.x-count:3` means the text "3".
+        return Ok(Predicate {
+            test: Test::Equals(serde_json::Value::String(v.to_string())),
+            target,
+        });
+    }
+    if let (Target::Header(_), Test::OneOf(vs)) = (&target, &test) {
+        let texts = vs
+            .iter()
+            .map(|v| match v {
+                serde_json::Value::String(_) => v.clone(),
+                other => serde_json::Value::String(other.to_string()),
+            })
+            .collect();
+        return Ok(Predicate {
+            test: Test::OneOf(texts),
+            target,
+        });
+    }
+    Ok(Predicate { target, test })
+}
+
+/// A target: a JSON pointer (`/…`, or empty for the whole body) or `header.<name>`.
+fn parse_target(t: &str) -> Result<Target, String> {
+    if let Some(name) = t.strip_prefix("header.") {
+        let valid = !name.is_empty()
+            && name.len() <= 128
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b));
+        return match valid {
+            true => Ok(Target::Header(name.to_ascii_lowercase())),
+            false => Err(format!("{name:?} is not a header name")),
+        };
+    }
+    match t.is_empty() || t.starts_with('/') {
+        true => Ok(Target::Body(t.to_string())),
+        false => Err(format!(
+            "{t:?} is neither a JSON pointer (starting with `/`) nor header.<name>"
+        )),
+    }
+}
+
+/// A value as a search writes it: JSON when it is a JSON scalar (a number, `true`,
+/// `false`, `null` or a quoted string), else the text itself.
+fn parse_value(v: &str) -> serde_json::Value {
+    match serde_json::from_str::<serde_json::Value>(v) {
+        Ok(
+            value @ (serde_json::Value::Number(_)
+            | serde_json::Value::Bool(_)
+            | serde_json::Value::Null
+            | serde_json::Value::String(_)),
+        ) => value,
+        _ => serde_json::Value::String(v.to_string()),
+    }
+}
+
+/// The entries `list` selects whose bodies and headers pass `predicates`, a page of
+/// them (see `store::search`).
+pub async fn search_entries(
+    ops: &Operations,
+    list: ListQuery,
+    predicates: Vec<Predicate>,
+) -> Result<EntryList, OpError> {
+    if predicates.len() > PREDICATES_MAX {
+        return Err(OpError::Invalid(format!(
+            "at most {PREDICATES_MAX} predicates per search"
+        )));
+    }
+    let source = list.source.as_deref().and_then(|s| ops.source(s));
+    let signature_header = source
+        .map(|s| s.signature_header.as_str())
+        .unwrap_or_default();
+    let (mut body, mut headers) = (Vec::new(), Vec::new());
+    for p in predicates {
+        match p.target {
+            Target::Body(pointer) => body.push((pointer, p.test)),
+            Target::Header(name) => {
+                let sensitive = is_sensitive(&name, signature_header)
+                    || ops
+                        .sources
+                        .iter()
+                        .any(|s| is_sensitive(&name, &s.signature_header));
+                if sensitive {
+                    return Err(OpError::Invalid(format!(
+                        "header {name:?} holds a signature or a credential and cannot be searched"
+                    )));
+                }
+                headers.push((name, p.test));
+            }
+        }
+    }
+    let filter = Filter::of_predicates(body, headers);
+    let index = source.and_then(|s| index_for(&s.index, &filter));
+    let page = search(
+        ops.store.as_ref(),
+        &SearchQuery {
+            list,
+            filter: filter.clone(),
+            index,
+            scan_max: SCAN_MAX,
+        },
+    )
+    .await?;
+    let searched = !filter.takes_everything() || page.index.is_some();
+    Ok(EntryList {
+        entries: page.entries.iter().map(summary).collect(),
+        next_cursor: page.next_cursor,
+        search: searched.then(|| SearchInfo {
+            index: page.index.clone(),
+            scanned: page.scanned,
+            complete: page.complete,
+            stopped_at: page.stopped_at.map(rfc3339),
+        }),
+    })
+}
+
+/// The index that answers `filter`, if one does: the first `equals` or `in` on an
+/// indexed pointer whose every value has an index text.
+fn index_for(indexes: &[(String, String)], filter: &Filter) -> Option<IndexUse> {
+    filter.body_predicates().iter().find_map(|(pointer, test)| {
+        let (name, _) = indexes.iter().find(|(_, p)| p == pointer)?;
+        let values = match test {
+            Test::Equals(v) => vec![index_value(v)?],
+            Test::OneOf(vs) => vs.iter().map(index_value).collect::<Option<Vec<_>>>()?,
+            _ => return None,
+        };
+        Some(IndexUse {
+            name: name.clone(),
+            values,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn predicates_parse_as_documented() {
+        let p = parse_predicate("match", "/data/object/customer:cus_123").unwrap();
+        assert_eq!(p.target, Target::Body("/data/object/customer".into()));
+        assert_eq!(p.test, Test::Equals(json!("cus_123")));
+        let p = parse_predicate("match", "/amount:1200").unwrap();
+        assert_eq!(p.test, Test::Equals(json!(1200)));
+        let p = parse_predicate("match", "/code:\"1200\"").unwrap();
+        assert_eq!(p.test, Test::Equals(json!("1200")));
+        let p = parse_predicate("in", "/type:a.b,c").unwrap();
+        assert_eq!(p.test, Test::OneOf(vec![json!("a.b"), json!("c")]));
+        let p = parse_predicate("in", "/n:[1,\"x,y\"]").unwrap();
+        assert_eq!(p.test, Test::OneOf(vec![json!(1), json!("x,y")]));
+        let p = parse_predicate("prefix", "header.X-GitHub-Event:pull").unwrap();
+        assert_eq!(p.target, Target::Header("x-github-event".into()));
+        assert_eq!(p.test, Test::Prefix("pull".into()));
+        let p = parse_predicate("match", "header.x-count:3").unwrap();
+        assert_eq!(p.test, Test::Equals(json!("3")));
+        assert_eq!(
+            parse_predicate("missing", "/a/b").unwrap().test,
+            Test::Exists(false)
+        );
+        assert!(parse_predicate("match", "/no-value").is_err());
+        assert!(parse_predicate("match", "nopointer:1").is_err());
+        assert!(parse_predicate("exists", "header.").is_err());
+    }
+
+    #[test]
+    fn an_equals_or_in_on_an_indexed_pointer_picks_its_index() {
+        let indexes = vec![("customer".to_string(), "/c".to_string())];
+        let f = Filter::of_predicates(
+            vec![
+                ("/x".into(), Test::Prefix("a".into())),
+                ("/c".into(), Test::OneOf(vec![json!("a"), json!(2)])),
+            ],
+            vec![],
+        );
+        assert_eq!(
+            index_for(&indexes, &f),
+            Some(IndexUse {
+                name: "customer".into(),
+                values: vec!["\"a\"".into(), "2".into()]
+            })
+        );
+        let prefix_only =
+            Filter::of_predicates(vec![("/c".into(), Test::Prefix("a".into()))], vec![]);
+        assert_eq!(index_for(&indexes, &prefix_only), None);
+    }
+}
