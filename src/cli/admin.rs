@@ -70,12 +70,54 @@ pub struct ListArgs {
     /// Continue from a previous page's next cursor.
     #[arg(long)]
     pub cursor: Option<String>,
+    #[command(flatten)]
+    pub search: SearchArgs,
+}
+
+/// Payload search: predicates on the body (a JSON pointer) or a stored header
+/// (`header.<name>`); each may repeat, and every one must hold.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SearchArgs {
+    /// `<target>:<value>`: the value there equals value (JSON when it is a JSON
+    /// scalar, else text), e.g. `/data/object/customer:cus_123`.
+    #[arg(long = "match", value_name = "TARGET:VALUE")]
+    pub equals: Vec<String>,
+    /// `<target>:<v1>,<v2>,…`: the value is one of them.
+    #[arg(long = "in", value_name = "TARGET:VALUES")]
+    pub one_of: Vec<String>,
+    /// `<target>:<text>`: the value is a string starting with text.
+    #[arg(long, value_name = "TARGET:TEXT")]
+    pub prefix: Vec<String>,
+    /// The body has a value at this pointer, or this header is stored.
+    #[arg(long, value_name = "TARGET")]
+    pub exists: Vec<String>,
+    /// The body has no value at this pointer, or this header is not stored.
+    #[arg(long, value_name = "TARGET")]
+    pub missing: Vec<String>,
+}
+
+impl SearchArgs {
+    /// The query parameters of the admin API (`GET /admin/entries`).
+    fn query(&self) -> Vec<(&'static str, String)> {
+        let mut q = Vec::new();
+        for (name, values) in [
+            ("match", &self.equals),
+            ("in", &self.one_of),
+            ("prefix", &self.prefix),
+            ("exists", &self.exists),
+            ("missing", &self.missing),
+        ] {
+            q.extend(values.iter().map(|v| (name, v.clone())));
+        }
+        q
+    }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum EntriesCmd {
-    /// List entries, newest first.
-    List(ListArgs),
+    /// List entries, newest first; with --match, --in, --prefix, --exists or
+    /// --missing, search their bodies and headers.
+    List(Box<ListArgs>),
     /// Show one entry: headers (secrets redacted), body, deliveries per route,
     /// attempts, audit trail.
     Show { id: String },
@@ -283,6 +325,16 @@ fn print_entries(list: &EntryList) -> std::io::Result<()> {
             })
             .collect(),
     )?;
+    if let Some(s) = &list.search {
+        let how = match &s.index {
+            Some(index) => format!("by the index {index}"),
+            None => "by reading them".to_string(),
+        };
+        outln!("(searched {} entries {how})", s.scanned)?;
+        if let (false, Some(at)) = (s.complete, &s.stopped_at) {
+            outln!("(stopped at entries received {at}; older ones are not searched yet)")?;
+        }
+    }
     if let Some(c) = &list.next_cursor {
         outln!("(more: --cursor {c})")?;
     }
@@ -295,9 +347,11 @@ async fn list(
     a: &FilterArgs,
     limit: usize,
     cursor: Option<String>,
+    search: &SearchArgs,
 ) -> anyhow::Result<()> {
     let c = Client::new(api)?;
     let mut q = filter_query(a);
+    q.extend(search.query());
     if let Some(s) = status {
         q.push(("status", s));
     }
@@ -318,7 +372,7 @@ async fn list(
 pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
     let c = Client::new(api)?;
     match cmd {
-        EntriesCmd::List(a) => list(api, a.status, &a.filter, a.limit, a.cursor).await,
+        EntriesCmd::List(a) => list(api, a.status, &a.filter, a.limit, a.cursor, &a.search).await,
         EntriesCmd::Show { id } => {
             let (e, raw): (EntryDetail, _) = c
                 .call(
@@ -461,7 +515,10 @@ pub async fn dlq(api: &ApiArgs, cmd: DlqCmd) -> anyhow::Result<()> {
             filter,
             limit,
             cursor,
-        } => list(api, Some("dead".into()), &filter, limit, cursor).await,
+        } => {
+            let search = SearchArgs::default();
+            list(api, Some("dead".into()), &filter, limit, cursor, &search).await
+        }
         DlqCmd::Replay { filter } => {
             let c = Client::new(api)?;
             let body = ReplayFilter {

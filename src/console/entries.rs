@@ -24,7 +24,10 @@ use maud::{Markup, html};
 use super::format::{self, count};
 use super::page::{self, Nav};
 use super::{ConsoleError, ConsoleState, Visitor};
-use crate::store::{ListQuery, ListedEntry, Page, Status};
+use crate::operations::OpError;
+use crate::operations::search::{PREDICATE_PARAMS, Predicate, parse_predicate, search_page};
+use crate::store::search::SearchPage;
+use crate::store::{ListQuery, ListedEntry, Status};
 
 /// Where the page is.
 pub const PATH: &str = "/console/entries";
@@ -47,9 +50,15 @@ struct Filters {
     window: String,
     from: String,
     to: String,
+    /// Payload predicates, one per line, as the admin API writes them
+    /// (`match=/data/object/customer:cus_123`; see `operations::search`).
+    search: String,
     cursor: String,
     live: bool,
 }
+
+/// The longest payload search the form takes.
+const SEARCH_MAX: usize = 2048;
 
 /// The time windows the form offers.
 const WINDOWS: [(&str, &str, i64); 4] = [
@@ -63,6 +72,10 @@ impl Filters {
     fn parse(raw: Option<&str>) -> Filters {
         let mut f = Filters::default();
         for (k, v) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+            if k == "search" {
+                f.search = v.trim().chars().take(SEARCH_MAX).collect();
+                continue;
+            }
             let v = v.trim().chars().take(512).collect::<String>();
             match k.as_ref() {
                 "source" => f.source = v,
@@ -106,6 +119,27 @@ impl Filters {
         })
     }
 
+    /// The payload predicates of the search field, or what is wrong with one.
+    fn predicates(&self) -> Result<Vec<Predicate>, String> {
+        self.search
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|line| {
+                let (kind, arg) = line.split_once('=').ok_or_else(|| {
+                    format!("{line:?}: write a predicate as match=<target>:<value>, in=…, prefix=…, exists=… or missing=…")
+                })?;
+                let kind = kind.trim();
+                if !PREDICATE_PARAMS.contains(&kind) {
+                    return Err(format!(
+                        "{line:?}: a predicate starts with match=, in=, prefix=, exists= or missing="
+                    ));
+                }
+                parse_predicate(kind, arg.trim()).map_err(|e| e.to_string())
+            })
+            .collect()
+    }
+
     /// A time field: what the API takes, or `2026-11-24T10:00` (a browser's
     /// `datetime-local`), as UTC.
     fn time(&self, label: &str, v: &str) -> Result<Option<i64>, String> {
@@ -136,6 +170,7 @@ impl Filters {
             ("window", &self.window),
             ("from", &self.from),
             ("to", &self.to),
+            ("search", &self.search),
         ] {
             if !v.is_empty() {
                 q.append_pair(k, v);
@@ -165,6 +200,7 @@ impl Filters {
             &self.window,
             &self.from,
             &self.to,
+            &self.search,
         ]
         .iter()
         .any(|v| !v.is_empty())
@@ -178,13 +214,21 @@ pub async fn show(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ConsoleError> {
     let mut filters = Filters::parse(raw.as_deref());
-    // Live mode shows what arrives: only from the newest page.
-    if !filters.cursor.is_empty() {
+    // Live mode shows what arrives: only from the newest page, and not a payload
+    // search (it polls the listing).
+    if !filters.cursor.is_empty() || !filters.search.is_empty() {
         filters.live = false;
     }
     let now = console.admin.ops.clock.now_ms();
-    let (page, problem) = match filters.query(now, PAGE_SIZE) {
-        Ok(q) => (Some(console.admin.ops.store.list(&q).await?), None),
+    let asked = filters
+        .query(now, PAGE_SIZE)
+        .and_then(|q| Ok((q, filters.predicates()?)));
+    let (page, problem) = match asked {
+        Ok((q, predicates)) => match search_page(&console.admin.ops, q, predicates).await {
+            Ok(page) => (Some(page), None),
+            Err(OpError::Store(cause)) => return Err(ConsoleError::Store(cause)),
+            Err(other) => (None, Some(other.to_string())),
+        },
         Err(why) => (None, Some(why)),
     };
     let chrome = console.chrome(&visitor, Nav::Entries);
@@ -247,7 +291,7 @@ fn id_ms(id: &str) -> Option<i64> {
 fn render(
     console: &ConsoleState,
     f: &Filters,
-    page: Option<&Page>,
+    page: Option<&SearchPage>,
     problem: Option<&str>,
 ) -> Markup {
     let mut routes: Vec<&str> = console
@@ -316,6 +360,16 @@ fn render(
                 label for="f-event-id" { "Event ID" }
                 input #f-event-id name="event_id" type="search" value=(f.event_id) placeholder="The provider's event id, exactly" autocomplete="off";
             }
+            div.field.wide {
+                label for="f-search" { "Payload search" }
+                textarea #f-search name="search" rows="2" spellcheck="false" placeholder="match=/data/object/customer:cus_123\nexists=header.x-shopify-topic" { (f.search) }
+                p.hint {
+                    "One predicate per line, all must hold: "
+                    code { "match=" } ", " code { "in=" } ", " code { "prefix=" } " (a JSON pointer or "
+                    code { "header.<name>" } ", then " code { ":" } " and the value), "
+                    code { "exists=" } ", " code { "missing=" } ". An indexed pointer of the chosen source is a lookup; anything else reads up to 10,000 entries per page."
+                }
+            }
             div.field.check {
                 input #f-live name="live" type="checkbox" value="1" checked[f.live];
                 label for="f-live" { "Live" }
@@ -334,6 +388,18 @@ fn render(
                     h2 #entries-heading { "Entries" span.muted { " · " (count(page.entries.len() as u64)) " on this page" } }
                     @if f.live && first_page {
                         p #live-status.live role="status" { "Live: new entries appear as they arrive." }
+                    }
+                    @if !f.search.is_empty() {
+                        p.muted #search-status role="status" {
+                            "Searched " (count(page.scanned as u64)) " entries "
+                            @match &page.index {
+                                Some(index) => { "by the index " code { (index) } }
+                                None => { "by reading them" }
+                            }
+                            @if let (false, Some(at)) = (page.complete, page.stopped_at) {
+                                "; stopped at entries received " (format::time(at)) ": older ones are not searched yet."
+                            }
+                        }
                     }
                 }
                 div.table-wrap {

@@ -22,7 +22,7 @@ use super::entries::{is_sensitive, rfc3339, summary};
 use super::{OpError, Operations};
 use crate::routing::filter::{Filter, Test};
 use crate::store::ListQuery;
-use crate::store::search::{IndexUse, SCAN_MAX, SearchQuery, index_value, search};
+use crate::store::search::{IndexUse, SCAN_MAX, SearchPage, SearchQuery, index_value, search};
 
 /// The most predicates one search takes.
 pub const PREDICATES_MAX: usize = 8;
@@ -136,32 +136,53 @@ fn parse_value(v: &str) -> serde_json::Value {
 }
 
 /// The entries `list` selects whose bodies and headers pass `predicates`, a page of
-/// them (see `store::search`).
+/// them (see `store::search`), as the admin API answers it.
 pub async fn search_entries(
     ops: &Operations,
     list: ListQuery,
     predicates: Vec<Predicate>,
 ) -> Result<EntryList, OpError> {
+    let searched = !predicates.is_empty();
+    let page = search_page(ops, list, predicates).await?;
+    Ok(EntryList {
+        entries: page.entries.iter().map(summary).collect(),
+        next_cursor: page.next_cursor.clone(),
+        search: searched.then(|| search_info(&page)),
+    })
+}
+
+/// How `page` went, for people and the API.
+pub fn search_info(page: &SearchPage) -> SearchInfo {
+    SearchInfo {
+        index: page.index.clone(),
+        scanned: page.scanned,
+        complete: page.complete,
+        stopped_at: page.stopped_at.map(rfc3339),
+    }
+}
+
+/// The page of a search (see [`search_entries`]); the console shows it as it is.
+pub async fn search_page(
+    ops: &Operations,
+    list: ListQuery,
+    predicates: Vec<Predicate>,
+) -> Result<SearchPage, OpError> {
     if predicates.len() > PREDICATES_MAX {
         return Err(OpError::Invalid(format!(
             "at most {PREDICATES_MAX} predicates per search"
         )));
     }
     let source = list.source.as_deref().and_then(|s| ops.source(s));
-    let signature_header = source
-        .map(|s| s.signature_header.as_str())
-        .unwrap_or_default();
     let (mut body, mut headers) = (Vec::new(), Vec::new());
     for p in predicates {
         match p.target {
             Target::Body(pointer) => body.push((pointer, p.test)),
             Target::Header(name) => {
-                let sensitive = is_sensitive(&name, signature_header)
-                    || ops
-                        .sources
-                        .iter()
-                        .any(|s| is_sensitive(&name, &s.signature_header));
-                if sensitive {
+                let sensitive = ops
+                    .sources
+                    .iter()
+                    .any(|s| is_sensitive(&name, &s.signature_header));
+                if sensitive || is_sensitive(&name, "") {
                     return Err(OpError::Invalid(format!(
                         "header {name:?} holds a signature or a credential and cannot be searched"
                     )));
@@ -172,27 +193,16 @@ pub async fn search_entries(
     }
     let filter = Filter::of_predicates(body, headers);
     let index = source.and_then(|s| index_for(&s.index, &filter));
-    let page = search(
+    Ok(search(
         ops.store.as_ref(),
         &SearchQuery {
             list,
-            filter: filter.clone(),
+            filter,
             index,
             scan_max: SCAN_MAX,
         },
     )
-    .await?;
-    let searched = !filter.takes_everything() || page.index.is_some();
-    Ok(EntryList {
-        entries: page.entries.iter().map(summary).collect(),
-        next_cursor: page.next_cursor,
-        search: searched.then(|| SearchInfo {
-            index: page.index.clone(),
-            scanned: page.scanned,
-            complete: page.complete,
-            stopped_at: page.stopped_at.map(rfc3339),
-        }),
-    })
+    .await?)
 }
 
 /// The index that answers `filter`, if one does: the first `equals` or `in` on an

@@ -46,6 +46,7 @@ mod redis_replicas;
 mod redis_store;
 mod rejections;
 mod routes;
+mod search;
 mod stalled;
 mod transform;
 mod transform_examples;

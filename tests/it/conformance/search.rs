@@ -33,7 +33,11 @@ fn indexed_entry(source: &str, t: i64, i: usize) -> NewEntry {
         t + i as i64,
         "thing.happened",
     );
-    let customer = if i.is_multiple_of(2) { "cus_A" } else { "cus_B" };
+    let customer = if i.is_multiple_of(2) {
+        "cus_A"
+    } else {
+        "cus_B"
+    };
     let body = json!({"id": format!("evt_{i}"), "data": {"customer": customer, "n": i}});
     e.body = Bytes::from(body.to_string());
     e.index = extract(&indexes(), &e.body);

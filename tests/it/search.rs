@@ -1,0 +1,179 @@
+//! Payload search end to end, on every store: signed webhooks of a source with an
+//! indexed pointer, found by the index and by reading them, through the admin API,
+//! the CLI and the console's Entries page, which all search the same way; a
+//! signature header cannot be searched, and a malformed predicate is a 400.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::admin::{Admin, TOKEN, admin_config};
+use crate::console::{log_in, no_redirects};
+use crate::for_each_store;
+use crate::support::*;
+
+const N: usize = 24;
+
+fn sources() -> String {
+    format!(
+        "[[sources]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
+         destination = \"http://127.0.0.1:9/stripe\"\n\
+         [sources.index]\ncustomer = \"/data/object/customer\"\n"
+    )
+}
+
+/// Webhook `i`: customer `cus_<i % 4>`, amount `i * 100`.
+fn body(i: usize) -> Vec<u8> {
+    json!({
+        "id": format!("evt_search_{i}"),
+        "type": "charge.succeeded",
+        "data": {"object": {"customer": format!("cus_{}", i % 4), "amount": i * 100}}
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Every page of `GET /admin/entries?<query>`, the ids, and the last page's `search`.
+async fn search_all(admin: &Admin, query: &str) -> (Vec<String>, Value) {
+    let mut ids = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let page = admin.get(&format!("/admin/entries?{query}{cursor}")).await;
+        ids.extend(
+            page["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["id"].as_str().unwrap().to_string()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => return (ids, page["search"].clone()),
+        }
+    }
+}
+
+async fn searches_find_what_the_bodies_hold(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let gw = Gateway::start(admin_config(&h, "", &sources())).await;
+    let admin = Admin::new(&gw);
+    let client = http();
+    let mut by_customer: Vec<BTreeSet<String>> = vec![BTreeSet::new(); 4];
+    for i in 0..N {
+        let (st, json) = post_stripe_signed(&client, &gw.ingest, "stripe", &body(i)).await;
+        assert_eq!(st, 200, "{json}");
+        by_customer[i % 4].insert(json["id"].as_str().unwrap().to_string());
+    }
+
+    // By the index, in pages of 2.
+    let (ids, search) = search_all(
+        &admin,
+        "source=stripe&limit=2&match=/data/object/customer:cus_3",
+    )
+    .await;
+    assert_eq!(ids.iter().cloned().collect::<BTreeSet<_>>(), by_customer[3]);
+    assert_eq!(ids.len(), N / 4, "no entry twice");
+    assert_eq!(search["index"], "customer");
+    assert_eq!(search["complete"], true);
+    let (ids, search) =
+        search_all(&admin, "source=stripe&in=/data/object/customer:cus_1,cus_2").await;
+    let want: BTreeSet<String> = by_customer[1].union(&by_customer[2]).cloned().collect();
+    assert_eq!(ids.iter().cloned().collect::<BTreeSet<_>>(), want);
+    assert_eq!(search["index"], "customer");
+
+    // By reading them: a number, a header, a prefix with a missing pointer.
+    let (ids, search) = search_all(&admin, "match=/data/object/amount:500").await;
+    assert_eq!(ids.len(), 1);
+    assert!(by_customer[1].contains(&ids[0]));
+    assert_eq!(search["index"], Value::Null);
+    assert_eq!(search["scanned"], N);
+    let (ids, _) = search_all(
+        &admin,
+        "source=stripe&prefix=/data/object/customer:cus_&exists=header.content-type&missing=/data/object/refund",
+    )
+    .await;
+    assert_eq!(ids.len(), N);
+
+    // What cannot be asked.
+    for bad in [
+        "match=header.stripe-signature:t%3D1",
+        "match=header.authorization:x",
+        "match=/no-value",
+        "exists=data",
+    ] {
+        let (st, v) = admin
+            .call("GET", &format!("/admin/entries?{bad}"), None)
+            .await;
+        assert_eq!(st, 400, "{bad}: {v}");
+    }
+
+    // The CLI searches the same way.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args([
+            "entries",
+            "--admin-url",
+            &gw.admin,
+            "--token",
+            TOKEN,
+            "list",
+            "--source",
+            "stripe",
+            "--match",
+            "/data/object/customer:cus_0",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for id in &by_customer[0] {
+        assert!(text.contains(id.as_str()), "the CLI lists {id}: {text}");
+    }
+    for id in &by_customer[1] {
+        assert!(!text.contains(id.as_str()), "the CLI does not list {id}");
+    }
+    assert!(text.contains("by the index customer"), "{text}");
+
+    // And the console's Entries page.
+    let console = no_redirects();
+    let cookie = log_in(&console, &gw.admin).await;
+    let page = console
+        .get(format!("{}/console/entries", gw.admin))
+        .query(&[
+            ("source", "stripe"),
+            ("search", "match=/data/object/customer:cus_2"),
+        ])
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    for id in &by_customer[2] {
+        assert!(html.contains(id.as_str()), "the console lists {id}");
+    }
+    for id in &by_customer[3] {
+        assert!(
+            !html.contains(id.as_str()),
+            "the console does not list {id}"
+        );
+    }
+    assert!(html.contains("by the index"));
+    let page = console
+        .get(format!("{}/console/entries", gw.admin))
+        .query(&[("search", "match=header.stripe-signature:x")])
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 400);
+    assert!(page.text().await.unwrap().contains("cannot be searched"));
+    gw.stop().await;
+}
+for_each_store!(
+    searches_by_index_and_by_reading_agree_in_the_api_cli_and_console,
+    super::searches_find_what_the_bodies_hold
+);
