@@ -33,6 +33,7 @@ mod open;
 mod pgserver;
 mod procs;
 mod scenarios;
+mod search;
 mod sink;
 
 use std::time::Duration;
@@ -57,6 +58,7 @@ const SCENARIOS: &[&str] = &[
     "recovery",
     "console",
     "rejection-flood",
+    "search",
     "profile-embedded",
     "profile-redis",
 ];
@@ -168,6 +170,11 @@ fn main() {
                 "rejection-flood" => {
                     for store in [Store::Embedded, Store::Redis, Store::Postgres] {
                         flood::rejection_flood(&mut report, store, settings).await;
+                    }
+                }
+                "search" => {
+                    for store in [Store::Embedded, Store::Redis, Store::Postgres] {
+                        search::search(&mut report, store, smoke).await;
                     }
                 }
                 "console" => {
