@@ -173,8 +173,12 @@ fn main() {
                     }
                 }
                 "search" => {
+                    // `HOOKGATE_BENCH_SEARCH_STORES=postgres` runs one store's.
+                    let only = std::env::var("HOOKGATE_BENCH_SEARCH_STORES").unwrap_or_default();
                     for store in [Store::Embedded, Store::Redis, Store::Postgres] {
-                        search::search(&mut report, store, smoke).await;
+                        if only.is_empty() || only.split(',').any(|s| s == store.name()) {
+                            search::search(&mut report, store, smoke).await;
+                        }
                     }
                 }
                 "console" => {

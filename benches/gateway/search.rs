@@ -147,6 +147,12 @@ pub async fn search(report: &mut Report, kind: Store, smoke: bool) {
         total.max(at) - 4 * batch,
         seeding.elapsed()
     );
+    // The store's own calls, without the gateway around them: where a search's time
+    // goes (`HOOKGATE_BENCH_EXPLAIN=1` prints PostgreSQL's plans as well).
+    direct(&store, total.max(at)).await;
+    if let (Some(pg), true) = (&pg, std::env::var_os("HOOKGATE_BENCH_EXPLAIN").is_some()) {
+        explain(&pg.primary.url()).await;
+    }
     store.close().await;
     drop(store);
 
@@ -207,4 +213,89 @@ pub async fn search(report: &mut Report, kind: Store, smoke: bool) {
         v["search"]["stopped_at"]
     ));
     drop(gw);
+}
+
+/// The time of the store calls a search by index makes: `indexed` and `get_many`.
+async fn direct(store: &Arc<dyn hookgate::store::Store>, total: usize) {
+    let mut rng = fastrand::Rng::with_seed(5);
+    let (mut lookups, mut loads) = (Vec::new(), Vec::new());
+    for _ in 0..50 {
+        let c = rng.usize(0..total.min(CUSTOMERS));
+        let t = Instant::now();
+        let ids = store
+            .indexed(&hookgate::store::IndexLookup {
+                source: "bench".into(),
+                name: INDEX.0.into(),
+                values: vec![format!("\"cus_{c}\"")],
+                below: None,
+                floor: None,
+                limit: 51,
+            })
+            .await
+            .expect("indexed");
+        lookups.push(t.elapsed());
+        let keys: Vec<(String, String)> = ids.into_iter().map(|id| ("bench".into(), id)).collect();
+        let t = Instant::now();
+        store.get_many(&keys).await.expect("get_many");
+        loads.push(t.elapsed());
+    }
+    lookups.sort();
+    loads.sort();
+    // A scan's round: a page of 500 listed, then read whole.
+    let t = Instant::now();
+    let page = store
+        .list(&hookgate::store::ListQuery {
+            source: Some("bench".into()),
+            limit: 500,
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    let listed = t.elapsed();
+    let keys: Vec<(String, String)> = page.entries.into_iter().map(|e| (e.source, e.id)).collect();
+    let t = Instant::now();
+    store.get_many(&keys).await.expect("get_many");
+    println!(
+        "  direct: a scan round of 500: list {listed:.2?}, get_many {:.2?}",
+        t.elapsed()
+    );
+    println!(
+        "  direct: indexed p50 {:.2?} max {:.2?}; get_many p50 {:.2?} max {:.2?}",
+        lookups[25], lookups[49], loads[25], loads[49]
+    );
+}
+
+/// PostgreSQL's plans of a search's statements, executed.
+async fn explain(url: &str) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    let schema: String = client
+        .query_one(
+            "SELECT table_schema::text FROM information_schema.tables WHERE table_name = 'entry_index'",
+            &[],
+        )
+        .await
+        .expect("schema")
+        .get(0);
+    client
+        .batch_execute(&format!("SET search_path = {schema}"))
+        .await
+        .expect("search_path");
+    for sql in [
+        "EXPLAIN (ANALYZE, BUFFERS) SELECT e.id, e.source, e.event_id, e.event_type, e.received_at, e.status, \
+     (SELECT coalesce(sum(x.attempts), 0)::int8 FROM deliveries x WHERE x.entry_id = e.id), \
+     (SELECT min(x.next_attempt_at) FROM deliveries x \
+        WHERE x.entry_id = e.id AND x.status = 'pending'), \
+     (SELECT x.last_error FROM deliveries x \
+        WHERE x.entry_id = e.id AND x.status <> 'delivered' AND x.last_error IS NOT NULL \
+        ORDER BY x.position LIMIT 1) FROM entries e WHERE e.source = 'bench' ORDER BY e.id DESC LIMIT 501",
+        "EXPLAIN (ANALYZE, BUFFERS) SELECT id, body FROM unnest(ARRAY(SELECT id FROM entries WHERE source = 'bench' ORDER BY id DESC LIMIT 500)) AS k(want) JOIN entries ON entries.id = k.want COLLATE \"C\"",
+    ] {
+        println!("  {sql}");
+        for row in client.query(sql, &[]).await.expect("explain") {
+            println!("    {}", row.get::<_, String>(0));
+        }
+    }
 }

@@ -200,9 +200,14 @@ pub(crate) fn pool(
     // plan would scan the whole table (which PostgreSQL prefers on a tiny one), and
     // every claim would read every entry once the tables grew: every query of
     // hookgate is an index lookup, so its sessions plan no sequential scan where an
-    // index serves.
-    let mut options =
-        format!("-c search_path={schema} -c client_min_messages=warning -c enable_seqscan=off");
+    // index serves. And no JIT: it compiles a statement whose estimated cost passes
+    // `jit_above_cost`, which a generic plan's guesses (or stale statistics after a
+    // bulk load) reach for a page of 500 entries read by index in 8 ms, and then
+    // spends 400 ms compiling it (BENCHMARKS.md, payload search); every statement of
+    // hookgate is short.
+    let mut options = format!(
+        "-c search_path={schema} -c client_min_messages=warning -c enable_seqscan=off -c jit=off"
+    );
     if relaxed {
         options.push_str(" -c synchronous_commit=off");
     }
