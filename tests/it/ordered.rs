@@ -147,7 +147,13 @@ impl KeyedUpstream {
         wait_until_ok("every event of every key delivered", deadline, async || {
             let short: Vec<(String, usize)> = keys
                 .iter()
-                .map(|k| (k.clone(), self.delivered(k).len()))
+                // Distinct events: a delivery in flight when its gateway died may
+                // have arrived twice, which is not the next one arriving.
+                .map(|k| {
+                    let distinct: std::collections::BTreeSet<u64> =
+                        self.delivered(k).into_iter().collect();
+                    (k.clone(), distinct.len())
+                })
                 .filter(|(_, n)| (*n as u64) < per_key)
                 .collect();
             if short.is_empty() {
