@@ -25,7 +25,7 @@ use crate::store::ListQuery;
 use crate::store::search::{IndexUse, SCAN_MAX, SearchPage, SearchQuery, index_value, search};
 
 /// The most predicates one search takes.
-pub const PREDICATES_MAX: usize = 8;
+pub const PREDICATES_MAX: usize = 40;
 
 /// The query parameters that are predicates.
 pub const PREDICATE_PARAMS: [&str; 5] = ["match", "in", "prefix", "exists", "missing"];
