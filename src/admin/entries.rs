@@ -19,7 +19,7 @@ use super::actor::ApiActor;
 use super::dto::{self, EntryDetail, EntryList, TransitionResult};
 use super::{AdminState, path_param};
 use crate::error::ApiError;
-use crate::operations::search::{PREDICATE_PARAMS, parse_predicate, search_entries};
+use crate::operations::search::{PredicateKind, parse_predicates, search_entries};
 use crate::store::{ListQuery, MAX_PAGE, Status};
 
 /// The page size of a listing that names no `limit` (the largest is `MAX_PAGE`).
@@ -53,10 +53,10 @@ pub(super) async fn list(
         cursor: q.get("cursor").filter(|s| !s.is_empty()).cloned(),
     };
     // Payload predicates (each parameter may repeat): see `operations::search`.
-    let predicates = form_urlencoded::parse(raw_query.as_deref().unwrap_or_default().as_bytes())
-        .filter(|(k, _)| PREDICATE_PARAMS.contains(&k.as_ref()))
-        .map(|(k, v)| parse_predicate(&k, &v))
-        .collect::<Result<Vec<_>, _>>()?;
+    let pairs: Vec<_> = form_urlencoded::parse(raw_query.as_deref().unwrap_or_default().as_bytes())
+        .filter_map(|(k, v)| Some((PredicateKind::from_param(&k)?, v)))
+        .collect();
+    let predicates = parse_predicates(pairs.iter().map(|(k, v)| (*k, v.as_ref())))?;
     Ok(Json(search_entries(&admin.ops, query, predicates).await?))
 }
 

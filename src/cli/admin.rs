@@ -16,6 +16,7 @@ use crate::admin::dto::{
     EntryDetail, EntryList, EntrySummary, ReplayFilter, ReplayResult, SourceState, Stats,
     TransitionResult,
 };
+use crate::operations::search::PredicateKind;
 
 #[derive(Debug, Clone, Args)]
 pub struct ApiArgs {
@@ -100,14 +101,14 @@ impl SearchArgs {
     /// The query parameters of the admin API (`GET /admin/entries`).
     fn query(&self) -> Vec<(&'static str, String)> {
         let mut q = Vec::new();
-        for (name, values) in [
-            ("match", &self.equals),
-            ("in", &self.one_of),
-            ("prefix", &self.prefix),
-            ("exists", &self.exists),
-            ("missing", &self.missing),
+        for (kind, values) in [
+            (PredicateKind::Match, &self.equals),
+            (PredicateKind::In, &self.one_of),
+            (PredicateKind::Prefix, &self.prefix),
+            (PredicateKind::Exists, &self.exists),
+            (PredicateKind::Missing, &self.missing),
         ] {
-            q.extend(values.iter().map(|v| (name, v.clone())));
+            q.extend(values.iter().map(|v| (kind.param(), v.clone())));
         }
         q
     }

@@ -25,7 +25,7 @@ use super::format::{self, count};
 use super::page::{self, Nav};
 use super::{ConsoleError, ConsoleState, Visitor};
 use crate::operations::OpError;
-use crate::operations::search::{PREDICATE_PARAMS, Predicate, parse_predicate, search_page};
+use crate::operations::search::{Predicate, PredicateKind, parse_predicates, search_page};
 use crate::store::search::SearchPage;
 use crate::store::{ListQuery, ListedEntry, Status};
 
@@ -121,7 +121,8 @@ impl Filters {
 
     /// The payload predicates of the search field, or what is wrong with one.
     fn predicates(&self) -> Result<Vec<Predicate>, String> {
-        self.search
+        let pairs = self
+            .search
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty())
@@ -129,15 +130,15 @@ impl Filters {
                 let (kind, arg) = line.split_once('=').ok_or_else(|| {
                     format!("{line:?}: write a predicate as match=<target>:<value>, in=…, prefix=…, exists=… or missing=…")
                 })?;
-                let kind = kind.trim();
-                if !PREDICATE_PARAMS.contains(&kind) {
-                    return Err(format!(
+                let kind = PredicateKind::from_param(kind.trim()).ok_or_else(|| {
+                    format!(
                         "{line:?}: a predicate starts with match=, in=, prefix=, exists= or missing="
-                    ));
-                }
-                parse_predicate(kind, arg.trim()).map_err(|e| e.to_string())
+                    )
+                })?;
+                Ok((kind, arg.trim()))
             })
-            .collect()
+            .collect::<Result<Vec<_>, String>>()?;
+        parse_predicates(pairs).map_err(|e| e.to_string())
     }
 
     /// A time field: what the API takes, or `2026-11-24T10:00` (a browser's

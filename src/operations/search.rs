@@ -24,11 +24,54 @@ use crate::routing::filter::{Filter, Test};
 use crate::store::ListQuery;
 use crate::store::search::{IndexUse, SCAN_MAX, SearchPage, SearchQuery, index_value, search};
 
-/// The most predicates one search takes.
-pub const PREDICATES_MAX: usize = 40;
+/// The most predicates of one kind a search takes (the OpenAPI document's
+/// `maxItems` of each parameter).
+pub const PER_KIND_MAX: usize = 8;
 
-/// The query parameters that are predicates.
-pub const PREDICATE_PARAMS: [&str; 5] = ["match", "in", "prefix", "exists", "missing"];
+/// The most predicates one search takes: [`PER_KIND_MAX`] of each kind.
+pub const PREDICATES_MAX: usize = PER_KIND_MAX * PredicateKind::ALL.len();
+
+/// A kind of predicate, named as its query parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PredicateKind {
+    /// `match=<target>:<value>`
+    Match,
+    /// `in=<target>:<v1>,<v2>,…`
+    In,
+    /// `prefix=<target>:<text>`
+    Prefix,
+    /// `exists=<target>`
+    Exists,
+    /// `missing=<target>`
+    Missing,
+}
+
+impl PredicateKind {
+    /// Every kind, in the order the API documents them.
+    pub const ALL: [PredicateKind; 5] = [
+        PredicateKind::Match,
+        PredicateKind::In,
+        PredicateKind::Prefix,
+        PredicateKind::Exists,
+        PredicateKind::Missing,
+    ];
+
+    /// The kind a query parameter names, if it names one.
+    pub fn from_param(name: &str) -> Option<PredicateKind> {
+        PredicateKind::ALL.into_iter().find(|k| k.param() == name)
+    }
+
+    /// The query parameter (and console keyword) of this kind.
+    pub fn param(self) -> &'static str {
+        match self {
+            PredicateKind::Match => "match",
+            PredicateKind::In => "in",
+            PredicateKind::Prefix => "prefix",
+            PredicateKind::Exists => "exists",
+            PredicateKind::Missing => "missing",
+        }
+    }
+}
 
 /// Where a predicate looks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,24 +89,24 @@ pub struct Predicate {
     pub test: Test,
 }
 
-/// A predicate from its query parameter: `kind` is the parameter's name (one of
-/// [`PREDICATE_PARAMS`]), `arg` its value.
-pub fn parse_predicate(kind: &str, arg: &str) -> Result<Predicate, OpError> {
-    let bad = |what: &str| OpError::Invalid(format!("{kind}={arg:?}: {what}"));
+/// A predicate of `kind` from its query parameter's value.
+pub fn parse_predicate(kind: PredicateKind, arg: &str) -> Result<Predicate, OpError> {
+    let bad = |what: &str| OpError::Invalid(format!("{}={arg:?}: {what}", kind.param()));
     let (target, rest) = match kind {
-        "exists" | "missing" => (arg, None),
+        PredicateKind::Exists | PredicateKind::Missing => (arg, ""),
         _ => match arg.split_once(':') {
-            Some((t, v)) => (t, Some(v)),
+            Some((t, v)) => (t, v),
             None => return Err(bad("write it as <target>:<value>")),
         },
     };
     let target = parse_target(target).map_err(|e| bad(&e))?;
-    let test = match (kind, rest) {
-        ("exists", _) => Test::Exists(true),
-        ("missing", _) => Test::Exists(false),
-        ("match", Some(v)) => Test::Equals(parse_value(v)),
-        ("prefix", Some(v)) => Test::Prefix(v.to_string()),
-        ("in", Some(v)) => {
+    let test = match kind {
+        PredicateKind::Exists => Test::Exists(true),
+        PredicateKind::Missing => Test::Exists(false),
+        PredicateKind::Match => Test::Equals(parse_value(rest)),
+        PredicateKind::Prefix => Test::Prefix(rest.to_string()),
+        PredicateKind::In => {
+            let v = rest;
             let values = match serde_json::from_str::<serde_json::Value>(v) {
                 Ok(serde_json::Value::Array(values)) => values,
                 _ => v.split(',').map(parse_value).collect(),
@@ -73,7 +116,6 @@ pub fn parse_predicate(kind: &str, arg: &str) -> Result<Predicate, OpError> {
             }
             Test::OneOf(values)
         }
-        _ => return Err(bad("not a predicate")),
     };
     if let (Target::Header(_), Test::Equals(v)) = (&target, &test)
         && !v.is_string()
@@ -98,6 +140,27 @@ pub fn parse_predicate(kind: &str, arg: &str) -> Result<Predicate, OpError> {
         });
     }
     Ok(Predicate { target, test })
+}
+
+/// The predicates of a query's `(name, value)` pairs (the other parameters are not
+/// predicates), at most [`PER_KIND_MAX`] of each kind.
+pub fn parse_predicates<'a>(
+    pairs: impl IntoIterator<Item = (PredicateKind, &'a str)>,
+) -> Result<Vec<Predicate>, OpError> {
+    let mut seen = [0usize; PredicateKind::ALL.len()];
+    let mut out = Vec::new();
+    for (kind, arg) in pairs {
+        let n = &mut seen[kind as usize];
+        *n += 1;
+        if *n > PER_KIND_MAX {
+            return Err(OpError::Invalid(format!(
+                "at most {PER_KIND_MAX} `{}` predicates per search",
+                kind.param()
+            )));
+        }
+        out.push(parse_predicate(kind, arg)?);
+    }
+    Ok(out)
 }
 
 /// A target: a JSON pointer (`/…`, or empty for the whole body) or `header.<name>`.
@@ -229,29 +292,48 @@ mod tests {
 
     #[test]
     fn predicates_parse_as_documented() {
-        let p = parse_predicate("match", "/data/object/customer:cus_123").unwrap();
+        let p = parse_predicate(PredicateKind::Match, "/data/object/customer:cus_123").unwrap();
         assert_eq!(p.target, Target::Body("/data/object/customer".into()));
         assert_eq!(p.test, Test::Equals(json!("cus_123")));
-        let p = parse_predicate("match", "/amount:1200").unwrap();
+        let p = parse_predicate(PredicateKind::Match, "/amount:1200").unwrap();
         assert_eq!(p.test, Test::Equals(json!(1200)));
-        let p = parse_predicate("match", "/code:\"1200\"").unwrap();
+        let p = parse_predicate(PredicateKind::Match, "/code:\"1200\"").unwrap();
         assert_eq!(p.test, Test::Equals(json!("1200")));
-        let p = parse_predicate("in", "/type:a.b,c").unwrap();
+        let p = parse_predicate(PredicateKind::In, "/type:a.b,c").unwrap();
         assert_eq!(p.test, Test::OneOf(vec![json!("a.b"), json!("c")]));
-        let p = parse_predicate("in", "/n:[1,\"x,y\"]").unwrap();
+        let p = parse_predicate(PredicateKind::In, "/n:[1,\"x,y\"]").unwrap();
         assert_eq!(p.test, Test::OneOf(vec![json!(1), json!("x,y")]));
-        let p = parse_predicate("prefix", "header.X-GitHub-Event:pull").unwrap();
+        let p = parse_predicate(PredicateKind::Prefix, "header.X-GitHub-Event:pull").unwrap();
         assert_eq!(p.target, Target::Header("x-github-event".into()));
         assert_eq!(p.test, Test::Prefix("pull".into()));
-        let p = parse_predicate("match", "header.x-count:3").unwrap();
+        let p = parse_predicate(PredicateKind::Match, "header.x-count:3").unwrap();
         assert_eq!(p.test, Test::Equals(json!("3")));
         assert_eq!(
-            parse_predicate("missing", "/a/b").unwrap().test,
+            parse_predicate(PredicateKind::Missing, "/a/b")
+                .unwrap()
+                .test,
             Test::Exists(false)
         );
-        assert!(parse_predicate("match", "/no-value").is_err());
-        assert!(parse_predicate("match", "nopointer:1").is_err());
-        assert!(parse_predicate("exists", "header.").is_err());
+        assert!(parse_predicate(PredicateKind::Match, "/no-value").is_err());
+        assert!(parse_predicate(PredicateKind::Match, "nopointer:1").is_err());
+        assert!(parse_predicate(PredicateKind::Exists, "header.").is_err());
+    }
+
+    #[test]
+    fn each_kind_takes_at_most_eight() {
+        let eight = (0..PER_KIND_MAX).map(|_| (PredicateKind::Missing, "/a"));
+        let all: Vec<_> = PredicateKind::ALL
+            .into_iter()
+            .flat_map(|k| (0..PER_KIND_MAX).map(move |_| (k, "/a:1")))
+            .collect();
+        assert_eq!(parse_predicates(eight).unwrap().len(), 8);
+        assert_eq!(parse_predicates(all).unwrap().len(), PREDICATES_MAX);
+        let nine = (0..=PER_KIND_MAX).map(|_| (PredicateKind::Missing, "/a"));
+        assert!(parse_predicates(nine).is_err());
+        for k in PredicateKind::ALL {
+            assert_eq!(PredicateKind::from_param(k.param()), Some(k));
+        }
+        assert_eq!(PredicateKind::from_param("limit"), None);
     }
 
     #[test]

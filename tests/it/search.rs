@@ -106,6 +106,25 @@ async fn searches_find_what_the_bodies_hold(backend: Backend) {
             .await;
         assert_eq!(st, 400, "{bad}: {v}");
     }
+    // Eight predicates of each kind (the OpenAPI document's bound), not nine.
+    let eight_each = [
+        "match=/n:1",
+        "in=/n:1,2",
+        "prefix=/k:a",
+        "exists=/n",
+        "missing=/z",
+    ]
+    .map(|p| vec![p; 8].join("&"))
+    .join("&");
+    let (st, v) = admin
+        .call("GET", &format!("/admin/entries?{eight_each}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let nine = vec!["missing=/z"; 9].join("&");
+    let (st, v) = admin
+        .call("GET", &format!("/admin/entries?{nine}"), None)
+        .await;
+    assert_eq!(st, 400, "{v}");
 
     // The CLI searches the same way.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
