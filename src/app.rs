@@ -238,6 +238,7 @@ struct Gateway {
     pressure: Arc<crate::pressure::IngestPressure>,
     unverified: Arc<ingest::UnverifiedCounts>,
     rejections: Arc<ingest::rejections::RejectionLog>,
+    traces: telemetry::traces::Traces,
 }
 
 /// Build every part of the gateway: the metrics, the sources, the store, the
@@ -250,6 +251,15 @@ async fn build(
 ) -> anyhow::Result<Gateway> {
     telemetry::install_metrics();
     register_metric_families(cfg);
+    let traces = match &cfg.telemetry.traces {
+        Some(settings) => {
+            // The exporter's HTTP client may speak TLS to the collector.
+            crate::tls::install_provider();
+            telemetry::traces::register_metrics();
+            telemetry::traces::Traces::start(settings).context("traces")?
+        }
+        None => telemetry::traces::Traces::off(),
+    };
     let registry = registry(cfg)?;
     let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
     let sources = build_sources(cfg, &registry, &body_budget)?;
@@ -282,6 +292,7 @@ async fn build(
         store_timeout: cfg.store.timeout(),
         readiness: readiness.clone(),
         pressure: pressure.clone(),
+        traces: traces.clone(),
     });
     let source_count = state.sources.len();
     let (ingest_limits, admin_limits, probe_limits) = http_limits(cfg);
@@ -306,7 +317,8 @@ async fn build(
         cfg.admin.replay_rate,
         clock.clone(),
     )
-    .with_transforms(transforms.clone());
+    .with_transforms(transforms.clone())
+    .with_traces(traces.clone());
     let admin_state = Arc::new(AdminState::new(
         ops,
         cfg.admin.token.as_ref(),
@@ -373,6 +385,7 @@ async fn build(
         pressure,
         unverified,
         rejections,
+        traces,
     })
 }
 
@@ -520,6 +533,7 @@ async fn serve_until_shutdown(
         pressure,
         unverified,
         rejections,
+        traces,
     } = gateway;
     tracing::info!(
         ingest = %listeners.ingest.local_addr()?,
@@ -560,7 +574,11 @@ async fn serve_until_shutdown(
         cfg.forwarder.clone(),
         cfg.retention.clone(),
         clock,
-        forward::Neighbours { pressure, on_dead },
+        forward::Neighbours {
+            pressure,
+            on_dead,
+            traces: traces.clone(),
+        },
         shutdown.clone(),
     ));
     let flush_task = tokio::spawn(ingest::flush_refused(
@@ -582,6 +600,7 @@ async fn serve_until_shutdown(
     let _ = pressure_task.await;
     let store_stopped = store_stopped.await.unwrap_or(false);
     store.close().await;
+    traces.shutdown().await;
     tracing::info!("hookgate stopped");
     if store_stopped {
         return Err(StoreStopped.into());

@@ -399,6 +399,9 @@ pub async fn entries(api: &ApiArgs, cmd: EntriesCmd) -> anyhow::Result<()> {
             outln!("attempts:     {}", s.attempts)?;
             outln!("next attempt: {}", dash(&s.next_attempt_at))?;
             outln!("last error:   {}", dash(&s.last_error))?;
+            if let Some(t) = &e.trace_id {
+                outln!("trace id:     {t}")?;
+            }
             outln!("\nheaders:")?;
             for h in &e.headers {
                 outln!("  {}: {}", h.name, h.value)?;

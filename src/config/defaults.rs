@@ -60,6 +60,11 @@ interval = "60s"
 
 [log]
 format = "human"
+
+[telemetry]
+sample_ratio = 1.0
+service_name = "hookgate"
+export_timeout = "10s"
 "#;
 
 // A source's defaults, where its own keys are not set (see `source` and `route`).

@@ -176,6 +176,7 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub alerts: AlertsConfig,
     pub log: LogConfig,
+    pub telemetry: TelemetryConfig,
     pub providers_dir: Option<PathBuf>,
     pub sources: Vec<SourceConfig>,
     /// The executable the gateway starts as `<it> transform-worker` to run the
@@ -352,6 +353,16 @@ pub use crate::telemetry::LogFormat;
 #[derive(Debug, Clone)]
 pub struct LogConfig {
     pub format: LogFormat,
+}
+
+/// Where traces go (the telemetry leaf owns the type).
+pub use crate::telemetry::traces::TraceSettings;
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Default)]
+pub struct TelemetryConfig {
+    /// `None`: traces are off.
+    pub traces: Option<TraceSettings>,
 }
 
 /// Where configuration comes from: an explicit file, the `HOOKGATE_CONFIG`

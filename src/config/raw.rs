@@ -40,6 +40,7 @@ pub struct RawConfig {
     pub retention: RawRetention,
     pub alerts: RawAlerts,
     pub log: RawLog,
+    pub telemetry: RawTelemetry,
     #[serde(default)]
     pub providers_dir: Option<PathBuf>,
     #[serde(default)]
@@ -127,6 +128,16 @@ pub struct RawAlerts {
 #[serde(deny_unknown_fields)]
 pub struct RawLog {
     pub format: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+    pub sample_ratio: f64,
+    pub service_name: String,
+    pub export_timeout: String,
 }
 
 #[derive(Debug, Deserialize)]

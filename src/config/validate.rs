@@ -7,13 +7,13 @@ use std::net::SocketAddr;
 use super::durations::parse_duration;
 use super::raw::{
     RawAdmin, RawAlerts, RawConfig, RawForwarder, RawLog, RawRetention, RawServer, RawSource,
-    RawStore,
+    RawStore, RawTelemetry,
 };
 use super::source::validate_source;
 use super::{
     AdminConfig, AlertsConfig, Config, ConfigError, EmbeddedConfig, ForwarderConfig, LogConfig,
     LogFormat, PostgresConfig, RedisConfig, RetentionConfig, Secret, ServerConfig, SourceConfig,
-    StoreConfig, redact_url,
+    StoreConfig, TelemetryConfig, TraceSettings, redact_url,
 };
 
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
@@ -39,6 +39,7 @@ pub(super) fn validate(
     let retention = validate_retention(&raw.retention)?;
     let alerts = validate_alerts(raw.alerts, env)?;
     let log = validate_log(&raw.log)?;
+    let telemetry = validate_telemetry(&raw.telemetry)?;
     let sources = validate_sources(raw.sources, &forwarder, env)?;
     Ok(Config {
         server,
@@ -48,6 +49,7 @@ pub(super) fn validate(
         retention,
         alerts,
         log,
+        telemetry,
         providers_dir: raw.providers_dir,
         transform_worker: None,
         sources,
@@ -384,6 +386,53 @@ fn validate_alerts(
         ));
     }
     Ok(alerts)
+}
+
+/// `[telemetry]`: where traces are exported (none without `otlp_endpoint`), and
+/// which share of webhooks.
+fn validate_telemetry(raw: &RawTelemetry) -> Result<TelemetryConfig, ConfigError> {
+    if !(0.0..=1.0).contains(&raw.sample_ratio) {
+        return Err(ConfigError::invalid(
+            "telemetry.sample_ratio",
+            "must be between 0 and 1",
+        ));
+    }
+    if raw.service_name.trim().is_empty() {
+        return Err(ConfigError::invalid(
+            "telemetry.service_name",
+            "must not be empty",
+        ));
+    }
+    let timeout = parse_duration("telemetry.export_timeout", &raw.export_timeout)?;
+    if timeout.is_zero() {
+        return Err(ConfigError::invalid(
+            "telemetry.export_timeout",
+            "must be greater than 0",
+        ));
+    }
+    let traces = match raw.otlp_endpoint.as_deref().filter(|e| !e.is_empty()) {
+        None => None,
+        Some(endpoint) => {
+            let url = crate::telemetry::traces::traces_url(endpoint);
+            match url.parse::<http::Uri>() {
+                Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {
+                }
+                _ => {
+                    return Err(ConfigError::invalid(
+                        "telemetry.otlp_endpoint",
+                        "must be an http:// or https:// URL (the collector's OTLP/HTTP base, such as http://collector:4318)",
+                    ));
+                }
+            }
+            Some(TraceSettings {
+                endpoint: endpoint.to_string(),
+                sample_ratio: raw.sample_ratio,
+                service_name: raw.service_name.clone(),
+                timeout,
+            })
+        }
+    };
+    Ok(TelemetryConfig { traces })
 }
 
 /// `[log]`: the log format.

@@ -226,6 +226,9 @@ fn render(
                     }
                     div { dt { "Received" } dd { (format::rfc3339(&s.received_at)) } }
                     div { dt { "Attempts" } dd { (s.attempts) } }
+                    @if let Some(t) = &d.trace_id {
+                        div { dt { "Trace ID" } dd { code #trace-id { (t) } (copy("trace-id", "Copy trace ID")) } }
+                    }
                 }
             }
             section.card.actions-card aria-labelledby="actions-heading" {
@@ -551,6 +554,7 @@ mod tests {
             deliveries: Vec::new(),
             attempt_log: Vec::new(),
             audit: Vec::new(),
+            trace_id: None,
         }
     }
 

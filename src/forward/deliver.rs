@@ -6,7 +6,7 @@
 //! claim, stops at once when an operator discards the entry, and releases its lease
 //! when shutdown runs out of grace.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +18,7 @@ use super::retry::{self, Decision, Outcome};
 use super::route::{Route, origin};
 use super::{Forwarder, meters, request};
 use crate::store::{Attempt, Claim, Completion};
+use crate::telemetry::traces::{AttemptSpan, Traces};
 use crate::transform::{Ran, Shaped, TransformError, Transforms};
 
 /// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
@@ -36,9 +37,10 @@ async fn send(
     attempt: u32,
     now_ms: i64,
     transformed: Option<Shaped>,
+    traces: &Traces,
 ) -> Outcome {
     let entry = &claim.entry;
-    let headers = request::headers(
+    let mut headers = request::headers(
         entry,
         request::AttemptOf {
             source: &route.source,
@@ -54,6 +56,7 @@ async fn send(
         route.signing_key.as_deref(),
         transformed.as_ref(),
     );
+    traces.inject(&entry.id, &route.name, attempt, &mut headers);
     let body = match transformed {
         Some(t) => bytes::Bytes::from(t.body),
         None => entry.body.clone(),
@@ -213,6 +216,10 @@ pub(super) async fn deliver(
                 drop(permit);
                 drop(in_flight);
                 let completion = transform_failed(fwd, route, &claim, &e, now);
+                if let (Some(attempt), outcome) = completion_attempt(&completion) {
+                    let wall = fwd.traces.is_on().then(SystemTime::now);
+                    trace_attempt(fwd, route, &claim, wall, Duration::ZERO, attempt, outcome);
+                }
                 complete(fwd, &claim, completion).await;
                 return;
             }
@@ -230,8 +237,9 @@ pub(super) async fn deliver(
         },
     };
     let started = Instant::now();
+    let wall = fwd.traces.is_on().then(SystemTime::now);
     let outcome = tokio::select! {
-        o = send(route, &claim, attempt_no, now, transformed) => Some(o),
+        o = send(route, &claim, attempt_no, now, transformed, &fwd.traces) => Some(o),
         _ = discarded.cancelled() => None,
         _ = fwd.abort.cancelled() => {
             give_back(permit, in_flight, fwd.clock.now_ms()).await;
@@ -262,12 +270,51 @@ pub(super) async fn deliver(
             error: Some("cancelled: the entry was discarded".into()),
             latency_ms,
         };
+        trace_attempt(fwd, route, &claim, wall, elapsed, &attempt, "cancelled");
         let at = fwd.clock.now_ms();
         complete(fwd, &claim, Completion::Retry { attempt, at }).await;
         return;
     };
     let completion = record(fwd, route, &claim, permit, &outcome, now, elapsed).await;
+    if let (Some(attempt), outcome) = completion_attempt(&completion) {
+        trace_attempt(fwd, route, &claim, wall, elapsed, attempt, outcome);
+    }
     complete(fwd, &claim, completion).await;
+}
+
+/// The attempt a completion records, and what became of the delivery.
+fn completion_attempt(c: &Completion) -> (Option<&Attempt>, &'static str) {
+    match c {
+        Completion::Delivered { attempt } => (Some(attempt), "delivered"),
+        Completion::Retry { attempt, .. } => (Some(attempt), "retry"),
+        Completion::Dead { attempt, .. } => (attempt.as_ref(), "dead"),
+        _ => (None, ""),
+    }
+}
+
+/// The span of `attempt` (sent from `wall`, taking `elapsed`), when traces are on.
+fn trace_attempt(
+    fwd: &Forwarder,
+    route: &Route,
+    claim: &Claim,
+    wall: Option<SystemTime>,
+    elapsed: Duration,
+    attempt: &Attempt,
+    outcome: &'static str,
+) {
+    let Some(start) = wall else { return };
+    fwd.traces.attempt(AttemptSpan {
+        entry_id: &claim.entry.id,
+        source: &route.source,
+        route: &route.name,
+        attempt: attempt.n,
+        destination: &origin(&route.destination),
+        start,
+        elapsed,
+        status_code: attempt.status_code,
+        error: attempt.error.as_deref(),
+        outcome,
+    });
 }
 
 /// Run the route's program on the stored body, with `$meta` describing the entry.

@@ -38,6 +38,7 @@ use crate::clock::Clock;
 use crate::config::{ForwarderConfig, RetentionConfig};
 use crate::pressure::IngestPressure;
 use crate::store::{Claim, Control, HousekeepingPass, PauseTarget, Store, StoreError};
+use crate::telemetry::traces::Traces;
 use admission::{Admission, InFlightMap, ProbePermit};
 use ahead::Place;
 pub use meters::{DeliveryOutcome, DeliveryResult, register_metrics};
@@ -85,6 +86,8 @@ struct Forwarder {
     /// Cancelled when in-flight deliveries must give up (after the grace period).
     abort: CancellationToken,
     on_dead: Option<OnDead>,
+    /// Each attempt's span, and its `traceparent`, when traces are on.
+    traces: Traces,
 }
 
 impl Forwarder {
@@ -108,6 +111,8 @@ pub struct Neighbours {
     pub pressure: Arc<IngestPressure>,
     /// Told about every delivery that goes dead.
     pub on_dead: Option<OnDead>,
+    /// Where attempts are traced.
+    pub traces: Traces,
 }
 
 /// Run the forwarder until `shutdown` is cancelled, then drain.
@@ -120,7 +125,11 @@ pub async fn run(
     with: Neighbours,
     shutdown: CancellationToken,
 ) {
-    let Neighbours { pressure, on_dead } = with;
+    let Neighbours {
+        pressure,
+        on_dead,
+        traces,
+    } = with;
     let worker = format!(
         "{}-{}-{}",
         std::env::var("HOSTNAME").unwrap_or_else(|_| "hookgate".into()),
@@ -138,6 +147,7 @@ pub async fn run(
         in_flight: Mutex::new(HashMap::new()),
         abort: CancellationToken::new(),
         on_dead,
+        traces,
     });
     refresh_paused(&fwd).await;
     let mut sources: Vec<String> = routes.iter().map(|r| r.source.clone()).collect();

@@ -38,6 +38,7 @@ use crate::store::{
     Accepted, Header, MAX_ORDER_KEY, NewEntry, Readiness, RouteOrder, Store, StoreError,
 };
 use crate::telemetry;
+use crate::telemetry::traces::{IngestEnd, IngestPhase, IngestTrace, Traces};
 use body::BodyBudget;
 
 /// Bodies larger than this are verified on the blocking pool.
@@ -248,6 +249,8 @@ pub struct IngestState {
     /// How many verified webhooks wait for their write: the forwarder steps back
     /// while ingest is saturated.
     pub pressure: Arc<crate::pressure::IngestPressure>,
+    /// Each request's spans, when traces are on.
+    pub traces: Traces,
 }
 
 pub fn router(state: Arc<IngestState>) -> Router {
@@ -283,7 +286,8 @@ async fn ingest(
     req: Request<Body>,
 ) -> Response {
     let started = Instant::now();
-    let outcome = handle(&ingest, &source_name, req).await;
+    let mut trace = ingest.traces.ingest_start(req.headers());
+    let outcome = handle(&ingest, &source_name, req, trace.as_mut()).await;
     let elapsed = started.elapsed();
     let latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let kind = match &outcome {
@@ -331,11 +335,15 @@ async fn ingest(
             format!("unknown:{escaped}")
         }
     };
+    if let Some(trace) = trace {
+        record_trace(&ingest.traces, trace, &source_name, &outcome);
+    }
     match outcome {
         Ok(Handled::Stored {
             response,
             accepted,
             event_id,
+            ..
         }) => {
             let dup = matches!(accepted, Accepted::Duplicate(_));
             tracing::info!(
@@ -400,7 +408,51 @@ enum Handled {
         accepted: Accepted,
         /// The provider's event id, when it sent one.
         event_id: Option<String>,
+        event_type: Option<String>,
     },
+}
+
+/// Record a request's spans (see `telemetry::traces`).
+fn record_trace(
+    traces: &Traces,
+    trace: IngestTrace,
+    source: &str,
+    outcome: &Result<Handled, ApiError>,
+) {
+    let mut end = IngestEnd {
+        source,
+        outcome: "accepted",
+        status: 200,
+        entry_id: None,
+        duplicate: false,
+        event_id: None,
+        event_type: None,
+    };
+    match outcome {
+        Ok(Handled::Stored {
+            accepted,
+            event_id,
+            event_type,
+            ..
+        }) => {
+            end.duplicate = matches!(accepted, Accepted::Duplicate(_));
+            if end.duplicate {
+                end.outcome = "duplicate";
+            }
+            end.entry_id = Some(accepted.id());
+            end.event_id = event_id.as_deref();
+            end.event_type = event_type.as_deref();
+        }
+        Ok(Handled::Handshake(_)) => end.outcome = "handshake",
+        Err(e) => {
+            end.status = e.status().as_u16();
+            end.outcome = match e {
+                ApiError::Unverified(reason) => reason.label(),
+                other => other.outcome().label(),
+            };
+        }
+    }
+    traces.ingest_end(trace, end);
 }
 
 /// The answer to a stored (or already stored) webhook.
@@ -535,6 +587,7 @@ async fn handle(
     ingest: &IngestState,
     source_name: &str,
     req: Request<Body>,
+    trace: Option<&mut IngestTrace>,
 ) -> Result<Handled, ApiError> {
     let declared = body::declared_length(req.headers());
     let client = req
@@ -546,7 +599,10 @@ async fn handle(
     let mut read = None;
     let result = match &source {
         Some(source) => {
-            handle_source(ingest, source, &parts, body, declared, client, &mut read).await
+            handle_source(
+                ingest, source, &parts, body, declared, client, &mut read, trace,
+            )
+            .await
         }
         None => Err(ApiError::UnknownSource(source_name.to_string())),
     };
@@ -569,7 +625,9 @@ async fn handle(
     result
 }
 
-/// Handle a request to a configured source; `read` gets the body once it is read.
+/// Handle a request to a configured source; `read` gets the body once it is read,
+/// `trace` (when traces are on) the time of each phase.
+#[allow(clippy::too_many_arguments)]
 async fn handle_source(
     ingest: &IngestState,
     source: &Arc<Source>,
@@ -578,7 +636,14 @@ async fn handle_source(
     declared: Option<u64>,
     client: Option<std::net::IpAddr>,
     read: &mut Option<Bytes>,
+    mut trace: Option<&mut IngestTrace>,
 ) -> Result<Handled, ApiError> {
+    let phase_start = trace.is_some().then(Instant::now);
+    let mut mark = |phase: IngestPhase, since: Option<Instant>| {
+        if let (Some(t), Some(since)) = (trace.as_deref_mut(), since) {
+            t.phase(phase, since);
+        }
+    };
     // What the headers alone decide, before a byte of the body is buffered.
     let reservation = match refuse_early(ingest, source, &parts.headers, declared, client) {
         Ok(r) => r,
@@ -603,9 +668,12 @@ async fn handle_source(
             if let Some(rest) = e.rest {
                 body::drain(rest, None);
             }
+            mark(IngestPhase::ReadBody, phase_start);
             return Err(e.error);
         }
     };
+    mark(IngestPhase::ReadBody, phase_start);
+    let verify_start = phase_start.map(|_| Instant::now());
     let now_ms = ingest.clock.now_ms();
     // The reservation is held until the store has the entry (it shares the buffer).
     let body::ReadBody {
@@ -645,11 +713,13 @@ async fn handle_source(
             decide(&source, head, url.as_deref(), &body, now_ms)
         })
         .await
-        .map_err(|_| ApiError::Busy)??
+        .map_err(|_| ApiError::Busy)
+        .and_then(|d| d.map_err(ApiError::from))
     } else {
-        decide(source, head, url.as_deref(), &body, now_ms)?
+        decide(source, head, url.as_deref(), &body, now_ms).map_err(ApiError::from)
     };
-    match decision {
+    mark(IngestPhase::Verify, verify_start);
+    match decision? {
         Decision::Handshake(HandshakeReply::Text(text)) => Ok(Handled::Handshake(
             (
                 StatusCode::OK,
@@ -663,7 +733,9 @@ async fn handle_source(
         )),
         Decision::Store(entry) => {
             let event_id = entry.event_id.clone();
+            let event_type = entry.event_type.clone();
             let filtered = entry.routes.is_empty();
+            let store_start = phase_start.map(|_| Instant::now());
             // The answer comes within `store.timeout`, whatever the store or the
             // network does: a write still queued then is dropped by the store.
             let storing = ingest.pressure.storing();
@@ -671,6 +743,7 @@ async fn handle_source(
                 .await
                 .unwrap_or(Err(StoreError::Timeout(ingest.store_timeout)));
             drop(storing);
+            mark(IngestPhase::Store, store_start);
             let accepted = match accepted {
                 Ok(a) => {
                     ingest.readiness.write_succeeded();
@@ -692,6 +765,7 @@ async fn handle_source(
                 response: (StatusCode::OK, body).into_response(),
                 accepted,
                 event_id,
+                event_type,
             })
         }
     }

@@ -38,7 +38,12 @@ pub async fn replay_paced(
     let mut last_due = None;
     for id in &ids {
         let at = schedule.next(ops.clock.now_ms());
-        if ops.store.replay(id, route, at, by, now).await? == Transition::Done {
+        let started = std::time::SystemTime::now();
+        let done = ops.store.replay(id, route, at, by, now).await?;
+        ops.traces.action(super::entries::action_span(
+            "replay", id, route, by, started, done,
+        ));
+        if done == Transition::Done {
             queued += 1;
             last_due = Some(at);
         }

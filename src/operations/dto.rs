@@ -143,6 +143,10 @@ pub struct EntryDetail {
     pub deliveries: Vec<Delivery>,
     pub attempt_log: Vec<Attempt>,
     pub audit: Vec<AuditEvent>,
+    /// The entry's trace id (32 hex digits), when traces are exported: a trace
+    /// viewer finds its ingest, every attempt and every replay under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -8,6 +8,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use super::dto::{self, EntryDetail, EntrySummary, TransitionResult};
 use super::{OpError, Operations};
 use crate::store::{Actor, ListedEntry, Status, Transition};
+use crate::telemetry::traces::ActionSpan;
 
 /// Everything about entry `id`, as `GET /admin/entries/{id}` answers it: its
 /// headers with credentials and signatures redacted, its body, its deliveries, every
@@ -86,6 +87,10 @@ pub async fn entry_detail(ops: &Operations, id: &str) -> Result<EntryDetail, OpE
                 client: a.client,
             })
             .collect(),
+        trace_id: ops
+            .traces
+            .is_on()
+            .then(|| crate::telemetry::traces::trace_id_hex(id)),
     })
 }
 
@@ -97,9 +102,13 @@ pub async fn replay_entry(
     route: Option<&str>,
     by: &Actor,
 ) -> Result<TransitionResult, OpError> {
+    let started = std::time::SystemTime::now();
     let now = ops.clock.now_ms();
     let lines = lines_before_replay(ops, id, route).await?;
-    match ops.store.replay(id, route, now, by, now).await? {
+    let done = ops.store.replay(id, route, now, by, now).await?;
+    ops.traces
+        .action(action_span("replay", id, route, by, started, done));
+    match done {
         Transition::Done => {
             tracing::info!(entry_id = %id, route = route.unwrap_or(""), "replay queued");
             Ok(TransitionResult {
@@ -180,6 +189,31 @@ fn line_places(id: &str, lines: Vec<(String, String, Vec<String>)>) -> Vec<dto::
         .collect()
 }
 
+/// The span of an operator's `action` on entry `id` that came to `done`.
+pub(super) fn action_span<'a>(
+    action: &'static str,
+    id: &'a str,
+    route: Option<&'a str>,
+    by: &'a Actor,
+    start: std::time::SystemTime,
+    done: Transition,
+) -> ActionSpan<'a> {
+    ActionSpan {
+        action,
+        entry_id: id,
+        route,
+        actor: &by.name,
+        start,
+        ok: done == Transition::Done,
+        outcome: match done {
+            Transition::Done => "done",
+            Transition::NotFound => "no such entry",
+            Transition::NoSuchRoute => "no such delivery",
+            Transition::Conflict(_) => "conflict",
+        },
+    }
+}
+
 /// Longest note a discard keeps, in characters.
 pub const MAX_NOTE_CHARS: usize = 2000;
 
@@ -208,10 +242,13 @@ pub async fn discard_entry(
             "note is longer than {MAX_NOTE_CHARS} characters"
         )));
     }
+    let started = std::time::SystemTime::now();
     let done = ops
         .store
         .discard(id, route, by, note, ops.clock.now_ms())
         .await?;
+    ops.traces
+        .action(action_span("discard", id, route, by, started, done));
     match done {
         Transition::Done => {
             tracing::info!(entry_id = %id, route = route.unwrap_or(""), "entry discarded");

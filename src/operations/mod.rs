@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::clock::Clock;
 use crate::store::Store;
+use crate::telemetry::traces::Traces;
 use crate::transform::Transforms;
 
 pub use error::OpError;
@@ -39,6 +40,8 @@ pub struct Operations {
     pub clock: Clock,
     /// The routes' transforms, which a preview runs.
     pub transforms: Option<Arc<Transforms>>,
+    /// Replays and discards are spans in their entry's trace, when traces are on.
+    pub traces: Traces,
 }
 
 impl Operations {
@@ -55,12 +58,19 @@ impl Operations {
             replay_horizon: Mutex::new(0),
             clock,
             transforms: None,
+            traces: Traces::off(),
         }
     }
 
     /// These operations, previewing the routes' transforms with `transforms`.
     pub fn with_transforms(mut self, transforms: Arc<Transforms>) -> Operations {
         self.transforms = Some(transforms);
+        self
+    }
+
+    /// These operations, recording replays and discards in `traces`.
+    pub fn with_traces(mut self, traces: Traces) -> Operations {
+        self.traces = traces;
         self
     }
 

@@ -15,6 +15,7 @@
 
 mod labels;
 pub mod throttle;
+pub mod traces;
 
 use std::sync::OnceLock;
 

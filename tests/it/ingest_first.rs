@@ -98,6 +98,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
         hookgate::forward::Neighbours {
             pressure: pressure.clone(),
             on_dead: None,
+            traces: hookgate::telemetry::traces::Traces::off(),
         },
         shutdown.clone(),
     ));

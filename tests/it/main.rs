@@ -48,6 +48,7 @@ mod rejections;
 mod routes;
 mod search;
 mod stalled;
+mod traces;
 mod transform;
 mod transform_examples;
 mod unsigned;

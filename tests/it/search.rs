@@ -114,13 +114,13 @@ async fn searches_find_what_the_bodies_hold(backend: Backend) {
         "exists=/n",
         "missing=/z",
     ]
-    .map(|p| vec![p; 8].join("&"))
+    .map(|p| [p; 8].join("&"))
     .join("&");
     let (st, v) = admin
         .call("GET", &format!("/admin/entries?{eight_each}"), None)
         .await;
     assert_eq!(st, 200, "{v}");
-    let nine = vec!["missing=/z"; 9].join("&");
+    let nine = ["missing=/z"; 9].join("&");
     let (st, v) = admin
         .call("GET", &format!("/admin/entries?{nine}"), None)
         .await;

@@ -1,0 +1,367 @@
+//! Traces end to end, on every store: an OTLP/HTTP collector the test runs receives
+//! the spans of one webhook (its ingest with the provider's trace linked, a failed
+//! attempt, the retry linked to it, a replay and the attempt after it) in one trace,
+//! whose id the admin API shows; the app receives that trace in `traceparent`, with
+//! each attempt's own span as parent. A duplicate is a trace of its own linked to the
+//! entry's. With sampling at 0 the context still goes out, unsampled, and nothing is
+//! exported; with traces off, no `traceparent` goes out.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use prost::Message as _;
+use serde_json::Value;
+
+use crate::admin::{Admin, admin_config};
+use crate::for_each_store;
+use crate::forward::{FAST_RETRY, source};
+use crate::support::*;
+use crate::upstream::{Reply, Upstream};
+
+/// The provider's own trace context on the webhook.
+const PROVIDER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PROVIDER_SPAN: &str = "00f067aa0ba902b7";
+
+/// A span as the collector got it, with its service name.
+#[derive(Debug, Clone)]
+struct Got {
+    span: Span,
+    service: String,
+}
+
+impl Got {
+    fn trace(&self) -> String {
+        hex::encode(&self.span.trace_id)
+    }
+    fn id(&self) -> String {
+        hex::encode(&self.span.span_id)
+    }
+    fn parent(&self) -> String {
+        hex::encode(&self.span.parent_span_id)
+    }
+    fn attr(&self, key: &str) -> Option<String> {
+        let v = self.span.attributes.iter().find(|kv| kv.key == key)?;
+        match v.value.as_ref()?.value.as_ref()? {
+            AnyValue::StringValue(s) => Some(s.clone()),
+            AnyValue::IntValue(i) => Some(i.to_string()),
+            AnyValue::BoolValue(b) => Some(b.to_string()),
+            other => Some(format!("{other:?}")),
+        }
+    }
+    /// The (trace, span) each link points at.
+    fn links(&self) -> Vec<(String, String)> {
+        self.span
+            .links
+            .iter()
+            .map(|l| (hex::encode(&l.trace_id), hex::encode(&l.span_id)))
+            .collect()
+    }
+}
+
+/// An OTLP/HTTP trace collector on a free port: it decodes every export request
+/// and keeps the spans.
+struct Collector {
+    url: String,
+    spans: Arc<Mutex<Vec<Got>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let app = axum::Router::new()
+            .route("/v1/traces", axum::routing::post(collect))
+            .with_state(spans.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Collector { url, spans, task }
+    }
+
+    fn spans(&self) -> Vec<Got> {
+        self.spans.lock().unwrap().clone()
+    }
+
+    /// Wait until the spans of trace `trace` satisfy `enough`; they are returned.
+    async fn wait_for(&self, what: &str, trace: &str, enough: impl Fn(&[Got]) -> bool) -> Vec<Got> {
+        wait_until_ok(what, Duration::from_secs(20), async || {
+            let mine: Vec<Got> = self
+                .spans()
+                .into_iter()
+                .filter(|g| g.trace() == trace)
+                .collect();
+            if enough(&mine) {
+                Ok(mine)
+            } else {
+                Err(format!(
+                    "{:?}",
+                    mine.iter().map(|g| g.span.name.clone()).collect::<Vec<_>>()
+                ))
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn collect(
+    State(spans): State<Arc<Mutex<Vec<Got>>>>,
+    body: Bytes,
+) -> (
+    axum::http::StatusCode,
+    [(&'static str, &'static str); 1],
+    Vec<u8>,
+) {
+    let req = ExportTraceServiceRequest::decode(body).expect("an OTLP trace export");
+    let mut got = spans.lock().unwrap();
+    for rs in req.resource_spans {
+        let service = rs
+            .resource
+            .iter()
+            .flat_map(|r| r.attributes.iter())
+            .find(|kv| kv.key == "service.name")
+            .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                AnyValue::StringValue(s) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        for ss in rs.scope_spans {
+            for span in ss.spans {
+                got.push(Got {
+                    span,
+                    service: service.clone(),
+                });
+            }
+        }
+    }
+    (
+        axum::http::StatusCode::OK,
+        [("content-type", "application/x-protobuf")],
+        Vec::new(),
+    )
+}
+
+/// The (trace id, parent span id, flags) of a `traceparent`.
+fn traceparent(v: &str) -> (String, String, String) {
+    let parts: Vec<&str> = v.split('-').collect();
+    assert_eq!(parts.len(), 4, "{v}");
+    assert_eq!(parts[0], "00", "{v}");
+    (parts[1].into(), parts[2].into(), parts[3].into())
+}
+
+fn named<'a>(spans: &'a [Got], name: &str) -> Vec<&'a Got> {
+    spans.iter().filter(|g| g.span.name == name).collect()
+}
+
+async fn one_webhook_is_one_trace(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let collector = Collector::start().await;
+    // The first attempt fails, every later one is delivered.
+    let up = Upstream::scripted(|_, n| Reply::Status(if n == 0 { 500 } else { 200 })).await;
+    let telemetry = format!("[telemetry]\notlp_endpoint = \"{}\"\n", collector.url);
+    let gw = Gateway::start(admin_config(
+        &h,
+        &telemetry,
+        &source("stripe", &up.url, FAST_RETRY),
+    ))
+    .await;
+    let admin = Admin::new(&gw);
+    let client = http();
+    let body = event_body("stripe", "evt_traced");
+    let mut headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+    headers.push((
+        "traceparent".into(),
+        format!("00-{PROVIDER_TRACE}-{PROVIDER_SPAN}-01"),
+    ));
+    let (st, json) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
+    assert_eq!(st, 200, "{json}");
+    let id = json["id"].as_str().unwrap().to_string();
+    up.wait_for(
+        Duration::from_secs(20),
+        "a failed attempt and its retry",
+        |r| r.len() >= 2,
+    )
+    .await;
+    let entry = wait_until_ok("the entry delivered", Duration::from_secs(20), async || {
+        let e = admin.get(&format!("/admin/entries/{id}")).await;
+        if e["status"] == "delivered" {
+            Ok(e)
+        } else {
+            Err(e)
+        }
+    })
+    .await;
+    let trace = entry["trace_id"].as_str().expect("a trace id").to_string();
+    assert_eq!(trace.len(), 32);
+
+    // A replay, and the attempt it queues.
+    let (st, v) = admin
+        .call("POST", &format!("/admin/entries/{id}/replay"), None)
+        .await;
+    assert_eq!(st, 202, "{v}");
+    up.wait_for(Duration::from_secs(20), "the replayed attempt", |r| {
+        r.len() >= 3
+    })
+    .await;
+    // A duplicate of the webhook: a trace of its own.
+    let (st, json) = post_raw(&client, &gw.ingest, "stripe", &body, &headers).await;
+    assert_eq!((st, json["duplicate"].clone()), (200, Value::Bool(true)));
+
+    let spans = collector
+        .wait_for("the webhook's spans", &trace, |s| {
+            named(s, "ingest").len() == 1
+                && named(s, "deliver").len() == 3
+                && named(s, "replay").len() == 1
+                && named(s, "store").len() == 1
+        })
+        .await;
+    assert!(spans.iter().all(|g| g.service == "hookgate"), "{spans:?}");
+
+    // Ingest: the root, the provider's trace linked, its phases its children.
+    let ingest = named(&spans, "ingest")[0];
+    assert_eq!(ingest.parent(), "", "the ingest span is the root");
+    assert_eq!(ingest.span.kind, SpanKind::Server as i32);
+    assert_eq!(
+        ingest.attr("hookgate.entry_id").as_deref(),
+        Some(id.as_str())
+    );
+    assert_eq!(ingest.attr("hookgate.source").as_deref(), Some("stripe"));
+    assert_eq!(ingest.attr("hookgate.outcome").as_deref(), Some("accepted"));
+    assert_eq!(
+        ingest.links(),
+        vec![(PROVIDER_TRACE.to_string(), PROVIDER_SPAN.to_string())]
+    );
+    for phase in ["read body", "verify", "store"] {
+        let p = named(&spans, phase);
+        assert_eq!(p.len(), 1, "{phase}");
+        assert_eq!(p[0].parent(), ingest.id(), "{phase} is a child of ingest");
+        assert!(p[0].span.start_time_unix_nano >= ingest.span.start_time_unix_nano);
+        assert!(p[0].span.end_time_unix_nano <= ingest.span.end_time_unix_nano);
+    }
+
+    // Attempts: children of the ingest span; each retry links to the attempt
+    // before it; the app got each attempt's span as the parent of its request.
+    let mut deliver = named(&spans, "deliver");
+    deliver.sort_by_key(|g| g.attr("hookgate.attempt"));
+    let received = up.received();
+    for (n, g) in deliver.iter().enumerate() {
+        let attempt = (n + 1).to_string();
+        assert_eq!(
+            g.attr("hookgate.attempt").as_deref(),
+            Some(attempt.as_str())
+        );
+        assert_eq!(g.parent(), ingest.id(), "attempt {attempt}");
+        assert_eq!(g.span.kind, SpanKind::Client as i32);
+        assert_eq!(g.attr("hookgate.entry_id").as_deref(), Some(id.as_str()));
+        assert_eq!(g.attr("hookgate.route").as_deref(), Some("default"));
+        let want_status = if n == 0 { "500" } else { "200" };
+        assert_eq!(
+            g.attr("http.response.status_code").as_deref(),
+            Some(want_status)
+        );
+        let request = received
+            .iter()
+            .find(|r| r.header("hookgate-attempt").as_deref() == Some(attempt.as_str()))
+            .unwrap_or_else(|| panic!("attempt {attempt} reached the app"));
+        let (t, parent, flags) = traceparent(&request.header("traceparent").unwrap());
+        assert_eq!((t.as_str(), flags.as_str()), (trace.as_str(), "01"));
+        assert_eq!(parent, g.id(), "attempt {attempt}'s request names its span");
+        let want_links = match n {
+            0 => Vec::new(),
+            _ => vec![(trace.clone(), deliver[n - 1].id())],
+        };
+        assert_eq!(g.links(), want_links, "attempt {attempt}");
+    }
+    assert_eq!(
+        deliver[0].attr("hookgate.outcome").as_deref(),
+        Some("retry")
+    );
+    assert_eq!(
+        deliver[2].attr("hookgate.outcome").as_deref(),
+        Some("delivered")
+    );
+
+    // The replay: in the entry's trace, with who asked.
+    let replay = named(&spans, "replay")[0];
+    assert_eq!(replay.parent(), ingest.id());
+    assert_eq!(replay.attr("hookgate.actor").as_deref(), Some("alice"));
+    assert!(replay.span.start_time_unix_nano <= deliver[2].span.start_time_unix_nano);
+
+    // The duplicate's request: its own trace, linked to the entry's ingest span.
+    let dup = wait_until_ok(
+        "the duplicate's span",
+        Duration::from_secs(20),
+        async || {
+            collector
+                .spans()
+                .into_iter()
+                .find(|g| g.attr("hookgate.outcome").as_deref() == Some("duplicate"))
+                .ok_or("not yet")
+        },
+    )
+    .await;
+    assert_ne!(dup.trace(), trace);
+    assert_eq!(dup.attr("hookgate.entry_id").as_deref(), Some(id.as_str()));
+    assert!(
+        dup.links().contains(&(trace.clone(), ingest.id())),
+        "{dup:?}"
+    );
+    gw.stop().await;
+}
+
+for_each_store!(
+    one_webhook_is_one_trace_from_provider_to_app,
+    super::one_webhook_is_one_trace
+);
+
+/// Sampling at 0: the app still gets the trace context (unsampled), the entry shows
+/// its trace id, and nothing is exported, not even at shutdown's flush. Traces off:
+/// no `traceparent`, no trace id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsampled_and_off_traces_export_nothing() {
+    let collector = Collector::start().await;
+    for telemetry in [
+        format!(
+            "[telemetry]\notlp_endpoint = \"{}\"\nsample_ratio = 0.0\n",
+            collector.url
+        ),
+        String::new(),
+    ] {
+        let h = StoreHandle::new(Backend::Embedded);
+        let up = Upstream::ok().await;
+        let gw = Gateway::start(admin_config(&h, &telemetry, &source("stripe", &up.url, ""))).await;
+        let admin = Admin::new(&gw);
+        let body = event_body("stripe", "evt_unsampled");
+        let (st, json) = post_stripe_signed(&http(), &gw.ingest, "stripe", &body).await;
+        assert_eq!(st, 200, "{json}");
+        let id = json["id"].as_str().unwrap().to_string();
+        up.wait_for(Duration::from_secs(20), "the delivery", |r| !r.is_empty())
+            .await;
+        let entry = admin.get(&format!("/admin/entries/{id}")).await;
+        let sent = up.received()[0].header("traceparent");
+        if telemetry.is_empty() {
+            assert_eq!(sent, None, "traces off");
+            assert_eq!(entry.get("trace_id"), None, "{entry}");
+        } else {
+            let (t, _, flags) = traceparent(&sent.expect("a traceparent"));
+            assert_eq!(Some(t.as_str()), entry["trace_id"].as_str());
+            assert_eq!(flags, "00", "not sampled");
+        }
+        // Stopping flushes whatever waits for export.
+        gw.stop().await;
+        assert!(collector.spans().is_empty(), "{:?}", collector.spans());
+    }
+}
