@@ -251,11 +251,11 @@ async fn build(
 ) -> anyhow::Result<Gateway> {
     telemetry::install_metrics();
     register_metric_families(cfg);
+    telemetry::traces::register_metrics();
     let traces = match &cfg.telemetry.traces {
         Some(settings) => {
             // The exporter's HTTP client may speak TLS to the collector.
             crate::tls::install_provider();
-            telemetry::traces::register_metrics();
             telemetry::traces::Traces::start(settings).context("traces")?
         }
         None => telemetry::traces::Traces::off(),

@@ -442,6 +442,38 @@ mod tests {
     }
 
     #[test]
+    fn traces_are_off_unless_an_endpoint_is_set() {
+        let cfg = from_toml_str("", &no_env).unwrap();
+        assert!(cfg.telemetry.traces.is_none());
+        let cfg = from_toml_str(
+            "[telemetry]\notlp_endpoint = \"http://collector:4318/\"\nsample_ratio = 0.25\n",
+            &no_env,
+        )
+        .unwrap();
+        let t = cfg.telemetry.traces.unwrap();
+        assert_eq!(t.sample_ratio, 0.25);
+        assert_eq!(t.service_name, "hookgate");
+        for (bad, key) in [
+            (
+                "otlp_endpoint = \"collector:4318\"",
+                "telemetry.otlp_endpoint",
+            ),
+            ("otlp_endpoint = \"ftp://c\"", "telemetry.otlp_endpoint"),
+            (
+                "otlp_endpoint = \"http://u:PLANTED@c:4318\"",
+                "telemetry.otlp_endpoint",
+            ),
+            ("sample_ratio = 1.5", "telemetry.sample_ratio"),
+            ("export_timeout = \"0s\"", "telemetry.export_timeout"),
+        ] {
+            let err = from_toml_str(&format!("[telemetry]\n{bad}\n"), &no_env).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains(key), "{bad}: {text}");
+            assert!(!text.contains("PLANTED"), "{text}");
+        }
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         let err = from_toml_str("[server]\nlisten_addr = \"x\"\n", &no_env).unwrap_err();
         assert!(err.to_string().contains("listen_addr"), "{err}");

@@ -415,6 +415,12 @@ fn validate_telemetry(raw: &RawTelemetry) -> Result<TelemetryConfig, ConfigError
         Some(endpoint) => {
             let url = crate::telemetry::traces::traces_url(endpoint);
             match url.parse::<http::Uri>() {
+                Ok(u) if u.authority().is_some_and(|a| a.as_str().contains('@')) => {
+                    return Err(ConfigError::invalid(
+                        "telemetry.otlp_endpoint",
+                        "must not hold credentials: give the collector's headers in OTEL_EXPORTER_OTLP_HEADERS",
+                    ));
+                }
                 Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {
                 }
                 _ => {

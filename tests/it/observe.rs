@@ -140,7 +140,9 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
                     assert!(s.value(family, "result", r).is_some(), "{family} {r}");
                 }
             }
-            "hookgate_log_lines_dropped_total" => {
+            "hookgate_log_lines_dropped_total"
+            | "hookgate_trace_spans_exported_total"
+            | "hookgate_trace_spans_failed_total" => {
                 assert!(s.samples.contains_key(family), "{family}");
             }
             "hookgate_connections_open"

@@ -18,7 +18,8 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message as _;
 use serde_json::Value;
 
-use crate::admin::{Admin, admin_config};
+use crate::admin::{Admin, TOKEN, admin_config};
+use crate::console::{log_in, no_redirects};
 use crate::for_each_store;
 use crate::forward::{FAST_RETRY, source};
 use crate::support::*;
@@ -206,6 +207,35 @@ async fn one_webhook_is_one_trace(backend: Backend) {
     .await;
     let trace = entry["trace_id"].as_str().expect("a trace id").to_string();
     assert_eq!(trace.len(), 32);
+    // The CLI and the console's entry page name it too.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args([
+            "entries",
+            "--admin-url",
+            &gw.admin,
+            "--token",
+            TOKEN,
+            "show",
+            &id,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("trace id:     {trace}")), "{text}");
+    let console = no_redirects();
+    let cookie = log_in(&console, &gw.admin).await;
+    let page = console
+        .get(format!("{}/console/entries/{id}", gw.admin))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(&format!("<code id=\"trace-id\">{trace}</code>")),
+        "the console's entry page shows the trace id"
+    );
 
     // A replay, and the attempt it queues.
     let (st, v) = admin
