@@ -22,8 +22,9 @@
 //! Modules: [`load`] (requests and the closed loop), [`open`] (the open loop), [`procs`] (baseline, gateway and
 //! Redis processes), [`sink`] (the forward scenarios' destination), [`measure`] (CPU,
 //! disk, medians), [`scenarios`] (one function per scenario), [`console`] (the
-//! console's pages with a large store behind them) and [`flood`] (genuine webhooks
-//! while forgeries flood in).
+//! console's pages with a large store behind them), [`flood`] (genuine webhooks
+//! while forgeries flood in) and [`traces`] (what the trace exporter costs, off
+//! and on, against the build before traces).
 
 mod console;
 mod flood;
@@ -35,6 +36,7 @@ mod procs;
 mod scenarios;
 mod search;
 mod sink;
+mod traces;
 
 use std::time::Duration;
 
@@ -59,6 +61,7 @@ const SCENARIOS: &[&str] = &[
     "console",
     "rejection-flood",
     "search",
+    "traces",
     "profile-embedded",
     "profile-redis",
 ];
@@ -178,6 +181,20 @@ fn main() {
                     for store in [Store::Embedded, Store::Redis, Store::Postgres] {
                         if only.is_empty() || only.split(',').any(|s| s == store.name()) {
                             search::search(&mut report, store, smoke).await;
+                        }
+                    }
+                }
+                "traces" => {
+                    // `HOOKGATE_BENCH_TRACES_STORES=embedded,redis,postgres` picks the
+                    // stores (embedded when unset); `HOOKGATE_BENCH_TODAY_BIN` adds
+                    // the build before traces.
+                    let only = std::env::var("HOOKGATE_BENCH_TRACES_STORES")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or_else(|| "embedded".into());
+                    for store in [Store::Embedded, Store::Redis, Store::Postgres] {
+                        if only.split(',').any(|s| s.trim() == store.name()) {
+                            traces::traces(&mut report, store, settings).await;
                         }
                     }
                 }

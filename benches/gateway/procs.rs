@@ -288,6 +288,20 @@ pub fn start_gateway(
     global: &str,
     source_extra: &str,
 ) -> Proc {
+    start_gateway_with(dir, store, sink, global, source_extra, None)
+}
+
+/// [`start_gateway`] running the gateway binary `bin` when given (another build:
+/// the `traces` scenario's build from before traces), else the one every scenario
+/// runs (`HOOKGATE_BENCH_BIN`, or this build's).
+pub fn start_gateway_with(
+    dir: &Path,
+    store: &str,
+    sink: &str,
+    global: &str,
+    source_extra: &str,
+    bin: Option<&Path>,
+) -> Proc {
     let port = free_port();
     let admin = free_port();
     let cfg = dir.join("hookgate.toml");
@@ -308,8 +322,10 @@ pub fn start_gateway(
     .expect("config");
     // `HOOKGATE_BENCH_BIN` runs another build of the gateway: an A/B of two builds
     // alternating in one session.
-    let bin = std::env::var_os("HOOKGATE_BENCH_BIN")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_hookgate").into());
+    let bin = bin.map(|b| b.as_os_str().to_owned()).unwrap_or_else(|| {
+        std::env::var_os("HOOKGATE_BENCH_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_hookgate").into())
+    });
     let child = Command::new(bin)
         .arg("serve")
         .arg("--config")

@@ -11,7 +11,10 @@ use hdrhistogram::Histogram;
 use crate::load::{LoadResult, Prepared, addr, closed_loop, prepare};
 use crate::measure::{CpuMeter, CpuUse, FsyncProbe, ThreadMeter, median};
 use crate::open::open_loop;
-use crate::procs::{Store, start_baseline, start_gateway, start_postgres, start_redis, store_toml};
+use crate::procs::{
+    Store, start_baseline, start_gateway, start_gateway_with, start_postgres, start_redis,
+    store_toml,
+};
 use crate::sink::{SinkProc, start_sink};
 use crate::{Report, Settings};
 
@@ -76,7 +79,7 @@ pub enum Forwarding {
 /// A gateway for the ingest and latency scenarios, with its sink when it forwards.
 pub(crate) struct Subject {
     pub(crate) gw: crate::procs::Proc,
-    sink: Option<SinkProc>,
+    pub(crate) sink: Option<SinkProc>,
     redis: Option<crate::procs::Redis>,
     pg: Option<crate::procs::Postgres>,
     dir: tempfile::TempDir,
@@ -84,6 +87,18 @@ pub(crate) struct Subject {
 
 impl Subject {
     pub(crate) async fn start(store: Store, forwarding: Forwarding) -> Subject {
+        Subject::start_with(store, forwarding, None, "").await
+    }
+
+    /// [`Subject::start`] running the gateway binary `bin` when given (else the one
+    /// every scenario runs), with the top-level TOML `global` added to its
+    /// configuration (before `HOOKGATE_BENCH_GLOBAL`'s).
+    pub(crate) async fn start_with(
+        store: Store,
+        forwarding: Forwarding,
+        bin: Option<&std::path::Path>,
+        global: &str,
+    ) -> Subject {
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = (store == Store::Redis).then(start_redis);
         let pg = store
@@ -93,19 +108,23 @@ impl Subject {
         let destination = sink
             .as_ref()
             .map_or("http://127.0.0.1:9/".to_string(), SinkProc::url);
-        let gw = start_gateway(
+        let gw = start_gateway_with(
             dir.path(),
             &store_toml(store, dir.path(), redis.as_ref(), pg.as_ref()),
             &destination,
             // Extra top-level settings, for diagnosis (e.g. how often the maintenance
             // pass runs: `HOOKGATE_BENCH_GLOBAL='[forwarder]\nmaintenance_interval = "2s"'`).
-            &std::env::var("HOOKGATE_BENCH_GLOBAL")
-                .unwrap_or_default()
-                .replace("\\n", "\n"),
+            &format!(
+                "{global}{}",
+                std::env::var("HOOKGATE_BENCH_GLOBAL")
+                    .unwrap_or_default()
+                    .replace("\\n", "\n")
+            ),
             // And the source's (`HOOKGATE_BENCH_SOURCE='[sources.delivery]\nconcurrency = 64'`).
             &std::env::var("HOOKGATE_BENCH_SOURCE")
                 .unwrap_or_default()
                 .replace("\\n", "\n"),
+            bin,
         );
         if forwarding == Forwarding::Off {
             admin_post(gw.admin, "/admin/sources/bench/pause").await;
@@ -121,7 +140,7 @@ impl Subject {
 
     /// The processes whose CPU a round reports: the gateway, the load generator
     /// (this process), then Redis and the sink where there are.
-    fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         let mut pids = vec![self.gw.child.id(), 0];
         pids.extend(self.redis.as_ref().map(|r| r.child.id()));
         pids.extend(self.sink.as_ref().map(|s| s.proc.child.id()));
@@ -960,7 +979,7 @@ async fn saturated_secs(admin: u16) -> f64 {
 }
 
 /// The gateway's `/metrics` text.
-async fn scrape(admin: u16) -> String {
+pub(crate) async fn scrape(admin: u16) -> String {
     reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
         .await
         .expect("metrics")
