@@ -173,21 +173,6 @@ impl Traces {
         let Some(on) = &self.0 else { return };
         let elapsed = trace.start.elapsed();
         let at = |i: Instant| trace.wall + i.saturating_duration_since(trace.start);
-        let mut attributes = vec![
-            KeyValue::new("hookgate.source", bounded(end.source)),
-            KeyValue::new("hookgate.outcome", end.outcome),
-            KeyValue::new("http.request.method", "POST"),
-            KeyValue::new("http.response.status_code", i64::from(end.status)),
-        ];
-        if let Some(id) = end.entry_id {
-            attributes.push(KeyValue::new("hookgate.entry_id", id.to_string()));
-        }
-        if let Some(id) = end.event_id {
-            attributes.push(KeyValue::new("hookgate.event_id", bounded(id)));
-        }
-        if let Some(t) = end.event_type {
-            attributes.push(KeyValue::new("hookgate.event_type", bounded(t)));
-        }
         let mut links: Vec<Link> = trace
             .link
             .iter()
@@ -216,6 +201,21 @@ impl Traces {
         };
         if !context.is_sampled() {
             return;
+        }
+        let mut attributes = vec![
+            KeyValue::new("hookgate.source", bounded(end.source)),
+            KeyValue::new("hookgate.outcome", end.outcome),
+            KeyValue::new("http.request.method", "POST"),
+            KeyValue::new("http.response.status_code", i64::from(end.status)),
+        ];
+        if let Some(id) = end.entry_id {
+            attributes.push(KeyValue::new("hookgate.entry_id", id.to_string()));
+        }
+        if let Some(id) = end.event_id {
+            attributes.push(KeyValue::new("hookgate.event_id", bounded(id)));
+        }
+        if let Some(t) = end.event_type {
+            attributes.push(KeyValue::new("hookgate.event_type", bounded(t)));
         }
         let status = match end.status {
             200..=299 => Status::Unset,
