@@ -18,7 +18,7 @@ use super::retry::{self, Decision, Outcome};
 use super::route::{Route, origin};
 use super::{Forwarder, meters, request};
 use crate::store::{Attempt, Claim, Completion};
-use crate::telemetry::traces::{AttemptSpan, Traces};
+use crate::telemetry::traces::{AttemptOutcome, AttemptSpan, Traces};
 use crate::transform::{Ran, Shaped, TransformError, Transforms};
 
 /// Publish a destination's breaker state (0 closed, 1 half-open, 2 open).
@@ -216,7 +216,7 @@ pub(super) async fn deliver(
                 drop(permit);
                 drop(in_flight);
                 let completion = transform_failed(fwd, route, &claim, &e, now);
-                if let (Some(attempt), outcome) = completion_attempt(&completion) {
+                if let Some((attempt, outcome)) = completion_attempt(&completion) {
                     let wall = fwd.traces.is_on().then(SystemTime::now);
                     trace_attempt(fwd, route, &claim, wall, Duration::ZERO, attempt, outcome);
                 }
@@ -270,25 +270,33 @@ pub(super) async fn deliver(
             error: Some("cancelled: the entry was discarded".into()),
             latency_ms,
         };
-        trace_attempt(fwd, route, &claim, wall, elapsed, &attempt, "cancelled");
+        trace_attempt(
+            fwd,
+            route,
+            &claim,
+            wall,
+            elapsed,
+            &attempt,
+            AttemptOutcome::Cancelled,
+        );
         let at = fwd.clock.now_ms();
         complete(fwd, &claim, Completion::Retry { attempt, at }).await;
         return;
     };
     let completion = record(fwd, route, &claim, permit, &outcome, now, elapsed).await;
-    if let (Some(attempt), outcome) = completion_attempt(&completion) {
+    if let Some((attempt, outcome)) = completion_attempt(&completion) {
         trace_attempt(fwd, route, &claim, wall, elapsed, attempt, outcome);
     }
     complete(fwd, &claim, completion).await;
 }
 
 /// The attempt a completion records, and what became of the delivery.
-fn completion_attempt(c: &Completion) -> (Option<&Attempt>, &'static str) {
+fn completion_attempt(c: &Completion) -> Option<(&Attempt, AttemptOutcome)> {
     match c {
-        Completion::Delivered { attempt } => (Some(attempt), "delivered"),
-        Completion::Retry { attempt, .. } => (Some(attempt), "retry"),
-        Completion::Dead { attempt, .. } => (attempt.as_ref(), "dead"),
-        _ => (None, ""),
+        Completion::Delivered { attempt } => Some((attempt, AttemptOutcome::Delivered)),
+        Completion::Retry { attempt, .. } => Some((attempt, AttemptOutcome::Retry)),
+        Completion::Dead { attempt, .. } => Some((attempt.as_ref()?, AttemptOutcome::Dead)),
+        _ => None,
     }
 }
 
@@ -300,7 +308,7 @@ fn trace_attempt(
     wall: Option<SystemTime>,
     elapsed: Duration,
     attempt: &Attempt,
-    outcome: &'static str,
+    outcome: AttemptOutcome,
 ) {
     let Some(start) = wall else { return };
     fwd.traces.attempt(AttemptSpan {

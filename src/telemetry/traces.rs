@@ -278,7 +278,7 @@ impl Traces {
             KeyValue::new("hookgate.source", a.source.to_string()),
             KeyValue::new("hookgate.route", a.route.to_string()),
             KeyValue::new("hookgate.attempt", i64::from(a.attempt)),
-            KeyValue::new("hookgate.outcome", a.outcome),
+            KeyValue::new("hookgate.outcome", a.outcome.label()),
             KeyValue::new("http.request.method", "POST"),
             KeyValue::new("server.address", a.destination.to_string()),
         ];
@@ -290,8 +290,8 @@ impl Traces {
                 attributes.push(KeyValue::new("error.type", bounded(e)));
                 Status::error(bounded(e))
             }
-            None if a.outcome == "delivered" => Status::Ok,
-            None => Status::error(a.outcome),
+            None if a.outcome == AttemptOutcome::Delivered => Status::Ok,
+            None => Status::error(a.outcome.label()),
         };
         // A retry follows the attempt before it: a link, not a child of that span.
         let links = match a.attempt {
@@ -413,8 +413,28 @@ pub struct AttemptSpan<'a> {
     pub status_code: Option<u16>,
     /// What went wrong, when something did (never request data).
     pub error: Option<&'a str>,
-    /// `delivered`, `retry`, `dead`, `cancelled`.
-    pub outcome: &'static str,
+    pub outcome: AttemptOutcome,
+}
+
+/// What became of a delivery after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Delivered,
+    Retry,
+    Dead,
+    /// The entry was discarded while the attempt was in flight.
+    Cancelled,
+}
+
+impl AttemptOutcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            AttemptOutcome::Delivered => "delivered",
+            AttemptOutcome::Retry => "retry",
+            AttemptOutcome::Dead => "dead",
+            AttemptOutcome::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// An operator's action on one entry.
