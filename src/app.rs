@@ -395,10 +395,10 @@ fn rejection_log(registry: &Registry) -> ingest::rejections::RejectionLog {
     let mut signatures: Vec<String> = Vec::new();
     let mut credentials = Vec::new();
     for spec in registry.iter() {
-        if let Some(h) = spec.signature_header()
-            && !signatures.iter().any(|s| s == h.as_str())
-        {
-            signatures.push(h.as_str().to_string());
+        for h in spec.signature_headers() {
+            if !signatures.iter().any(|s| s == h.as_str()) {
+                signatures.push(h.as_str().to_string());
+            }
         }
         credentials.extend(spec.credential_headers.iter().cloned());
     }

@@ -477,8 +477,11 @@ fn refuse_early(
             limit: ingest.max_body_bytes,
         });
     }
-    if let Some(name) = source.verifier.spec.signature_header()
-        && !headers.contains_key(name)
+    let spec = &source.verifier.spec;
+    if spec.signature_header().is_some()
+        && !spec
+            .signature_headers()
+            .any(|name| headers.contains_key(name))
     {
         return Err(ApiError::Unverified(VerifyError::MissingSignature));
     }

@@ -13,7 +13,7 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sha2::Digest as _;
 
-use super::spec::{Algorithm, HeaderFormat, Segment, Spec, TimeUnit, ValueSource};
+use super::spec::{Algorithm, HeaderFormat, Segment, Spec, ValueSource};
 use super::verify::{self, Context, ParsedSignature, Request};
 use crate::config::Secret;
 
@@ -320,10 +320,7 @@ impl<'s, 'i> Draft<'s, 'i> {
         let Some(rule) = &self.spec.timestamp else {
             return Ok(None);
         };
-        let text = match rule.unit {
-            TimeUnit::Seconds => self.input.timestamp.to_string(),
-            TimeUnit::Milliseconds => self.input.timestamp.saturating_mul(1000).to_string(),
-        };
+        let text = rule.unit.format(self.input.timestamp);
         match &rule.from {
             ValueSource::Header(h) => self.headers.push((h.clone(), text.clone())),
             ValueSource::Signature(k) => self.fields.push((k.clone(), text.clone())),

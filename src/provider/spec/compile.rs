@@ -61,6 +61,7 @@ impl Invalid<'_> {
 struct CompiledSignature {
     algorithms: Vec<Algorithm>,
     from: ValueSource,
+    also: Vec<http::HeaderName>,
     format: HeaderFormat,
     encoding: Encoding,
     secret_encoding: SecretEncoding,
@@ -93,6 +94,18 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
         &signature.content,
         invalid,
     )?;
+    if let Some(rule) = &timestamp
+        && let ValueSource::Header(h) = &rule.from
+        && signature.also.contains(h)
+    {
+        return Err(invalid.at(
+            "timestamp.from",
+            format!(
+                "{} is where a signature is: a timestamp needs a place of its own",
+                rule.from
+            ),
+        ));
+    }
     check_signature_items(
         &signature.content,
         timestamp.as_ref(),
@@ -101,13 +114,21 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
     )?;
     let event = compile_event(&raw.event, &signature.content, invalid)?;
     let handshake = compile_handshake(raw.handshake.as_ref(), &signature.algorithms, invalid)?;
-    let credential_headers =
+    let mut credential_headers =
         compile_credential_headers(&raw.credential_headers, algorithm, &signature.from, invalid)?;
+    if algorithm == Algorithm::Token {
+        for header in &signature.also {
+            if !credential_headers.contains(header) {
+                credential_headers.push(header.clone());
+            }
+        }
+    }
     Ok(Spec {
         name: raw.name,
         summary: raw.summary,
         algorithms: signature.algorithms,
         signature_from: signature.from,
+        signature_also: signature.also,
         format: signature.format,
         encoding: signature.encoding,
         secret_encoding: signature.secret_encoding,
@@ -133,16 +154,26 @@ fn compile_signature(
 ) -> Result<CompiledSignature, SpecError> {
     let algorithms = signature_algorithms(signature, invalid)?;
     let algorithm = algorithms[0];
-    let from = signature_from(signature, invalid)?;
+    let (from, also) = signature_from(signature, invalid)?;
     let format = signature_format(signature, invalid)?;
     let encoding = signature_encoding(signature, algorithm, invalid)?;
     let secret_encoding = signature_secret_encoding(signature, algorithm, invalid)?;
     let content = signature_content(signature, &from, invalid)?;
+    if let Some(header) = also
+        .iter()
+        .find(|h| content.contains(&Segment::Value(ValueSource::Header((*h).clone()))))
+    {
+        return Err(invalid.at(
+            "signature.content",
+            format!("signs header:{header}, where a signature is: no signature can cover itself"),
+        ));
+    }
     let url_port = signature_url_port(signature, invalid)?;
     let body_sha256 = signature_body_sha256(signature, &content, invalid)?;
     Ok(CompiledSignature {
         algorithms,
         from,
+        also,
         format,
         encoding,
         secret_encoding,
@@ -187,20 +218,35 @@ fn signature_algorithms(
     Ok(algorithms)
 }
 
-/// `signature.header` or `signature.from`: where the signature is (exactly one).
+/// `signature.header` (one header or several) or `signature.from`: where the
+/// signature is (exactly one of the two keys). The first header, and the others.
 fn signature_from(
     signature: &RawSignature,
     invalid: Invalid<'_>,
-) -> Result<ValueSource, SpecError> {
+) -> Result<(ValueSource, Vec<http::HeaderName>), SpecError> {
     Ok(match (&signature.header, &signature.from) {
-        (Some(header), None) => ValueSource::Header(
-            http::HeaderName::from_bytes(header.as_bytes()).map_err(|_| {
-                invalid.at(
-                    "signature.header",
-                    format!("{header:?} is not a header name"),
-                )
-            })?,
-        ),
+        (Some(headers), None) => {
+            let mut names: Vec<http::HeaderName> = Vec::new();
+            for header in headers.clone().into_vec() {
+                let name = http::HeaderName::from_bytes(header.as_bytes()).map_err(|_| {
+                    invalid.at(
+                        "signature.header",
+                        format!("{header:?} is not a header name"),
+                    )
+                })?;
+                if names.contains(&name) {
+                    return Err(
+                        invalid.at("signature.header", format!("{header:?} is listed twice"))
+                    );
+                }
+                names.push(name);
+            }
+            if names.is_empty() {
+                return Err(invalid.at("signature.header", "the list is empty".into()));
+            }
+            let first = names.remove(0);
+            (ValueSource::Header(first), names)
+        }
         (None, Some(from)) => {
             match parse_source(from).map_err(|problem| invalid.at("signature.from", problem))? {
                 ValueSource::Signature(_) => {
@@ -209,7 +255,7 @@ fn signature_from(
                         "the signature cannot be read from itself".into(),
                     ));
                 }
-                src => src,
+                src => (src, Vec::new()),
             }
         }
         (None, None) => {
@@ -453,10 +499,11 @@ fn compile_timestamp(
             unit: match raw_timestamp.unit.as_str() {
                 "seconds" => TimeUnit::Seconds,
                 "milliseconds" => TimeUnit::Milliseconds,
+                "rfc3339" => TimeUnit::Rfc3339,
                 other => {
                     return Err(invalid.at(
                         "timestamp.unit",
-                        format!("unknown unit {other:?}; use seconds or milliseconds"),
+                        format!("unknown unit {other:?}; use seconds, milliseconds or rfc3339"),
                     ));
                 }
             },
@@ -600,11 +647,12 @@ fn compile_handshake(
             "slack-url-verification" => Handshake::SlackUrlVerification,
             "zoom-url-validation" => Handshake::ZoomUrlValidation,
             "discord-ping" => Handshake::DiscordPing,
+            "twitch-challenge" => Handshake::TwitchChallenge,
             other => {
                 return Err(invalid.at(
                     "handshake.kind",
                     format!(
-                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation or discord-ping"
+                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping or twitch-challenge"
                     ),
                 ));
             }

@@ -3,15 +3,20 @@
 //! what is printed can be pasted back into a spec.
 
 use super::{
-    Algorithm, HeaderFormat, SecretEncoding, Segment, Spec, TimeUnit, UrlPort, ValueSource,
-    ValueTemplate,
+    Algorithm, HeaderFormat, SecretEncoding, Segment, Spec, UrlPort, ValueSource, ValueTemplate,
 };
 
 /// What a provider verifies and what a source using it needs, one line per aspect.
 pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
     let algorithms: Vec<&str> = spec.algorithms.iter().map(|a| a.name()).collect();
     let location = match &spec.signature_from {
-        ValueSource::Header(h) => format!("header {h}"),
+        ValueSource::Header(_) => {
+            let names: Vec<&str> = spec.signature_headers().map(|h| h.as_str()).collect();
+            match names.as_slice() {
+                [one] => format!("header {one}"),
+                many => format!("header {} (any of them)", many.join(" or ")),
+            }
+        }
         other => other.to_string(),
     };
     let shape = match &spec.format {
@@ -42,10 +47,7 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
         Some(t) => format!(
             "{}, {}, within {} either way",
             t.from,
-            match t.unit {
-                TimeUnit::Seconds => "seconds",
-                TimeUnit::Milliseconds => "milliseconds",
-            },
+            t.unit.name(),
             humantime::format_duration(t.tolerance)
         ),
         None => "none signed (no replay window)".into(),

@@ -18,7 +18,9 @@
 //!   base64 DER), and reads the signature as DER (or as the 64-byte `r||s` form).
 //! * Where the signature is: `signature.header = "Name"`, or `signature.from = <value
 //!   source>` for a signature carried elsewhere (Mailgun: `json:/signature/signature`).
-//!   Exactly one of the two is set.
+//!   Exactly one of the two is set. `signature.header` may list several headers (Box
+//!   signs with its primary key in one and its secondary in another): a signature in
+//!   any of them is accepted; `hookgate sign` writes the first.
 //! * `signature.format`: `plain` (the whole value, after an optional `prefix`, is one
 //!   signature) or `kv` (a list split by `pair_separator` whose items are
 //!   `key<kv_separator>value`; the keys in `signature_keys` carry signatures, any other
@@ -55,8 +57,9 @@
 //!   value of a form field; `form:field#/pointer` reads a JSON document held in the
 //!   field, as Slack's interactivity `payload`), and `query:name` (a parameter of the
 //!   received query string).
-//! * `timestamp.from` is a value source; `timestamp.unit` is `seconds` or
-//!   `milliseconds`; `timestamp.tolerance` is a duration applied in both directions.
+//! * `timestamp.from` is a value source; `timestamp.unit` is `seconds`,
+//!   `milliseconds` or `rfc3339` (a date-time, signed as received: Twitch, Zendesk,
+//!   Box); `timestamp.tolerance` is a duration applied in both directions.
 //! * `event.id` and `event.type`: a value template or a list of them, tried in order;
 //!   the first whose every value is present wins. A template is a value source
 //!   (`json:/id`) or placeholders with literals (`{json:/type}.{json:/action}`). An
@@ -80,7 +83,9 @@
 //! * `handshake.kind`: a verified request that the provider sends to check the
 //!   endpoint, answered instead of stored: `slack-url-verification` (echo the
 //!   challenge), `zoom-url-validation` (JSON `plainToken` and its HMAC-SHA256 under the
-//!   secret that verified the request, hex) and `discord-ping` (JSON `{"type":1}`).
+//!   secret that verified the request, hex), `discord-ping` (JSON `{"type":1}`) and
+//!   `twitch-challenge` (a `webhook_callback_verification` message's `challenge`, as
+//!   plain text).
 //! * `[[vectors]]`: the provider's published test vectors, run by the test suite. A
 //!   vector may set `url` (the URL the provider called) and `method`.
 
@@ -279,6 +284,60 @@ pub enum UrlPort {
 pub enum TimeUnit {
     Seconds,
     Milliseconds,
+    /// An RFC 3339 date-time (`2023-11-14T22:13:20Z`, any offset, any fraction),
+    /// signed as received.
+    Rfc3339,
+}
+
+impl TimeUnit {
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeUnit::Seconds => "seconds",
+            TimeUnit::Milliseconds => "milliseconds",
+            TimeUnit::Rfc3339 => "rfc3339",
+        }
+    }
+
+    /// The unix seconds `text` says, in this unit; `None` when it is not one.
+    pub fn parse(self, text: &str) -> Option<i64> {
+        match self {
+            TimeUnit::Seconds => parse_integer(text),
+            TimeUnit::Milliseconds => parse_integer(text).map(|ms| ms.div_euclid(1000)),
+            TimeUnit::Rfc3339 => {
+                if text.len() > 40 {
+                    return None;
+                }
+                time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+                    .ok()
+                    .map(|t| t.unix_timestamp())
+            }
+        }
+    }
+
+    /// `unix_seconds` written in this unit, as a sender writes it (RFC 3339 in UTC,
+    /// whole seconds).
+    pub fn format(self, unix_seconds: i64) -> String {
+        match self {
+            TimeUnit::Seconds => unix_seconds.to_string(),
+            TimeUnit::Milliseconds => unix_seconds.saturating_mul(1000).to_string(),
+            TimeUnit::Rfc3339 => time::OffsetDateTime::from_unix_timestamp(unix_seconds)
+                .ok()
+                .and_then(|t| {
+                    t.format(&time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+                .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_string()),
+        }
+    }
+}
+
+/// A unix time written as a plain decimal integer (no sign, no fraction), at most 16
+/// digits.
+fn parse_integer(s: &str) -> Option<i64> {
+    if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,6 +357,9 @@ pub enum Handshake {
     ZoomUrlValidation,
     /// Discord interactions: a PING (`{"type":1}`) is answered with `{"type":1}`.
     DiscordPing,
+    /// Twitch EventSub: a `webhook_callback_verification` message is answered with
+    /// its `challenge`, as plain text.
+    TwitchChallenge,
 }
 
 impl Handshake {
@@ -306,6 +368,7 @@ impl Handshake {
             Handshake::SlackUrlVerification => "slack-url-verification",
             Handshake::ZoomUrlValidation => "zoom-url-validation",
             Handshake::DiscordPing => "discord-ping",
+            Handshake::TwitchChallenge => "twitch-challenge",
         }
     }
 }
@@ -351,6 +414,9 @@ pub struct Spec {
     pub algorithms: Vec<Algorithm>,
     /// Where the signature is (a header for most providers).
     pub signature_from: ValueSource,
+    /// Further headers that may carry a signature instead (Box's secondary, DocuSign's
+    /// `-2`…`-5`), when `signature_from` is a header.
+    pub signature_also: Vec<http::HeaderName>,
     pub format: HeaderFormat,
     pub encoding: Encoding,
     pub secret_encoding: SecretEncoding,
@@ -387,6 +453,13 @@ impl Spec {
             ValueSource::Header(h) => Some(h),
             _ => None,
         }
+    }
+
+    /// Every header that may carry the signature: `signature_header` and the others.
+    pub fn signature_headers(&self) -> impl Iterator<Item = &http::HeaderName> {
+        self.signature_header()
+            .into_iter()
+            .chain(self.signature_also.iter())
     }
 
     /// Whether the signed content includes `{url}` (the source needs `public_url`).

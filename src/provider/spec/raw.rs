@@ -36,8 +36,10 @@ pub struct RawSpec {
 #[serde(deny_unknown_fields)]
 pub struct RawSignature {
     pub algorithm: OneOrMany,
+    /// The header that carries the signature, or several (Box's primary and
+    /// secondary): a signature in any of them is accepted.
     #[serde(default)]
-    pub header: Option<String>,
+    pub header: Option<OneOrMany>,
     #[serde(default)]
     pub from: Option<String>,
     #[serde(default = "default_format")]

@@ -79,6 +79,26 @@ fn spec_format_errors_name_the_key() {
             "algorithm = \"ed25519\"\nheader = \"X\"\nsecret_encoding = \"hex\"\n[handshake]\nkind = \"zoom-url-validation\"\n",
             "handshake.kind",
         ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = [\"X-A\", \"x-a\"]\n",
+            "signature.header",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = []\n",
+            "signature.header",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = [\"X-A\", \"X-B\"]\ncontent = \"{header:X-B}{body}\"\n",
+            "signature.content",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = [\"X-A\", \"X-B\"]\ncontent = \"{timestamp}{body}\"\n[timestamp]\nfrom = \"header:X-B\"\ntolerance = \"5m\"\n",
+            "timestamp.from",
+        ),
+        (
+            "algorithm = \"hmac-sha256\"\nheader = \"X\"\ncontent = \"{timestamp}{body}\"\n[timestamp]\nfrom = \"header:T\"\nunit = \"iso\"\ntolerance = \"5m\"\n",
+            "timestamp.unit",
+        ),
     ];
     for (text, key) in cases {
         let err = Spec::from_toml(&format!("{base}{text}"))
@@ -134,4 +154,31 @@ fn event_ids_are_signed_only_where_the_signature_covers_them() {
             "typeform"
         ]
     );
+}
+
+#[test]
+fn rfc3339_timestamps_parse_with_any_offset_and_format_in_utc() {
+    use spec::TimeUnit;
+    let unit = TimeUnit::Rfc3339;
+    assert_eq!(unit.parse("2023-11-14T22:13:20Z"), Some(1_700_000_000));
+    assert_eq!(unit.parse("2023-11-14T14:13:20-08:00"), Some(1_700_000_000));
+    assert_eq!(
+        unit.parse("2023-11-14T22:13:20.634234626Z"),
+        Some(1_700_000_000)
+    );
+    for bad in [
+        "",
+        "1700000000",
+        "2023-11-14 22:13:20",
+        "2023-11-14T22:13:20",
+    ] {
+        assert_eq!(unit.parse(bad), None, "{bad:?}");
+    }
+    assert_eq!(unit.parse(&"9".repeat(41)), None);
+    assert_eq!(unit.format(1_700_000_000), "2023-11-14T22:13:20Z");
+    assert_eq!(
+        TimeUnit::Milliseconds.parse("1700000000999"),
+        Some(1_700_000_000)
+    );
+    assert_eq!(TimeUnit::Seconds.parse("+1"), None);
 }

@@ -50,11 +50,8 @@ fn check(spec: &Spec, v: &Vector) {
             _ => None,
         });
         let ts = ts_text
-            .and_then(|t| t.parse::<i64>().ok())
-            .map(|t| match spec.timestamp.as_ref().map(|r| r.unit) {
-                Some(spec::TimeUnit::Milliseconds) => t / 1000,
-                _ => t,
-            })
+            .zip(spec.timestamp.as_ref())
+            .and_then(|(t, rule)| rule.unit.parse(&t))
             .unwrap_or(0);
         let id = match spec.event_id.first().and_then(|t| t.single()) {
             Some(ValueSource::Header(h)) => headers

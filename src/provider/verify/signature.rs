@@ -28,9 +28,12 @@ pub(crate) fn parse_signature(
     ctx: &Context<'_>,
 ) -> Result<ParsedSignature, VerifyError> {
     match &spec.signature_from {
-        ValueSource::Header(name) => {
+        ValueSource::Header(_) => {
             let mut values = Vec::new();
-            for value in ctx.req.headers.get_all(name) {
+            for value in spec
+                .signature_headers()
+                .flat_map(|name| ctx.req.headers.get_all(name))
+            {
                 values.push(
                     value
                         .to_str()

@@ -181,6 +181,22 @@ impl Verified<'_> {
                 }
                 Some(HandshakeReply::Json(serde_json::json!({"type": 1})))
             }
+            Handshake::TwitchChallenge => {
+                let kind = self
+                    .ctx
+                    .req
+                    .headers
+                    .get("twitch-eventsub-message-type")?
+                    .as_bytes();
+                if kind != b"webhook_callback_verification" {
+                    return None;
+                }
+                let challenge = json_pointer_text(body, "/challenge")?;
+                if challenge.is_empty() || challenge.len() > MAX_PLAIN_TOKEN_LEN {
+                    return None;
+                }
+                Some(HandshakeReply::Text(challenge))
+            }
         }
     }
 }
