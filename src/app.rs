@@ -99,6 +99,9 @@ pub fn build_sources(
                 metrics: ingest::SourceMetrics::new(&s.name),
                 keep_rejected_bodies: s.keep_rejected_bodies,
                 index: s.index.clone(),
+                request_limit: s
+                    .request_limit
+                    .map(|l| Arc::new(ingest::limit::RequestLimit::new(l))),
             })
         })
         .collect()

@@ -38,6 +38,10 @@ pub enum ApiError {
     /// The shared body budget is spent; bodies in flight finish within seconds.
     #[error("too many request bodies in flight, retry later")]
     Busy,
+    /// The source is over its request limit (`[sources.limits]`); the body was not
+    /// read.
+    #[error("over this source's request limit, retry in {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
     /// The store could not take a webhook: no 2xx, and a `Retry-After` so that the
     /// provider retries. The ingest handler logs the cause on the request's line.
     #[error("store unavailable, retry later")]
@@ -138,7 +142,9 @@ impl ApiError {
                 StatusCode::CONFLICT
             }
             ApiError::Refused(_) => StatusCode::FORBIDDEN,
-            ApiError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Throttled { .. } | ApiError::RateLimited { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Busy
             | ApiError::NotStored(_)
@@ -166,6 +172,7 @@ impl ApiError {
             ApiError::BadRequest(_) => RequestOutcome::BadRequest,
             ApiError::Unauthorized => RequestOutcome::Unauthorized,
             ApiError::Throttled { .. } => RequestOutcome::Throttled,
+            ApiError::RateLimited { .. } => RequestOutcome::RateLimited,
             ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
                 RequestOutcome::Conflict
             }
@@ -200,7 +207,9 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
         }
-        if let ApiError::Throttled { retry_after_secs } = self {
+        if let ApiError::Throttled { retry_after_secs }
+        | ApiError::RateLimited { retry_after_secs } = self
+        {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         }
@@ -245,6 +254,8 @@ crate::telemetry::label_values! {
         BodyRead => "body_read",
         /// The body budget was spent (503).
         Busy => "busy",
+        /// Over the source's request limit (429, body not read).
+        RateLimited => "rate_limited",
         StoreError => "store_error",
         /// Counted under the source `_unknown`.
         UnknownSource => "unknown_source",
@@ -283,6 +294,7 @@ impl RequestOutcome {
                 | RequestOutcome::BodyTimeout
                 | RequestOutcome::BodyRead
                 | RequestOutcome::Busy
+                | RequestOutcome::RateLimited
                 | RequestOutcome::StoreError
         )
     }

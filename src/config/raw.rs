@@ -185,10 +185,26 @@ pub struct RawSource {
     /// Indexed JSON pointers of the body, by name (`[sources.index]`).
     #[serde(default)]
     pub index: std::collections::BTreeMap<String, String>,
+    /// `[sources.limits]`: what the source's senders may send.
+    #[serde(default)]
+    pub limits: Option<RawSourceLimits>,
 }
 
 /// One `[[sources.routes]]` entry. Its `retry` and `delivery` keys override the
 /// source's, key by key.
+/// `[sources.limits]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSourceLimits {
+    /// `"100/s"`: requests the source takes, shared by every gateway on the store.
+    #[serde(default)]
+    pub requests: Option<String>,
+    /// Requests that may come at once above the pace (a tenth of a second's worth
+    /// when not given).
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoute {

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use super::defaults::DEFAULT_DEDUPE_TTL;
 use super::durations::parse_duration;
-use super::raw::{OneOrMany, RawSource};
+use super::raw::{OneOrMany, RawSource, RawSourceLimits};
 use super::route::{self, RouteConfig};
-use super::{ConfigError, Secret, redact_url};
+use super::{ConfigError, RateLimit, Secret, redact_url};
 
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
@@ -30,6 +30,38 @@ pub struct SourceConfig {
     pub keep_rejected_bodies: bool,
     /// Indexed JSON pointers of the body: (name, pointer), by name.
     pub index: Vec<(String, String)>,
+    /// `[sources.limits] requests`: the requests it takes, with their burst; over it
+    /// a request is answered 429 before its body is read.
+    pub request_limit: Option<RateLimit>,
+}
+
+/// Check `[sources.limits]`.
+fn validate_limits(
+    key: &dyn Fn(&str) -> String,
+    raw: Option<RawSourceLimits>,
+) -> Result<Option<RateLimit>, ConfigError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let Some(text) = raw.requests else {
+        if raw.burst.is_some() {
+            return Err(ConfigError::invalid(
+                key("limits.burst"),
+                "a burst needs a limit: set limits.requests (e.g. \"100/s\")",
+            ));
+        }
+        return Ok(None);
+    };
+    let mut limit = RateLimit::parse(&text)
+        .map_err(|e| ConfigError::invalid(key("limits.requests"), e.to_string()))?;
+    if let Some(burst) = raw.burst {
+        if burst == 0 {
+            return Err(ConfigError::invalid(
+                key("limits.burst"),
+                "must be at least 1",
+            ));
+        }
+        limit.burst = burst;
+    }
+    Ok(Some(limit))
 }
 
 /// The most indexes (`[sources.index]`) a source may declare: each costs every
@@ -238,6 +270,7 @@ pub(super) fn validate_source(
         )?,
     };
     let index = validate_index(&key, raw.index)?;
+    let request_limit = validate_limits(&key, raw.limits)?;
     Ok(SourceConfig {
         name: raw.name,
         provider: raw.provider,
@@ -248,6 +281,7 @@ pub(super) fn validate_source(
         routes,
         keep_rejected_bodies: raw.keep_rejected_bodies,
         index,
+        request_limit,
     })
 }
 
@@ -279,6 +313,41 @@ destination = "http://127.0.0.1:3000/"
         let cfg = from_toml_str(text, &env).unwrap();
         let got: Vec<&str> = cfg.sources[0].secrets.iter().map(Secret::expose).collect();
         assert_eq!(got, ["a", "b", "c", "d", "e"]);
+    }
+
+    #[test]
+    fn request_limits_parse_with_their_burst() {
+        let base = "[[sources]]\nname = \"s\"\nprovider = \"github\"\nsecret = \"a\"\ndestination = \"http://127.0.0.1:3000/\"\n";
+        let cfg = from_toml_str(base, &no_env).unwrap();
+        assert_eq!(cfg.sources[0].request_limit, None);
+        let cfg = from_toml_str(
+            &format!("{base}[sources.limits]\nrequests = \"100/s\"\n"),
+            &no_env,
+        )
+        .unwrap();
+        let limit = cfg.sources[0].request_limit.unwrap();
+        assert_eq!((limit.per_second, limit.burst), (100.0, 10));
+        let cfg = from_toml_str(
+            &format!("{base}[sources.limits]\nrequests = \"600/m\"\nburst = 30\n"),
+            &no_env,
+        )
+        .unwrap();
+        let limit = cfg.sources[0].request_limit.unwrap();
+        assert_eq!((limit.per_second, limit.burst), (10.0, 30));
+        for (bad, key) in [
+            ("requests = \"100/d\"\n", "sources[0].limits.requests"),
+            (
+                "requests = \"100/s\"\nburst = 0\n",
+                "sources[0].limits.burst",
+            ),
+            ("burst = 5\n", "sources[0].limits.burst"),
+            ("request = \"100/s\"\n", "request"),
+        ] {
+            let err =
+                from_toml_str(&format!("{base}[sources.limits]\n{bad}"), &no_env).unwrap_err();
+            let text = format!("{:#}", anyhow::Error::from(err));
+            assert!(text.contains(key), "{bad:?}: {text}");
+        }
     }
 
     #[test]

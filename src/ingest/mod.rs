@@ -9,6 +9,7 @@
 //! a 2xx. Ingest never delivers: the forwarder picks entries up from the store.
 
 pub mod body;
+pub mod limit;
 pub mod rejections;
 
 use std::collections::HashMap;
@@ -64,6 +65,8 @@ pub struct Source {
     /// Indexed JSON pointers of the body, (name, pointer): their values are stored
     /// with each entry (`store::search`).
     pub index: Vec<(String, String)>,
+    /// `[sources.limits] requests`: over it, 429 before the body is read.
+    pub request_limit: Option<Arc<limit::RequestLimit>>,
 }
 
 /// A route as ingest sees it: its name, which entries it takes, and where an
@@ -378,6 +381,8 @@ async fn ingest(
                 "_unknown"
             };
             match &e {
+                // Logged once per burst by the limit itself.
+                ApiError::RateLimited { .. } => {}
                 ApiError::NotStored(cause) => {
                     const MSG: &str = "ingest: store write failed, answered 503";
                     if telemetry::throttle::hit(MSG, &format!("{known} {}", cause.kind())) {
@@ -580,7 +585,8 @@ fn rejection_reason(e: &ApiError) -> Option<&'static str> {
         | ApiError::TooLarge { .. }
         | ApiError::BodyTimeout
         | ApiError::BodyRead
-        | ApiError::Busy => Some(e.outcome().label()),
+        | ApiError::Busy
+        | ApiError::RateLimited { .. } => Some(e.outcome().label()),
         _ => None,
     }
 }
@@ -655,6 +661,20 @@ async fn handle_source(
             return Err(e);
         }
     };
+    if let Some(limit) = &source.request_limit
+        && let Err(e) = limit
+            .admit(
+                ingest.store.as_ref(),
+                &source.name,
+                ingest.clock.now_ms(),
+                ingest.store_timeout,
+            )
+            .await
+    {
+        drop(reservation);
+        body::drain(body, declared);
+        return Err(e);
+    }
     let got = match body::read(
         body,
         declared,

@@ -48,6 +48,9 @@ pub fn hint(reason: &str) -> &'static str {
         "busy" => {
             "The memory shared by request bodies was spent: a burst, or many slow senders; the provider retries."
         }
+        "rate_limited" => {
+            "The source was over its request limit ([sources.limits] requests): a burst from the provider, or a flood; the sender was told when to retry."
+        }
         "body_timeout" | "body_read" => {
             "The body did not arrive in time or the connection broke: a slow or interrupted client, or a network problem on the way."
         }

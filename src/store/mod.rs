@@ -598,6 +598,21 @@ pub trait Rejections: Send + Sync + 'static {
 /// The send slots of paced routes (GCRA), shared by every process on the store.
 #[async_trait]
 pub trait Pacing: Send + Sync + 'static {
+    /// Take the next request slot of `source`'s request limit (`[sources.limits]`),
+    /// as [`Pacing::take_send_slot`] takes a route's: `Ok(None)` when the request may
+    /// be taken now, `Ok(Some(at))` when the next slot opens at `at` (unix ms). Every
+    /// gateway on the store shares it; it is kept apart from every route's pace.
+    async fn take_request_slot(
+        &self,
+        source: &str,
+        now: i64,
+        spacing: Duration,
+        burst: u32,
+    ) -> Result<Option<i64>, StoreError> {
+        self.take_send_slot(source, pace::REQUESTS, now, spacing, burst)
+            .await
+    }
+
     /// Take the next send slot of `route` of `source`, paced at one send per
     /// `spacing` with up to `burst` at once (GCRA): `Ok(None)` when a send may go
     /// now (the slot is taken), `Ok(Some(at))` when the next slot opens at `at` (unix

@@ -1,6 +1,11 @@
 //! Send slots of a paced route: the generic cell rate algorithm (GCRA) both backends
 //! run, the embedded store in process and the Redis store in a script
 //! (`redis/scripts/pace.lua`), so that a route keeps one pace whatever shares it.
+//! A source's request limit is one more pace, under a name no route can have.
+
+/// The pace name of a source's incoming requests (`Pacing::take_request_slot`):
+/// a route name is `[a-z0-9_-]`, so no route can take it.
+pub(crate) const REQUESTS: &str = "@requests";
 
 /// One step of the generic cell rate algorithm (GCRA), in microseconds: a send at
 /// `now` against the route's theoretical arrival time `tat` (0 when none), at one

@@ -28,6 +28,7 @@ mod hostile;
 mod ingest;
 mod ingest_first;
 mod layout;
+mod limits;
 mod lines;
 mod logs;
 mod model;

@@ -124,3 +124,59 @@ async fn a_hold_is_shared_by_every_process_on_redis() {
     one.close().await;
     two.close().await;
 }
+
+/// A source's request slots (`[sources.limits]`): one pace per source, apart from
+/// every route's, the burst at once and then one per spacing.
+async fn request_slots(store: &dyn Store) {
+    let spacing = Duration::from_millis(10);
+    let t0 = 1_700_000_000_000;
+    let take = async |source: &str, now: i64| {
+        store
+            .take_request_slot(source, now, spacing, 3)
+            .await
+            .expect("take a request slot")
+    };
+    for _ in 0..3 {
+        assert_eq!(take("s", t0).await, None);
+    }
+    assert_eq!(take("s", t0).await, Some(t0 + 10));
+    assert_eq!(take("s", t0 + 10).await, None);
+    // Another source, and every route of this one, keep their own pace.
+    assert_eq!(take("t", t0).await, None);
+    let route = store
+        .take_send_slot("s", "default", t0, spacing, 1)
+        .await
+        .expect("take a send slot");
+    assert_eq!(route, None);
+    assert_eq!(take("s", t0 + 10).await, Some(t0 + 20));
+}
+for_each_fresh_store!(request_slots_keep_one_pace_per_source, super::request_slots);
+
+/// Two gateways on one store: a source's request limit is theirs together.
+async fn request_slots_shared(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let (one, two) = (h.open().await, h.open().await);
+    let spacing = Duration::from_millis(10);
+    let t0 = 1_700_000_000_000;
+    for store in [&one, &two] {
+        let slot = store.take_request_slot("s", t0, spacing, 2).await;
+        assert_eq!(slot.expect("take a request slot"), None);
+    }
+    // Alone, each would take another slot at t0 + 10; together the second is over.
+    let a = one.take_request_slot("s", t0 + 10, spacing, 2).await;
+    let b = two.take_request_slot("s", t0 + 10, spacing, 2).await;
+    assert_eq!(a.expect("take a request slot"), None);
+    assert_eq!(b.expect("take a request slot"), Some(t0 + 20));
+    one.close().await;
+    two.close().await;
+}
+
+#[tokio::test]
+async fn request_slots_are_shared_by_every_process_on_redis() {
+    request_slots_shared(Backend::Redis).await;
+}
+
+#[tokio::test]
+async fn request_slots_are_shared_by_every_process_on_postgres() {
+    request_slots_shared(Backend::Postgres).await;
+}
