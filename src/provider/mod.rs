@@ -37,10 +37,36 @@ use crate::config::Secret;
 /// The provider specs shipped in the binary, as (file name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
     (
+        "bitbucket.toml",
+        include_str!("../../providers/bitbucket.toml"),
+    ),
+    ("box.toml", include_str!("../../providers/box.toml")),
+    (
+        "buildkite-token.toml",
+        include_str!("../../providers/buildkite-token.toml"),
+    ),
+    (
+        "buildkite.toml",
+        include_str!("../../providers/buildkite.toml"),
+    ),
+    (
         "calendly.toml",
         include_str!("../../providers/calendly.toml"),
     ),
+    (
+        "circleci.toml",
+        include_str!("../../providers/circleci.toml"),
+    ),
+    ("clerk.toml", include_str!("../../providers/clerk.toml")),
+    (
+        "coinbase-commerce.toml",
+        include_str!("../../providers/coinbase-commerce.toml"),
+    ),
     ("discord.toml", include_str!("../../providers/discord.toml")),
+    (
+        "docusign.toml",
+        include_str!("../../providers/docusign.toml"),
+    ),
     ("github.toml", include_str!("../../providers/github.toml")),
     ("gitlab.toml", include_str!("../../providers/gitlab.toml")),
     ("hmac.toml", include_str!("../../providers/hmac.toml")),
@@ -49,17 +75,34 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "intercom.toml",
         include_str!("../../providers/intercom.toml"),
     ),
+    ("jira.toml", include_str!("../../providers/jira.toml")),
     (
         "lemonsqueezy.toml",
         include_str!("../../providers/lemonsqueezy.toml"),
     ),
     ("linear.toml", include_str!("../../providers/linear.toml")),
     ("mailgun.toml", include_str!("../../providers/mailgun.toml")),
+    ("meta.toml", include_str!("../../providers/meta.toml")),
+    ("mux.toml", include_str!("../../providers/mux.toml")),
     ("paddle.toml", include_str!("../../providers/paddle.toml")),
+    (
+        "paystack.toml",
+        include_str!("../../providers/paystack.toml"),
+    ),
+    (
+        "postmark.toml",
+        include_str!("../../providers/postmark.toml"),
+    ),
+    (
+        "razorpay.toml",
+        include_str!("../../providers/razorpay.toml"),
+    ),
+    ("resend.toml", include_str!("../../providers/resend.toml")),
     (
         "sendgrid.toml",
         include_str!("../../providers/sendgrid.toml"),
     ),
+    ("sentry.toml", include_str!("../../providers/sentry.toml")),
     ("shopify.toml", include_str!("../../providers/shopify.toml")),
     ("slack.toml", include_str!("../../providers/slack.toml")),
     ("square.toml", include_str!("../../providers/square.toml")),
@@ -70,10 +113,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("stripe.toml", include_str!("../../providers/stripe.toml")),
     ("svix.toml", include_str!("../../providers/svix.toml")),
     ("twilio.toml", include_str!("../../providers/twilio.toml")),
+    ("twitch.toml", include_str!("../../providers/twitch.toml")),
     (
         "typeform.toml",
         include_str!("../../providers/typeform.toml"),
     ),
+    ("vercel.toml", include_str!("../../providers/vercel.toml")),
+    ("webflow.toml", include_str!("../../providers/webflow.toml")),
+    ("zendesk.toml", include_str!("../../providers/zendesk.toml")),
     ("zoom.toml", include_str!("../../providers/zoom.toml")),
 ];
 

@@ -310,6 +310,184 @@ fn cases() -> Vec<Case> {
             event_id: none,
         },
         Case {
+            source: "p-bitbucket",
+            provider: "bitbucket",
+            signer: Signer::Secret("bitbucket-secret"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-box",
+            provider: "box",
+            signer: Signer::Secret("box-primary-key"),
+            wrong: WRONG,
+            body: |e| {
+                format!(
+                    r#"{{"type":"webhook_event","id":"{e}","trigger":"FILE.UPLOADED","source":{{"id":"1","type":"file"}}}}"#
+                )
+            },
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-buildkite",
+            provider: "buildkite",
+            signer: Signer::Secret("buildkite-secret"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"event":"build.finished","build":{{"id":"{e}"}}}}"#),
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-buildkite-token",
+            provider: "buildkite-token",
+            signer: Signer::Secret("buildkite-token"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"event":"build.finished","build":{{"id":"{e}"}}}}"#),
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-circleci",
+            provider: "circleci",
+            signer: Signer::Secret("circleci-secret"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-coinbase-commerce",
+            provider: "coinbase-commerce",
+            signer: Signer::Secret("coinbase-shared-secret"),
+            wrong: WRONG,
+            body: |e| {
+                format!(
+                    r#"{{"id":1,"event":{{"id":"{e}","type":"charge:created","data":{{"id":"c1"}}}}}}"#
+                )
+            },
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-docusign",
+            provider: "docusign",
+            signer: Signer::Secret("docusign-hmac-key"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-jira",
+            provider: "jira",
+            signer: Signer::Secret("jira-secret"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: delivery,
+        },
+        Case {
+            source: "p-meta",
+            provider: "meta",
+            signer: Signer::Secret("meta-app-secret"),
+            wrong: WRONG,
+            body: |e| {
+                format!(
+                    r#"{{"object":"whatsapp_business_account","entry":[{{"id":"{e}","changes":[{{"field":"messages"}}]}}]}}"#
+                )
+            },
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-mux",
+            provider: "mux",
+            signer: Signer::Secret("mux-signing-secret"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-paystack",
+            provider: "paystack",
+            signer: Signer::Secret("sk_test_paystack"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-postmark",
+            provider: "postmark",
+            signer: Signer::Secret("QWxhZGRpbjpvcGVuIHNlc2FtZQ=="),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"RecordType":"Delivery","MessageID":"{e}"}}"#),
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-razorpay",
+            provider: "razorpay",
+            signer: Signer::Secret("razorpay-webhook-secret"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: delivery,
+        },
+        Case {
+            source: "p-sentry",
+            provider: "sentry",
+            signer: Signer::Secret("sentry-client-secret"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"action":"created","data":{{"issue":{{"id":"{e}"}}}}}}"#),
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-twitch",
+            provider: "twitch",
+            signer: Signer::Secret("twitch-eventsub-secret"),
+            wrong: WRONG,
+            body: |e| {
+                format!(r#"{{"subscription":{{"id":"{e}","type":"channel.follow"}},"event":{{}}}}"#)
+            },
+            needle: Needle::Event,
+            event_id: delivery,
+        },
+        Case {
+            source: "p-vercel",
+            provider: "vercel",
+            signer: Signer::Secret("vercel-client-secret"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-webflow",
+            provider: "webflow",
+            signer: Signer::Secret("webflow-secret"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"triggerType":"form_submission","payload":{{"id":"{e}"}}}}"#),
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-zendesk",
+            provider: "zendesk",
+            signer: Signer::Secret("dGhpc19zZWNyZXRfaXNfZm9yX3Rlc3Rpbmdfb25seQ=="),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: delivery,
+        },
+        standard_webhooks("p-clerk", "clerk"),
+        standard_webhooks("p-resend", "resend"),
+        Case {
             source: "p-discord",
             provider: "discord",
             signer: Signer::Ed25519(DISCORD_KEY),
@@ -564,7 +742,7 @@ async fn handshakes_are_answered_only_after_verification() {
     let h = StoreHandle::new(Backend::Embedded);
     let cases: Vec<Case> = cases()
         .into_iter()
-        .filter(|c| matches!(c.source, "p-slack" | "p-zoom" | "p-discord"))
+        .filter(|c| matches!(c.source, "p-slack" | "p-zoom" | "p-discord" | "p-twitch"))
         .collect();
     let gw = Gateway::start(config(&h, &sources(&cases))).await;
     let store = h.open().await;
@@ -595,12 +773,29 @@ async fn handshakes_are_answered_only_after_verification() {
             "application/json",
             serde_json::json!({"type": 1}),
         ),
+        (
+            "p-twitch",
+            r#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","status":"webhook_callback_verification_pending","type":"channel.follow","version":"1","condition":{"broadcaster_user_id":"12826"},"transport":{"method":"webhook","callback":"https://example.com/webhooks/callback"},"created_at":"2019-11-16T10:11:12.634234626Z"}}"#.to_string(),
+            "text/plain",
+            serde_json::Value::String("pogchamp-kappa-360noscope-vohiyo".into()),
+        ),
     ];
+    // Twitch says which message is the challenge in a header of its own.
+    let kind = |source: &str, mut headers: Vec<(String, String)>| {
+        if source == "p-twitch" {
+            headers.push((
+                "Twitch-Eventsub-Message-Type".into(),
+                "webhook_callback_verification".into(),
+            ));
+        }
+        headers
+    };
     for (source, body, content_type, answer) in handshakes {
         let case = cases.iter().find(|c| c.source == source).unwrap();
         let body = body.into_bytes();
         // Forged: signed with the wrong secret or key; then with no signature at all.
         let (forged, _) = signed(case, &case.wrong, &body, now, "x");
+        let forged = kind(source, forged);
         let (st, _, json) = post(&c, &gw, source, &forged, &body).await;
         assert_eq!(st, 401, "{source}: forged handshake: {json}");
         let unsigned: Vec<(String, String)> = forged
@@ -611,11 +806,11 @@ async fn handshakes_are_answered_only_after_verification() {
         assert_eq!(st, 401, "{source}: unsigned handshake");
         // Stale: a captured handshake cannot be replayed later.
         let (stale, _) = signed(case, &case.signer, &body, now - 3600, "x");
-        let (st, _, _) = post(&c, &gw, source, &stale, &body).await;
+        let (st, _, _) = post(&c, &gw, source, &kind(source, stale), &body).await;
         assert_eq!(st, 401, "{source}: stale handshake");
         // Genuine: answered, as the provider expects.
         let (good, _) = signed(case, &case.signer, &body, now, "x");
-        let (st, ct, json) = post(&c, &gw, source, &good, &body).await;
+        let (st, ct, json) = post(&c, &gw, source, &kind(source, good), &body).await;
         assert_eq!(st, 200, "{source}: {json}");
         assert!(ct.starts_with(content_type), "{source}: content type {ct}");
         assert_eq!(json, answer, "{source}");

@@ -141,17 +141,25 @@ fn event_ids_are_signed_only_where_the_signature_covers_them() {
     assert_eq!(
         signed,
         [
+            "box",
+            "circleci",
+            "clerk",
+            "coinbase-commerce",
             "discord",
             "intercom",
             "linear",
             "mailgun",
+            "mux",
             "paddle",
+            "resend",
             "slack",
             "square",
             "standard-webhooks",
             "stripe",
             "svix",
-            "typeform"
+            "twitch",
+            "typeform",
+            "vercel",
         ]
     );
 }
