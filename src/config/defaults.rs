@@ -21,6 +21,8 @@ max_connections = 4096
 max_connections_per_client = 256
 client_ipv6_prefix = 56
 shutdown_grace = "10s"
+trusted_proxies = []
+allowlist_refresh = "1h"
 
 [admin]
 listen = "127.0.0.1:8081"

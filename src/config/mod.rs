@@ -39,7 +39,7 @@ pub use route::{
     DEFAULT_ROUTE, DeliveryConfig, MAX_ROUTES, OrderBy, OrderConfig, RetryConfig, RouteConfig,
     valid_route_name,
 };
-pub use source::{INDEXES_MAX, SourceConfig};
+pub use source::{AllowIps, INDEXES_MAX, SourceConfig};
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -132,6 +132,30 @@ fn redact_values(e: figment::Error) -> figment::Error {
     }
 }
 
+/// An address range as a configuration writes it: a CIDR (`192.0.2.0/24`,
+/// `2001:db8::/32`) or a single address (`192.0.2.7`, as a /32 or /128). Host bits
+/// set below the prefix are refused: `10.0.0.1/8` is more likely a typo than a range.
+pub fn parse_cidr(key: &str, text: &str) -> Result<ipnet::IpNet, ConfigError> {
+    let text = text.trim();
+    if let Ok(addr) = text.parse::<std::net::IpAddr>() {
+        return Ok(ipnet::IpNet::from(addr));
+    }
+    match text.parse::<ipnet::IpNet>() {
+        Ok(net) if net.trunc() == net => Ok(net),
+        Ok(net) => Err(ConfigError::invalid(
+            key,
+            format!(
+                "{text:?} has bits set below its prefix: write {} for the range, or the address alone",
+                net.trunc()
+            ),
+        )),
+        Err(_) => Err(ConfigError::invalid(
+            key,
+            format!("{text:?} is not an address or a CIDR range (192.0.2.0/24, 2001:db8::/32)"),
+        )),
+    }
+}
+
 /// A URL with its credentials hidden, for messages and listings: the userinfo, and
 /// the query string (tokens often ride there).
 pub fn redact_url(url: &str) -> String {
@@ -208,6 +232,12 @@ pub struct ServerConfig {
     /// to its owner, so counting per address or per /64 would cap nothing).
     pub client_ipv6_prefix: u8,
     pub shutdown_grace: Duration,
+    /// The reverse proxies whose forwarding headers name the client
+    /// (`crate::serve::forwarded`); empty: those headers are never read.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// How often a provider's published address ranges are fetched again
+    /// (`allow_ips = "provider"`).
+    pub allowlist_refresh: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -62,6 +62,11 @@ pub struct RawServer {
     pub max_connections_per_client: usize,
     pub client_ipv6_prefix: u8,
     pub shutdown_grace: String,
+    /// CIDRs of the reverse proxies whose `X-Forwarded-For` / `Forwarded` name the
+    /// client.
+    pub trusted_proxies: Vec<String>,
+    /// How often a provider's published address ranges are fetched again.
+    pub allowlist_refresh: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,6 +190,9 @@ pub struct RawSource {
     /// Indexed JSON pointers of the body, by name (`[sources.index]`).
     #[serde(default)]
     pub index: std::collections::BTreeMap<String, String>,
+    /// `allow_ips = ["192.0.2.0/24", …]` or `allow_ips = "provider"`.
+    #[serde(default)]
+    pub allow_ips: Option<OneOrMany>,
     /// `[sources.limits]`: what the source's senders may send.
     #[serde(default)]
     pub limits: Option<RawSourceLimits>,

@@ -33,6 +33,45 @@ pub struct SourceConfig {
     /// `[sources.limits] requests`: the requests it takes, with their burst; over it
     /// a request is answered 429 before its body is read.
     pub request_limit: Option<RateLimit>,
+    /// `allow_ips`: the addresses the source takes requests from; others get 403
+    /// before the body is read.
+    pub allow_ips: Option<AllowIps>,
+}
+
+/// Where a source's allowed addresses come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowIps {
+    /// The ranges the configuration lists.
+    List(Vec<ipnet::IpNet>),
+    /// The ranges the provider publishes (its spec's `[ranges]`), fetched and kept
+    /// up to date (`crate::allowlist`).
+    Provider,
+}
+
+/// Check `allow_ips`: `"provider"`, or a non-empty list of CIDRs.
+fn validate_allow_ips(
+    key: &dyn Fn(&str) -> String,
+    raw: Option<OneOrMany>,
+) -> Result<Option<AllowIps>, ConfigError> {
+    match raw {
+        None => Ok(None),
+        Some(OneOrMany::One(word)) if word == "provider" => Ok(Some(AllowIps::Provider)),
+        Some(OneOrMany::One(word)) => Err(ConfigError::invalid(
+            key("allow_ips"),
+            format!(
+                "{word:?}: write a list of ranges ([\"192.0.2.0/24\"]) or \"provider\" for the ranges the provider publishes"
+            ),
+        )),
+        Some(OneOrMany::Many(list)) if list.is_empty() => Err(ConfigError::invalid(
+            key("allow_ips"),
+            "an empty list would refuse every request; remove allow_ips to take requests from anywhere",
+        )),
+        Some(OneOrMany::Many(list)) => Ok(Some(AllowIps::List(
+            list.iter()
+                .map(|text| super::parse_cidr(&key("allow_ips"), text))
+                .collect::<Result<_, _>>()?,
+        ))),
+    }
 }
 
 /// Check `[sources.limits]`.
@@ -271,6 +310,7 @@ pub(super) fn validate_source(
     };
     let index = validate_index(&key, raw.index)?;
     let request_limit = validate_limits(&key, raw.limits)?;
+    let allow_ips = validate_allow_ips(&key, raw.allow_ips)?;
     Ok(SourceConfig {
         name: raw.name,
         provider: raw.provider,
@@ -282,6 +322,7 @@ pub(super) fn validate_source(
         keep_rejected_bodies: raw.keep_rejected_bodies,
         index,
         request_limit,
+        allow_ips,
     })
 }
 
@@ -348,6 +389,44 @@ destination = "http://127.0.0.1:3000/"
             let text = format!("{:#}", anyhow::Error::from(err));
             assert!(text.contains(key), "{bad:?}: {text}");
         }
+    }
+
+    #[test]
+    fn allow_ips_take_ranges_addresses_or_the_provider() {
+        let base = "[[sources]]\nname = \"s\"\nprovider = \"github\"\nsecret = \"a\"\ndestination = \"http://127.0.0.1:3000/\"\n";
+        let with = |v: &str| from_toml_str(&format!("{base}allow_ips = {v}\n"), &no_env);
+        let cfg = with("[\"192.0.2.0/24\", \"2001:db8::/32\", \"198.51.100.7\"]").unwrap();
+        let Some(AllowIps::List(list)) = &cfg.sources[0].allow_ips else {
+            panic!("{:?}", cfg.sources[0].allow_ips)
+        };
+        let shown: Vec<String> = list.iter().map(|n| n.to_string()).collect();
+        assert_eq!(shown, ["192.0.2.0/24", "2001:db8::/32", "198.51.100.7/32"]);
+        let cfg = with("\"provider\"").unwrap();
+        assert_eq!(cfg.sources[0].allow_ips, Some(AllowIps::Provider));
+        for bad in [
+            "\"github\"",
+            "[]",
+            "[\"10.0.0.1/8\"]",
+            "[\"300.1.1.1\"]",
+            "[\"192.0.2.0/33\"]",
+        ] {
+            let err = with(bad).unwrap_err();
+            let text = format!("{:#}", anyhow::Error::from(err));
+            assert!(text.contains("sources[0].allow_ips"), "{bad}: {text}");
+        }
+        assert!(
+            from_toml_str(
+                &format!("[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\"]\n{base}"),
+                &no_env
+            )
+            .is_ok()
+        );
+        let err = from_toml_str(
+            &format!("[server]\ntrusted_proxies = [\"proxy\"]\n{base}"),
+            &no_env,
+        )
+        .unwrap_err();
+        assert!(format!("{:#}", anyhow::Error::from(err)).contains("server.trusted_proxies"));
     }
 
     #[test]

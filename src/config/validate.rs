@@ -100,7 +100,19 @@ fn validate_server(raw: &RawServer) -> Result<ServerConfig, ConfigError> {
             }
         },
         shutdown_grace: parse_duration("server.shutdown_grace", &raw.shutdown_grace)?,
+        trusted_proxies: raw
+            .trusted_proxies
+            .iter()
+            .map(|text| super::parse_cidr("server.trusted_proxies", text))
+            .collect::<Result<_, _>>()?,
+        allowlist_refresh: parse_duration("server.allowlist_refresh", &raw.allowlist_refresh)?,
     };
+    if server.allowlist_refresh < std::time::Duration::from_secs(1) {
+        return Err(ConfigError::invalid(
+            "server.allowlist_refresh",
+            "must be at least 1s",
+        ));
+    }
     if server.body_budget_bytes < server.max_body_bytes {
         return Err(ConfigError::invalid(
             "server.body_budget_bytes",

@@ -921,7 +921,7 @@ fn hookgate_providers_describes_each_provider() {
         let block: Vec<&str> = out
             .lines()
             .skip_while(|l| !l.starts_with(&format!("{} ", spec.name)))
-            .take(9)
+            .take(10)
             .collect();
         assert!(!block.is_empty(), "{} missing:\n{out}", spec.name);
         for aspect in [
@@ -930,6 +930,7 @@ fn hookgate_providers_describes_each_provider() {
             "event id",
             "event type",
             "handshake",
+            "ranges",
             "config",
             "sign",
         ] {
@@ -942,6 +943,10 @@ fn hookgate_providers_describes_each_provider() {
         }
     }
     assert!(out.contains("zoom-url-validation"), "{out}");
+    assert!(
+        out.contains("https://api.github.com/meta at /hooks"),
+        "{out}"
+    );
     assert!(
         out.contains("public_url = the URL the provider calls"),
         "{out}"

@@ -116,6 +116,17 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
     } else {
         format!("yes ({})", spec.algorithm().name())
     };
+    let ranges = match &spec.ranges {
+        Some(r) if r.url != r.published => format!(
+            "{} at {} (fetched from {}: fetch_base, for tests)",
+            r.published, r.pointer, r.url
+        ),
+        Some(r) => format!(
+            "{} at {} (allow_ips = \"provider\")",
+            r.published, r.pointer
+        ),
+        None => "none published (allow_ips takes a list)".into(),
+    };
     vec![
         ("signature", signature),
         ("timestamp", timestamp),
@@ -123,6 +134,7 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
         ("event type", event_type),
         ("object", object),
         ("handshake", handshake),
+        ("ranges", ranges),
         ("config", config),
         ("sign", sign),
     ]

@@ -86,6 +86,17 @@
 //!   secret that verified the request, hex), `discord-ping` (JSON `{"type":1}`) and
 //!   `twitch-challenge` (a `webhook_callback_verification` message's `challenge`, as
 //!   plain text).
+//! * `[ranges]`: where the provider publishes the addresses it sends from, for
+//!   sources with `allow_ips = "provider"`: `url` (`https://` only, fetched without
+//!   following redirects, so the fetch is pinned to that host), `pointer` (the JSON
+//!   pointer of the array of ranges) and, when the array holds objects, `field`
+//!   (each one's member that holds the range). GitHub: `https://api.github.com/meta`,
+//!   `/hooks`.
+//! * `fetch_base`: tests only. Every fetch of the spec goes to this origin instead
+//!   of the provider's, with the same path; it must be a loopback `http://` origin
+//!   (`http://127.0.0.1:PORT`), so it can never send a fetch anywhere but the machine
+//!   itself, no built-in spec sets it, and the gateway warns at start for each source
+//!   whose spec does.
 //! * `[[vectors]]`: the provider's published test vectors, run by the test suite. A
 //!   vector may set `url` (the URL the provider called) and `method`.
 
@@ -438,7 +449,25 @@ pub struct Spec {
     /// Received headers that carry a credential: the `token` scheme's signature
     /// header and the spec's `credential_headers`.
     pub credential_headers: Vec<http::HeaderName>,
+    /// Where the provider publishes the addresses it sends from (`allow_ips =
+    /// "provider"`).
+    pub ranges: Option<Ranges>,
     pub vectors: Vec<Vector>,
+}
+
+/// A provider's published address ranges: where to fetch them and where they are
+/// in the JSON document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ranges {
+    /// What is fetched: the spec's `https://` URL, or the same path on the spec's
+    /// loopback `fetch_base` (tests).
+    pub url: String,
+    /// The spec's own URL, as `hookgate providers` shows it.
+    pub published: String,
+    /// The JSON pointer of the array of ranges.
+    pub pointer: String,
+    /// When the array holds objects, the field of each that holds the range.
+    pub field: Option<String>,
 }
 
 impl Spec {

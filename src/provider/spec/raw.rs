@@ -28,8 +28,28 @@ pub struct RawSpec {
     /// source names them in `pass_headers`.
     #[serde(default)]
     pub credential_headers: Vec<String>,
+    /// `[ranges]`: where the provider publishes the addresses it sends from.
+    #[serde(default)]
+    pub ranges: Option<RawRanges>,
+    /// Tests only: the loopback origin (`http://127.0.0.1:PORT`) every fetch of this
+    /// spec goes to instead of the provider's.
+    #[serde(default)]
+    pub fetch_base: Option<String>,
     #[serde(default)]
     pub vectors: Vec<Vector>,
+}
+
+/// `[ranges]`: the provider's published list of the addresses it sends from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRanges {
+    /// An `https://` URL serving JSON.
+    pub url: String,
+    /// The JSON pointer of the array of ranges in it.
+    pub pointer: String,
+    /// When the array holds objects: the field of each that holds the range.
+    #[serde(default)]
+    pub field: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

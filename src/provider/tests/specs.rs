@@ -190,3 +190,57 @@ fn rfc3339_timestamps_parse_with_any_offset_and_format_in_utc() {
     );
     assert_eq!(TimeUnit::Seconds.parse("+1"), None);
 }
+
+#[test]
+fn ranges_are_fetched_over_https_or_from_a_loopback_test_base() {
+    let spec = |top: &str, ranges: &str| {
+        Spec::from_toml(&format!(
+            "name = \"x\"\n{top}[signature]\nalgorithm = \"hmac-sha256\"\nheader = \"X\"\n[ranges]\n{ranges}"
+        ))
+    };
+    let good = "url = \"https://api.example.com/meta?v=1\"\npointer = \"/hooks\"\n";
+    let s = spec("", good).unwrap();
+    let r = s.ranges.unwrap();
+    assert_eq!(r.url, "https://api.example.com/meta?v=1");
+    let s = spec("fetch_base = \"http://127.0.0.1:4567\"\n", good).unwrap();
+    let r = s.ranges.unwrap();
+    assert_eq!(r.url, "http://127.0.0.1:4567/meta?v=1");
+    assert_eq!(r.published, "https://api.example.com/meta?v=1");
+    assert!(spec("fetch_base = \"http://[::1]:80/\"\n", good).is_ok());
+    for (top, ranges, key) in [
+        ("fetch_base = \"http://192.0.2.1:80\"\n", good, "fetch_base"),
+        (
+            "fetch_base = \"https://127.0.0.1:80\"\n",
+            good,
+            "fetch_base",
+        ),
+        (
+            "fetch_base = \"http://127.0.0.1:80/x\"\n",
+            good,
+            "fetch_base",
+        ),
+        (
+            "",
+            "url = \"http://api.example.com/meta\"\npointer = \"/hooks\"\n",
+            "ranges.url",
+        ),
+        (
+            "",
+            "url = \"https://api.example.com/meta\"\npointer = \"hooks\"\n",
+            "ranges.pointer",
+        ),
+    ] {
+        let err = spec(top, ranges).unwrap_err().to_string();
+        assert!(err.contains(key), "{top}{ranges}: {err}");
+    }
+    // No built-in spec sends its fetches anywhere but the provider.
+    let reg = Registry::builtin().unwrap();
+    for s in reg.iter() {
+        if let Some(r) = &s.ranges {
+            assert_eq!(r.url, r.published, "{}", s.name);
+            assert!(r.url.starts_with("https://"), "{}", s.name);
+        }
+    }
+    assert!(reg.get("github").unwrap().ranges.is_some());
+    assert!(reg.get("stripe").unwrap().ranges.is_some());
+}
