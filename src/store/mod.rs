@@ -573,6 +573,22 @@ pub trait Records: Send + Sync + 'static {
     /// Whether the console session `id`, issued at `issued_at` (unix ms), was
     /// revoked: by itself, or with every session issued until then.
     async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError>;
+
+    /// Keep `ranges` as the last good list of addresses fetched from `url` (a
+    /// provider's published ranges, `crate::allowlist`), replacing the one kept, so
+    /// that a gateway starting without network still applies it. Durable.
+    async fn save_ranges(&self, url: &str, ranges: &SavedRanges) -> Result<(), StoreError>;
+
+    /// The last good list kept for `url`, if any.
+    async fn saved_ranges(&self, url: &str) -> Result<Option<SavedRanges>, StoreError>;
+}
+
+/// A provider's address ranges as the store keeps them: the ranges as text, one per
+/// line (parsed again when read), and when they were fetched (unix ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedRanges {
+    pub ranges: String,
+    pub fetched_at: i64,
 }
 
 /// The requests ingest refused (`rejection`), shared by every process on the store.

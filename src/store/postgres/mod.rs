@@ -590,6 +590,23 @@ impl Records for PostgresStore {
             .await
     }
 
+    async fn save_ranges(
+        &self,
+        url: &str,
+        ranges: &crate::store::SavedRanges,
+    ) -> Result<(), StoreError> {
+        self.durable(async |conn| records::save_ranges(&*conn, url, ranges).await)
+            .await
+    }
+
+    async fn saved_ranges(
+        &self,
+        url: &str,
+    ) -> Result<Option<crate::store::SavedRanges>, StoreError> {
+        self.relaxed(async |conn| records::saved_ranges(&*conn, url).await)
+            .await
+    }
+
     async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
         self.relaxed(async |conn| records::session_revoked(&*conn, id, issued_at).await)
             .await

@@ -203,3 +203,34 @@ pub(super) async fn hold_send_slots(
     }
     Ok(())
 }
+
+pub(super) async fn save_ranges(
+    c: &impl GenericClient,
+    url: &str,
+    ranges: &crate::store::SavedRanges,
+) -> Result<(), StoreError> {
+    c.execute_cached(
+        "INSERT INTO provider_ranges (url, ranges, fetched_at) VALUES ($1, $2, $3)
+         ON CONFLICT (url) DO UPDATE
+             SET ranges = excluded.ranges, fetched_at = excluded.fetched_at",
+        &[&url, &ranges.ranges, &ranges.fetched_at],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn saved_ranges(
+    c: &impl GenericClient,
+    url: &str,
+) -> Result<Option<crate::store::SavedRanges>, StoreError> {
+    Ok(c
+        .query_opt_cached(
+            "SELECT ranges, fetched_at FROM provider_ranges WHERE url = $1",
+            &[&url],
+        )
+        .await?
+        .map(|row| crate::store::SavedRanges {
+            ranges: row.get(0),
+            fetched_at: row.get(1),
+        }))
+}

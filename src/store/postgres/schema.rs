@@ -16,7 +16,18 @@ use crate::store::{Backend, StoreError};
 /// 1. Everything the store contract needs ([`V1`]).
 /// 2. The requests ingest refused ([`V2`]).
 /// 3. The values of the sources' indexed pointers ([`V3`]).
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+/// 4. The providers' last good address ranges ([`V4`]).
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+
+/// The last good address ranges fetched per URL (`crate::allowlist`), so that a
+/// gateway starting without network still applies them.
+const V4: &str = r#"
+CREATE TABLE provider_ranges (
+    url        TEXT PRIMARY KEY,
+    ranges     TEXT NOT NULL,
+    fetched_at BIGINT NOT NULL
+);
+"#;
 
 /// The values of the sources' indexed pointers (`store::search`): one row per entry
 /// and index, keyed so a lookup is a range read backwards; `entry_index_entry` finds

@@ -11,6 +11,8 @@ use crate::store::{CONTROL_AUDIT_KEEP, ControlEvent, StoreError};
 
 /// The hash tag of the session keys (no source key ends in these suffixes).
 const CONSOLE: &str = "console";
+/// The hash tag of the providers' last good address ranges.
+const RANGES: &str = "ranges";
 
 impl RedisStore {
     fn control_audit_key(&self) -> String {
@@ -98,5 +100,55 @@ impl RedisStore {
             .await?;
         let until = until.and_then(|u| u.parse::<i64>().ok());
         Ok(one.is_some() || until.is_some_and(|u| issued_at <= u))
+    }
+}
+
+impl RedisStore {
+    /// A provider's last good ranges, keyed by a digest of the URL they came from.
+    fn ranges_key(&self, url: &str) -> String {
+        use sha2::Digest as _;
+        let digest = hex::encode(sha2::Sha256::digest(url.as_bytes()));
+        self.key(RANGES, &digest[..32])
+    }
+
+    pub(super) async fn put_ranges(
+        &self,
+        url: &str,
+        ranges: &crate::store::SavedRanges,
+    ) -> Result<(), StoreError> {
+        let mut c = self.conn();
+        self.timed(c.hset_multiple::<_, _, _, ()>(
+            self.ranges_key(url),
+            &[
+                ("url", url.to_string()),
+                ("ranges", ranges.ranges.clone()),
+                ("fetched_at", ranges.fetched_at.to_string()),
+            ],
+        ))
+        .await
+    }
+
+    pub(super) async fn get_ranges(
+        &self,
+        url: &str,
+    ) -> Result<Option<crate::store::SavedRanges>, StoreError> {
+        let mut c = self.conn();
+        let (stored_url, ranges, fetched_at): (Option<String>, Option<String>, Option<String>) =
+            self.timed(
+                redis::cmd("HMGET")
+                    .arg(self.ranges_key(url))
+                    .arg("url")
+                    .arg("ranges")
+                    .arg("fetched_at")
+                    .query_async(&mut c),
+            )
+            .await?;
+        Ok(match (stored_url, ranges, fetched_at) {
+            (Some(u), Some(ranges), Some(at)) if u == url => Some(crate::store::SavedRanges {
+                ranges,
+                fetched_at: at.parse().unwrap_or(0),
+            }),
+            _ => None,
+        })
     }
 }

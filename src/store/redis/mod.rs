@@ -31,6 +31,7 @@
 //! | `hg:control_audit` | list of JSON, newest first | pauses and resumes with their actor (the newest 1000) |
 //! | `hg:{console}:session_revoked:<id>` | string, `PX` = until the session expires | a revoked console session (`id`: a hash of its nonce) |
 //! | `hg:{console}:sessions_revoked_until` | string | unix ms: every console session issued until then is revoked ("log out every session") |
+//! | `hg:{ranges}:<digest>` | hash `url`, `ranges`, `fetched_at` | a provider's last good address ranges, by a digest of the URL they came from (`allowlist`) |
 //!
 //! # Accept
 //!
@@ -685,6 +686,21 @@ impl Records for RedisStore {
 
     async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
         self.is_revoked(id, issued_at).await
+    }
+
+    async fn save_ranges(
+        &self,
+        url: &str,
+        ranges: &crate::store::SavedRanges,
+    ) -> Result<(), StoreError> {
+        self.put_ranges(url, ranges).await
+    }
+
+    async fn saved_ranges(
+        &self,
+        url: &str,
+    ) -> Result<Option<crate::store::SavedRanges>, StoreError> {
+        self.get_ranges(url).await
     }
 }
 

@@ -119,3 +119,31 @@ pub(super) fn purge_revoked_sessions(conn: &Connection, now: i64) -> Result<usiz
         .prepare_cached("DELETE FROM revoked_sessions WHERE expires_at <= ?1")?
         .execute(params![now])?)
 }
+
+pub(super) fn save_ranges(
+    conn: &Connection,
+    url: &str,
+    ranges: &crate::store::SavedRanges,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO provider_ranges (url, ranges, fetched_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT(url) DO UPDATE SET ranges = excluded.ranges, fetched_at = excluded.fetched_at",
+    )?
+    .execute(params![url, ranges.ranges, ranges.fetched_at])?;
+    Ok(())
+}
+
+pub(super) fn saved_ranges(
+    conn: &Connection,
+    url: &str,
+) -> Result<Option<crate::store::SavedRanges>, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT ranges, fetched_at FROM provider_ranges WHERE url = ?1")?
+        .query_row(params![url], |r| {
+            Ok(crate::store::SavedRanges {
+                ranges: r.get(0)?,
+                fetched_at: r.get(1)?,
+            })
+        })
+        .optional()?)
+}

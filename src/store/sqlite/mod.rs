@@ -579,6 +579,27 @@ impl Records for SqliteStore {
         self.read(move |conn| controls::session_revoked(conn, &id, issued_at))
             .await
     }
+
+    async fn save_ranges(
+        &self,
+        url: &str,
+        ranges: &crate::store::SavedRanges,
+    ) -> Result<(), StoreError> {
+        let (url, ranges) = (url.to_string(), ranges.clone());
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::save_ranges(conn, &url, &ranges)
+        })
+        .await
+    }
+
+    async fn saved_ranges(
+        &self,
+        url: &str,
+    ) -> Result<Option<crate::store::SavedRanges>, StoreError> {
+        let url = url.to_string();
+        self.read(move |conn| controls::saved_ranges(conn, &url))
+            .await
+    }
 }
 
 #[async_trait]

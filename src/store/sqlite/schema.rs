@@ -313,7 +313,8 @@ const INDEXES: &[(&str, &str)] = &[(
 /// removes older rows). `control_audit`, `revoked_sessions` and `console_settings`
 /// hold the console's records (`controls`); `rejections` and `rejection_counts` the
 /// requests ingest refused (`rejections`); `entry_index` the values of the sources'
-/// indexed pointers, one row per entry and index (`search`).
+/// indexed pointers, one row per entry and index (`search`); `provider_ranges` the
+/// last good address ranges fetched per URL (`crate::allowlist`).
 const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS activity (
         source    TEXT NOT NULL,
@@ -365,6 +366,11 @@ const TABLES: &[&str] = &[
         PRIMARY KEY (source, name, value, entry_id)
     ) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS entry_index_entry ON entry_index(entry_id)",
+    "CREATE TABLE IF NOT EXISTS provider_ranges (
+        url        TEXT PRIMARY KEY,
+        ranges     TEXT NOT NULL,
+        fetched_at INTEGER NOT NULL
+    ) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS rejection_counts (
         grp     TEXT NOT NULL,
         reason  TEXT NOT NULL,

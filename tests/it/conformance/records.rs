@@ -1,16 +1,16 @@
 //! The `Records` part of the store contract, on every backend: revoked console
-//! sessions (one, or every one issued until a time) and the control audit of pauses
-//! and resumes.
+//! sessions (one, or every one issued until a time), the control audit of pauses
+//! and resumes, and the providers' last good address ranges.
 
 use std::time::Duration;
 
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
-    Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, HousekeepingPass, Store,
+    Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, HousekeepingPass, SavedRanges, Store,
 };
 
-use crate::for_each_fresh_store;
-use crate::support::wait_until;
+use crate::support::{Backend, StoreHandle, wait_until};
+use crate::{for_each_fresh_store, for_each_store};
 
 const HOUR: i64 = 3_600_000;
 
@@ -115,4 +115,41 @@ async fn controls_are_audited_newest_first(store: &dyn Store) {
 for_each_fresh_store!(
     pauses_and_resumes_are_audited_with_their_actor,
     super::controls_are_audited_newest_first
+);
+
+/// A provider's last good ranges: kept per URL, replaced by the next, there for a
+/// second process on the store (a gateway restarting without network).
+async fn saved_ranges(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let url = "https://api.github.com/meta";
+    assert_eq!(store.saved_ranges(url).await.unwrap(), None);
+    let first = SavedRanges {
+        ranges: "192.0.2.0/24\n2001:db8::/32".into(),
+        fetched_at: 1_700_000_000_000,
+    };
+    store.save_ranges(url, &first).await.unwrap();
+    assert_eq!(store.saved_ranges(url).await.unwrap(), Some(first));
+    let second = SavedRanges {
+        ranges: "198.51.100.0/24".into(),
+        fetched_at: 1_700_000_060_000,
+    };
+    store.save_ranges(url, &second).await.unwrap();
+    assert_eq!(
+        store.saved_ranges(url).await.unwrap(),
+        Some(second.clone())
+    );
+    assert_eq!(
+        store.saved_ranges("https://stripe.com/files/ips/ips_webhooks.json").await.unwrap(),
+        None,
+        "another URL has its own"
+    );
+    store.close().await;
+    let again = h.open().await;
+    assert_eq!(again.saved_ranges(url).await.unwrap(), Some(second));
+    again.close().await;
+}
+for_each_store!(
+    a_providers_last_good_ranges_are_kept_per_url,
+    super::saved_ranges
 );
