@@ -49,6 +49,8 @@ pub fn build_sources(
     registry: &Registry,
     budget: &ingest::body::BodyBudget,
 ) -> anyhow::Result<Vec<Source>> {
+    // One list per URL, whichever sources take it.
+    let mut published: HashMap<String, Arc<crate::allowlist::Published>> = HashMap::new();
     cfg.sources
         .iter()
         .enumerate()
@@ -85,6 +87,27 @@ pub fn build_sources(
                     })
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
+            let allowlist = match &s.allow_ips {
+                None => None,
+                Some(crate::config::AllowIps::List(list)) => {
+                    Some(crate::allowlist::Allowlist::Fixed(list.clone().into()))
+                }
+                Some(crate::config::AllowIps::Provider) => {
+                    let Some(ranges) = verifier.spec.ranges.clone() else {
+                        anyhow::bail!(
+                            "sources[{i}].allow_ips: provider {:?} publishes no address ranges (its spec has no [ranges]); list the ranges instead",
+                            s.provider
+                        );
+                    };
+                    let list = published
+                        .entry(ranges.url.clone())
+                        .or_insert_with(|| {
+                            Arc::new(crate::allowlist::Published::new(&s.provider, ranges))
+                        })
+                        .clone();
+                    Some(crate::allowlist::Allowlist::Published(list))
+                }
+            };
             Ok(Source {
                 name: s.name.clone(),
                 verifier,
@@ -102,9 +125,31 @@ pub fn build_sources(
                 request_limit: s
                     .request_limit
                     .map(|l| Arc::new(ingest::limit::RequestLimit::new(l))),
+                allowlist,
             })
         })
         .collect()
+}
+
+/// The providers' published lists the sources take (`allow_ips = "provider"`), each
+/// once.
+fn published_lists(sources: &[Source]) -> Vec<Arc<crate::allowlist::Published>> {
+    let mut lists: Vec<Arc<crate::allowlist::Published>> = Vec::new();
+    for s in sources {
+        if let Some(crate::allowlist::Allowlist::Published(list)) = &s.allowlist
+            && !lists.iter().any(|l| Arc::ptr_eq(l, list))
+        {
+            if list.source.url != list.source.published {
+                tracing::warn!(
+                    provider = %list.provider,
+                    fetched_from = %list.source.url,
+                    "the provider's ranges are fetched from the spec's fetch_base, not from the provider: this is for tests"
+                );
+            }
+            lists.push(list.clone());
+        }
+    }
+    lists
 }
 
 /// Every route filter and ordering key of `cfg` that reads a value its source's
@@ -242,6 +287,8 @@ struct Gateway {
     unverified: Arc<ingest::UnverifiedCounts>,
     rejections: Arc<ingest::rejections::RejectionLog>,
     traces: telemetry::traces::Traces,
+    /// The providers' published ranges to keep up to date.
+    allowlists: Vec<Arc<crate::allowlist::Published>>,
 }
 
 /// Build every part of the gateway: the metrics, the sources, the store, the
@@ -267,6 +314,9 @@ async fn build(
     let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
     let sources = build_sources(cfg, &registry, &body_budget)?;
     let store = store::open(&cfg.store, &clock).await.context("store")?;
+    let allowlists = published_lists(&sources);
+    crate::allowlist::refresh::register_metrics(&allowlists);
+    crate::allowlist::refresh::load_saved(&allowlists, store.as_ref()).await;
     let unsigned = warn_about_setup(cfg, &sources);
 
     let admin_sources = admin_sources(&sources);
@@ -296,6 +346,7 @@ async fn build(
         readiness: readiness.clone(),
         pressure: pressure.clone(),
         traces: traces.clone(),
+        trusted_proxies: cfg.server.trusted_proxies.clone().into(),
     });
     let source_count = state.sources.len();
     let (ingest_limits, admin_limits, probe_limits) = http_limits(cfg);
@@ -389,6 +440,7 @@ async fn build(
         unverified,
         rejections,
         traces,
+        allowlists,
     })
 }
 
@@ -537,6 +589,7 @@ async fn serve_until_shutdown(
         unverified,
         rejections,
         traces,
+        allowlists,
     } = gateway;
     tracing::info!(
         ingest = %listeners.ingest.local_addr()?,
@@ -569,6 +622,13 @@ async fn serve_until_shutdown(
         shutdown.clone(),
     ));
     let throttle_task = tokio::spawn(telemetry::throttle::run(shutdown.clone()));
+    let allowlist_task = tokio::spawn(crate::allowlist::refresh::run(
+        allowlists,
+        store.clone(),
+        clock.clone(),
+        cfg.server.allowlist_refresh,
+        shutdown.clone(),
+    ));
     let alerts_task = tokio::spawn(alerts::run(alerts, cfg.alerts.clone(), shutdown.clone()));
     let pressure_task = tokio::spawn(crate::pressure::run(pressure.clone(), shutdown.clone()));
     let forward_task = tokio::spawn(forward::run(
@@ -600,6 +660,7 @@ async fn serve_until_shutdown(
     let _ = forward_task.await;
     let _ = alerts_task.await;
     let _ = throttle_task.await;
+    let _ = allowlist_task.await;
     let _ = pressure_task.await;
     let store_stopped = store_stopped.await.unwrap_or(false);
     store.close().await;

@@ -38,6 +38,10 @@ pub enum ApiError {
     /// The shared body budget is spent; bodies in flight finish within seconds.
     #[error("too many request bodies in flight, retry later")]
     Busy,
+    /// The client's address is not in the source's `allow_ips`; the body was not
+    /// read.
+    #[error("this address may not send to this source")]
+    IpNotAllowed,
     /// The source is over its request limit (`[sources.limits]`); the body was not
     /// read.
     #[error("over this source's request limit, retry in {retry_after_secs} s")]
@@ -141,7 +145,7 @@ impl ApiError {
             ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
                 StatusCode::CONFLICT
             }
-            ApiError::Refused(_) => StatusCode::FORBIDDEN,
+            ApiError::Refused(_) | ApiError::IpNotAllowed => StatusCode::FORBIDDEN,
             ApiError::Throttled { .. } | ApiError::RateLimited { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
@@ -173,6 +177,7 @@ impl ApiError {
             ApiError::Unauthorized => RequestOutcome::Unauthorized,
             ApiError::Throttled { .. } => RequestOutcome::Throttled,
             ApiError::RateLimited { .. } => RequestOutcome::RateLimited,
+            ApiError::IpNotAllowed => RequestOutcome::IpNotAllowed,
             ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
                 RequestOutcome::Conflict
             }
@@ -256,6 +261,8 @@ crate::telemetry::label_values! {
         Busy => "busy",
         /// Over the source's request limit (429, body not read).
         RateLimited => "rate_limited",
+        /// From an address outside the source's `allow_ips` (403, body not read).
+        IpNotAllowed => "ip_not_allowed",
         StoreError => "store_error",
         /// Counted under the source `_unknown`.
         UnknownSource => "unknown_source",
@@ -295,6 +302,7 @@ impl RequestOutcome {
                 | RequestOutcome::BodyRead
                 | RequestOutcome::Busy
                 | RequestOutcome::RateLimited
+                | RequestOutcome::IpNotAllowed
                 | RequestOutcome::StoreError
         )
     }

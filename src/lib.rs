@@ -43,6 +43,7 @@
 
 pub mod admin;
 pub mod alerts;
+pub mod allowlist;
 pub mod app;
 pub mod cli;
 pub mod clock;

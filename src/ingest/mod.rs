@@ -67,6 +67,8 @@ pub struct Source {
     pub index: Vec<(String, String)>,
     /// `[sources.limits] requests`: over it, 429 before the body is read.
     pub request_limit: Option<Arc<limit::RequestLimit>>,
+    /// `allow_ips`: from any other address, 403 before the body is read.
+    pub allowlist: Option<crate::allowlist::Allowlist>,
 }
 
 /// A route as ingest sees it: its name, which entries it takes, and where an
@@ -254,6 +256,8 @@ pub struct IngestState {
     pub pressure: Arc<crate::pressure::IngestPressure>,
     /// Each request's spans, when traces are on.
     pub traces: Traces,
+    /// `server.trusted_proxies`: whose forwarding headers name the client.
+    pub trusted_proxies: Arc<[ipnet::IpNet]>,
 }
 
 pub fn router(state: Arc<IngestState>) -> Router {
@@ -586,7 +590,8 @@ fn rejection_reason(e: &ApiError) -> Option<&'static str> {
         | ApiError::BodyTimeout
         | ApiError::BodyRead
         | ApiError::Busy
-        | ApiError::RateLimited { .. } => Some(e.outcome().label()),
+        | ApiError::RateLimited { .. }
+        | ApiError::IpNotAllowed => Some(e.outcome().label()),
         _ => None,
     }
 }
@@ -599,19 +604,28 @@ async fn handle(
     trace: Option<&mut IngestTrace>,
 ) -> Result<Handled, ApiError> {
     let declared = body::declared_length(req.headers());
-    let client = req
-        .extensions()
-        .get::<crate::serve::Peer>()
-        .map(|p| p.client);
+    let peer = req.extensions().get::<crate::serve::Peer>();
+    let client = peer.map(|p| p.client);
+    // The client's own address: behind a trusted proxy, the one it forwarded.
+    let address = peer.map(|p| {
+        crate::serve::forwarded::client_address(p.addr.ip(), req.headers(), &ingest.trusted_proxies)
+    });
     let source = ingest.sources.get(source_name).cloned();
     let (parts, body) = req.into_parts();
     let mut read = None;
     let result = match &source {
         Some(source) => {
-            handle_source(
-                ingest, source, &parts, body, declared, client, &mut read, trace,
-            )
-            .await
+            if let Some(list) = &source.allowlist
+                && !address.is_some_and(|a| list.allows(a))
+            {
+                body::drain(body, declared);
+                Err(ApiError::IpNotAllowed)
+            } else {
+                handle_source(
+                    ingest, source, &parts, body, declared, client, &mut read, trace,
+                )
+                .await
+            }
         }
         None => Err(ApiError::UnknownSource(source_name.to_string())),
     };
@@ -624,7 +638,7 @@ async fn handle(
             keep_body: source.as_ref().is_some_and(|s| s.keep_rejected_bodies),
             reason,
             status: e.status().as_u16(),
-            client,
+            client: address.or(client),
             headers: &parts.headers,
             declared,
             body: read.as_deref(),

@@ -359,8 +359,8 @@ pub struct Rejection {
     /// Whether that source is configured.
     pub known: bool,
     /// `mismatch`, `stale`, `missing_signature`, … (a refused signature), or
-    /// `too_large`, `unknown_source`, `busy`, `rate_limited`, `body_timeout`,
-    /// `body_read`.
+    /// `too_large`, `unknown_source`, `busy`, `rate_limited`, `ip_not_allowed`,
+    /// `body_timeout`, `body_read`.
     pub reason: String,
     /// The HTTP status answered.
     pub status: u16,

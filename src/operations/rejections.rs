@@ -48,6 +48,9 @@ pub fn hint(reason: &str) -> &'static str {
         "busy" => {
             "The memory shared by request bodies was spent: a burst, or many slow senders; the provider retries."
         }
+        "ip_not_allowed" => {
+            "The client's address is not in the source's allow_ips (or the provider's published ranges): a sender that is not the provider, a provider range not yet published, or a proxy in front of hookgate missing from server.trusted_proxies."
+        }
         "rate_limited" => {
             "The source was over its request limit ([sources.limits] requests): a burst from the provider, or a flood; the sender was told when to retry."
         }

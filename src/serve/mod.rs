@@ -31,6 +31,7 @@
 
 mod body;
 mod clients;
+pub mod forwarded;
 mod idle;
 mod tracked;
 

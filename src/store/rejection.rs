@@ -39,7 +39,8 @@ pub struct Rejection {
     pub known: bool,
     /// Why: the `reason` of `hookgate_ingest_unverified_total` for a refused
     /// signature (`mismatch`, `stale`, …), else the request's outcome (`too_large`,
-    /// `unknown_source`, `busy`, `rate_limited`, `body_timeout`, `body_read`).
+    /// `unknown_source`, `busy`, `rate_limited`, `ip_not_allowed`, `body_timeout`,
+    /// `body_read`).
     pub reason: String,
     /// The HTTP status answered.
     pub status: u16,

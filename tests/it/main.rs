@@ -6,6 +6,7 @@ mod support;
 mod admin;
 mod admin_guard;
 mod admin_reads;
+mod allowlist;
 mod attack;
 mod browser;
 mod cli;

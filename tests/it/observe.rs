@@ -115,7 +115,11 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
     let h = StoreHandle::new(Backend::Embedded);
     let sources = format!(
         "{}{}",
-        source("first_a", "http://127.0.0.1:9/a", ""),
+        source(
+            "first_a",
+            "http://127.0.0.1:9/a",
+            "allow_ips = \"provider\"\n[sources.provider_options]\nfetch_base = \"http://127.0.0.1:9\"\n"
+        ),
         source("first_b", "http://user:pw@127.0.0.1:19/b", "")
     );
     let cfg = config::from_toml_str(&format!("{}\n{sources}", h.toml()), &|_| None).unwrap();
@@ -168,6 +172,14 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
                     let name = format!("{family}_count");
                     assert!(s.value(&name, "kind", k).is_some(), "{family} {k}");
                 }
+            }
+            // Per provider list: the one source `first_a` takes.
+            "hookgate_allowlist_ranges"
+            | "hookgate_allowlist_refresh_failing"
+            | "hookgate_allowlist_fetched_timestamp_seconds"
+            | "hookgate_allowlist_refreshes_total"
+            | "hookgate_allowlist_changes_total" => {
+                assert!(s.value(family, "provider", "stripe").is_some(), "{family}");
             }
             "hookgate_store_readiness_changes_total" => {
                 for r in ["true", "false"] {
@@ -389,4 +401,37 @@ async fn shipped_alert_rules_are_quiet_when_idle_and_fire_on_one_dead_letter() {
             "alert_rule_test": [quiet_dead(4), fires(5), fires(12), quiet_dead(25)],
         }),
     ]);
+}
+
+/// The allowlist rules on the gauges a provider's list raises: a list never known
+/// (`hookgate_allowlist_ranges` 0) pages within minutes and clears once one is; a
+/// refresh failing for 30 minutes warns while the list in force stays.
+#[test]
+fn shipped_allowlist_rules_fire_on_a_list_unknown_or_stale() {
+    let _ = promtool();
+    let series = |name: &str, values: &str| serde_json::json!({"series": format!("{name}{{provider=\"github\"}}"), "values": values});
+    let at = |m: u32, alert: &str, labels: Option<&str>| {
+        let exp = match labels {
+            Some(severity) => {
+                serde_json::json!([{"exp_labels": {"severity": severity, "provider": "github"}}])
+            }
+            None => serde_json::json!([]),
+        };
+        serde_json::json!({"eval_time": format!("{m}m"), "alertname": alert, "exp_alerts": exp})
+    };
+    promtool_test(vec![serde_json::json!({
+        "interval": "1m",
+        // No list for 10 minutes, then 12 ranges; the refresh fails from minute 10.
+        "input_series": [
+            series("hookgate_allowlist_ranges", "0x9 12x60"),
+            series("hookgate_allowlist_refresh_failing", "0x9 1x60"),
+        ],
+        "alert_rule_test": [
+            at(3, "HookgateAllowlistEmpty", None),
+            at(6, "HookgateAllowlistEmpty", Some("critical")),
+            at(12, "HookgateAllowlistEmpty", None),
+            at(35, "HookgateAllowlistStale", None),
+            at(45, "HookgateAllowlistStale", Some("warning")),
+        ],
+    })]);
 }

@@ -697,6 +697,68 @@ fn compile_credential_headers(
     Ok(credential_headers)
 }
 
+/// `[ranges]` and `fetch_base`: an `https://` URL with a JSON pointer, fetched from
+/// the loopback `fetch_base` instead when the spec sets one (tests).
+fn compile_ranges(
+    raw: Option<&RawRanges>,
+    fetch_base: Option<&str>,
+    invalid: Invalid<'_>,
+) -> Result<Option<Ranges>, SpecError> {
+    let base = match fetch_base {
+        Some(base) => Some(loopback_origin(base).ok_or_else(|| {
+            invalid.at(
+                "fetch_base",
+                "must be a loopback http:// origin without a path (http://127.0.0.1:PORT): it is for tests".into(),
+            )
+        })?),
+        None => None,
+    };
+    let Some(raw) = raw else { return Ok(None) };
+    let uri: http::Uri = raw
+        .url
+        .parse()
+        .map_err(|_| invalid.at("ranges.url", format!("{:?} is not a URL", raw.url)))?;
+    if uri.scheme_str() != Some("https") || uri.host().is_none_or(str::is_empty) {
+        return Err(invalid.at(
+            "ranges.url",
+            format!("{:?} must be an https:// URL", raw.url),
+        ));
+    }
+    if !(raw.pointer.is_empty() || raw.pointer.starts_with('/')) {
+        return Err(invalid.at(
+            "ranges.pointer",
+            format!("{:?} is not a JSON pointer", raw.pointer),
+        ));
+    }
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    Ok(Some(Ranges {
+        url: match base {
+            Some(base) => format!("{base}{path}"),
+            None => raw.url.clone(),
+        },
+        published: raw.url.clone(),
+        pointer: raw.pointer.clone(),
+        field: raw.field.clone(),
+    }))
+}
+
+/// `text` as an `http://` origin on a loopback address (`127.0.0.0/8`, `::1`,
+/// `localhost`), without a trailing slash; `None` when it is anything else.
+fn loopback_origin(text: &str) -> Option<String> {
+    let uri: http::Uri = text.parse().ok()?;
+    if uri.scheme_str() != Some("http") || uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+        return None;
+    }
+    let host = uri.host()?;
+    let loopback = host == "localhost"
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    loopback.then(|| text.trim_end_matches('/').to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -764,66 +826,4 @@ mod tests {
         );
         assert!(spec("json:/signature/signaturex", "{timestamp}{json:/data}").is_ok());
     }
-}
-
-/// `[ranges]` and `fetch_base`: an `https://` URL with a JSON pointer, fetched from
-/// the loopback `fetch_base` instead when the spec sets one (tests).
-fn compile_ranges(
-    raw: Option<&RawRanges>,
-    fetch_base: Option<&str>,
-    invalid: Invalid<'_>,
-) -> Result<Option<Ranges>, SpecError> {
-    let base = match fetch_base {
-        Some(base) => Some(loopback_origin(base).ok_or_else(|| {
-            invalid.at(
-                "fetch_base",
-                "must be a loopback http:// origin without a path (http://127.0.0.1:PORT): it is for tests".into(),
-            )
-        })?),
-        None => None,
-    };
-    let Some(raw) = raw else { return Ok(None) };
-    let uri: http::Uri = raw
-        .url
-        .parse()
-        .map_err(|_| invalid.at("ranges.url", format!("{:?} is not a URL", raw.url)))?;
-    if uri.scheme_str() != Some("https") || uri.host().is_none_or(str::is_empty) {
-        return Err(invalid.at(
-            "ranges.url",
-            format!("{:?} must be an https:// URL", raw.url),
-        ));
-    }
-    if !(raw.pointer.is_empty() || raw.pointer.starts_with('/')) {
-        return Err(invalid.at(
-            "ranges.pointer",
-            format!("{:?} is not a JSON pointer", raw.pointer),
-        ));
-    }
-    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    Ok(Some(Ranges {
-        url: match base {
-            Some(base) => format!("{base}{path}"),
-            None => raw.url.clone(),
-        },
-        published: raw.url.clone(),
-        pointer: raw.pointer.clone(),
-        field: raw.field.clone(),
-    }))
-}
-
-/// `text` as an `http://` origin on a loopback address (`127.0.0.0/8`, `::1`,
-/// `localhost`), without a trailing slash; `None` when it is anything else.
-fn loopback_origin(text: &str) -> Option<String> {
-    let uri: http::Uri = text.parse().ok()?;
-    if uri.scheme_str() != Some("http") || uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
-        return None;
-    }
-    let host = uri.host()?;
-    let loopback = host == "localhost"
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    loopback.then(|| text.trim_end_matches('/').to_string())
 }

@@ -223,14 +223,13 @@ pub(super) async fn saved_ranges(
     c: &impl GenericClient,
     url: &str,
 ) -> Result<Option<crate::store::SavedRanges>, StoreError> {
-    Ok(c
-        .query_opt_cached(
-            "SELECT ranges, fetched_at FROM provider_ranges WHERE url = $1",
-            &[&url],
-        )
-        .await?
-        .map(|row| crate::store::SavedRanges {
-            ranges: row.get(0),
-            fetched_at: row.get(1),
-        }))
+    Ok(c.query_opt_cached(
+        "SELECT ranges, fetched_at FROM provider_ranges WHERE url = $1",
+        &[&url],
+    )
+    .await?
+    .map(|row| crate::store::SavedRanges {
+        ranges: row.get(0),
+        fetched_at: row.get(1),
+    }))
 }

@@ -135,12 +135,12 @@ async fn saved_ranges(backend: Backend) {
         fetched_at: 1_700_000_060_000,
     };
     store.save_ranges(url, &second).await.unwrap();
+    assert_eq!(store.saved_ranges(url).await.unwrap(), Some(second.clone()));
     assert_eq!(
-        store.saved_ranges(url).await.unwrap(),
-        Some(second.clone())
-    );
-    assert_eq!(
-        store.saved_ranges("https://stripe.com/files/ips/ips_webhooks.json").await.unwrap(),
+        store
+            .saved_ranges("https://stripe.com/files/ips/ips_webhooks.json")
+            .await
+            .unwrap(),
         None,
         "another URL has its own"
     );
