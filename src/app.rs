@@ -347,6 +347,10 @@ async fn build(
         pressure: pressure.clone(),
         traces: traces.clone(),
         trusted_proxies: cfg.server.trusted_proxies.clone().into(),
+        certificates: Arc::new(
+            crate::provider::certificate::Certificates::new()
+                .context("the HTTP client of certificate fetches")?,
+        ),
     });
     let source_count = state.sources.len();
     let (ingest_limits, admin_limits, probe_limits) = http_limits(cfg);

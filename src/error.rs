@@ -46,6 +46,10 @@ pub enum ApiError {
     /// read.
     #[error("over this source's request limit, retry in {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
+    /// The certificate a request names could not be fetched now (certificate
+    /// schemes): 503 with `Retry-After`, so that the provider retries.
+    #[error("the signing certificate cannot be fetched now, retry later")]
+    CertificateUnavailable(String),
     /// The store could not take a webhook: no 2xx, and a `Retry-After` so that the
     /// provider retries. The ingest handler logs the cause on the request's line.
     #[error("store unavailable, retry later")]
@@ -151,6 +155,7 @@ impl ApiError {
             }
             ApiError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Busy
+            | ApiError::CertificateUnavailable(_)
             | ApiError::NotStored(_)
             | ApiError::StoreUnavailable(_)
             | ApiError::TransformUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -178,6 +183,7 @@ impl ApiError {
             ApiError::Throttled { .. } => RequestOutcome::Throttled,
             ApiError::RateLimited { .. } => RequestOutcome::RateLimited,
             ApiError::IpNotAllowed => RequestOutcome::IpNotAllowed,
+            ApiError::CertificateUnavailable(_) => RequestOutcome::CertificateUnavailable,
             ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
                 RequestOutcome::Conflict
             }
@@ -192,6 +198,7 @@ impl ApiError {
     fn retry_after(&self) -> Option<&'static str> {
         match self {
             ApiError::NotStored(_) => Some("5"),
+            ApiError::CertificateUnavailable(_) => Some("30"),
             ApiError::Busy => Some("1"),
             _ => None,
         }
@@ -263,6 +270,8 @@ crate::telemetry::label_values! {
         RateLimited => "rate_limited",
         /// From an address outside the source's `allow_ips` (403, body not read).
         IpNotAllowed => "ip_not_allowed",
+        /// The signing certificate the request names could not be fetched (503).
+        CertificateUnavailable => "certificate_unavailable",
         StoreError => "store_error",
         /// Counted under the source `_unknown`.
         UnknownSource => "unknown_source",
@@ -303,6 +312,7 @@ impl RequestOutcome {
                 | RequestOutcome::Busy
                 | RequestOutcome::RateLimited
                 | RequestOutcome::IpNotAllowed
+                | RequestOutcome::CertificateUnavailable
                 | RequestOutcome::StoreError
         )
     }

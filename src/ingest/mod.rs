@@ -258,6 +258,8 @@ pub struct IngestState {
     pub traces: Traces,
     /// `server.trusted_proxies`: whose forwarding headers name the client.
     pub trusted_proxies: Arc<[ipnet::IpNet]>,
+    /// The certificates of certificate schemes (SNS, PayPal), fetched and kept.
+    pub certificates: Arc<crate::provider::certificate::Certificates>,
 }
 
 pub fn router(state: Arc<IngestState>) -> Router {
@@ -506,6 +508,38 @@ fn refuse_early(
     Ok(reservation)
 }
 
+/// For a source whose provider signs with a certificate's key: that key, once the
+/// URL the request names is one the spec allows. `None` for every other scheme.
+async fn certified_key(
+    ingest: &IngestState,
+    source: &Source,
+    head: Head<'_>,
+    url: Option<&str>,
+    body: &[u8],
+) -> Result<Option<crate::provider::Key>, ApiError> {
+    use crate::provider::certificate::CertificateError;
+    let req = verify::Request {
+        method: head.method.as_str(),
+        path: head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
+        url,
+        headers: head.headers,
+        body,
+    };
+    let named = match source.verifier.certificate_url(req) {
+        None => return Ok(None),
+        Some(Ok(named)) => named,
+        Some(Err(_)) => return Err(ApiError::Unverified(VerifyError::CertificateUrl)),
+    };
+    match ingest.certificates.key(&named).await {
+        Ok(key) => Ok(Some(key)),
+        Err(CertificateError::Refused) => Err(ApiError::Unverified(VerifyError::CertificateUrl)),
+        Err(CertificateError::Invalid(_)) => {
+            Err(ApiError::Unverified(VerifyError::CertificateInvalid))
+        }
+        Err(CertificateError::Unavailable(cause)) => Err(ApiError::CertificateUnavailable(cause)),
+    }
+}
+
 /// Verify a request and decide what to do with it: answer a handshake, or store an
 /// entry (with its dedupe key). Synchronous, so that it can run on the blocking pool.
 fn decide(
@@ -514,18 +548,21 @@ fn decide(
     url: Option<&str>,
     body: &Bytes,
     now_ms: i64,
+    certified: Option<&crate::provider::Key>,
 ) -> Result<Decision, VerifyError> {
     let path = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    let verified = source.verifier.verify(
-        verify::Request {
-            method: head.method.as_str(),
-            path,
-            url,
-            headers: head.headers,
-            body,
-        },
-        now_ms.div_euclid(1000),
-    )?;
+    let req = verify::Request {
+        method: head.method.as_str(),
+        path,
+        url,
+        headers: head.headers,
+        body,
+    };
+    let now = now_ms.div_euclid(1000);
+    let verified = match certified {
+        Some(key) => source.verifier.verify_certified(req, Some(now), key)?,
+        None => source.verifier.verify(req, now)?,
+    };
     if let Some(reply) = verified.handshake() {
         return Ok(Decision::Handshake(reply));
     }
@@ -727,6 +764,9 @@ async fn handle_source(
         uri: &parts.uri,
         headers: &parts.headers,
     };
+    // A certificate scheme: the key of the certificate the request names, its URL
+    // checked first (see `provider::certificate`).
+    let certified = certified_key(ingest, source, head, url.as_deref(), &body).await?;
     let decision = if body.len() > OFFLOAD_BODY_BYTES {
         // Hashing a large body takes long enough to stall the other requests of an
         // async worker: do it on the blocking pool, a bounded number at a time.
@@ -747,13 +787,28 @@ async fn handle_source(
                 uri: &uri,
                 headers: &headers,
             };
-            decide(&source, head, url.as_deref(), &body, now_ms)
+            decide(
+                &source,
+                head,
+                url.as_deref(),
+                &body,
+                now_ms,
+                certified.as_ref(),
+            )
         })
         .await
         .map_err(|_| ApiError::Busy)
         .and_then(|d| d.map_err(ApiError::from))
     } else {
-        decide(source, head, url.as_deref(), &body, now_ms).map_err(ApiError::from)
+        decide(
+            source,
+            head,
+            url.as_deref(),
+            &body,
+            now_ms,
+            certified.as_ref(),
+        )
+        .map_err(ApiError::from)
     };
     mark(IngestPhase::Verify, verify_start);
     match decision? {

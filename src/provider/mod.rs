@@ -10,6 +10,7 @@
 //! registry and the per-source [`Verifier`]. Reading `providers_dir` here is the only
 //! I/O in `provider`, and nothing in it reads the clock: the caller passes `now`.
 
+pub mod certificate;
 pub mod sign;
 pub mod signed;
 pub mod spec;
@@ -36,6 +37,7 @@ use crate::config::Secret;
 
 /// The provider specs shipped in the binary, as (file name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
+    ("aws-sns.toml", include_str!("../../providers/aws-sns.toml")),
     (
         "bitbucket.toml",
         include_str!("../../providers/bitbucket.toml"),
@@ -85,6 +87,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("meta.toml", include_str!("../../providers/meta.toml")),
     ("mux.toml", include_str!("../../providers/mux.toml")),
     ("paddle.toml", include_str!("../../providers/paddle.toml")),
+    ("paypal.toml", include_str!("../../providers/paypal.toml")),
     (
         "paystack.toml",
         include_str!("../../providers/paystack.toml"),
@@ -315,6 +318,31 @@ impl Verifier {
         req: Request<'a>,
     ) -> Result<Verified<'a>, VerifyError> {
         verify::verify_ignoring_timestamp(&self.spec, &self.keys, req)
+    }
+
+    /// Verify a request of a certificate scheme under `fetched`, the key of the
+    /// certificate it names (at `now`, or without a timestamp window).
+    pub fn verify_certified<'a>(
+        &'a self,
+        req: Request<'a>,
+        now: Option<i64>,
+        fetched: &Key,
+    ) -> Result<Verified<'a>, VerifyError> {
+        verify::verify_certified(&self.spec, &self.keys, req, now, fetched)
+    }
+
+    /// The certificate URL a request of a certificate scheme names, checked against
+    /// the spec's `[certificate]`; `None` for other schemes.
+    pub fn certificate_url(
+        &self,
+        req: Request<'_>,
+    ) -> Option<Result<certificate::CertificateUrl, certificate::CertificateError>> {
+        let rule = self.spec.certificate.as_ref()?;
+        let ctx = verify::Context::new(req, verify::ParsedSignature::default());
+        Some(match ctx.value(&rule.url) {
+            Some(named) => certificate::check_url(rule, &named),
+            None => Err(certificate::CertificateError::Refused),
+        })
     }
 }
 

@@ -114,7 +114,10 @@ pub fn sign(spec: &Spec, secret: &Secret, input: &SignInput<'_>) -> Result<Signe
             sign_hmac(spec, secret, input)
         }
         Algorithm::Token => sign_token(spec, secret, input),
-        Algorithm::Ed25519 | Algorithm::EcdsaP256Sha256 => Err(SignError::PublicKey {
+        Algorithm::Ed25519
+        | Algorithm::EcdsaP256Sha256
+        | Algorithm::RsaSha1
+        | Algorithm::RsaSha256 => Err(SignError::PublicKey {
             provider: spec.name.clone(),
             algorithm: algorithm.name(),
         }),

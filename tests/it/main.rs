@@ -9,6 +9,7 @@ mod admin_reads;
 mod allowlist;
 mod attack;
 mod browser;
+mod certificates;
 mod cli;
 mod cli_pipe;
 mod cluster;

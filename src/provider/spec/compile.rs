@@ -4,11 +4,13 @@
 //! covers the body, one algorithm family, …). Every error names the provider and
 //! the key.
 
-use super::raw::{RawEvent, RawHandshake, RawRanges, RawSignature, RawSpec, RawTimestamp};
+use super::raw::{
+    RawCertificate, RawEvent, RawHandshake, RawRanges, RawSignature, RawSpec, RawTimestamp,
+};
 use super::template::{parse_source, parse_template, parse_value_template};
 use super::{
-    Algorithm, Encoding, Handshake, HeaderFormat, Ranges, SecretEncoding, Segment, Spec, SpecError,
-    TimeUnit, TimestampRule, UrlPort, ValueSource, ValueTemplate,
+    Algorithm, CertificateRule, Encoding, Handshake, HeaderFormat, Ranges, SecretEncoding, Segment,
+    Spec, SpecError, TimeUnit, TimestampRule, UrlPort, ValueSource, ValueTemplate,
 };
 use crate::config::raw::OneOrMany;
 
@@ -123,6 +125,13 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
             }
         }
     }
+    let certificate = compile_certificate(
+        raw.certificate.as_ref(),
+        &signature.algorithms,
+        &signature.content,
+        raw.fetch_base.as_deref(),
+        invalid,
+    )?;
     Ok(Spec {
         name: raw.name,
         summary: raw.summary,
@@ -143,6 +152,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
         handshake,
         credential_headers,
         ranges: compile_ranges(raw.ranges.as_ref(), raw.fetch_base.as_deref(), invalid)?,
+        certificate,
         vectors: raw.vectors,
     })
 }
@@ -196,7 +206,7 @@ fn signature_algorithms(
             invalid.at(
                 "signature.algorithm",
                 format!(
-                    "unknown algorithm {name:?}; use hmac-sha256, hmac-sha1, hmac-sha512, token, ed25519 or ecdsa-p256-sha256"
+                    "unknown algorithm {name:?}; use hmac-sha256, hmac-sha1, hmac-sha512, token, ed25519, ecdsa-p256-sha256, rsa-sha1 or rsa-sha256"
                 ),
             )
         })?;
@@ -210,10 +220,13 @@ fn signature_algorithms(
             "the list of algorithms is empty".into(),
         ));
     }
-    if algorithms.len() > 1 && !algorithms.iter().all(|a| a.is_hmac()) {
+    if algorithms.len() > 1
+        && !algorithms.iter().all(|a| a.is_hmac())
+        && !algorithms.iter().all(|a| a.is_certificate())
+    {
         return Err(invalid.at(
             "signature.algorithm",
-            "only HMAC algorithms can be listed together".into(),
+            "only HMAC algorithms, or only RSA ones, can be listed together".into(),
         ));
     }
     Ok(algorithms)
@@ -366,7 +379,19 @@ fn signature_secret_encoding(
             ));
         }
     };
-    if algorithm.is_public_key() && secret_encoding == SecretEncoding::Utf8 {
+    if algorithm.is_certificate() && secret_encoding != SecretEncoding::Utf8 {
+        return Err(invalid.at(
+            "signature.secret_encoding",
+            format!(
+                "{} checks a fetched certificate's key; the secret is a value the request is bound to: use utf8",
+                algorithm.name()
+            ),
+        ));
+    }
+    if algorithm.is_public_key()
+        && !algorithm.is_certificate()
+        && secret_encoding == SecretEncoding::Utf8
+    {
         return Err(invalid.at(
             "signature.secret_encoding",
             format!("{} takes a public key; use hex or base64", algorithm.name()),
@@ -757,6 +782,99 @@ fn loopback_origin(text: &str) -> Option<String> {
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback());
     loopback.then(|| text.trim_end_matches('/').to_string())
+}
+
+/// `[certificate]`: required by the `rsa-*` algorithms and refused without them;
+/// `{secret}` in the signed content only with them.
+fn compile_certificate(
+    raw: Option<&RawCertificate>,
+    algorithms: &[Algorithm],
+    content: &[Segment],
+    fetch_base: Option<&str>,
+    invalid: Invalid<'_>,
+) -> Result<Option<CertificateRule>, SpecError> {
+    let certificate_scheme = algorithms.iter().any(|a| a.is_certificate());
+    if content.contains(&Segment::Secret) && !certificate_scheme {
+        return Err(invalid.at(
+            "signature.content",
+            "{secret} is for certificate schemes (rsa-*), where the secret is a value the receiver knows".into(),
+        ));
+    }
+    let raw = match (raw, certificate_scheme) {
+        (None, false) => return Ok(None),
+        (Some(_), false) => {
+            return Err(invalid.at(
+                "certificate",
+                "a certificate checks rsa-* signatures; the algorithm is not one".into(),
+            ));
+        }
+        (None, true) => {
+            return Err(invalid.at(
+                "certificate",
+                "rsa-* signatures need [certificate]: where the request names its certificate"
+                    .into(),
+            ));
+        }
+        (Some(raw), true) => raw,
+    };
+    let url = parse_source(&raw.url).map_err(|problem| invalid.at("certificate.url", problem))?;
+    if raw.hosts.is_empty() {
+        return Err(invalid.at(
+            "certificate.hosts",
+            "name the hosts certificates may come from: a certificate from anywhere proves nothing"
+                .into(),
+        ));
+    }
+    for host in &raw.hosts {
+        let labels_ok = host.split('.').count() >= 2
+            && host.split('.').all(|label| {
+                label == "*"
+                    || (!label.is_empty()
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            });
+        // A pattern needs a fixed registrable part: `*.com` would take any host.
+        let fixed = host.split('.').rev().take(2).all(|l| l != "*");
+        if !labels_ok || !fixed {
+            return Err(invalid.at(
+                "certificate.hosts",
+                format!(
+                    "{host:?} is not a host pattern (labels, `*` for one label, the last two fixed)"
+                ),
+            ));
+        }
+    }
+    let secret_matches = match &raw.secret_matches {
+        Some(src) => Some(
+            parse_source(src)
+                .map_err(|problem| invalid.at("certificate.secret_matches", problem))?,
+        ),
+        None => None,
+    };
+    if secret_matches.is_none() && !content.contains(&Segment::Secret) {
+        return Err(invalid.at(
+            "certificate.secret_matches",
+            "nothing binds a request to the source: anyone the provider signs for could post; sign {secret} or set secret_matches".into(),
+        ));
+    }
+    let fetch_base = match fetch_base {
+        Some(base) => Some(loopback_origin(base).ok_or_else(|| {
+            invalid.at(
+                "fetch_base",
+                "must be a loopback http:// origin without a path (http://127.0.0.1:PORT): it is for tests".into(),
+            )
+        })?),
+        None => None,
+    };
+    Ok(Some(CertificateRule {
+        url,
+        hosts: raw.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+        path_prefix: raw.path_prefix.clone(),
+        path_suffix: raw.path_suffix.clone(),
+        secret_matches,
+        fetch_base,
+    }))
 }
 
 #[cfg(test)]

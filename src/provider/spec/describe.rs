@@ -95,6 +95,20 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
         None => "none".into(),
     };
     let secret = match spec.algorithm() {
+        a if a.is_certificate() => match &spec.certificate {
+            Some(c) => {
+                let bound = match &c.secret_matches {
+                    Some(src) => format!("the value of {src} the source takes"),
+                    None => "the value signed as {secret}".to_string(),
+                };
+                format!(
+                    "secret = {bound}; the key is the certificate at {} (https on {})",
+                    c.url,
+                    c.hosts.join(", ")
+                )
+            }
+            None => "secret".to_string(),
+        },
         a if a.is_public_key() => format!(
             "secret = the provider's public key ({})",
             spec.secret_encoding.name()

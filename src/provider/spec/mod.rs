@@ -8,8 +8,10 @@
 //! The format covers the whole catalogue of schemes, not only the first providers:
 //!
 //! * `signature.algorithm`: `hmac-sha256`, `hmac-sha1`, `hmac-sha512`, `token` (the
-//!   header carries the secret itself, compared in constant time), `ed25519` or
-//!   `ecdsa-p256-sha256`. A list of HMAC algorithms (`["hmac-sha1", "hmac-sha256"]`)
+//!   header carries the secret itself, compared in constant time), `ed25519`,
+//!   `ecdsa-p256-sha256`, or the certificate schemes `rsa-sha1` and `rsa-sha256`
+//!   (RSA PKCS#1 v1.5 under the key of a certificate the request names, see
+//!   `[certificate]`; both may be listed together). A list of HMAC algorithms (`["hmac-sha1", "hmac-sha256"]`)
 //!   accepts a signature made with any of them under the same secrets (Twilio's Auth
 //!   Token and SharedKey schemes); the first one is what `hookgate sign` uses.
 //! * Public-key algorithms take the source's secret as the provider's **public key**,
@@ -33,7 +35,11 @@
 //! * `signature.content`: the signed-content template. Placeholders: `{body}` (the raw
 //!   bytes), `{timestamp}` (as received), `{method}`, `{path}` (path and query as
 //!   received), `{url}`, `{form_sorted}`, and any value source (`{header:Name}`,
-//!   `{signature:key}`, `{json:/pointer}`, `{form:field}`, `{query:name}`). Everything
+//!   `{signature:key}`, `{json:/pointer}`, `{form:field}`, `{query:name}`), and for
+//!   certificate schemes `{secret}` (the source's secret: PayPal's webhook id),
+//!   `{body_crc32}` (the body's CRC-32 as a decimal: a checksum, so the body does not
+//!   count as signed) and `{lines:A,B?,C}` (for each named top-level field of the
+//!   JSON body, `name\nvalue\n`; `B?` only when present: SNS's string to sign). Everything
 //!   else is literal; `{{` and `}}` escape braces. A template must sign the body or a
 //!   part of it.
 //! * `{url}` is the URL the provider calls: the source's `public_url` (a full URL
@@ -86,14 +92,22 @@
 //!   secret that verified the request, hex), `discord-ping` (JSON `{"type":1}`) and
 //!   `twitch-challenge` (a `webhook_callback_verification` message's `challenge`, as
 //!   plain text).
+//! * `[certificate]` (certificate schemes only): `url`, the value source that names
+//!   the certificate (`json:/SigningCertURL`, `header:PAYPAL-CERT-URL`); `hosts`, the
+//!   hosts it may be on (`*` is one DNS label, the last two labels fixed; `https://`
+//!   on the default port only); `path_prefix` / `path_suffix`; and `secret_matches`, a
+//!   value that must equal one of the source's secrets (SNS's `TopicArn`). A spec
+//!   must bind requests to the source, by `secret_matches` or by signing `{secret}`:
+//!   the provider signs for everyone. See `provider::certificate` for the fetch.
 //! * `[ranges]`: where the provider publishes the addresses it sends from, for
 //!   sources with `allow_ips = "provider"`: `url` (`https://` only, fetched without
 //!   following redirects, so the fetch is pinned to that host), `pointer` (the JSON
 //!   pointer of the array of ranges) and, when the array holds objects, `field`
 //!   (each one's member that holds the range). GitHub: `https://api.github.com/meta`,
 //!   `/hooks`.
-//! * `fetch_base`: tests only. Every fetch of the spec goes to this origin instead
-//!   of the provider's, with the same path; it must be a loopback `http://` origin
+//! * `fetch_base`: tests only. Every fetch of the spec (ranges, certificates) goes to
+//!   this origin instead of the provider's, with the same path (a certificate URL is
+//!   still checked against `hosts` first); it must be a loopback `http://` origin
 //!   (`http://127.0.0.1:PORT`), so it can never send a fetch anywhere but the machine
 //!   itself, no built-in spec sets it, and the gateway warns at start for each source
 //!   whose spec does.
@@ -147,6 +161,12 @@ pub enum Algorithm {
     Token,
     Ed25519,
     EcdsaP256Sha256,
+    /// RSA PKCS#1 v1.5 with SHA-1, under the key of a certificate the request names
+    /// (`[certificate]`): AWS SNS signature version 1.
+    RsaSha1,
+    /// RSA PKCS#1 v1.5 with SHA-256, under a fetched certificate's key: SNS version
+    /// 2, PayPal.
+    RsaSha256,
 }
 
 impl Algorithm {
@@ -158,6 +178,8 @@ impl Algorithm {
             Algorithm::Token => "token",
             Algorithm::Ed25519 => "ed25519",
             Algorithm::EcdsaP256Sha256 => "ecdsa-p256-sha256",
+            Algorithm::RsaSha1 => "rsa-sha1",
+            Algorithm::RsaSha256 => "rsa-sha256",
         }
     }
 
@@ -169,6 +191,8 @@ impl Algorithm {
             "token" => Algorithm::Token,
             "ed25519" => Algorithm::Ed25519,
             "ecdsa-p256-sha256" => Algorithm::EcdsaP256Sha256,
+            "rsa-sha1" => Algorithm::RsaSha1,
+            "rsa-sha256" => Algorithm::RsaSha256,
             _ => return None,
         })
     }
@@ -180,9 +204,23 @@ impl Algorithm {
         )
     }
 
-    /// The source's secret is the provider's public key; nothing here can sign.
+    /// The signature is checked with a public key (the source's secret, or a fetched
+    /// certificate's); nothing here can sign.
     pub fn is_public_key(self) -> bool {
-        matches!(self, Algorithm::Ed25519 | Algorithm::EcdsaP256Sha256)
+        matches!(
+            self,
+            Algorithm::Ed25519
+                | Algorithm::EcdsaP256Sha256
+                | Algorithm::RsaSha1
+                | Algorithm::RsaSha256
+        )
+    }
+
+    /// The key is a certificate's, fetched from the URL the request names
+    /// (`[certificate]`); the source's secret is a value the request must be bound to
+    /// (`{secret}`, `certificate.secret_matches`).
+    pub fn is_certificate(self) -> bool {
+        matches!(self, Algorithm::RsaSha1 | Algorithm::RsaSha256)
     }
 }
 
@@ -280,6 +318,23 @@ pub enum Segment {
     Url,
     FormSorted,
     Value(ValueSource),
+    /// `{secret}`: the source's secret as configured, for certificate schemes that
+    /// sign a value the receiver knows (PayPal's webhook id).
+    Secret,
+    /// `{body_crc32}`: the CRC-32 (IEEE) of the raw body, as an unsigned decimal
+    /// (PayPal). A checksum, not a digest: it does not make the body signed.
+    BodyCrc32,
+    /// `{lines:Message,MessageId,Subject?,…}`: for each named top-level field of the
+    /// JSON body, in order, `name\nvalue\n`; a name ending in `?` is skipped when the
+    /// body lacks it (AWS SNS's string to sign).
+    Lines(Vec<LineField>),
+}
+
+/// One field of a `{lines:…}` segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineField {
+    pub name: String,
+    pub optional: bool,
 }
 
 /// How `{url}` treats the port.
@@ -452,7 +507,30 @@ pub struct Spec {
     /// Where the provider publishes the addresses it sends from (`allow_ips =
     /// "provider"`).
     pub ranges: Option<Ranges>,
+    /// Where a certificate scheme's key comes from (`[certificate]`).
+    pub certificate: Option<CertificateRule>,
     pub vectors: Vec<Vector>,
+}
+
+/// `[certificate]`: where the request names the certificate whose key checks its
+/// signature, which URLs are acceptable, and what binds the request to the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateRule {
+    /// Where the certificate's URL is (`json:/SigningCertURL`, `header:PAYPAL-CERT-URL`).
+    pub url: ValueSource,
+    /// The hosts a certificate may come from: `sns.*.amazonaws.com`, where `*` is one
+    /// DNS label. The URL must be `https://` on one of them, on the default port.
+    pub hosts: Vec<String>,
+    /// What the URL's path must start with (`/v1/notifications/certs/`), if anything.
+    pub path_prefix: Option<String>,
+    /// What the URL's path must end with (`.pem`), if anything.
+    pub path_suffix: Option<String>,
+    /// A value of the request that must equal one of the source's secrets (SNS: the
+    /// `TopicArn` the source takes), checked once the signature verified.
+    pub secret_matches: Option<ValueSource>,
+    /// Tests only: the loopback origin certificates are fetched from instead (the
+    /// spec's `fetch_base`).
+    pub fetch_base: Option<String>,
 }
 
 /// A provider's published address ranges: where to fetch them and where they are
@@ -509,6 +587,14 @@ impl Spec {
             return true;
         }
         if has(&Segment::Timestamp) && self.timestamp.as_ref().is_some_and(|t| &t.from == src) {
+            return true;
+        }
+        if let ValueSource::Json(ptr) = src
+            && self.content.iter().any(|seg| match seg {
+                Segment::Lines(fields) => fields.iter().any(|f| ptr == &format!("/{}", f.name)),
+                _ => false,
+            })
+        {
             return true;
         }
         match src {
@@ -579,6 +665,15 @@ impl Spec {
                 Segment::Url => out.push_str("{url}"),
                 Segment::FormSorted => out.push_str("{form_sorted}"),
                 Segment::Value(v) => out.push_str(&format!("{{{v}}}")),
+                Segment::Secret => out.push_str("{secret}"),
+                Segment::BodyCrc32 => out.push_str("{body_crc32}"),
+                Segment::Lines(fields) => {
+                    let names: Vec<String> = fields
+                        .iter()
+                        .map(|f| format!("{}{}", f.name, if f.optional { "?" } else { "" }))
+                        .collect();
+                    out.push_str(&format!("{{lines:{}}}", names.join(",")));
+                }
             }
         }
         out

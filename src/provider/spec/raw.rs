@@ -28,6 +28,9 @@ pub struct RawSpec {
     /// source names them in `pass_headers`.
     #[serde(default)]
     pub credential_headers: Vec<String>,
+    /// `[certificate]`: where a certificate scheme's key comes from.
+    #[serde(default)]
+    pub certificate: Option<RawCertificate>,
     /// `[ranges]`: where the provider publishes the addresses it sends from.
     #[serde(default)]
     pub ranges: Option<RawRanges>,
@@ -37,6 +40,23 @@ pub struct RawSpec {
     pub fetch_base: Option<String>,
     #[serde(default)]
     pub vectors: Vec<Vector>,
+}
+
+/// `[certificate]`: the certificate a request names, for `rsa-*` algorithms.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertificate {
+    /// A value source: where the certificate's URL is.
+    pub url: String,
+    /// The hosts it may come from (`*` is one DNS label).
+    pub hosts: Vec<String>,
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    #[serde(default)]
+    pub path_suffix: Option<String>,
+    /// A value source that must equal one of the source's secrets.
+    #[serde(default)]
+    pub secret_matches: Option<String>,
 }
 
 /// `[ranges]`: the provider's published list of the addresses it sends from.
@@ -165,6 +185,9 @@ pub struct Vector {
     /// Whether `hookgate sign` must reproduce the signature byte for byte.
     #[serde(default)]
     pub reproduce: bool,
+    /// For a certificate scheme: the PEM certificate the request's URL serves.
+    #[serde(default)]
+    pub certificate: Option<String>,
 }
 
 /// What a test vector expects of the verification engine.

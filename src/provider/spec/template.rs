@@ -3,7 +3,7 @@
 //! signed-content templates (`{timestamp}.{body}`). Each is parsed once, when the
 //! spec is compiled, so that verification never interprets a string.
 
-use super::{Part, Segment, ValueSource, ValueTemplate};
+use super::{LineField, Part, Segment, ValueSource, ValueTemplate};
 
 const SOURCE_HINT: &str =
     "use header:Name, signature:key, json:/pointer, form:field[#/pointer] or query:name";
@@ -93,6 +93,33 @@ pub fn parse_value_template(t: &str) -> Result<ValueTemplate, String> {
     })
 }
 
+/// The fields of `{lines:A,B?,C}`: names of top-level JSON fields, `?` marking the
+/// ones a body may lack.
+fn parse_lines(list: &str) -> Result<Vec<LineField>, String> {
+    let mut fields: Vec<LineField> = Vec::new();
+    for item in list.split(',') {
+        let item = item.trim();
+        let (name, optional) = match item.strip_suffix('?') {
+            Some(name) => (name, true),
+            None => (item, false),
+        };
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!("{item:?} is not a field name"));
+        }
+        if fields.iter().any(|f| f.name == name) {
+            return Err(format!("{name:?} is listed twice"));
+        }
+        fields.push(LineField {
+            name: name.to_string(),
+            optional,
+        });
+    }
+    if !fields.iter().any(|f| !f.optional) {
+        return Err("at least one field must be required".into());
+    }
+    Ok(fields)
+}
+
 /// Parse a signed-content template into segments.
 pub fn parse_template(t: &str) -> Result<Vec<Segment>, String> {
     let mut out = Vec::new();
@@ -124,6 +151,12 @@ pub fn parse_template(t: &str) -> Result<Vec<Segment>, String> {
                     "path" => Segment::Path,
                     "url" => Segment::Url,
                     "form_sorted" => Segment::FormSorted,
+                    "secret" => Segment::Secret,
+                    "body_crc32" => Segment::BodyCrc32,
+                    lines if lines.starts_with("lines:") => Segment::Lines(
+                        parse_lines(&lines["lines:".len()..])
+                            .map_err(|e| format!("placeholder {{{lines}}} in {t:?}: {e}"))?,
+                    ),
                     other => Segment::Value(
                         parse_source(other)
                             .map_err(|e| format!("placeholder {{{other}}} in {t:?}: {e}"))?,
@@ -146,6 +179,8 @@ pub fn parse_template(t: &str) -> Result<Vec<Segment>, String> {
             s,
             Segment::Body
                 | Segment::FormSorted
+                | Segment::BodyCrc32
+                | Segment::Lines(_)
                 | Segment::Value(ValueSource::Json(_))
                 | Segment::Value(ValueSource::Form { .. })
         )

@@ -24,7 +24,9 @@ fn padded(spec: &Spec, body: &[u8], pad: usize) -> Vec<u8> {
 #[test]
 fn verification_work_is_linear_in_the_body_for_every_provider() {
     let reg = Registry::builtin().unwrap();
-    for spec in reg.iter() {
+    // Certificate schemes verify under a fetched key: their vectors and
+    // tests/it/certificates.rs check them.
+    for spec in reg.iter().filter(|s| !s.algorithm().is_certificate()) {
         // Two keys, as during a rotation (public keys: the same key twice).
         let secrets = [
             Secret::new(test_secret(spec)),

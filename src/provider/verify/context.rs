@@ -28,6 +28,8 @@ pub(crate) struct Context<'a> {
     /// The body is bound by a signed SHA-256 digest (`signature.body_sha256`), so
     /// `{form_sorted}` contributes nothing.
     pub digest_bound: bool,
+    /// A certificate scheme's bound value being tried (`{secret}`).
+    pub secret: Option<std::sync::Arc<str>>,
     json: OnceCell<Option<serde_json::Value>>,
     /// The body's top-level object with its values borrowed raw, parsed once and
     /// shared by every pointer (event id and type read one scan, not four).
@@ -45,6 +47,7 @@ impl<'a> Context<'a> {
             req,
             signature,
             digest_bound: false,
+            secret: None,
             json: OnceCell::new(),
             top: OnceCell::new(),
             form: OnceCell::new(),

@@ -29,6 +29,11 @@ pub enum Key {
     Token([u8; 32]),
     Ed25519(ed25519_dalek::VerifyingKey),
     EcdsaP256(p256::ecdsa::VerifyingKey),
+    /// A certificate scheme's secret: a value the request is bound to (PayPal's
+    /// webhook id, an SNS topic), not a key.
+    Bound(std::sync::Arc<str>),
+    /// A fetched certificate's RSA public key (PKCS#1 `RSAPublicKey`, DER).
+    Rsa(std::sync::Arc<[u8]>),
 }
 
 impl std::fmt::Debug for Key {
@@ -39,7 +44,7 @@ impl std::fmt::Debug for Key {
 
 impl Key {
     pub(super) fn is_public(&self) -> bool {
-        matches!(self, Key::Ed25519(_) | Key::EcdsaP256(_))
+        matches!(self, Key::Ed25519(_) | Key::EcdsaP256(_) | Key::Rsa(_))
     }
 
     /// The HMAC of `data`, for HMAC keys.
@@ -53,7 +58,9 @@ impl Key {
             Key::Sha256(k) => Some(run(k, data)),
             Key::Sha1(k) => Some(run(k, data)),
             Key::Sha512(k) => Some(run(k, data)),
-            Key::Token(_) | Key::Ed25519(_) | Key::EcdsaP256(_) => None,
+            Key::Token(_) | Key::Ed25519(_) | Key::EcdsaP256(_) | Key::Bound(_) | Key::Rsa(_) => {
+                None
+            }
         }
     }
 }
@@ -80,6 +87,11 @@ pub fn prepare_keys(spec: &Spec, secrets: &[Secret]) -> Result<Vec<Key>, KeyErro
         };
         if bytes.is_empty() {
             return Err(err("the decoded secret is empty"));
+        }
+        // A certificate scheme's secret binds the request; the key is fetched.
+        if spec.algorithm().is_certificate() {
+            keys.push(Key::Bound(raw.into()));
+            continue;
         }
         for algorithm in &spec.algorithms {
             let hmac_err = |_| err("invalid HMAC key");
@@ -116,6 +128,8 @@ pub fn prepare_keys(spec: &Spec, secrets: &[Secret]) -> Result<Vec<Key>, KeyErro
                         err("expected a P-256 public key (DER SubjectPublicKeyInfo or SEC1 point)")
                     })?)
                 }
+                // Handled above: no key is made of the secret.
+                Algorithm::RsaSha1 | Algorithm::RsaSha256 => continue,
             });
         }
     }

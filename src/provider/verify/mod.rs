@@ -39,7 +39,7 @@ pub(crate) use signature::{ParsedSignature, compute, encode_sig, message, parse_
 use sha2::Digest as _;
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
-use super::spec::{Spec, UrlPort};
+use super::spec::{Segment, Spec, UrlPort};
 use signature::{PublicMessage, verify_public};
 
 /// Most signatures one header may offer; more is treated as malformed (bounds the
@@ -113,6 +113,10 @@ crate::telemetry::label_values! {
         BodyDigestMismatch => "body_digest_mismatch",
         #[error("malformed form body")]
         MalformedForm => "malformed_form",
+        #[error("certificate URL missing or not the provider's")]
+        CertificateUrl => "certificate_url",
+        #[error("the certificate cannot check signatures")]
+        CertificateInvalid => "certificate_invalid",
     }
 }
 
@@ -136,7 +140,20 @@ pub fn verify<'a>(
     req: Request<'a>,
     now: i64,
 ) -> Result<Verified<'a>, VerifyError> {
-    verify_inner(spec, keys, req, Some(now))
+    verify_inner(spec, keys, req, Some(now), None)
+}
+
+/// Verify a request of a certificate scheme at `now` (unix seconds): its signature
+/// under `fetched`, the key of the certificate the request names (see
+/// `provider::certificate`), bound to one of the source's secrets (`keys`).
+pub fn verify_certified<'a>(
+    spec: &'a Spec,
+    keys: &'a [Key],
+    req: Request<'a>,
+    now: Option<i64>,
+    fetched: &Key,
+) -> Result<Verified<'a>, VerifyError> {
+    verify_inner(spec, keys, req, now, Some(fetched))
 }
 
 /// Verify the signature only, ignoring the timestamp window (for test vectors whose
@@ -146,7 +163,7 @@ pub fn verify_ignoring_timestamp<'a>(
     keys: &'a [Key],
     req: Request<'a>,
 ) -> Result<Verified<'a>, VerifyError> {
-    verify_inner(spec, keys, req, None)
+    verify_inner(spec, keys, req, None, None)
 }
 
 /// The signatures `req` offers, decoded, as the engine reads them (for the fuzz
@@ -175,6 +192,7 @@ fn verify_inner<'a>(
     keys: &'a [Key],
     req: Request<'a>,
     now: Option<i64>,
+    fetched: Option<&Key>,
 ) -> Result<Verified<'a>, VerifyError> {
     let mut ctx = Context::new(req, ParsedSignature::default());
     ctx.signature = parse_signature(spec, &ctx)?;
@@ -210,6 +228,50 @@ fn verify_inner<'a>(
     }
 
     let urls = url_forms(spec, req.url)?;
+    if let Some(rule) = &spec.certificate {
+        // The key is the certificate's, never a configured one.
+        let fetched = fetched.ok_or(VerifyError::Mismatch)?;
+        let [offered] = ctx.signature.signatures.as_slice() else {
+            return Err(VerifyError::MalformedSignature);
+        };
+        let offered = offered.clone();
+        let bound = |value: &str, ctx: &Context<'_>| match &rule.secret_matches {
+            Some(src) => ctx
+                .value(src)
+                .is_some_and(|got| bool::from(got.as_bytes().ct_eq(value.as_bytes()))),
+            None => true,
+        };
+        let signs_secret = spec.content.contains(&Segment::Secret);
+        let mut matched = None;
+        for (i, key) in keys.iter().enumerate() {
+            let Key::Bound(value) = key else { continue };
+            if !bound(value, &ctx) {
+                continue;
+            }
+            ctx.secret = Some(value.clone());
+            for url in &urls {
+                let msg = message(spec, &ctx, ts_text.as_deref(), url.as_deref())?;
+                let msg = PublicMessage { msg, sha256: None };
+                if verify_public(fetched, &spec.algorithms, &msg, &offered) {
+                    matched = Some(i);
+                    break;
+                }
+            }
+            // Without {secret} the message is the same for every secret: checked once.
+            if matched.is_some() || !signs_secret {
+                break;
+            }
+        }
+        let Some(i) = matched else {
+            return Err(VerifyError::Mismatch);
+        };
+        return Ok(Verified {
+            ctx,
+            spec,
+            key: keys.get(i),
+            timestamp,
+        });
+    }
     let public = keys.iter().any(Key::is_public);
     // A public-key signature is one value: more than one offered is malformed, and
     // each key checks exactly one signature per URL form.
@@ -241,6 +303,7 @@ fn verify_inner<'a>(
                 for offered in &ctx.signature.signatures {
                     let ok = subtle::Choice::from(u8::from(verify_public(
                         key,
+                        &spec.algorithms,
                         &messages[url_index],
                         offered,
                     )));

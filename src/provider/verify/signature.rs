@@ -162,6 +162,31 @@ fn signed_content(
                 let value = ctx.value(src).ok_or(VerifyError::MissingSignedValue)?;
                 sink(value.as_bytes())
             }
+            Segment::Secret => sink(
+                ctx.secret
+                    .as_deref()
+                    .ok_or(VerifyError::MissingSignedValue)?
+                    .as_bytes(),
+            ),
+            Segment::BodyCrc32 => {
+                count_work(|w| w.bytes_hashed += ctx.req.body.len() as u64);
+                sink(crc32fast::hash(ctx.req.body).to_string().as_bytes())
+            }
+            Segment::Lines(fields) => {
+                let doc = ctx.json().ok_or(VerifyError::MissingSignedValue)?;
+                for field in fields {
+                    match doc.get(&field.name) {
+                        Some(serde_json::Value::String(value)) => {
+                            sink(field.name.as_bytes());
+                            sink(b"\n");
+                            sink(value.as_bytes());
+                            sink(b"\n");
+                        }
+                        None if field.optional => {}
+                        _ => return Err(VerifyError::MissingSignedValue),
+                    }
+                }
+            }
         }
     }
     Ok(())
@@ -197,7 +222,7 @@ pub(crate) fn compute(
         Key::Sha1(k) => run(k, spec, ctx, timestamp, url),
         Key::Sha512(k) => run(k, spec, ctx, timestamp, url),
         Key::Token(digest) => Ok(digest.to_vec()),
-        Key::Ed25519(_) | Key::EcdsaP256(_) => Ok(Vec::new()),
+        Key::Ed25519(_) | Key::EcdsaP256(_) | Key::Bound(_) | Key::Rsa(_) => Ok(Vec::new()),
     }
 }
 
@@ -221,10 +246,30 @@ pub(super) struct PublicMessage {
     pub(super) sha256: Option<[u8; 32]>,
 }
 
-/// Whether `sig` is a valid signature of the message under the public key.
-pub(super) fn verify_public(key: &Key, message: &PublicMessage, sig: &[u8]) -> bool {
+/// Whether `sig` is a valid signature of the message under the public key (an RSA
+/// key under any of `algorithms`).
+pub(super) fn verify_public(
+    key: &Key,
+    algorithms: &[crate::provider::spec::Algorithm],
+    message: &PublicMessage,
+    sig: &[u8],
+) -> bool {
+    use crate::provider::spec::Algorithm;
     count_work(|w| w.signatures_checked += 1);
     match key {
+        Key::Rsa(der) => algorithms.iter().any(|a| {
+            let alg: &dyn ring::signature::VerificationAlgorithm = match a {
+                Algorithm::RsaSha1 => {
+                    &ring::signature::RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY
+                }
+                Algorithm::RsaSha256 => &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+                _ => return false,
+            };
+            count_work(|w| w.bytes_hashed += message.msg.len() as u64);
+            ring::signature::UnparsedPublicKey::new(alg, &der[..])
+                .verify(&message.msg, sig)
+                .is_ok()
+        }),
         Key::Ed25519(vk) => {
             count_work(|w| w.bytes_hashed += message.msg.len() as u64);
             ed25519_dalek::Signature::from_slice(sig)

@@ -1,0 +1,331 @@
+//! The certificates of certificate schemes (AWS SNS, PayPal): the request names the
+//! URL of the certificate whose key signed it, so the key has to be fetched, and a
+//! forger names whatever URL they like.
+//!
+//! So the URL is checked before anything is fetched: `https://` on one of the
+//! spec's hosts (`sns.*.amazonaws.com`), the default port, no userinfo, the path
+//! ending as the spec says (`.pem`). The fetch follows no redirect, takes at most
+//! [`MAX_BYTES`] and [`FETCH_TIMEOUT`], and one URL is fetched by one request at a
+//! time. A certificate is kept for [`KEEP`] (and never past its own expiry), a
+//! failure for [`KEEP_FAILURE`]; at most [`MAX_CACHED`] URLs are kept and at most
+//! [`FETCHES_PER_MINUTE`] fetches start in a minute, so requests naming ever new
+//! URLs on the provider's hosts cost a bounded number of fetches. The certificate
+//! must be within its validity period and hold an RSA key.
+//!
+//! A spec's `fetch_base` (tests only, loopback) replaces the origin fetched from;
+//! the URL in the request is checked all the same.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt as _;
+
+use super::spec::CertificateRule;
+use super::verify::Key;
+
+/// The longest certificate read.
+pub const MAX_BYTES: usize = 64 * 1024;
+/// The longest one fetch may take, connection included.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a fetched certificate is kept.
+pub const KEEP: Duration = Duration::from_secs(24 * 3600);
+/// How long a failed fetch is remembered (requests naming that URL fail at once).
+pub const KEEP_FAILURE: Duration = Duration::from_secs(10);
+/// The most URLs kept.
+pub const MAX_CACHED: usize = 256;
+/// The most fetches started in any minute.
+pub const FETCHES_PER_MINUTE: usize = 30;
+
+/// Why no key came of the URL a request names.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CertificateError {
+    /// The URL is missing, or not one the spec allows: the request is refused.
+    #[error("the certificate URL is missing or not on the provider's hosts")]
+    Refused,
+    /// The certificate was fetched but holds no usable key (not PEM, not RSA,
+    /// expired): the request is refused.
+    #[error("the certificate is not a usable RSA certificate: {0}")]
+    Invalid(&'static str),
+    /// The certificate could not be fetched now: the request may succeed later.
+    #[error("the certificate could not be fetched: {0}")]
+    Unavailable(String),
+}
+
+/// Where a request's certificate is fetched from, once its URL is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateUrl {
+    /// As the request names it (the cache key).
+    pub named: String,
+    /// What is fetched: the same, or its path on the spec's `fetch_base`.
+    pub fetched: String,
+}
+
+/// Check the certificate URL a request names against `rule`.
+pub fn check_url(rule: &CertificateRule, named: &str) -> Result<CertificateUrl, CertificateError> {
+    if named.len() > 2048 {
+        return Err(CertificateError::Refused);
+    }
+    let uri: http::Uri = named.parse().map_err(|_| CertificateError::Refused)?;
+    let authority = uri.authority().ok_or(CertificateError::Refused)?;
+    let host = authority.host().to_ascii_lowercase();
+    let plain_authority = authority.as_str().eq_ignore_ascii_case(&host)
+        || authority
+            .as_str()
+            .eq_ignore_ascii_case(&format!("{host}:443"));
+    if uri.scheme_str() != Some("https")
+        || !plain_authority
+        || !rule.hosts.iter().any(|p| host_matches(p, &host))
+    {
+        return Err(CertificateError::Refused);
+    }
+    let path = uri.path();
+    let prefix_ok = rule
+        .path_prefix
+        .as_ref()
+        .is_none_or(|p| path.starts_with(p.as_str()) && !path.contains("/../"));
+    let suffix_ok = rule
+        .path_suffix
+        .as_ref()
+        .is_none_or(|s| path.ends_with(s.as_str()) && uri.query().is_none());
+    if !prefix_ok || !suffix_ok {
+        return Err(CertificateError::Refused);
+    }
+    let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
+    Ok(CertificateUrl {
+        named: named.to_string(),
+        fetched: match &rule.fetch_base {
+            Some(base) => format!("{base}{path_and_query}"),
+            None => named.to_string(),
+        },
+    })
+}
+
+/// Whether `host` matches `pattern`, where `*` is exactly one DNS label.
+fn host_matches(pattern: &str, host: &str) -> bool {
+    let (p, h): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), host.split('.').collect());
+    p.len() == h.len()
+        && p.iter().zip(&h).all(|(p, h)| {
+            !h.is_empty()
+                && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && (*p == "*" || p == h)
+        })
+}
+
+/// The RSA public key (PKCS#1 DER) of a PEM certificate, if it is valid at `now`.
+pub fn rsa_key_of(pem: &[u8], now: std::time::SystemTime) -> Result<Arc<[u8]>, CertificateError> {
+    use x509_cert::der::{Decode as _, DecodePem as _};
+    let cert = x509_cert::Certificate::from_pem(pem)
+        .or_else(|_| x509_cert::Certificate::from_der(pem))
+        .map_err(|_| CertificateError::Invalid("not a PEM or DER X.509 certificate"))?;
+    let validity = &cert.tbs_certificate.validity;
+    if now < validity.not_before.to_system_time() || now > validity.not_after.to_system_time() {
+        return Err(CertificateError::Invalid("outside its validity period"));
+    }
+    let spki = &cert.tbs_certificate.subject_public_key_info;
+    // rsaEncryption
+    if spki.algorithm.oid.to_string() != "1.2.840.113549.1.1.1" {
+        return Err(CertificateError::Invalid("its key is not RSA"));
+    }
+    let key = spki
+        .subject_public_key
+        .as_bytes()
+        .ok_or(CertificateError::Invalid(
+            "its key is not a whole number of bytes",
+        ))?;
+    Ok(key.into())
+}
+
+/// One URL's certificate, or why there is none, and since when.
+#[derive(Clone)]
+struct Cached {
+    at: Instant,
+    outcome: Result<(Arc<[u8]>, Instant), CertificateError>,
+}
+
+/// The certificates fetched so far, shared by every source of the gateway.
+pub struct Certificates {
+    client: reqwest::Client,
+    /// Per URL: a lock one fetch holds while the others wait for its outcome.
+    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Cached>>>>>,
+    /// When the fetches of the last minute started.
+    started: Mutex<Vec<Instant>>,
+}
+
+impl std::fmt::Debug for Certificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Certificates")
+    }
+}
+
+impl Certificates {
+    pub fn new() -> Result<Certificates, reqwest::Error> {
+        crate::tls::install_provider();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(FETCH_TIMEOUT)
+            .connect_timeout(FETCH_TIMEOUT)
+            .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Certificates {
+            client,
+            slots: Mutex::new(HashMap::new()),
+            started: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The key of the certificate at `url` (checked by [`check_url`]): kept, or
+    /// fetched now.
+    pub async fn key(&self, url: &CertificateUrl) -> Result<Key, CertificateError> {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            if !slots.contains_key(&url.named) && slots.len() >= MAX_CACHED {
+                // Make room: forget the URLs nobody is fetching now.
+                slots.retain(|_, s| Arc::strong_count(s) > 1);
+                if slots.len() >= MAX_CACHED {
+                    return Err(CertificateError::Unavailable(
+                        "too many certificate URLs at once".into(),
+                    ));
+                }
+            }
+            slots
+                .entry(url.named.clone())
+                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(None)))
+                .clone()
+        };
+        let mut cached = slot.lock().await;
+        if let Some(c) = cached.as_ref() {
+            let fresh = match &c.outcome {
+                Ok((_, expires)) => c.at.elapsed() < KEEP && Instant::now() < *expires,
+                Err(_) => c.at.elapsed() < KEEP_FAILURE,
+            };
+            if fresh {
+                return c.outcome.clone().map(|(k, _)| Key::Rsa(k));
+            }
+        }
+        if !self.may_fetch() {
+            return Err(CertificateError::Unavailable(
+                "too many certificate fetches this minute".into(),
+            ));
+        }
+        let outcome = self.fetch(&url.fetched).await;
+        match &outcome {
+            Ok(_) => tracing::info!(url = %url.named, "certificate fetched"),
+            Err(e) => tracing::warn!(url = %url.named, error = %e, "certificate fetch failed"),
+        }
+        *cached = Some(Cached {
+            at: Instant::now(),
+            outcome: outcome.clone(),
+        });
+        outcome.map(|(k, _)| Key::Rsa(k))
+    }
+
+    /// Whether another fetch may start this minute (and count it).
+    fn may_fetch(&self) -> bool {
+        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        let minute_ago = Instant::now().checked_sub(Duration::from_secs(60));
+        started.retain(|t| minute_ago.is_none_or(|m| *t > m));
+        if started.len() >= FETCHES_PER_MINUTE {
+            return false;
+        }
+        started.push(Instant::now());
+        true
+    }
+
+    /// Fetch and read one certificate: its key, and when it stops being valid here.
+    async fn fetch(&self, url: &str) -> Result<(Arc<[u8]>, Instant), CertificateError> {
+        let unavailable = |e: &dyn std::fmt::Display| CertificateError::Unavailable(e.to_string());
+        let resp = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if !resp.status().is_success() {
+            return Err(CertificateError::Unavailable(format!(
+                "answered HTTP {}",
+                resp.status().as_u16()
+            )));
+        }
+        let mut body = Vec::new();
+        let mut stream = resp.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| unavailable(&e))?;
+            if body.len() + chunk.len() > MAX_BYTES {
+                return Err(CertificateError::Invalid("larger than 64 KiB"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let key = rsa_key_of(&body, std::time::SystemTime::now())?;
+        Ok((key, Instant::now() + KEEP))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(fetch_base: Option<&str>) -> CertificateRule {
+        CertificateRule {
+            url: super::super::spec::ValueSource::Json("/SigningCertURL".into()),
+            hosts: vec![
+                "sns.*.amazonaws.com".into(),
+                "sns.*.amazonaws.com.cn".into(),
+            ],
+            path_prefix: None,
+            path_suffix: Some(".pem".into()),
+            secret_matches: None,
+            fetch_base: fetch_base.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn only_the_providers_hosts_over_https_are_fetched() {
+        let r = rule(None);
+        let good = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem";
+        assert_eq!(check_url(&r, good).unwrap().fetched, good);
+        assert!(check_url(&r, "https://sns.cn-north-1.amazonaws.com.cn/x.pem").is_ok());
+        assert!(check_url(&r, "https://SNS.us-east-1.amazonaws.com:443/x.pem").is_ok());
+        for bad in [
+            "http://sns.us-east-1.amazonaws.com/x.pem",
+            "https://sns.us-east-1.amazonaws.com.evil.com/x.pem",
+            "https://evil.com/sns.us-east-1.amazonaws.com/x.pem",
+            "https://sns.a.b.amazonaws.com/x.pem",
+            "https://sns..amazonaws.com/x.pem",
+            "https://user@sns.us-east-1.amazonaws.com/x.pem",
+            "https://sns.us-east-1.amazonaws.com:8443/x.pem",
+            "https://sns.us-east-1.amazonaws.com/x.pem.txt",
+            "https://sns.us-east-1.amazonaws.com/x?y.pem",
+            "https://s3.amazonaws.com/x.pem",
+            "not a url",
+            "",
+        ] {
+            assert!(check_url(&r, bad).is_err(), "{bad}");
+        }
+        let tests = rule(Some("http://127.0.0.1:4000"));
+        let got = check_url(&tests, good).unwrap();
+        assert_eq!(got.named, good);
+        assert_eq!(
+            got.fetched,
+            "http://127.0.0.1:4000/SimpleNotificationService-abc.pem"
+        );
+        // The override never lets another host through.
+        assert!(check_url(&tests, "https://evil.com/x.pem").is_err());
+    }
+
+    #[test]
+    fn a_certificate_that_is_not_one_is_refused() {
+        let now = std::time::SystemTime::now();
+        assert!(matches!(
+            rsa_key_of(b"hello", now),
+            Err(CertificateError::Invalid(_))
+        ));
+        assert!(matches!(
+            rsa_key_of(
+                b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+                now
+            ),
+            Err(CertificateError::Invalid(_))
+        ));
+    }
+}
