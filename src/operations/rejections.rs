@@ -39,6 +39,12 @@ pub fn hint(reason: &str) -> &'static str {
             "The body does not match the digest the provider signed: a proxy rewrote the body."
         }
         "malformed_form" => "The form body the provider signs cannot be read.",
+        "certificate_url" => {
+            "The certificate URL the request names is missing or not on the provider's hosts: a forgery, or a provider that moved its certificates (the spec's [certificate] hosts)."
+        }
+        "certificate_invalid" => {
+            "The certificate the request names is not a usable RSA certificate, or is outside its validity period."
+        }
         "unknown_source" => {
             "The URL names no configured source: a typo in the URL given to the provider, a source renamed or removed, or a scan of the endpoint."
         }
