@@ -108,6 +108,14 @@ pub fn build_sources(
                     Some(crate::allowlist::Allowlist::Published(list))
                 }
             };
+            if verifier.spec.handshake == Some(provider::spec::Handshake::MetaSubscribe)
+                && s.verify_token.is_none()
+            {
+                anyhow::bail!(
+                    "sources[{i}].verify_token: provider {:?} checks the endpoint with the verify token set in its dashboard; set verify_token_env to it",
+                    s.provider
+                );
+            }
             Ok(Source {
                 name: s.name.clone(),
                 verifier,
@@ -126,6 +134,7 @@ pub fn build_sources(
                     .request_limit
                     .map(|l| Arc::new(ingest::limit::RequestLimit::new(l))),
                 allowlist,
+                verify_token: s.verify_token.clone(),
             })
         })
         .collect()

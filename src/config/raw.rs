@@ -190,6 +190,11 @@ pub struct RawSource {
     /// Indexed JSON pointers of the body, by name (`[sources.index]`).
     #[serde(default)]
     pub index: std::collections::BTreeMap<String, String>,
+    /// The token a provider's endpoint check carries (Meta's `hub.verify_token`).
+    #[serde(default)]
+    pub verify_token: Option<String>,
+    #[serde(default)]
+    pub verify_token_env: Option<String>,
     /// `allow_ips = ["192.0.2.0/24", …]` or `allow_ips = "provider"`.
     #[serde(default)]
     pub allow_ips: Option<OneOrMany>,

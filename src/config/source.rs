@@ -36,6 +36,9 @@ pub struct SourceConfig {
     /// `allow_ips`: the addresses the source takes requests from; others get 403
     /// before the body is read.
     pub allow_ips: Option<AllowIps>,
+    /// `verify_token` / `verify_token_env`: the token of the provider's endpoint
+    /// check (Meta's `hub.verify_token`), a value of its own, not the signing secret.
+    pub verify_token: Option<Secret>,
 }
 
 /// Where a source's allowed addresses come from.
@@ -311,6 +314,28 @@ pub(super) fn validate_source(
     let index = validate_index(&key, raw.index)?;
     let request_limit = validate_limits(&key, raw.limits)?;
     let allow_ips = validate_allow_ips(&key, raw.allow_ips)?;
+    let verify_token = match (raw.verify_token, raw.verify_token_env) {
+        (Some(v), None) if !v.is_empty() => Some(Secret::new(v)),
+        (None, Some(var)) => match env(&var) {
+            Some(v) if !v.is_empty() => Some(Secret::new(v)),
+            _ => {
+                return Err(ConfigError::invalid(
+                    key("verify_token_env"),
+                    format!("environment variable {var} is not set or empty"),
+                ));
+            }
+        },
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(ConfigError::invalid(key("verify_token"), "is empty"));
+        }
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                key("verify_token"),
+                "set verify_token or verify_token_env, not both",
+            ));
+        }
+    };
     Ok(SourceConfig {
         name: raw.name,
         provider: raw.provider,
@@ -323,6 +348,7 @@ pub(super) fn validate_source(
         index,
         request_limit,
         allow_ips,
+        verify_token,
     })
 }
 

@@ -9,6 +9,7 @@
 //! a 2xx. Ingest never delivers: the forwarder picks entries up from the store.
 
 pub mod body;
+mod handshake;
 pub mod limit;
 pub mod rejections;
 
@@ -69,6 +70,8 @@ pub struct Source {
     pub request_limit: Option<Arc<limit::RequestLimit>>,
     /// `allow_ips`: from any other address, 403 before the body is read.
     pub allowlist: Option<crate::allowlist::Allowlist>,
+    /// The token of the provider's endpoint check (Meta's `hub.verify_token`).
+    pub verify_token: Option<crate::config::Secret>,
 }
 
 /// A route as ingest sees it: its name, which entries it takes, and where an
@@ -266,7 +269,9 @@ pub fn router(state: Arc<IngestState>) -> Router {
     Router::new()
         .route(
             "/ingest/{source}",
-            post(ingest).fallback(|| async { ApiError::MethodNotAllowed }),
+            post(ingest)
+                .get(endpoint_check)
+                .fallback(|| async { ApiError::MethodNotAllowed }),
         )
         .fallback(|| async { ApiError::NotFound })
         .with_state(state)
@@ -403,6 +408,50 @@ async fn ingest(
                         tracing::warn!(source = %source_name, outcome, latency_us, "{MSG}");
                     }
                 }
+            }
+            e.into_response()
+        }
+    }
+}
+
+/// `GET /ingest/{source}`: the provider's endpoint check, when its provider sends
+/// one as a GET ([`handshake`]); 405 otherwise, as for any method but POST.
+async fn endpoint_check(
+    State(ingest): State<Arc<IngestState>>,
+    Path(source_name): Path<String>,
+    req: Request<Body>,
+) -> Response {
+    let Some(source) = ingest.sources.get(&source_name).cloned() else {
+        return ApiError::MethodNotAllowed.into_response();
+    };
+    let address = req.extensions().get::<crate::serve::Peer>().map(|p| {
+        crate::serve::forwarded::client_address(p.addr.ip(), req.headers(), &ingest.trusted_proxies)
+    });
+    let outcome = match &source.allowlist {
+        Some(list) if !address.is_some_and(|a| list.allows(a)) => Err(ApiError::IpNotAllowed),
+        _ => handshake::answer(&ingest, &source, &req),
+    };
+    match outcome {
+        Ok(response) => {
+            source.metrics.handshake.increment(1);
+            tracing::info!(source = %source_name, outcome = "handshake", method = "GET", "ingest");
+            response
+        }
+        Err(ApiError::MethodNotAllowed) => ApiError::MethodNotAllowed.into_response(),
+        Err(e) => {
+            metrics::counter!("hookgate_ingest_requests_total", "source" => source_name.clone(), "outcome" => e.outcome().label())
+                .increment(1);
+            let outcome = match &e {
+                ApiError::Unverified(reason) => {
+                    metrics::counter!("hookgate_ingest_unverified_total", "source" => source_name.clone(), "reason" => reason.label())
+                        .increment(1);
+                    reason.label()
+                }
+                other => other.outcome().label(),
+            };
+            const MSG: &str = "ingest: endpoint check refused";
+            if telemetry::throttle::hit(MSG, &format!("{source_name} {outcome}")) {
+                tracing::warn!(source = %source_name, outcome, method = "GET", "{MSG}");
             }
             e.into_response()
         }

@@ -69,6 +69,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "docusign.toml",
         include_str!("../../providers/docusign.toml"),
     ),
+    ("dropbox.toml", include_str!("../../providers/dropbox.toml")),
     ("github.toml", include_str!("../../providers/github.toml")),
     ("gitlab.toml", include_str!("../../providers/gitlab.toml")),
     ("hmac.toml", include_str!("../../providers/hmac.toml")),
@@ -86,6 +87,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("mailgun.toml", include_str!("../../providers/mailgun.toml")),
     ("meta.toml", include_str!("../../providers/meta.toml")),
     ("mux.toml", include_str!("../../providers/mux.toml")),
+    ("okta.toml", include_str!("../../providers/okta.toml")),
     ("paddle.toml", include_str!("../../providers/paddle.toml")),
     ("paypal.toml", include_str!("../../providers/paypal.toml")),
     (

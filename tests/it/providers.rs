@@ -85,6 +85,7 @@ fn json_event(e: &str) -> String {
 }
 
 const WRONG: Signer = Signer::Secret("not-the-secret");
+const META_VERIFY_TOKEN: &str = "meta-verify-token-1f3a";
 const DISCORD_KEY: [u8; 32] = [7; 32];
 const SENDGRID_KEY: [u8; 32] = [0x5a; 32];
 
@@ -485,6 +486,24 @@ fn cases() -> Vec<Case> {
             needle: Needle::Event,
             event_id: delivery,
         },
+        Case {
+            source: "p-dropbox",
+            provider: "dropbox",
+            signer: Signer::Secret("dropbox-app-secret"),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
+            source: "p-okta",
+            provider: "okta",
+            signer: Signer::Secret("Bearer okta-hook-secret"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"eventType":"com.okta.event_hook","eventId":"{e}","data":{{"events":[{{"eventType":"user.lifecycle.create"}}]}}}}"#),
+            needle: Needle::Event,
+            event_id: event,
+        },
         standard_webhooks("p-clerk", "clerk"),
         standard_webhooks("p-resend", "resend"),
         Case {
@@ -522,12 +541,17 @@ fn sources(cases: &[Case]) -> String {
         .iter()
         .map(|c| {
             format!(
-                "[[sources]]\nname = \"{}\"\nprovider = \"{}\"\nsecret = \"{}\"\ndestination = \"http://127.0.0.1:9/{}\"\npublic_url = \"{}\"\n",
+                "[[sources]]\nname = \"{}\"\nprovider = \"{}\"\nsecret = \"{}\"\ndestination = \"http://127.0.0.1:9/{}\"\npublic_url = \"{}\"\n{}",
                 c.source,
                 c.provider,
                 c.signer.configured(),
                 c.source,
                 public_url(c.source),
+                if c.provider == "meta" {
+                    format!("verify_token = \"{META_VERIFY_TOKEN}\"\n")
+                } else {
+                    String::new()
+                },
             )
         })
         .collect()
@@ -952,4 +976,67 @@ fn hookgate_providers_describes_each_provider() {
         "{out}"
     );
     assert!(out.contains("within 5s either way"), "{out}");
+}
+
+/// The endpoint checks that come as a GET: Meta's answered only with the source's
+/// verify token, Okta's only with its credential, Dropbox's (which carries nothing to
+/// check) only as a short token echoed as plain text; a provider without one answers
+/// 405, and nothing is ever stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_endpoint_checks_are_answered_only_as_far_as_they_verify() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| matches!(c.source, "p-meta" | "p-okta" | "p-dropbox" | "p-stripe"))
+        .collect();
+    let gw = Gateway::start(config(&h, &sources(&cases))).await;
+    let store = h.open().await;
+    let c = http();
+    let get = async |path: &str, headers: &[(&str, &str)]| {
+        let mut req = c.get(format!("{}/ingest/{path}", gw.ingest));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let nosniff = resp.headers().get("x-content-type-options").is_some();
+        (status, ct, nosniff, resp.text().await.unwrap())
+    };
+    let meta = |token: &str, challenge: &str| {
+        format!("p-meta?hub.mode=subscribe&hub.verify_token={token}&hub.challenge={challenge}")
+    };
+    let (st, ct, nosniff, body) = get(&meta(META_VERIFY_TOKEN, "1158201444"), &[]).await;
+    assert_eq!((st, body.as_str()), (200, "1158201444"));
+    assert!(ct.starts_with("text/plain") && nosniff, "{ct}");
+    assert_eq!(get(&meta("guess", "1158201444"), &[]).await.0, 401);
+    assert_eq!(get("p-meta?hub.challenge=1158201444", &[]).await.0, 401);
+    let no_mode = format!("p-meta?hub.verify_token={META_VERIFY_TOKEN}&hub.challenge=1");
+    assert_eq!(get(&no_mode, &[]).await.0, 401);
+    assert_eq!(get(&meta(META_VERIFY_TOKEN, "%3Cscript%3E"), &[]).await.0, 400);
+
+    let challenge = ("x-okta-verification-challenge", "j4yh1lkuKV2X0qxZwvW1");
+    let (st, _, _, body) = get("p-okta", &[("authorization", "Bearer okta-hook-secret"), challenge]).await;
+    assert_eq!(st, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json, serde_json::json!({"verification": "j4yh1lkuKV2X0qxZwvW1"}));
+    assert_eq!(get("p-okta", &[("authorization", "Bearer guess"), challenge]).await.0, 401);
+    assert_eq!(get("p-okta", &[challenge]).await.0, 401);
+
+    let (st, ct, nosniff, body) = get("p-dropbox?challenge=s6FbQmVDXNLpHeZA1BrS", &[]).await;
+    assert_eq!((st, body.as_str()), (200, "s6FbQmVDXNLpHeZA1BrS"));
+    assert!(ct.starts_with("text/plain") && nosniff, "{ct}");
+    assert_eq!(get("p-dropbox?challenge=%3Cb%3Ex%3C%2Fb%3E", &[]).await.0, 400);
+    assert_eq!(get("p-dropbox", &[]).await.0, 400);
+
+    assert_eq!(get("p-stripe", &[]).await.0, 405);
+    assert_eq!(get("p-nowhere", &[]).await.0, 405);
+    for source in ["p-meta", "p-okta", "p-dropbox"] {
+        assert_eq!(store.count(source).await.unwrap(), 0, "{source}");
+    }
+    gw.stop().await;
 }

@@ -674,11 +674,14 @@ fn compile_handshake(
             "zoom-url-validation" => Handshake::ZoomUrlValidation,
             "discord-ping" => Handshake::DiscordPing,
             "twitch-challenge" => Handshake::TwitchChallenge,
+            "meta-subscribe" => Handshake::MetaSubscribe,
+            "okta-verification" => Handshake::OktaVerification,
+            "dropbox-challenge" => Handshake::DropboxChallenge,
             other => {
                 return Err(invalid.at(
                     "handshake.kind",
                     format!(
-                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping or twitch-challenge"
+                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping, twitch-challenge, meta-subscribe, okta-verification or dropbox-challenge"
                     ),
                 ));
             }

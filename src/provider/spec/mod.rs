@@ -91,7 +91,11 @@
 //!   challenge), `zoom-url-validation` (JSON `plainToken` and its HMAC-SHA256 under the
 //!   secret that verified the request, hex), `discord-ping` (JSON `{"type":1}`) and
 //!   `twitch-challenge` (a `webhook_callback_verification` message's `challenge`, as
-//!   plain text).
+//!   plain text). Three are `GET` requests: `meta-subscribe` (`hub.challenge`, when
+//!   `hub.verify_token` is the source's `verify_token`), `okta-verification` (the
+//!   `x-okta-verification-challenge` header, answered `{"verification": …}` once the
+//!   request's credential verified) and `dropbox-challenge` (the `challenge`
+//!   parameter, echoed as plain text: Dropbox sends nothing to verify it by).
 //! * `[certificate]` (certificate schemes only): `url`, the value source that names
 //!   the certificate (`json:/SigningCertURL`, `header:PAYPAL-CERT-URL`); `hosts`, the
 //!   hosts it may be on (`*` is one DNS label, the last two labels fixed; `https://`
@@ -426,6 +430,15 @@ pub enum Handshake {
     /// Twitch EventSub: a `webhook_callback_verification` message is answered with
     /// its `challenge`, as plain text.
     TwitchChallenge,
+    /// Meta: `GET ?hub.mode=subscribe&hub.verify_token=…&hub.challenge=…` is answered
+    /// with the challenge when the token is the source's `verify_token`.
+    MetaSubscribe,
+    /// Okta event hooks: a `GET` with `x-okta-verification-challenge`, verified as
+    /// any request (its credential header), is answered `{"verification": …}`.
+    OktaVerification,
+    /// Dropbox: `GET ?challenge=…` is answered with the challenge (Dropbox sends
+    /// nothing to verify it by; only a short token is echoed, as plain text).
+    DropboxChallenge,
 }
 
 impl Handshake {
@@ -435,7 +448,19 @@ impl Handshake {
             Handshake::ZoomUrlValidation => "zoom-url-validation",
             Handshake::DiscordPing => "discord-ping",
             Handshake::TwitchChallenge => "twitch-challenge",
+            Handshake::MetaSubscribe => "meta-subscribe",
+            Handshake::OktaVerification => "okta-verification",
+            Handshake::DropboxChallenge => "dropbox-challenge",
         }
+    }
+
+    /// Whether the provider checks the endpoint with a `GET` (answered by
+    /// `ingest`'s GET handler), not with a signed POST.
+    pub fn is_get(self) -> bool {
+        matches!(
+            self,
+            Handshake::MetaSubscribe | Handshake::OktaVerification | Handshake::DropboxChallenge
+        )
     }
 }
 

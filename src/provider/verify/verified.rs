@@ -197,6 +197,10 @@ impl Verified<'_> {
                 }
                 Some(HandshakeReply::Text(challenge))
             }
+            // Answered on GET, never from a POSTed body.
+            Handshake::MetaSubscribe
+            | Handshake::OktaVerification
+            | Handshake::DropboxChallenge => None,
         }
     }
 }
