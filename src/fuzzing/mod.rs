@@ -14,12 +14,14 @@
 //! the providers' vectors: a head of lines, an empty line, then the rest (a body).
 
 mod config;
+mod fetched;
 mod http;
 mod routing;
 mod stored;
 mod verify;
 
 pub use config::config;
+pub use fetched::fetched;
 pub use http::http;
 pub use routing::routing;
 pub use stored::stored;
@@ -35,6 +37,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("config", config),
     ("http", http),
     ("stored", stored),
+    ("fetched", fetched),
 ];
 
 /// An input split at its first empty line: the lines before it (as bytes, without

@@ -500,7 +500,11 @@ fn cases() -> Vec<Case> {
             provider: "okta",
             signer: Signer::Secret("Bearer okta-hook-secret"),
             wrong: WRONG,
-            body: |e| format!(r#"{{"eventType":"com.okta.event_hook","eventId":"{e}","data":{{"events":[{{"eventType":"user.lifecycle.create"}}]}}}}"#),
+            body: |e| {
+                format!(
+                    r#"{{"eventType":"com.okta.event_hook","eventId":"{e}","data":{{"events":[{{"eventType":"user.lifecycle.create"}}]}}}}"#
+                )
+            },
             needle: Needle::Event,
             event_id: event,
         },
@@ -1017,20 +1021,38 @@ async fn get_endpoint_checks_are_answered_only_as_far_as_they_verify() {
     assert_eq!(get("p-meta?hub.challenge=1158201444", &[]).await.0, 401);
     let no_mode = format!("p-meta?hub.verify_token={META_VERIFY_TOKEN}&hub.challenge=1");
     assert_eq!(get(&no_mode, &[]).await.0, 401);
-    assert_eq!(get(&meta(META_VERIFY_TOKEN, "%3Cscript%3E"), &[]).await.0, 400);
+    assert_eq!(
+        get(&meta(META_VERIFY_TOKEN, "%3Cscript%3E"), &[]).await.0,
+        400
+    );
 
     let challenge = ("x-okta-verification-challenge", "j4yh1lkuKV2X0qxZwvW1");
-    let (st, _, _, body) = get("p-okta", &[("authorization", "Bearer okta-hook-secret"), challenge]).await;
+    let (st, _, _, body) = get(
+        "p-okta",
+        &[("authorization", "Bearer okta-hook-secret"), challenge],
+    )
+    .await;
     assert_eq!(st, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(json, serde_json::json!({"verification": "j4yh1lkuKV2X0qxZwvW1"}));
-    assert_eq!(get("p-okta", &[("authorization", "Bearer guess"), challenge]).await.0, 401);
+    assert_eq!(
+        json,
+        serde_json::json!({"verification": "j4yh1lkuKV2X0qxZwvW1"})
+    );
+    assert_eq!(
+        get("p-okta", &[("authorization", "Bearer guess"), challenge])
+            .await
+            .0,
+        401
+    );
     assert_eq!(get("p-okta", &[challenge]).await.0, 401);
 
     let (st, ct, nosniff, body) = get("p-dropbox?challenge=s6FbQmVDXNLpHeZA1BrS", &[]).await;
     assert_eq!((st, body.as_str()), (200, "s6FbQmVDXNLpHeZA1BrS"));
     assert!(ct.starts_with("text/plain") && nosniff, "{ct}");
-    assert_eq!(get("p-dropbox?challenge=%3Cb%3Ex%3C%2Fb%3E", &[]).await.0, 400);
+    assert_eq!(
+        get("p-dropbox?challenge=%3Cb%3Ex%3C%2Fb%3E", &[]).await.0,
+        400
+    );
     assert_eq!(get("p-dropbox", &[]).await.0, 400);
 
     assert_eq!(get("p-stripe", &[]).await.0, 405);
