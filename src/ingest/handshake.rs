@@ -6,6 +6,10 @@
 //! Dropbox's carries nothing to check, so only a short token of safe characters is
 //! echoed, as plain text that no browser sniffs into anything else. A source whose
 //! provider checks no endpoint with a GET answers 405, as before.
+//!
+//! Microsoft Graph checks with a POST instead: `?validationToken=…` and no body,
+//! answered with the token before anything is verified ([`graph_validation`]), since
+//! it carries nothing to verify; every notification after it is verified as usual.
 
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, StatusCode, header};
@@ -85,6 +89,31 @@ pub(super) fn answer(
         Handshake::DropboxChallenge => Ok(text(challenge(param("challenge"))?)),
         _ => Err(ApiError::MethodNotAllowed),
     }
+}
+
+/// Microsoft Graph's subscription validation, when `query` and `body` are one: the
+/// token (printable ASCII, at most 1024 characters), as plain text.
+pub(super) fn graph_validation(
+    source: &Source,
+    query: Option<&str>,
+    body: &[u8],
+) -> Option<Result<Response, ApiError>> {
+    if source.verifier.spec.handshake != Some(Handshake::GraphValidation) || !body.is_empty() {
+        return None;
+    }
+    let token = form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == "validationToken")
+        .map(|(_, v)| v.into_owned())?;
+    let fit = !token.is_empty()
+        && token.len() <= 1024
+        && token.bytes().all(|b| (0x20..0x7f).contains(&b));
+    Some(if fit {
+        Ok(text(token))
+    } else {
+        Err(ApiError::BadRequest(
+            "the validation token is missing or not printable text".into(),
+        ))
+    })
 }
 
 /// A challenge fit to echo: present, at most [`MAX_CHALLENGE`] characters of

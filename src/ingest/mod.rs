@@ -796,6 +796,9 @@ async fn handle_source(
         }
     };
     mark(IngestPhase::ReadBody, phase_start);
+    if let Some(answer) = handshake::graph_validation(source, parts.uri.query(), &got.bytes) {
+        return answer.map(Handled::Handshake);
+    }
     let verify_start = phase_start.map(|_| Instant::now());
     let now_ms = ingest.clock.now_ms();
     // The reservation is held until the store has the entry (it shares the buffer).

@@ -86,6 +86,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("linear.toml", include_str!("../../providers/linear.toml")),
     ("mailgun.toml", include_str!("../../providers/mailgun.toml")),
     ("meta.toml", include_str!("../../providers/meta.toml")),
+    (
+        "microsoft-graph.toml",
+        include_str!("../../providers/microsoft-graph.toml"),
+    ),
     ("mux.toml", include_str!("../../providers/mux.toml")),
     ("okta.toml", include_str!("../../providers/okta.toml")),
     ("paddle.toml", include_str!("../../providers/paddle.toml")),

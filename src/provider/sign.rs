@@ -79,8 +79,8 @@ pub enum SignError {
     Key(#[from] verify::KeyError),
 }
 
-/// Write `value` at a JSON pointer, creating objects along the way. `false` when the
-/// path runs through something that is not an object.
+/// Write `value` at a JSON pointer, creating objects along the way (an array is
+/// entered only at an index it has). `false` when the path runs through anything else.
 fn write_pointer(root: &mut serde_json::Value, pointer: &str, value: serde_json::Value) -> bool {
     let Some(rest) = pointer.strip_prefix('/') else {
         return false;
@@ -91,16 +91,28 @@ fn write_pointer(root: &mut serde_json::Value, pointer: &str, value: serde_json:
         .collect();
     let mut cur = root;
     for (i, token) in tokens.iter().enumerate() {
-        let Some(obj) = cur.as_object_mut() else {
-            return false;
+        let last = i + 1 == tokens.len();
+        cur = match cur {
+            serde_json::Value::Array(items) => {
+                let Some(item) = token.parse::<usize>().ok().and_then(|n| items.get_mut(n)) else {
+                    return false;
+                };
+                if last {
+                    *item = value;
+                    return true;
+                }
+                item
+            }
+            serde_json::Value::Object(obj) => {
+                if last {
+                    obj.insert(token.clone(), value);
+                    return true;
+                }
+                obj.entry(token.clone())
+                    .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()))
+            }
+            _ => return false,
         };
-        if i + 1 == tokens.len() {
-            obj.insert(token.clone(), value);
-            return true;
-        }
-        cur = obj
-            .entry(token.clone())
-            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
     }
     false
 }

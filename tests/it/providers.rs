@@ -508,6 +508,19 @@ fn cases() -> Vec<Case> {
             needle: Needle::Event,
             event_id: event,
         },
+        Case {
+            source: "p-graph",
+            provider: "microsoft-graph",
+            signer: Signer::Secret("graph-client-state"),
+            wrong: WRONG,
+            body: |e| {
+                format!(
+                    r#"{{"value":[{{"subscriptionId":"{e}","changeType":"created","resource":"users/1/messages/2"}}]}}"#
+                )
+            },
+            needle: Needle::Event,
+            event_id: none,
+        },
         standard_webhooks("p-clerk", "clerk"),
         standard_webhooks("p-resend", "resend"),
         Case {
@@ -985,13 +998,19 @@ fn hookgate_providers_describes_each_provider() {
 /// The endpoint checks that come as a GET: Meta's answered only with the source's
 /// verify token, Okta's only with its credential, Dropbox's (which carries nothing to
 /// check) only as a short token echoed as plain text; a provider without one answers
-/// 405, and nothing is ever stored.
+/// 405. Microsoft Graph's comes as a POST without a body and is echoed likewise.
+/// Nothing is ever stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_endpoint_checks_are_answered_only_as_far_as_they_verify() {
     let h = StoreHandle::new(Backend::Embedded);
     let cases: Vec<Case> = cases()
         .into_iter()
-        .filter(|c| matches!(c.source, "p-meta" | "p-okta" | "p-dropbox" | "p-stripe"))
+        .filter(|c| {
+            matches!(
+                c.source,
+                "p-meta" | "p-okta" | "p-dropbox" | "p-stripe" | "p-graph"
+            )
+        })
         .collect();
     let gw = Gateway::start(config(&h, &sources(&cases))).await;
     let store = h.open().await;
@@ -1057,7 +1076,27 @@ async fn get_endpoint_checks_are_answered_only_as_far_as_they_verify() {
 
     assert_eq!(get("p-stripe", &[]).await.0, 405);
     assert_eq!(get("p-nowhere", &[]).await.0, 405);
-    for source in ["p-meta", "p-okta", "p-dropbox"] {
+
+    // Microsoft Graph validates with a POST without a body: the token comes back as
+    // text; a POST with a body is a notification, verified as usual.
+    let token =
+        "Validation: Testing client application reachability for subscription Request-Id: 25b8d3b1";
+    let validate = |body: &'static str| {
+        c.post(format!("{}/ingest/p-graph", gw.ingest))
+            .query(&[("validationToken", token)])
+            .header("content-type", "text/plain")
+            .body(body)
+            .send()
+    };
+    let resp = validate("").await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.headers().contains_key("x-content-type-options"));
+    assert_eq!(resp.text().await.unwrap(), token);
+    let resp = validate(r#"{"value":[{"changeType":"created"}]}"#)
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    for source in ["p-meta", "p-okta", "p-dropbox", "p-graph"] {
         assert_eq!(store.count(source).await.unwrap(), 0, "{source}");
     }
     gw.stop().await;

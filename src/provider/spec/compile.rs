@@ -677,11 +677,12 @@ fn compile_handshake(
             "meta-subscribe" => Handshake::MetaSubscribe,
             "okta-verification" => Handshake::OktaVerification,
             "dropbox-challenge" => Handshake::DropboxChallenge,
+            "graph-validation" => Handshake::GraphValidation,
             other => {
                 return Err(invalid.at(
                     "handshake.kind",
                     format!(
-                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping, twitch-challenge, meta-subscribe, okta-verification or dropbox-challenge"
+                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping, twitch-challenge, meta-subscribe, okta-verification, dropbox-challenge or graph-validation"
                     ),
                 ));
             }

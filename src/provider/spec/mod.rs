@@ -96,6 +96,8 @@
 //!   `x-okta-verification-challenge` header, answered `{"verification": …}` once the
 //!   request's credential verified) and `dropbox-challenge` (the `challenge`
 //!   parameter, echoed as plain text: Dropbox sends nothing to verify it by).
+//!   `graph-validation` answers Microsoft Graph's POST `?validationToken=…` without a
+//!   body (the token, as plain text; Graph sends nothing to verify it by either).
 //! * `[certificate]` (certificate schemes only): `url`, the value source that names
 //!   the certificate (`json:/SigningCertURL`, `header:PAYPAL-CERT-URL`); `hosts`, the
 //!   hosts it may be on (`*` is one DNS label, the last two labels fixed; `https://`
@@ -439,6 +441,9 @@ pub enum Handshake {
     /// Dropbox: `GET ?challenge=…` is answered with the challenge (Dropbox sends
     /// nothing to verify it by; only a short token is echoed, as plain text).
     DropboxChallenge,
+    /// Microsoft Graph: a POST with `?validationToken=…` and no body is answered
+    /// with the token, as plain text (Graph sends nothing to verify it by).
+    GraphValidation,
 }
 
 impl Handshake {
@@ -451,6 +456,7 @@ impl Handshake {
             Handshake::MetaSubscribe => "meta-subscribe",
             Handshake::OktaVerification => "okta-verification",
             Handshake::DropboxChallenge => "dropbox-challenge",
+            Handshake::GraphValidation => "graph-validation",
         }
     }
 

@@ -114,6 +114,9 @@ fn test_body(spec: &Spec, id: &str) -> Vec<u8> {
         "slack" => format!(
             r#"{{"type":"event_callback","event_id":"{id}","event":{{"type":"app_mention"}}}}"#
         ),
+        "microsoft-graph" => format!(
+            r#"{{"value":[{{"subscriptionId":"{id}","changeType":"created","resource":"users/{id}"}}]}}"#
+        ),
         _ => format!(
             r#"{{"id":"{id}","event_id":"{id}","type":"thing.happened","event":"thing","webhookId":"wh","action":"create","createdAt":"2026-01-01T00:00:00Z","data":{{"id":"{id}"}}}}"#
         ),

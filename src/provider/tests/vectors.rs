@@ -170,6 +170,7 @@ const CATALOGUE: &[&str] = &[
     "linear",
     "mailgun",
     "meta",
+    "microsoft-graph",
     "mux",
     "okta",
     "paddle",

@@ -200,7 +200,8 @@ impl Verified<'_> {
             // Answered on GET, never from a POSTed body.
             Handshake::MetaSubscribe
             | Handshake::OktaVerification
-            | Handshake::DropboxChallenge => None,
+            | Handshake::DropboxChallenge
+            | Handshake::GraphValidation => None,
         }
     }
 }
