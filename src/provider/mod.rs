@@ -37,6 +37,7 @@ use crate::config::Secret;
 
 /// The provider specs shipped in the binary, as (file name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
+    ("adyen.toml", include_str!("../../providers/adyen.toml")),
     ("aws-sns.toml", include_str!("../../providers/aws-sns.toml")),
     (
         "bitbucket.toml",

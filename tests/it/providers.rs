@@ -521,6 +521,19 @@ fn cases() -> Vec<Case> {
             needle: Needle::Event,
             event_id: none,
         },
+        Case {
+            source: "p-adyen",
+            provider: "adyen",
+            signer: Signer::Secret("44464231454235343835383935434641"),
+            wrong: Signer::Secret("00464231454235343835383935434641"),
+            body: |e| {
+                format!(
+                    r#"{{"live":"false","notificationItems":[{{"NotificationRequestItem":{{"amount":{{"currency":"EUR","value":2599}},"eventCode":"AUTHORISATION","merchantAccountCode":"TestMerchant","merchantReference":"order-1","pspReference":"{e}","success":"true","additionalData":{{}}}}}}]}}"#
+                )
+            },
+            needle: Needle::Event,
+            event_id: |e, _| Some(format!("{e}:AUTHORISATION")),
+        },
         standard_webhooks("p-clerk", "clerk"),
         standard_webhooks("p-resend", "resend"),
         Case {

@@ -35,7 +35,8 @@
 //! * `signature.content`: the signed-content template. Placeholders: `{body}` (the raw
 //!   bytes), `{timestamp}` (as received), `{method}`, `{path}` (path and query as
 //!   received), `{url}`, `{form_sorted}`, and any value source (`{header:Name}`,
-//!   `{signature:key}`, `{json:/pointer}`, `{form:field}`, `{query:name}`), and for
+//!   `{signature:key}`, `{json:/pointer}`, `{form:field}`, `{query:name}`; written
+//!   `{?json:/pointer}`, a value the request may lack, signed as nothing), and for
 //!   certificate schemes `{secret}` (the source's secret: PayPal's webhook id),
 //!   `{body_crc32}` (the body's CRC-32 as a decimal: a checksum, so the body does not
 //!   count as signed) and `{lines:A,B?,C}` (for each named top-level field of the
@@ -324,6 +325,9 @@ pub enum Segment {
     Url,
     FormSorted,
     Value(ValueSource),
+    /// `{?source}`: the value, or nothing when the request lacks it (Adyen signs an
+    /// absent `originalReference` as an empty field).
+    OptionalValue(ValueSource),
     /// `{secret}`: the source's secret as configured, for certificate schemes that
     /// sign a value the receiver knows (PayPal's webhook id).
     Secret,
@@ -614,7 +618,7 @@ impl Spec {
             return false;
         }
         let has = |seg: &Segment| self.content.contains(seg);
-        if has(&Segment::Value(src.clone())) {
+        if has(&Segment::Value(src.clone())) || has(&Segment::OptionalValue(src.clone())) {
             return true;
         }
         if has(&Segment::Timestamp) && self.timestamp.as_ref().is_some_and(|t| &t.from == src) {
@@ -696,6 +700,7 @@ impl Spec {
                 Segment::Url => out.push_str("{url}"),
                 Segment::FormSorted => out.push_str("{form_sorted}"),
                 Segment::Value(v) => out.push_str(&format!("{{{v}}}")),
+                Segment::OptionalValue(v) => out.push_str(&format!("{{?{v}}}")),
                 Segment::Secret => out.push_str("{secret}"),
                 Segment::BodyCrc32 => out.push_str("{body_crc32}"),
                 Segment::Lines(fields) => {

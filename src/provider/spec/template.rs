@@ -153,6 +153,10 @@ pub fn parse_template(t: &str) -> Result<Vec<Segment>, String> {
                     "form_sorted" => Segment::FormSorted,
                     "secret" => Segment::Secret,
                     "body_crc32" => Segment::BodyCrc32,
+                    optional if optional.starts_with('?') => Segment::OptionalValue(
+                        parse_source(&optional[1..])
+                            .map_err(|e| format!("placeholder {{{optional}}} in {t:?}: {e}"))?,
+                    ),
                     lines if lines.starts_with("lines:") => Segment::Lines(
                         parse_lines(&lines["lines:".len()..])
                             .map_err(|e| format!("placeholder {{{lines}}} in {t:?}: {e}"))?,
@@ -183,6 +187,7 @@ pub fn parse_template(t: &str) -> Result<Vec<Segment>, String> {
                 | Segment::Lines(_)
                 | Segment::Value(ValueSource::Json(_))
                 | Segment::Value(ValueSource::Form { .. })
+                | Segment::OptionalValue(ValueSource::Json(_))
         )
     });
     if !covers_body {

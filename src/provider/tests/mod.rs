@@ -99,6 +99,9 @@ fn test_secret(spec: &Spec) -> String {
         _ if spec.secret_encoding == spec::SecretEncoding::WhsecBase64 => {
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()
         }
+        _ if spec.secret_encoding == spec::SecretEncoding::Hex => {
+            hex::encode(format!("test-secret-{}", spec.name))
+        }
         _ => format!("test-secret-{}", spec.name),
     }
 }
@@ -113,6 +116,9 @@ fn test_body(spec: &Spec, id: &str) -> Vec<u8> {
         "mailgun" => format!(r#"{{"event-data":{{"id":"{id}","event":"delivered"}}}}"#),
         "slack" => format!(
             r#"{{"type":"event_callback","event_id":"{id}","event":{{"type":"app_mention"}}}}"#
+        ),
+        "adyen" => format!(
+            r#"{{"live":"false","notificationItems":[{{"NotificationRequestItem":{{"amount":{{"currency":"EUR","value":1000}},"eventCode":"AUTHORISATION","merchantAccountCode":"Test","merchantReference":"order-{id}","pspReference":"{id}","success":"true","additionalData":{{}}}}}}]}}"#
         ),
         "microsoft-graph" => format!(
             r#"{{"value":[{{"subscriptionId":"{id}","changeType":"created","resource":"users/{id}"}}]}}"#

@@ -110,6 +110,7 @@ fn every_provider_round_trips_and_refuses_tampering() {
             _ if spec.secret_encoding == spec::SecretEncoding::WhsecBase64 => {
                 "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".into()
             }
+            _ if spec.secret_encoding == spec::SecretEncoding::Hex => hex::encode("another-secret"),
             _ => "another-secret".into(),
         };
         let wrong = Verifier::new(spec.clone(), &[Secret::new(other)]).unwrap();

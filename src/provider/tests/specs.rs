@@ -141,6 +141,7 @@ fn event_ids_are_signed_only_where_the_signature_covers_them() {
     assert_eq!(
         signed,
         [
+            "adyen",
             "aws-sns",
             "box",
             "circleci",

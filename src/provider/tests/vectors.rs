@@ -148,6 +148,7 @@ fn every_builtin_vector_holds() {
 }
 
 const CATALOGUE: &[&str] = &[
+    "adyen",
     "aws-sns",
     "bitbucket",
     "box",

@@ -162,6 +162,11 @@ fn signed_content(
                 let value = ctx.value(src).ok_or(VerifyError::MissingSignedValue)?;
                 sink(value.as_bytes())
             }
+            Segment::OptionalValue(src) => {
+                if let Some(value) = ctx.value(src) {
+                    sink(value.as_bytes())
+                }
+            }
             Segment::Secret => sink(
                 ctx.secret
                     .as_deref()
