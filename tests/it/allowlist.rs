@@ -8,8 +8,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
 use crate::admin::{Admin, admin_config};
 use crate::for_each_store;
 use crate::forward::source;
@@ -25,30 +23,6 @@ async fn post_from(base: &str, source: &str, event: &str, extra: &[(&str, &str)]
         headers.push((k.to_string(), v.to_string()));
     }
     post_raw(&http(), base, source, &body, &headers).await.0
-}
-
-/// Send a signed request's headers to `source` with a 200,000-byte body declared and
-/// none sent; what the gateway answers within 5 s (nothing, when it waits for the
-/// body).
-async fn head_only(base: &str, source: &str) -> String {
-    let addr = base.trim_start_matches("http://");
-    let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let body = vec![b' '; 200_000];
-    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
-    let mut head = format!(
-        "POST /ingest/{source} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    conn.write_all(head.as_bytes()).await.expect("write");
-    let mut answer = vec![0u8; 4096];
-    match tokio::time::timeout(Duration::from_secs(5), conn.read(&mut answer)).await {
-        Ok(Ok(n)) => String::from_utf8_lossy(&answer[..n]).into_owned(),
-        _ => String::new(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

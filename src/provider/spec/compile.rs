@@ -733,15 +733,7 @@ fn compile_ranges(
     fetch_base: Option<&str>,
     invalid: Invalid<'_>,
 ) -> Result<Option<Ranges>, SpecError> {
-    let base = match fetch_base {
-        Some(base) => Some(loopback_origin(base).ok_or_else(|| {
-            invalid.at(
-                "fetch_base",
-                "must be a loopback http:// origin without a path (http://127.0.0.1:PORT): it is for tests".into(),
-            )
-        })?),
-        None => None,
-    };
+    let base = compile_fetch_base(fetch_base, invalid)?;
     let Some(raw) = raw else { return Ok(None) };
     let uri: http::Uri = raw
         .url
@@ -769,6 +761,23 @@ fn compile_ranges(
         pointer: raw.pointer.clone(),
         field: raw.field.clone(),
     }))
+}
+
+/// `fetch_base`: a loopback `http://` origin (tests only), when the spec sets one.
+fn compile_fetch_base(
+    fetch_base: Option<&str>,
+    invalid: Invalid<'_>,
+) -> Result<Option<String>, SpecError> {
+    fetch_base
+        .map(|base| {
+            loopback_origin(base).ok_or_else(|| {
+                invalid.at(
+                    "fetch_base",
+                    "must be a loopback http:// origin without a path (http://127.0.0.1:PORT): it is for tests".into(),
+                )
+            })
+        })
+        .transpose()
 }
 
 /// `text` as an `http://` origin on a loopback address (`127.0.0.0/8`, `::1`,
@@ -862,15 +871,7 @@ fn compile_certificate(
             "nothing binds a request to the source: anyone the provider signs for could post; sign {secret} or set secret_matches".into(),
         ));
     }
-    let fetch_base = match fetch_base {
-        Some(base) => Some(loopback_origin(base).ok_or_else(|| {
-            invalid.at(
-                "fetch_base",
-                "must be a loopback http:// origin without a path (http://127.0.0.1:PORT): it is for tests".into(),
-            )
-        })?),
-        None => None,
-    };
+    let fetch_base = compile_fetch_base(fetch_base, invalid)?;
     Ok(Some(CertificateRule {
         url,
         hosts: raw.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),

@@ -90,3 +90,29 @@ pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
 pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
     serde_json::from_str(&get_text(client, url).await).expect("a JSON body")
 }
+
+/// Send the headers of a request to `source` at `base` signed as Stripe signs a
+/// 200,000-byte body, and none of the body: what the gateway answers within 5 s
+/// (nothing, when it waits for the body). A refusal that comes from the headers
+/// alone arrives anyway.
+pub async fn head_only(base: &str, source: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = base.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let body = vec![b' '; 200_000];
+    let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+    let mut head = format!(
+        "POST /ingest/{source} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = vec![0u8; 4096];
+    match tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut answer)).await {
+        Ok(Ok(n)) => String::from_utf8_lossy(&answer[..n]).into_owned(),
+        _ => String::new(),
+    }
+}
