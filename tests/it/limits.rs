@@ -146,14 +146,19 @@ async fn over_the_limit(backend: Backend) {
     assert!(counted >= limited.limited as f64, "{counted}");
     let admin = Admin::new(&gw);
     wait_until_ok(
-        "a rate_limited rejection",
+        "both sources' refusals in the rejection log",
         Duration::from_secs(15),
         async || {
             let page = admin.get("/admin/rejections?reason=rate_limited").await;
             let rows = page["rejections"].as_array().cloned().unwrap_or_default();
-            match rows.first() {
-                Some(row) if row["source"] == "limited" && row["status"] == 429 => Ok(()),
-                _ => Err(page.to_string()),
+            let kept = |source: &str| {
+                rows.iter()
+                    .any(|row| row["source"] == source && row["status"] == 429)
+            };
+            if kept("limited") && kept("trickle") {
+                Ok(())
+            } else {
+                Err(page.to_string())
             }
         },
     )
