@@ -89,7 +89,11 @@ pub async fn run(
     };
     loop {
         for list in &lists {
-            refresh_one(&client, list, store.as_ref(), &clock).await;
+            // A fetch in flight does not hold the shutdown up.
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = refresh_one(&client, list, store.as_ref(), &clock) => {}
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,

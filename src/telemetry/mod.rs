@@ -430,6 +430,17 @@ mod tests {
         crate::provider::register_metrics(["unit_src"]);
         crate::serve::register_metrics();
         crate::store::register_metrics();
+        crate::allowlist::refresh::register_metrics(&[std::sync::Arc::new(
+            crate::allowlist::Published::new(
+                "unit_provider",
+                crate::provider::spec::Ranges {
+                    url: "https://example.com/".into(),
+                    published: "https://example.com/".into(),
+                    pointer: "/hooks".into(),
+                    field: None,
+                },
+            ),
+        )]);
         let rendered: BTreeSet<String> = handle
             .render()
             .lines()
