@@ -207,7 +207,8 @@ async fn published_ranges_keep_up(backend: Backend) {
     wait_until("the first fetch", WAIT, async || ranges.fetched() >= 1).await;
     assert_eq!(post_from(&gw.ingest, "stripe", "evt_1", &[]).await, 403);
 
-    // The provider adds this machine's address: in force within one refresh.
+    // The provider adds this machine's address: in force within one refresh (and
+    // the time a fetch and a request take on a loaded machine).
     let fetched_before = ranges.fetched();
     ranges.serve(HERE);
     let changed = Instant::now();
@@ -222,7 +223,7 @@ async fn published_ranges_keep_up(backend: Backend) {
     .await;
     let took = changed.elapsed();
     assert!(
-        took <= REFRESH + Duration::from_millis(1_500),
+        took <= REFRESH + Duration::from_millis(2_500),
         "picked up after {took:?}, the interval is {REFRESH:?}"
     );
     assert!(ranges.fetched() > fetched_before);
