@@ -112,6 +112,10 @@ fn host_matches(pattern: &str, host: &str) -> bool {
         })
 }
 
+/// `rsaEncryption`: the algorithm of an RSA certificate's key.
+const RSA_ENCRYPTION: x509_cert::spki::ObjectIdentifier =
+    x509_cert::spki::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+
 /// The RSA public key (PKCS#1 DER) of a PEM certificate, if it is valid at `now`.
 pub fn rsa_key_of(pem: &[u8], now: std::time::SystemTime) -> Result<Arc<[u8]>, CertificateError> {
     use x509_cert::der::{Decode as _, DecodePem as _};
@@ -123,8 +127,7 @@ pub fn rsa_key_of(pem: &[u8], now: std::time::SystemTime) -> Result<Arc<[u8]>, C
         return Err(CertificateError::Invalid("outside its validity period"));
     }
     let spki = &cert.tbs_certificate.subject_public_key_info;
-    // rsaEncryption
-    if spki.algorithm.oid.to_string() != "1.2.840.113549.1.1.1" {
+    if spki.algorithm.oid != RSA_ENCRYPTION {
         return Err(CertificateError::Invalid("its key is not RSA"));
     }
     let key = spki
