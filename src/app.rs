@@ -116,6 +116,15 @@ pub fn build_sources(
                     s.provider
                 );
             }
+            if s.confirm_subscriptions
+                && (verifier.spec.handshake != Some(provider::spec::Handshake::SnsSubscription)
+                    || verifier.spec.certificate.is_none())
+            {
+                anyhow::bail!(
+                    "sources[{i}].confirm_subscriptions: provider {:?} has no subscriptions the gateway can confirm (only aws-sns)",
+                    s.provider
+                );
+            }
             Ok(Source {
                 name: s.name.clone(),
                 verifier,
@@ -135,6 +144,7 @@ pub fn build_sources(
                     .map(|l| Arc::new(ingest::limit::RequestLimit::new(l))),
                 allowlist,
                 verify_token: s.verify_token.clone(),
+                confirm_subscriptions: s.confirm_subscriptions,
             })
         })
         .collect()

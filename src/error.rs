@@ -50,6 +50,11 @@ pub enum ApiError {
     /// schemes): 503 with `Retry-After`, so that the provider retries.
     #[error("the signing certificate cannot be fetched now, retry later")]
     CertificateUnavailable(String),
+    /// An SNS subscription the source confirms (`confirm_subscriptions`) could not
+    /// be confirmed now: nothing stored, 503 with `Retry-After` so that SNS sends
+    /// the confirmation again.
+    #[error("the subscription could not be confirmed now, retry later")]
+    SubscriptionUnconfirmed(String),
     /// The store could not take a webhook: no 2xx, and a `Retry-After` so that the
     /// provider retries. The ingest handler logs the cause on the request's line.
     #[error("store unavailable, retry later")]
@@ -156,6 +161,7 @@ impl ApiError {
             ApiError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Busy
             | ApiError::CertificateUnavailable(_)
+            | ApiError::SubscriptionUnconfirmed(_)
             | ApiError::NotStored(_)
             | ApiError::StoreUnavailable(_)
             | ApiError::TransformUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -184,6 +190,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => RequestOutcome::RateLimited,
             ApiError::IpNotAllowed => RequestOutcome::IpNotAllowed,
             ApiError::CertificateUnavailable(_) => RequestOutcome::CertificateUnavailable,
+            ApiError::SubscriptionUnconfirmed(_) => RequestOutcome::SubscriptionUnconfirmed,
             ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
                 RequestOutcome::Conflict
             }
@@ -198,7 +205,9 @@ impl ApiError {
     fn retry_after(&self) -> Option<&'static str> {
         match self {
             ApiError::NotStored(_) => Some("5"),
-            ApiError::CertificateUnavailable(_) => Some("30"),
+            ApiError::CertificateUnavailable(_) | ApiError::SubscriptionUnconfirmed(_) => {
+                Some("30")
+            }
             ApiError::Busy => Some("1"),
             _ => None,
         }
@@ -272,6 +281,8 @@ crate::telemetry::label_values! {
         IpNotAllowed => "ip_not_allowed",
         /// The signing certificate the request names could not be fetched (503).
         CertificateUnavailable => "certificate_unavailable",
+        /// An SNS subscription the gateway confirms could not be confirmed (503).
+        SubscriptionUnconfirmed => "subscription_unconfirmed",
         StoreError => "store_error",
         /// Counted under the source `_unknown`.
         UnknownSource => "unknown_source",
@@ -313,6 +324,7 @@ impl RequestOutcome {
                 | RequestOutcome::RateLimited
                 | RequestOutcome::IpNotAllowed
                 | RequestOutcome::CertificateUnavailable
+                | RequestOutcome::SubscriptionUnconfirmed
                 | RequestOutcome::StoreError
         )
     }

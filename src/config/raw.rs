@@ -195,6 +195,10 @@ pub struct RawSource {
     pub verify_token: Option<String>,
     #[serde(default)]
     pub verify_token_env: Option<String>,
+    /// AWS SNS: the gateway visits a verified `SubscriptionConfirmation`'s
+    /// `SubscribeURL` before storing it.
+    #[serde(default)]
+    pub confirm_subscriptions: bool,
     /// `allow_ips = ["192.0.2.0/24", …]` or `allow_ips = "provider"`.
     #[serde(default)]
     pub allow_ips: Option<OneOrMany>,

@@ -39,6 +39,9 @@ pub struct SourceConfig {
     /// `verify_token` / `verify_token_env`: the token of the provider's endpoint
     /// check (Meta's `hub.verify_token`), a value of its own, not the signing secret.
     pub verify_token: Option<Secret>,
+    /// `confirm_subscriptions` (AWS SNS): the gateway confirms a verified
+    /// subscription (visits its `SubscribeURL`) before storing the confirmation.
+    pub confirm_subscriptions: bool,
 }
 
 /// Where a source's allowed addresses come from.
@@ -349,6 +352,7 @@ pub(super) fn validate_source(
         request_limit,
         allow_ips,
         verify_token,
+        confirm_subscriptions: raw.confirm_subscriptions,
     })
 }
 

@@ -12,6 +12,7 @@ pub mod body;
 mod handshake;
 pub mod limit;
 pub mod rejections;
+pub mod subscription;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -72,6 +73,9 @@ pub struct Source {
     pub allowlist: Option<crate::allowlist::Allowlist>,
     /// The token of the provider's endpoint check (Meta's `hub.verify_token`).
     pub verify_token: Option<crate::config::Secret>,
+    /// AWS SNS (`confirm_subscriptions`): visit a verified confirmation's
+    /// `SubscribeURL` before storing it (`subscription`).
+    pub confirm_subscriptions: bool,
 }
 
 /// A route as ingest sees it: its name, which entries it takes, and where an
@@ -876,6 +880,20 @@ async fn handle_source(
             (StatusCode::OK, Json(value)).into_response(),
         )),
         Decision::Store(entry) => {
+            // AWS SNS, when the source confirms subscriptions: visit SubscribeURL
+            // before the confirmation is stored (`subscription`).
+            if source.confirm_subscriptions
+                && entry.event_type.as_deref() == Some(subscription::CONFIRMATION)
+                && let Some(rule) = &source.verifier.spec.certificate
+            {
+                subscription::confirm(
+                    ingest.certificates.client(),
+                    rule,
+                    &source.name,
+                    &entry.body,
+                )
+                .await?;
+            }
             let event_id = entry.event_id.clone();
             let event_type = entry.event_type.clone();
             let filtered = entry.routes.is_empty();

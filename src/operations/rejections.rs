@@ -45,6 +45,9 @@ pub fn hint(reason: &str) -> &'static str {
         "certificate_invalid" => {
             "The certificate the request names is not a usable RSA certificate, or is outside its validity period."
         }
+        "subscribe_url" => {
+            "An SNS subscription confirmation whose SubscribeURL is not an SNS confirmation URL for the message's own topic: a forgery, or SNS moved its endpoints (the spec's [certificate] hosts)."
+        }
         "unknown_source" => {
             "The URL names no configured source: a typo in the URL given to the provider, a source renamed or removed, or a scan of the endpoint."
         }

@@ -102,7 +102,7 @@ pub fn check_url(rule: &CertificateRule, named: &str) -> Result<CertificateUrl, 
 }
 
 /// Whether `host` matches `pattern`, where `*` is exactly one DNS label.
-fn host_matches(pattern: &str, host: &str) -> bool {
+pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
     let (p, h): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), host.split('.').collect());
     p.len() == h.len()
         && p.iter().zip(&h).all(|(p, h)| {
@@ -175,6 +175,12 @@ impl Certificates {
             slots: Mutex::new(HashMap::new()),
             started: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The client certificates are fetched with (no redirects, [`FETCH_TIMEOUT`]),
+    /// which the gateway's other calls to a provider's hosts share.
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
     }
 
     /// The key of the certificate at `url` (checked by [`check_url`]): kept, or

@@ -192,7 +192,7 @@ fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         "hookgate_ingest_requests_total",
-        "Ingest requests by source and outcome (accepted, duplicate, handshake, unverified, too_large, body_timeout, body_read, busy, rate_limited, ip_not_allowed, certificate_unavailable, store_error; unknown_source under source _unknown)"
+        "Ingest requests by source and outcome (accepted, duplicate, handshake, unverified, too_large, body_timeout, body_read, busy, rate_limited, ip_not_allowed, certificate_unavailable, subscription_unconfirmed, store_error; unknown_source under source _unknown)"
     );
     describe_counter!(
         "hookgate_ingest_unverified_total",

@@ -3,7 +3,10 @@
 //! certificate's key is stored, fetching the certificate once; a tampered message,
 //! one for another topic or webhook id, or one naming a certificate on another host
 //! is refused (the last without a fetch); a certificate that cannot be fetched gets
-//! 503 with `Retry-After`, so that the provider retries.
+//! 503 with `Retry-After`, so that the provider retries. A source that confirms SNS
+//! subscriptions visits a verified confirmation's `SubscribeURL` (on the same local
+//! server) before storing it, and never a URL the message did not sign or SNS
+//! would not send.
 
 use std::sync::{Arc, Mutex};
 
@@ -42,10 +45,13 @@ fn sign(msg: &[u8]) -> String {
     B64.encode(sig)
 }
 
-/// A local certificate server: the test certificate at any path, each fetch noted.
+/// A local certificate server: the test certificate at any path, each fetch noted;
+/// and SNS's confirmation endpoint (`/?Action=ConfirmSubscription…`), which fails
+/// with 500 while `failing` is set.
 struct CertServer {
     base: String,
     fetched: Arc<Mutex<Vec<String>>>,
+    failing: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -54,13 +60,25 @@ impl CertServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let fetched = Arc::new(Mutex::new(Vec::new()));
-        let seen = fetched.clone();
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (seen, fail) = (fetched.clone(), failing.clone());
         let pem = fixture("cert-signing.pem");
         let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
-            let (seen, pem) = (seen.clone(), pem.clone());
+            let (seen, pem, fail) = (seen.clone(), pem.clone(), fail.clone());
             async move {
-                seen.lock().unwrap().push(uri.path().to_string());
-                pem
+                let confirm = uri.query().is_some_and(|q| q.contains("Action=ConfirmSubscription"));
+                seen.lock().unwrap().push(match uri.query() {
+                    Some(q) => format!("{}?{q}", uri.path()),
+                    None => uri.path().to_string(),
+                });
+                if confirm && fail.load(std::sync::atomic::Ordering::SeqCst) {
+                    return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, Vec::new());
+                }
+                if confirm {
+                    let xml = "<ConfirmSubscriptionResponse xmlns=\"http://sns.amazonaws.com/doc/2010-03-31/\"><ConfirmSubscriptionResult><SubscriptionArn>arn:aws:sns:us-east-1:123456789012:orders:1</SubscriptionArn></ConfirmSubscriptionResult></ConfirmSubscriptionResponse>";
+                    return (axum::http::StatusCode::OK, xml.as_bytes().to_vec());
+                }
+                (axum::http::StatusCode::OK, pem)
             }
         });
         let task = tokio::spawn(async move {
@@ -69,6 +87,7 @@ impl CertServer {
         CertServer {
             base,
             fetched,
+            failing,
             task,
         }
     }
@@ -100,6 +119,39 @@ fn sns_message(id: &str, topic: &str, message: &str, cert_url: &str) -> Vec<u8> 
     .into_bytes()
 }
 
+/// An SNS `SubscriptionConfirmation` for `topic` naming `subscribe`, signed as SNS
+/// signs.
+fn sns_confirmation(id: &str, topic: &str, subscribe: &str) -> Vec<u8> {
+    let (ts, token) = (
+        "2026-11-27T12:00:00.000Z",
+        "2336412f37fb687f5d51e6e2425a8a58",
+    );
+    let message = format!("You have chosen to subscribe to the topic {topic}.");
+    let to_sign = format!(
+        "Message\n{message}\nMessageId\n{id}\nSubscribeURL\n{subscribe}\nTimestamp\n{ts}\nToken\n{token}\nTopicArn\n{topic}\nType\nSubscriptionConfirmation\n"
+    );
+    serde_json::json!({
+        "Type": "SubscriptionConfirmation",
+        "MessageId": id,
+        "Token": token,
+        "TopicArn": topic,
+        "Message": message,
+        "SubscribeURL": subscribe,
+        "Timestamp": ts,
+        "SignatureVersion": "2",
+        "Signature": sign(to_sign.as_bytes()),
+        "SigningCertURL": CERT_URL,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn subscribe_url(topic: &str) -> String {
+    format!(
+        "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn={topic}&Token=2336412f37fb687f5d51e6e2425a8a58"
+    )
+}
+
 /// A PayPal event and its headers, signed as PayPal signs.
 fn paypal_event(id: &str, webhook_id: &str, cert_url: &str) -> (Vec<u8>, Vec<(String, String)>) {
     let body = format!(
@@ -128,6 +180,9 @@ fn gateway_config(h: &StoreHandle, certs: &str) -> config::Config {
     let text = format!(
         "{}\n[[sources]]\nname = \"sns\"\nprovider = \"aws-sns\"\nsecret = \"{TOPIC}\"\n\
          destination = \"http://127.0.0.1:9/\"\n\
+         [sources.provider_options]\nfetch_base = \"{certs}\"\n\
+         [[sources]]\nname = \"sns-confirming\"\nprovider = \"aws-sns\"\nsecret = \"{TOPIC}\"\n\
+         destination = \"http://127.0.0.1:9/\"\nconfirm_subscriptions = true\n\
          [sources.provider_options]\nfetch_base = \"{certs}\"\n\
          [[sources]]\nname = \"paypal\"\nprovider = \"paypal\"\nsecret = \"{WEBHOOK_ID}\"\n\
          destination = \"http://127.0.0.1:9/\"\n\
@@ -244,5 +299,125 @@ async fn sns_and_paypal_verify_against_a_local_certificate_server() {
     )
     .await;
     assert_eq!(st, 200, "{json}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sns_subscriptions_are_confirmed_by_the_gateway_only_once_verified() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let certs = CertServer::start().await;
+    let gw = Gateway::start(gateway_config(&h, &certs.base)).await;
+    let store = h.open().await;
+    let c = http();
+    let post = async |source: &str, body: &[u8]| post_raw(&c, &gw.ingest, source, body, &[]).await;
+    let visits = || {
+        certs
+            .fetches()
+            .into_iter()
+            .filter(|f| f.contains("Action=ConfirmSubscription"))
+            .collect::<Vec<_>>()
+    };
+
+    // Without confirm_subscriptions: stored like a notification, nothing visited.
+    let (st, json) = post(
+        "sns",
+        &sns_confirmation("c-0", TOPIC, &subscribe_url(TOPIC)),
+    )
+    .await;
+    assert_eq!(st, 200, "{json}");
+    assert_eq!(visits(), Vec::<String>::new());
+
+    // Refused before any visit: a SubscribeURL changed after signing; one SNS would
+    // not send (another host, another topic), signed all the same.
+    let tampered = String::from_utf8(sns_confirmation("c-1", TOPIC, &subscribe_url(TOPIC)))
+        .unwrap()
+        .replace("Token=2336412f37", "Token=9996412f37");
+    let (st, json) = post("sns-confirming", tampered.as_bytes()).await;
+    assert_eq!(
+        (st, json["error"].as_str()),
+        (401, Some("signature does not match")),
+        "{json}"
+    );
+    let elsewhere = subscribe_url(TOPIC).replace("sns.us-east-1.amazonaws.com", "example.net");
+    let (st, json) = post(
+        "sns-confirming",
+        &sns_confirmation("c-2", TOPIC, &elsewhere),
+    )
+    .await;
+    assert_eq!(
+        (st, json["error"].as_str()),
+        (
+            401,
+            Some("the subscription confirmation URL is not the provider's")
+        ),
+        "{json}"
+    );
+    let other_topic = subscribe_url("arn:aws:sns:us-east-1:123456789012:other");
+    let (st, json) = post(
+        "sns-confirming",
+        &sns_confirmation("c-3", TOPIC, &other_topic),
+    )
+    .await;
+    assert_eq!(
+        (st, json["error"].as_str()),
+        (
+            401,
+            Some("the subscription confirmation URL is not the provider's")
+        ),
+        "{json}"
+    );
+    assert_eq!(visits(), Vec::<String>::new());
+    assert_eq!(store.count("sns-confirming").await.unwrap(), 0);
+
+    // SNS's endpoint fails: nothing stored, SNS told to send it again.
+    certs
+        .failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let confirmation = sns_confirmation("c-4", TOPIC, &subscribe_url(TOPIC));
+    let resp = c
+        .post(format!("{}/ingest/sns-confirming", gw.ingest))
+        .body(confirmation.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(
+        resp.headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("30")
+    );
+    assert_eq!(visits().len(), 1);
+    assert_eq!(store.count("sns-confirming").await.unwrap(), 0);
+
+    // Sent again, it is confirmed (the signed URL, on the local server), then stored.
+    certs
+        .failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let (st, json) = post("sns-confirming", &confirmation).await;
+    assert_eq!(st, 200, "{json}");
+    let entry = answered_entry(&*store, &json).await;
+    assert_eq!(
+        entry.event_type.as_deref(),
+        Some("SubscriptionConfirmation")
+    );
+    assert_eq!(
+        visits(),
+        vec![
+            format!(
+                "/?Action=ConfirmSubscription&TopicArn={TOPIC}&Token=2336412f37fb687f5d51e6e2425a8a58"
+            );
+            2
+        ]
+    );
+    // Notifications on the confirming source are stored without a visit.
+    let (st, json) = post(
+        "sns-confirming",
+        &sns_message("n-1", TOPIC, "order 1 paid", CERT_URL),
+    )
+    .await;
+    assert_eq!(st, 200, "{json}");
+    assert_eq!(visits().len(), 2);
+    assert_eq!(store.count("sns-confirming").await.unwrap(), 2);
     gw.stop().await;
 }

@@ -678,11 +678,12 @@ fn compile_handshake(
             "okta-verification" => Handshake::OktaVerification,
             "dropbox-challenge" => Handshake::DropboxChallenge,
             "graph-validation" => Handshake::GraphValidation,
+            "sns-subscription" => Handshake::SnsSubscription,
             other => {
                 return Err(invalid.at(
                     "handshake.kind",
                     format!(
-                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping, twitch-challenge, meta-subscribe, okta-verification, dropbox-challenge or graph-validation"
+                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping, twitch-challenge, meta-subscribe, okta-verification, dropbox-challenge, graph-validation or sns-subscription"
                     ),
                 ));
             }

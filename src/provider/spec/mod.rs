@@ -99,6 +99,9 @@
 //!   parameter, echoed as plain text: Dropbox sends nothing to verify it by).
 //!   `graph-validation` answers Microsoft Graph's POST `?validationToken=…` without a
 //!   body (the token, as plain text; Graph sends nothing to verify it by either).
+//!   `sns-subscription` marks SNS's `SubscriptionConfirmation`: stored like any
+//!   message, and confirmed first by the gateway when the source sets
+//!   `confirm_subscriptions` (its `SubscribeURL` on the `[certificate]` hosts).
 //! * `[certificate]` (certificate schemes only): `url`, the value source that names
 //!   the certificate (`json:/SigningCertURL`, `header:PAYPAL-CERT-URL`); `hosts`, the
 //!   hosts it may be on (`*` is one DNS label, the last two labels fixed; `https://`
@@ -448,6 +451,10 @@ pub enum Handshake {
     /// Microsoft Graph: a POST with `?validationToken=…` and no body is answered
     /// with the token, as plain text (Graph sends nothing to verify it by).
     GraphValidation,
+    /// AWS SNS: a verified `SubscriptionConfirmation` is stored like a notification;
+    /// with the source's `confirm_subscriptions`, the gateway first visits its
+    /// `SubscribeURL` (pinned to the `[certificate]` hosts; `ingest::subscription`).
+    SnsSubscription,
 }
 
 impl Handshake {
@@ -461,6 +468,7 @@ impl Handshake {
             Handshake::OktaVerification => "okta-verification",
             Handshake::DropboxChallenge => "dropbox-challenge",
             Handshake::GraphValidation => "graph-validation",
+            Handshake::SnsSubscription => "sns-subscription",
         }
     }
 

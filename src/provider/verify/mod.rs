@@ -117,6 +117,8 @@ crate::telemetry::label_values! {
         CertificateUrl => "certificate_url",
         #[error("the certificate cannot check signatures")]
         CertificateInvalid => "certificate_invalid",
+        #[error("the subscription confirmation URL is not the provider's")]
+        SubscribeUrl => "subscribe_url",
     }
 }
 

@@ -201,7 +201,8 @@ impl Verified<'_> {
             Handshake::MetaSubscribe
             | Handshake::OktaVerification
             | Handshake::DropboxChallenge
-            | Handshake::GraphValidation => None,
+            | Handshake::GraphValidation
+            | Handshake::SnsSubscription => None,
         }
     }
 }
