@@ -1,10 +1,11 @@
 //! `GET /ingest/{source}`: the endpoint checks providers send as a GET before they
 //! send webhooks (Meta's `hub.challenge`, Okta's verification challenge, Dropbox's
-//! `challenge`). Nothing is stored. Each is answered only as far as it can be
+//! `challenge`, Trello's `HEAD`). Nothing is stored. Each is answered only as far as it can be
 //! checked: Meta's carries the source's `verify_token` (compared in constant time),
 //! Okta's carries the source's credential header (verified by the provider's spec);
 //! Dropbox's carries nothing to check, so only a short token of safe characters is
-//! echoed, as plain text that no browser sniffs into anything else. A source whose
+//! echoed, as plain text that no browser sniffs into anything else; Trello's `HEAD`
+//! carries nothing either, and is answered with an empty 200. A source whose
 //! provider checks no endpoint with a GET answers 405, as before.
 //!
 //! Microsoft Graph checks with a POST instead: `?validationToken=…` and no body,
@@ -87,6 +88,7 @@ pub(super) fn answer(
                 .into_response())
         }
         Handshake::DropboxChallenge => Ok(text(challenge(param("challenge"))?)),
+        Handshake::HeadCheck => Ok(text(String::new())),
         _ => Err(ApiError::MethodNotAllowed),
     }
 }

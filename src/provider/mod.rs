@@ -65,6 +65,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "coinbase-commerce.toml",
         include_str!("../../providers/coinbase-commerce.toml"),
     ),
+    (
+        "contentful.toml",
+        include_str!("../../providers/contentful.toml"),
+    ),
     ("discord.toml", include_str!("../../providers/discord.toml")),
     (
         "docusign.toml",
@@ -93,6 +97,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     ("mux.toml", include_str!("../../providers/mux.toml")),
     ("okta.toml", include_str!("../../providers/okta.toml")),
+    ("notion.toml", include_str!("../../providers/notion.toml")),
     ("paddle.toml", include_str!("../../providers/paddle.toml")),
     ("paypal.toml", include_str!("../../providers/paypal.toml")),
     (
@@ -122,6 +127,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     ("stripe.toml", include_str!("../../providers/stripe.toml")),
     ("svix.toml", include_str!("../../providers/svix.toml")),
+    ("trello.toml", include_str!("../../providers/trello.toml")),
     ("twilio.toml", include_str!("../../providers/twilio.toml")),
     ("twitch.toml", include_str!("../../providers/twitch.toml")),
     (

@@ -165,6 +165,7 @@ fn sign_with(
 ) -> Result<Signed, SignError> {
     let mut draft = Draft::new(spec, input);
     let ts_text = draft.place_timestamp()?;
+    draft.place_header_list();
     draft.place_event_id()?;
     draft.place_event_type();
 
@@ -357,6 +358,24 @@ impl<'s, 'i> Draft<'s, 'i> {
             }
         }
         Ok(Some(text))
+    }
+
+    /// Write the header a `{header_list:…}` reads, listing itself and the timestamp
+    /// header (Contentful's `x-contentful-signed-headers`).
+    fn place_header_list(&mut self) {
+        for seg in &self.spec.content {
+            if let Segment::HeaderList(list) = seg
+                && !self.headers.iter().any(|(n, _)| n == list)
+            {
+                let mut names = vec![list.as_str().to_string()];
+                if let Some(ValueSource::Header(t)) = self.spec.timestamp.as_ref().map(|t| &t.from)
+                {
+                    names.push(t.as_str().to_string());
+                }
+                names.sort();
+                self.headers.push((list.clone(), names.join(",")));
+            }
+        }
     }
 
     /// Write the event id where the spec reads it: a header, or a signed id the

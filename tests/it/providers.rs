@@ -487,6 +487,37 @@ fn cases() -> Vec<Case> {
             event_id: delivery,
         },
         Case {
+            source: "p-notion",
+            provider: "notion",
+            signer: Signer::Secret("secret_tMrlL1qK5vuQAh1b6cZGhFChZTSYJlce98V0pYn7yBl"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"id":"{e}","type":"page.created","entity":{{"id":"p1"}}}}"#),
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-trello",
+            provider: "trello",
+            signer: Signer::Secret("trello-oauth-secret"),
+            wrong: WRONG,
+            body: |e| {
+                format!(r#"{{"model":{{"id":"b1"}},"action":{{"id":"{e}","type":"voteOnCard"}}}}"#)
+            },
+            needle: Needle::Event,
+            event_id: event,
+        },
+        Case {
+            source: "p-contentful",
+            provider: "contentful",
+            signer: Signer::Secret(
+                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            ),
+            wrong: WRONG,
+            body: json_event,
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
             source: "p-dropbox",
             provider: "dropbox",
             signer: Signer::Secret("dropbox-app-secret"),
@@ -879,7 +910,7 @@ async fn handshakes_are_answered_only_after_verification() {
 
 #[test]
 fn a_provider_that_signs_the_url_needs_public_url() {
-    for provider in ["twilio", "square", "hubspot"] {
+    for provider in ["twilio", "square", "hubspot", "trello"] {
         let text = format!(
             "[[sources]]\nname = \"s\"\nprovider = \"{provider}\"\nsecret = \"x\"\ndestination = \"http://127.0.0.1:9/\"\n"
         );
@@ -1010,7 +1041,8 @@ fn hookgate_providers_describes_each_provider() {
 
 /// The endpoint checks that come as a GET: Meta's answered only with the source's
 /// verify token, Okta's only with its credential, Dropbox's (which carries nothing to
-/// check) only as a short token echoed as plain text; a provider without one answers
+/// check) only as a short token echoed as plain text, Trello's HEAD with an empty
+/// 200; a provider without one answers
 /// 405. Microsoft Graph's comes as a POST without a body and is echoed likewise.
 /// Nothing is ever stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1021,7 +1053,7 @@ async fn get_endpoint_checks_are_answered_only_as_far_as_they_verify() {
         .filter(|c| {
             matches!(
                 c.source,
-                "p-meta" | "p-okta" | "p-dropbox" | "p-stripe" | "p-graph"
+                "p-meta" | "p-okta" | "p-dropbox" | "p-stripe" | "p-graph" | "p-trello"
             )
         })
         .collect();
@@ -1087,6 +1119,14 @@ async fn get_endpoint_checks_are_answered_only_as_far_as_they_verify() {
     );
     assert_eq!(get("p-dropbox", &[]).await.0, 400);
 
+    // Trello checks the callback with a HEAD before it creates the webhook.
+    let resp = c
+        .head(format!("{}/ingest/p-trello", gw.ingest))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+
     assert_eq!(get("p-stripe", &[]).await.0, 405);
     assert_eq!(get("p-nowhere", &[]).await.0, 405);
 
@@ -1109,7 +1149,7 @@ async fn get_endpoint_checks_are_answered_only_as_far_as_they_verify() {
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 401);
-    for source in ["p-meta", "p-okta", "p-dropbox", "p-graph"] {
+    for source in ["p-meta", "p-okta", "p-dropbox", "p-graph", "p-trello"] {
         assert_eq!(store.count(source).await.unwrap(), 0, "{source}");
     }
     gw.stop().await;

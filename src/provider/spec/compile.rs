@@ -573,7 +573,11 @@ fn compile_timestamp(
                     ValueSource::Query(_) => {
                         content.contains(&Segment::Url) || content.contains(&Segment::Path)
                     }
-                    ValueSource::Header(_) | ValueSource::Signature(_) => false,
+                    // A `{header_list:…}` always signs the timestamp's header.
+                    ValueSource::Header(_) => content
+                        .iter()
+                        .any(|seg| matches!(seg, Segment::HeaderList(_))),
+                    ValueSource::Signature(_) => false,
                 });
         if !covered {
             return Err(invalid.at(
@@ -679,11 +683,12 @@ fn compile_handshake(
             "dropbox-challenge" => Handshake::DropboxChallenge,
             "graph-validation" => Handshake::GraphValidation,
             "sns-subscription" => Handshake::SnsSubscription,
+            "head-check" => Handshake::HeadCheck,
             other => {
                 return Err(invalid.at(
                     "handshake.kind",
                     format!(
-                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping, twitch-challenge, meta-subscribe, okta-verification, dropbox-challenge, graph-validation or sns-subscription"
+                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping, twitch-challenge, meta-subscribe, okta-verification, dropbox-challenge, graph-validation, sns-subscription or head-check"
                     ),
                 ));
             }

@@ -33,7 +33,8 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             "{}, {}, {location}{shape}, over {}",
             algorithms.join(" or "),
             spec.encoding.name(),
-            spec.content_text()
+            // One line: a newline the template signs is shown as TOML writes it.
+            spec.content_text().replace('\n', "\\n")
         );
         if spec.url_port == UrlPort::Either {
             s.push_str(" (URL with or without its port)");

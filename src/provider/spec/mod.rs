@@ -102,6 +102,7 @@
 //!   `sns-subscription` marks SNS's `SubscriptionConfirmation`: stored like any
 //!   message, and confirmed first by the gateway when the source sets
 //!   `confirm_subscriptions` (its `SubscribeURL` on the `[certificate]` hosts).
+//!   `head-check` answers Trello's `HEAD` (and a `GET`) with an empty 200.
 //! * `[certificate]` (certificate schemes only): `url`, the value source that names
 //!   the certificate (`json:/SigningCertURL`, `header:PAYPAL-CERT-URL`); `hosts`, the
 //!   hosts it may be on (`*` is one DNS label, the last two labels fixed; `https://`
@@ -341,6 +342,15 @@ pub enum Segment {
     /// JSON body, in order, `name\nvalue\n`; a name ending in `?` is skipped when the
     /// body lacks it (AWS SNS's string to sign).
     Lines(Vec<LineField>),
+    /// `{path_escaped}`: the path as received with its query escaped twice, as
+    /// Contentful's canonical request has it: `encodeURI(path + "?" +
+    /// querystring.escape(query))` (`/a?b=1` becomes `/a?b%253D1`).
+    PathEscaped,
+    /// `{header_list:NAME}`: the headers that header NAME lists (comma-separated),
+    /// with NAME itself and a timestamp header, lowercased, sorted and deduplicated,
+    /// each `name:value` (value trimmed), joined by `;`; NAME's own value is the
+    /// sorted list (Contentful's `x-contentful-signed-headers`).
+    HeaderList(http::HeaderName),
 }
 
 /// One field of a `{lines:…}` segment.
@@ -455,6 +465,9 @@ pub enum Handshake {
     /// with the source's `confirm_subscriptions`, the gateway first visits its
     /// `SubscribeURL` (pinned to the `[certificate]` hosts; `ingest::subscription`).
     SnsSubscription,
+    /// Trello: a `HEAD` (or `GET`) checks that the callback answers 200; it carries
+    /// nothing to verify, and is answered 200 with nothing in it.
+    HeadCheck,
 }
 
 impl Handshake {
@@ -469,6 +482,7 @@ impl Handshake {
             Handshake::DropboxChallenge => "dropbox-challenge",
             Handshake::GraphValidation => "graph-validation",
             Handshake::SnsSubscription => "sns-subscription",
+            Handshake::HeadCheck => "head-check",
         }
     }
 
@@ -477,7 +491,10 @@ impl Handshake {
     pub fn is_get(self) -> bool {
         matches!(
             self,
-            Handshake::MetaSubscribe | Handshake::OktaVerification | Handshake::DropboxChallenge
+            Handshake::MetaSubscribe
+                | Handshake::OktaVerification
+                | Handshake::DropboxChallenge
+                | Handshake::HeadCheck
         )
     }
 }
@@ -632,6 +649,21 @@ impl Spec {
         if has(&Segment::Timestamp) && self.timestamp.as_ref().is_some_and(|t| &t.from == src) {
             return true;
         }
+        // A `{header_list:…}` always signs its own header and the timestamp's.
+        if let ValueSource::Header(h) = src
+            && self.content.iter().any(|seg| match seg {
+                Segment::HeaderList(list) => {
+                    list == h
+                        || self
+                            .timestamp
+                            .as_ref()
+                            .is_some_and(|t| matches!(&t.from, ValueSource::Header(th) if th == h))
+                }
+                _ => false,
+            })
+        {
+            return true;
+        }
         if let ValueSource::Json(ptr) = src
             && self.content.iter().any(|seg| match seg {
                 Segment::Lines(fields) => fields.iter().any(|f| ptr == &format!("/{}", f.name)),
@@ -711,6 +743,8 @@ impl Spec {
                 Segment::OptionalValue(v) => out.push_str(&format!("{{?{v}}}")),
                 Segment::Secret => out.push_str("{secret}"),
                 Segment::BodyCrc32 => out.push_str("{body_crc32}"),
+                Segment::PathEscaped => out.push_str("{path_escaped}"),
+                Segment::HeaderList(h) => out.push_str(&format!("{{header_list:{h}}}")),
                 Segment::Lines(fields) => {
                     let names: Vec<String> = fields
                         .iter()

@@ -153,6 +153,13 @@ pub fn parse_template(t: &str) -> Result<Vec<Segment>, String> {
                     "form_sorted" => Segment::FormSorted,
                     "secret" => Segment::Secret,
                     "body_crc32" => Segment::BodyCrc32,
+                    "path_escaped" => Segment::PathEscaped,
+                    list if list.starts_with("header_list:") => Segment::HeaderList(
+                        http::HeaderName::from_bytes(&list.as_bytes()["header_list:".len()..])
+                            .map_err(|_| {
+                                format!("placeholder {{{list}}} in {t:?}: not a header name")
+                            })?,
+                    ),
                     optional if optional.starts_with('?') => Segment::OptionalValue(
                         parse_source(&optional[1..])
                             .map_err(|e| format!("placeholder {{{optional}}} in {t:?}: {e}"))?,

@@ -177,6 +177,14 @@ fn signed_content(
                 count_work(|w| w.bytes_hashed += ctx.req.body.len() as u64);
                 sink(crc32fast::hash(ctx.req.body).to_string().as_bytes())
             }
+            Segment::PathEscaped => sink(path_escaped(ctx.req.path).as_bytes()),
+            Segment::HeaderList(list) => {
+                let timestamp_header = match spec.timestamp.as_ref().map(|t| &t.from) {
+                    Some(ValueSource::Header(h)) => Some(h),
+                    _ => None,
+                };
+                sink(header_list(ctx.req.headers, list, timestamp_header)?.as_bytes())
+            }
             Segment::Lines(fields) => {
                 let doc = ctx.json().ok_or(VerifyError::MissingSignedValue)?;
                 for field in fields {
@@ -293,5 +301,144 @@ pub(super) fn verify_public(
             parsed.is_ok_and(|s| vk.verify_prehash(digest, &s).is_ok())
         }
         _ => false,
+    }
+}
+
+/// What `encodeURIComponent` (and Node's `querystring.escape`) leaves alone.
+const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+
+/// What `encodeURI` leaves alone: the above and the URI's reserved characters.
+const URI: &percent_encoding::AsciiSet = &COMPONENT
+    .remove(b';')
+    .remove(b',')
+    .remove(b'/')
+    .remove(b'?')
+    .remove(b':')
+    .remove(b'@')
+    .remove(b'&')
+    .remove(b'=')
+    .remove(b'+')
+    .remove(b'$')
+    .remove(b'#');
+
+/// `{path_escaped}`: `encodeURI(path + "?" + querystring.escape(query))`, the path
+/// of Contentful's canonical request (node-apps-toolkit `getNormalizedEncodedURI`).
+pub(crate) fn path_escaped(path_and_query: &str) -> String {
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_and_query, None),
+    };
+    let whole = match query {
+        Some(q) if !q.is_empty() => {
+            format!(
+                "{path}?{}",
+                percent_encoding::utf8_percent_encode(q, COMPONENT)
+            )
+        }
+        _ => path.to_string(),
+    };
+    percent_encoding::utf8_percent_encode(&whole, URI).to_string()
+}
+
+/// The most headers a `{header_list:…}` takes.
+const MAX_LISTED: usize = 32;
+
+/// `{header_list:NAME}`: the headers NAME lists, with NAME and `timestamp_header`,
+/// lowercased, sorted, deduplicated, as `name:value` joined by `;`, NAME's value
+/// being the sorted list itself (Contentful's canonical headers).
+pub(crate) fn header_list(
+    headers: &http::HeaderMap,
+    list: &http::HeaderName,
+    timestamp_header: Option<&http::HeaderName>,
+) -> Result<String, VerifyError> {
+    let listed = headers
+        .get(list)
+        .ok_or(VerifyError::MissingSignedValue)?
+        .to_str()
+        .map_err(|_| VerifyError::MalformedSignature)?;
+    let mut names: Vec<String> = listed
+        .split(',')
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    names.push(list.as_str().to_string());
+    if let Some(t) = timestamp_header {
+        names.push(t.as_str().to_string());
+    }
+    names.sort();
+    names.dedup();
+    if names.len() > MAX_LISTED {
+        return Err(VerifyError::MalformedSignature);
+    }
+    let joined = names.join(",");
+    let mut out = Vec::with_capacity(names.len());
+    for name in &names {
+        let value = if name == list.as_str() {
+            joined.clone()
+        } else {
+            headers
+                .get(name.as_str())
+                .ok_or(VerifyError::MissingSignedValue)?
+                .to_str()
+                .map_err(|_| VerifyError::MissingSignedValue)?
+                .trim()
+                .to_string()
+        };
+        out.push(format!("{name}:{value}"));
+    }
+    Ok(out.join(";"))
+}
+
+#[cfg(test)]
+mod contentful_tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_header_lists_are_canonical_as_contentful_signs_them() {
+        // node-apps-toolkit utils.spec.ts: the query is escaped twice, not sorted.
+        assert_eq!(
+            path_escaped("/api/v1?a=1&b=2"),
+            "/api/v1?a%253D1%2526b%253D2"
+        );
+        assert_eq!(
+            path_escaped("/api/v1?b=2&a=1"),
+            "/api/v1?b%253D2%2526a%253D1"
+        );
+        assert_eq!(path_escaped("/api/v1"), "/api/v1");
+        assert_eq!(path_escaped("/api/v1?"), "/api/v1");
+        assert_eq!(path_escaped("/a%20b"), "/a%2520b");
+
+        let list = http::HeaderName::from_static("x-contentful-signed-headers");
+        let ts = http::HeaderName::from_static("x-contentful-timestamp");
+        let mut headers = http::HeaderMap::new();
+        headers.insert(&list, " X-Contentful-Topic , content-type".parse().unwrap());
+        headers.insert(&ts, "1603379941037".parse().unwrap());
+        headers.insert("x-contentful-topic", " Entry.publish ".parse().unwrap());
+        headers.insert("content-type", "application/json".parse().unwrap());
+        headers.insert("x-unlisted", "ignored".parse().unwrap());
+        assert_eq!(
+            header_list(&headers, &list, Some(&ts)).unwrap(),
+            "content-type:application/json;x-contentful-signed-headers:content-type,x-contentful-signed-headers,x-contentful-timestamp,x-contentful-topic;x-contentful-timestamp:1603379941037;x-contentful-topic:Entry.publish"
+        );
+        headers.insert(&list, "x-missing".parse().unwrap());
+        assert_eq!(
+            header_list(&headers, &list, Some(&ts)),
+            Err(VerifyError::MissingSignedValue)
+        );
+        let many: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
+        headers.insert(&list, many.join(",").parse().unwrap());
+        assert_eq!(
+            header_list(&headers, &list, Some(&ts)),
+            Err(VerifyError::MalformedSignature)
+        );
     }
 }

@@ -202,7 +202,8 @@ impl Verified<'_> {
             | Handshake::OktaVerification
             | Handshake::DropboxChallenge
             | Handshake::GraphValidation
-            | Handshake::SnsSubscription => None,
+            | Handshake::SnsSubscription
+            | Handshake::HeadCheck => None,
         }
     }
 }
