@@ -175,10 +175,13 @@ pub(super) fn round_trip(
         headers.append(n.clone(), v);
     }
     let body = signed.body(body).to_vec();
-    let path = url
-        .and_then(|u| u.parse::<http::Uri>().ok())
-        .and_then(|u| u.path_and_query().map(|p| p.as_str().to_string()))
-        .unwrap_or_else(|| "/ingest/fuzz".to_string());
+    // The path the URL has, as the signer takes it (`/` when it has none).
+    let path = match url.and_then(|u| u.parse::<http::Uri>().ok()) {
+        Some(uri) => uri
+            .path_and_query()
+            .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
+        None => "/ingest/fuzz".to_string(),
+    };
     let req = Request {
         method: "POST",
         path: &path,
@@ -265,12 +268,14 @@ pub(super) fn round_trip(
 fn mutate(encoding: Encoding, enc: &str, at: usize, seed: &[u8]) -> Option<String> {
     const HEX: &[u8] = b"0123456789abcdef";
     const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const B64URL: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     const RAW: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     let bytes = enc.as_bytes();
     let old = *bytes.get(at)?;
     let alphabet = match encoding {
         Encoding::Hex => HEX,
         Encoding::Base64 => B64,
+        Encoding::Base64Url => B64URL,
         Encoding::Raw => RAW,
     };
     let same = |c: u8| match encoding {

@@ -97,6 +97,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     ("mux.toml", include_str!("../../providers/mux.toml")),
     ("okta.toml", include_str!("../../providers/okta.toml")),
+    ("netlify.toml", include_str!("../../providers/netlify.toml")),
     ("notion.toml", include_str!("../../providers/notion.toml")),
     ("paddle.toml", include_str!("../../providers/paddle.toml")),
     ("paypal.toml", include_str!("../../providers/paypal.toml")),

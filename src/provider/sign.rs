@@ -177,6 +177,7 @@ fn sign_with(
         );
     }
     let body = draft.body();
+    let signing_input = draft.jws_input(&body);
     let url = if spec.signs_url() {
         Some(input.url.ok_or(SignError::NeedsUrl {
             provider: spec.name.clone(),
@@ -202,6 +203,7 @@ fn sign_with(
         ParsedSignature {
             signatures: Vec::new(),
             fields: draft.fields.clone(),
+            signing_input: signing_input.clone(),
         },
     );
     if let Some(src) = &spec.body_sha256
@@ -215,7 +217,10 @@ fn sign_with(
         ctx.digest_bound = true;
     }
     let sig = signature(&ctx, ts_text.as_deref(), url)?;
-    let value = signature_value(&spec.format, &draft.fields, &sig);
+    let value = match &signing_input {
+        Some(input) => format!("{input}.{sig}"),
+        None => signature_value(&spec.format, &draft.fields, &sig),
+    };
     draft.place_signature(value)?;
     Ok(draft.finish())
 }
@@ -237,6 +242,8 @@ fn signature_value(format: &HeaderFormat, fields: &[(String, String)], sig: &str
             parts.push(format!("{}{kv_separator}{sig}", signature_keys[0]));
             parts.join(pair_separator)
         }
+        // Written whole by `sign_with`, around the signing input.
+        HeaderFormat::Jws { .. } => sig.to_string(),
     }
 }
 
@@ -358,6 +365,49 @@ impl<'s, 'i> Draft<'s, 'i> {
             }
         }
         Ok(Some(text))
+    }
+
+    /// A JWS's signing input: the spec's `alg`, and as claims the required ones,
+    /// the body's digest and what else was placed (the timestamp); `None` for
+    /// other formats.
+    fn jws_input(&mut self, body: &[u8]) -> Option<String> {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let HeaderFormat::Jws { claims } = &self.spec.format else {
+            return None;
+        };
+        for (k, v) in claims {
+            self.fields.push((k.clone(), v.clone()));
+        }
+        if let Some(ValueSource::Signature(k)) = &self.spec.body_sha256 {
+            self.fields
+                .push((k.clone(), hex::encode(sha2::Sha256::digest(body))));
+        }
+        let alg = self.spec.algorithms.first().and_then(|a| a.jws_alg())?;
+        let header = serde_json::json!({ "alg": alg, "typ": "JWT" });
+        let payload: serde_json::Map<String, serde_json::Value> = self
+            .fields
+            .iter()
+            .map(|(k, v)| {
+                // A timestamp claim is a number (`iat`); the others are text.
+                let value = match v.parse::<i64>() {
+                    Ok(n)
+                        if self.spec.timestamp.as_ref().is_some_and(
+                            |t| matches!(&t.from, ValueSource::Signature(f) if f == k),
+                        ) =>
+                    {
+                        serde_json::Value::from(n)
+                    }
+                    _ => serde_json::Value::String(v.clone()),
+                };
+                (k.clone(), value)
+            })
+            .collect();
+        Some(format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(serde_json::Value::Object(payload).to_string())
+        ))
     }
 
     /// Write the header a `{header_list:…}` reads, listing itself and the timestamp

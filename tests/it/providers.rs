@@ -487,6 +487,15 @@ fn cases() -> Vec<Case> {
             event_id: delivery,
         },
         Case {
+            source: "p-netlify",
+            provider: "netlify",
+            signer: Signer::Secret("netlify-jws-secret"),
+            wrong: WRONG,
+            body: |e| format!(r#"{{"id":"{e}","state":"ready"}}"#),
+            needle: Needle::Event,
+            event_id: none,
+        },
+        Case {
             source: "p-notion",
             provider: "notion",
             signer: Signer::Secret("secret_tMrlL1qK5vuQAh1b6cZGhFChZTSYJlce98V0pYn7yBl"),

@@ -181,6 +181,14 @@ fn compile_signature(
     }
     let url_port = signature_url_port(signature, invalid)?;
     let body_sha256 = signature_body_sha256(signature, &content, invalid)?;
+    signature_jws(
+        &algorithms,
+        &format,
+        encoding,
+        &content,
+        body_sha256.as_ref(),
+        invalid,
+    )?;
     Ok(CompiledSignature {
         algorithms,
         from,
@@ -316,10 +324,17 @@ fn signature_format(
                 signature_keys: signature.signature_keys.clone(),
             }
         }
+        "jws" => HeaderFormat::Jws {
+            claims: signature
+                .claims
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        },
         other => {
             return Err(invalid.at(
                 "signature.format",
-                format!("unknown format {other:?}; use plain or kv"),
+                format!("unknown format {other:?}; use plain, kv or jws"),
             ));
         }
     })
@@ -334,6 +349,7 @@ fn signature_encoding(
     let encoding = match signature.encoding.as_str() {
         "hex" => Encoding::Hex,
         "base64" => Encoding::Base64,
+        "base64url" => Encoding::Base64Url,
         "raw" => Encoding::Raw,
         other => {
             return Err(invalid.at(
@@ -480,6 +496,41 @@ fn signature_url_port(
     }
 }
 
+/// `format = "jws"` and `{jws}` go together: the content is the token's signing
+/// input alone, signed with one HMAC written as base64url, and a claim holds the
+/// body's digest (`body_sha256 = "signature:…"`), which binds the body.
+fn signature_jws(
+    algorithms: &[Algorithm],
+    format: &HeaderFormat,
+    encoding: Encoding,
+    content: &[Segment],
+    body_sha256: Option<&ValueSource>,
+    invalid: Invalid<'_>,
+) -> Result<(), SpecError> {
+    let jws = matches!(format, HeaderFormat::Jws { .. });
+    let signs_jws = content.contains(&Segment::JwsInput);
+    if !jws && !signs_jws {
+        return Ok(());
+    }
+    let problem = if !jws {
+        Some("{jws} needs format = \"jws\"")
+    } else if content != [Segment::JwsInput] {
+        Some("format = \"jws\" signs the token: content = \"{jws}\"")
+    } else if encoding != Encoding::Base64Url {
+        Some("a JWS signature is base64url: encoding = \"base64url\"")
+    } else if !matches!(algorithms, [a] if a.jws_alg().is_some()) {
+        Some("a JWS here is HS256 or HS512: one algorithm, hmac-sha256 or hmac-sha512")
+    } else if !matches!(body_sha256, Some(ValueSource::Signature(_))) {
+        Some("a JWS covers the body through a digest claim: body_sha256 = \"signature:<claim>\"")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(invalid.at("signature.format", problem.into())),
+        None => Ok(()),
+    }
+}
+
 /// `signature.body_sha256`: a body digest, which must be covered by the signature.
 fn signature_body_sha256(
     signature: &RawSignature,
@@ -495,6 +546,7 @@ fn signature_body_sha256(
     if let Some(src) = &body_sha256 {
         // The digest stands in for the body only if the signature covers it.
         let covered = content.contains(&Segment::Value(src.clone()))
+            || matches!(src, ValueSource::Signature(_)) && content.contains(&Segment::JwsInput)
             || matches!(src, ValueSource::Query(_))
                 && (content.contains(&Segment::Url) || content.contains(&Segment::Path));
         if !covered {
@@ -604,10 +656,11 @@ fn check_signature_items(
         .iter()
         .any(|seg| matches!(seg, Segment::Value(ValueSource::Signature(_))))
         || matches!(timestamp.map(|t| &t.from), Some(ValueSource::Signature(_)));
-    if uses_signature_items && !matches!(format, HeaderFormat::Kv { .. }) {
+    if uses_signature_items && !matches!(format, HeaderFormat::Kv { .. } | HeaderFormat::Jws { .. })
+    {
         return Err(invalid.at(
             "signature.content",
-            "{signature:key} needs format = \"kv\"".into(),
+            "{signature:key} needs format = \"kv\" or \"jws\"".into(),
         ));
     }
     Ok(())

@@ -22,6 +22,11 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
     let shape = match &spec.format {
         HeaderFormat::Plain { prefix } if prefix.is_empty() => String::new(),
         HeaderFormat::Plain { prefix } => format!(" after {prefix:?}"),
+        HeaderFormat::Jws { claims } if claims.is_empty() => " as a compact JWS".to_string(),
+        HeaderFormat::Jws { claims } => {
+            let held: Vec<String> = claims.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+            format!(" as a compact JWS with {}", held.join(", "))
+        }
         HeaderFormat::Kv { signature_keys, .. } => {
             format!(" as {} of a key/value list", signature_keys.join("/"))
         }

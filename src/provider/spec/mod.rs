@@ -28,8 +28,14 @@
 //!   `key<kv_separator>value`; the keys in `signature_keys` carry signatures, any other
 //!   key is available to templates as `{signature:key}`). Stripe is `kv` with `,`/`=`,
 //!   Paddle `kv` with `;`/`=`, Standard Webhooks `kv` with ` `/`,` and
-//!   `signature_keys = ["v1"]`.
-//! * `signature.encoding`: `hex`, `base64` or `raw`.
+//!   `signature_keys = ["v1"]`. `jws` (Netlify): the value is a compact JWS whose
+//!   header must name the algorithm (`HS256` for `hmac-sha256`, `HS512`), whose
+//!   payload's claims are `{signature:claim}` values, and whose `claims` table
+//!   (`claims = { iss = "netlify" }`) lists claims that must hold exactly that
+//!   value; it signs `content = "{jws}"` (the token's signing input), is written
+//!   `encoding = "base64url"`, and needs `body_sha256 = "signature:<claim>"`, the
+//!   claim that binds the body.
+//! * `signature.encoding`: `hex`, `base64`, `base64url` (a JWS) or `raw`.
 //! * `signature.secret_encoding`: `utf8` (the secret's bytes), `whsec-base64` (strip a
 //!   `whsec_` prefix, then base64-decode), `base64` or `hex`.
 //! * `signature.content`: the signed-content template. Placeholders: `{body}` (the raw
@@ -40,7 +46,10 @@
 //!   certificate schemes `{secret}` (the source's secret: PayPal's webhook id),
 //!   `{body_crc32}` (the body's CRC-32 as a decimal: a checksum, so the body does not
 //!   count as signed) and `{lines:A,B?,C}` (for each named top-level field of the
-//!   JSON body, `name\nvalue\n`; `B?` only when present: SNS's string to sign). Everything
+//!   JSON body, `name\nvalue\n`; `B?` only when present: SNS's string to sign).
+//!   Contentful's canonical request adds `{path_escaped}` (the received path, its
+//!   query escaped twice) and `{header_list:Name}` (the headers header `Name` lists,
+//!   with itself and the timestamp's, sorted, `name:value` joined by `;`). Everything
 //!   else is literal; `{{` and `}}` escape braces. A template must sign the body or a
 //!   part of it.
 //! * `{url}` is the URL the provider calls: the source's `public_url` (a full URL
@@ -181,6 +190,15 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// The JWS `alg` of this algorithm, where a JWS may use it (`format = "jws"`).
+    pub fn jws_alg(self) -> Option<&'static str> {
+        match self {
+            Algorithm::HmacSha256 => Some("HS256"),
+            Algorithm::HmacSha512 => Some("HS512"),
+            _ => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::HmacSha256 => "hmac-sha256",
@@ -239,6 +257,8 @@ impl Algorithm {
 pub enum Encoding {
     Hex,
     Base64,
+    /// Base64url without padding (RFC 7515 §2): a JWS's signature.
+    Base64Url,
     Raw,
 }
 
@@ -247,6 +267,7 @@ impl Encoding {
         match self {
             Encoding::Hex => "hex",
             Encoding::Base64 => "base64",
+            Encoding::Base64Url => "base64url",
             Encoding::Raw => "raw",
         }
     }
@@ -281,6 +302,12 @@ pub enum HeaderFormat {
         kv_separator: String,
         signature_keys: Vec<String>,
     },
+    /// A compact JWS (`header.payload.signature`, RFC 7515) whose header names the
+    /// spec's algorithm (`HS256`); its payload's claims are `{signature:name}`
+    /// values, and each of `claims` must hold exactly its value (Netlify's
+    /// `iss = "netlify"`). The signed content is `{jws}`, the token's first two
+    /// parts.
+    Jws { claims: Vec<(String, String)> },
 }
 
 /// Where a value comes from.
@@ -351,6 +378,9 @@ pub enum Segment {
     /// each `name:value` (value trimmed), joined by `;`; NAME's own value is the
     /// sorted list (Contentful's `x-contentful-signed-headers`).
     HeaderList(http::HeaderName),
+    /// `{jws}`: a JWS's signing input (its header and payload, as sent); only with
+    /// `format = "jws"`, whose `body_sha256` claim binds the body.
+    JwsInput,
 }
 
 /// One field of a `{lines:…}` segment.
@@ -649,6 +679,10 @@ impl Spec {
         if has(&Segment::Timestamp) && self.timestamp.as_ref().is_some_and(|t| &t.from == src) {
             return true;
         }
+        // A JWS signs its claims.
+        if matches!(src, ValueSource::Signature(_)) && has(&Segment::JwsInput) {
+            return true;
+        }
         // A `{header_list:…}` always signs its own header and the timestamp's.
         if let ValueSource::Header(h) = src
             && self.content.iter().any(|seg| match seg {
@@ -744,6 +778,7 @@ impl Spec {
                 Segment::Secret => out.push_str("{secret}"),
                 Segment::BodyCrc32 => out.push_str("{body_crc32}"),
                 Segment::PathEscaped => out.push_str("{path_escaped}"),
+                Segment::JwsInput => out.push_str("{jws}"),
                 Segment::HeaderList(h) => out.push_str(&format!("{{header_list:{h}}}")),
                 Segment::Lines(fields) => {
                     let names: Vec<String> = fields

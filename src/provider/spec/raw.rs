@@ -102,6 +102,9 @@ pub struct RawSignature {
     pub url_port: String,
     #[serde(default)]
     pub body_sha256: Option<String>,
+    /// `format = "jws"`: claims that must hold exactly these values.
+    #[serde(default)]
+    pub claims: BTreeMap<String, String>,
 }
 
 fn default_format() -> String {

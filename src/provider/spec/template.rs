@@ -154,6 +154,7 @@ pub fn parse_template(t: &str) -> Result<Vec<Segment>, String> {
                     "secret" => Segment::Secret,
                     "body_crc32" => Segment::BodyCrc32,
                     "path_escaped" => Segment::PathEscaped,
+                    "jws" => Segment::JwsInput,
                     list if list.starts_with("header_list:") => Segment::HeaderList(
                         http::HeaderName::from_bytes(&list.as_bytes()["header_list:".len()..])
                             .map_err(|_| {
@@ -192,6 +193,8 @@ pub fn parse_template(t: &str) -> Result<Vec<Segment>, String> {
                 | Segment::FormSorted
                 | Segment::BodyCrc32
                 | Segment::Lines(_)
+                // Bound to the body by its digest claim (`body_sha256`; compile).
+                | Segment::JwsInput
                 | Segment::Value(ValueSource::Json(_))
                 | Segment::Value(ValueSource::Form { .. })
                 | Segment::OptionalValue(ValueSource::Json(_))

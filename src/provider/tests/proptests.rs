@@ -35,6 +35,15 @@ fn shaped_signature(spec: &Spec, sig: &[u8], ts: &str) -> String {
     let enc = verify::encode_sig(spec.encoding, sig);
     match &spec.format {
         HeaderFormat::Plain { prefix } => format!("{prefix}{enc}"),
+        // A JWS of the spec's algorithm, claims as the signer writes them.
+        HeaderFormat::Jws { .. } => {
+            use base64::Engine as _;
+            use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+            let alg = spec.algorithms[0].jws_alg().unwrap_or("HS256");
+            let header = URL_SAFE_NO_PAD.encode(format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#));
+            let payload = URL_SAFE_NO_PAD.encode(format!(r#"{{"iss":"netlify","iat":{ts}}}"#));
+            format!("{header}.{payload}.{enc}")
+        }
         HeaderFormat::Kv {
             pair_separator,
             kv_separator,

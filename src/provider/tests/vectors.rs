@@ -174,6 +174,7 @@ const CATALOGUE: &[&str] = &[
     "meta",
     "microsoft-graph",
     "mux",
+    "netlify",
     "notion",
     "okta",
     "paddle",

@@ -39,7 +39,7 @@ pub(crate) use signature::{ParsedSignature, compute, encode_sig, message, parse_
 use sha2::Digest as _;
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
-use super::spec::{Segment, Spec, UrlPort};
+use super::spec::{HeaderFormat, Segment, Spec, UrlPort};
 use signature::{PublicMessage, verify_public};
 
 /// Most signatures one header may offer; more is treated as malformed (bounds the
@@ -227,6 +227,10 @@ fn verify_inner<'a>(
             return Err(VerifyError::BodyDigestMismatch);
         }
         ctx.digest_bound = true;
+    } else if matches!(spec.format, HeaderFormat::Jws { .. }) {
+        // A JWS binds the body only through its digest claim: without it, nothing
+        // of the body is signed.
+        return Err(VerifyError::MissingSignedValue);
     }
 
     let urls = url_forms(spec, req.url)?;

@@ -17,8 +17,10 @@ use crate::provider::spec::{Encoding, HeaderFormat, Segment, Spec, ValueSource};
 pub(crate) struct ParsedSignature {
     /// Decoded signatures offered by the sender.
     pub signatures: Vec<Vec<u8>>,
-    /// Non-signature `k=v` items (e.g. Stripe's `t`).
+    /// Non-signature `k=v` items (e.g. Stripe's `t`), or a JWS's claims.
     pub fields: Vec<(String, String)>,
+    /// A JWS's signing input (`header.payload`, as sent).
+    pub signing_input: Option<String>,
 }
 
 /// Parse the signature from wherever the spec says it is. Never panics, whatever
@@ -71,6 +73,21 @@ fn parse_signature_values(spec: &Spec, values: &[&str]) -> Result<ParsedSignatur
                     None => undecodable += 1,
                 }
             }
+            HeaderFormat::Jws { claims } => {
+                if values.len() > 1 {
+                    return Err(VerifyError::MalformedSignature);
+                }
+                let (input, sig, fields) = parse_jws(spec, text)?;
+                for (name, expected) in claims {
+                    let held = fields.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+                    if held != Some(expected) {
+                        return Err(VerifyError::Mismatch);
+                    }
+                }
+                out.signatures.push(sig);
+                out.fields = fields;
+                out.signing_input = Some(input);
+            }
             HeaderFormat::Kv {
                 pair_separator,
                 kv_separator,
@@ -115,6 +132,50 @@ fn parse_signature_values(spec: &Spec, values: &[&str]) -> Result<ParsedSignatur
     Ok(out)
 }
 
+/// A compact JWS: its signing input, its signature, and its payload's scalar claims
+/// (strings as they are, numbers and booleans as JSON writes them). Its header must
+/// name the spec's algorithm and nothing critical (RFC 7515 §4.1.11).
+fn parse_jws(
+    spec: &Spec,
+    token: &str,
+) -> Result<(String, Vec<u8>, Vec<(String, String)>), VerifyError> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut parts = token.split('.');
+    let (Some(header), Some(payload), Some(sig), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(VerifyError::MalformedSignature);
+    };
+    let json = |part: &str| {
+        URL_SAFE_NO_PAD
+            .decode(part)
+            .ok()
+            .and_then(|bytes| {
+                serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes).ok()
+            })
+            .ok_or(VerifyError::MalformedSignature)
+    };
+    let head = json(header)?;
+    let alg = spec.algorithms.first().and_then(|a| a.jws_alg());
+    if head.get("alg").and_then(|v| v.as_str()) != alg || head.contains_key("crit") {
+        return Err(VerifyError::MalformedSignature);
+    }
+    let claims = json(payload)?;
+    if claims.len() > MAX_HEADER_ITEMS {
+        return Err(VerifyError::MalformedSignature);
+    }
+    let fields = claims
+        .into_iter()
+        .filter_map(|(k, v)| match v {
+            serde_json::Value::String(s) => Some((k, s)),
+            serde_json::Value::Number(_) | serde_json::Value::Bool(_) => Some((k, v.to_string())),
+            _ => None,
+        })
+        .collect();
+    let sig = decode_sig(spec.encoding, sig).ok_or(VerifyError::MalformedSignature)?;
+    Ok((format!("{header}.{payload}"), sig, fields))
+}
+
 fn decode_sig(encoding: Encoding, s: &str) -> Option<Vec<u8>> {
     if s.is_empty() {
         return None;
@@ -122,6 +183,9 @@ fn decode_sig(encoding: Encoding, s: &str) -> Option<Vec<u8>> {
     match encoding {
         Encoding::Hex => hex::decode(s).ok(),
         Encoding::Base64 => B64.decode(s).ok(),
+        Encoding::Base64Url => base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(s)
+            .ok(),
         Encoding::Raw => Some(s.as_bytes().to_vec()),
     }
 }
@@ -131,6 +195,7 @@ pub(crate) fn encode_sig(encoding: Encoding, mac: &[u8]) -> String {
     match encoding {
         Encoding::Hex => hex::encode(mac),
         Encoding::Base64 => B64.encode(mac),
+        Encoding::Base64Url => base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac),
         Encoding::Raw => String::from_utf8_lossy(mac).into_owned(),
     }
 }
@@ -178,6 +243,13 @@ fn signed_content(
                 sink(crc32fast::hash(ctx.req.body).to_string().as_bytes())
             }
             Segment::PathEscaped => sink(path_escaped(ctx.req.path).as_bytes()),
+            Segment::JwsInput => sink(
+                ctx.signature
+                    .signing_input
+                    .as_deref()
+                    .ok_or(VerifyError::MalformedSignature)?
+                    .as_bytes(),
+            ),
             Segment::HeaderList(list) => {
                 let timestamp_header = match spec.timestamp.as_ref().map(|t| &t.from) {
                     Some(ValueSource::Header(h)) => Some(h),
