@@ -77,16 +77,16 @@ fn parse_signature_values(spec: &Spec, values: &[&str]) -> Result<ParsedSignatur
                 if values.len() > 1 {
                     return Err(VerifyError::MalformedSignature);
                 }
-                let (input, sig, fields) = parse_jws(spec, text)?;
+                let jws = parse_jws(spec, text)?;
                 for (name, expected) in claims {
-                    let held = fields.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+                    let held = jws.claims.iter().find(|(k, _)| k == name).map(|(_, v)| v);
                     if held != Some(expected) {
                         return Err(VerifyError::Mismatch);
                     }
                 }
-                out.signatures.push(sig);
-                out.fields = fields;
-                out.signing_input = Some(input);
+                out.signatures.push(jws.signature);
+                out.fields = jws.claims;
+                out.signing_input = Some(jws.signing_input);
             }
             HeaderFormat::Kv {
                 pair_separator,
@@ -135,10 +135,7 @@ fn parse_signature_values(spec: &Spec, values: &[&str]) -> Result<ParsedSignatur
 /// A compact JWS: its signing input, its signature, and its payload's scalar claims
 /// (strings as they are, numbers and booleans as JSON writes them). Its header must
 /// name the spec's algorithm and nothing critical (RFC 7515 §4.1.11).
-fn parse_jws(
-    spec: &Spec,
-    token: &str,
-) -> Result<(String, Vec<u8>, Vec<(String, String)>), VerifyError> {
+fn parse_jws(spec: &Spec, token: &str) -> Result<Jws, VerifyError> {
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let mut parts = token.split('.');
     let (Some(header), Some(payload), Some(sig), None) =
@@ -173,7 +170,18 @@ fn parse_jws(
         })
         .collect();
     let sig = decode_sig(spec.encoding, sig).ok_or(VerifyError::MalformedSignature)?;
-    Ok((format!("{header}.{payload}"), sig, fields))
+    Ok(Jws {
+        signing_input: format!("{header}.{payload}"),
+        signature: sig,
+        claims: fields,
+    })
+}
+
+/// A compact JWS, read.
+struct Jws {
+    signing_input: String,
+    signature: Vec<u8>,
+    claims: Vec<(String, String)>,
 }
 
 fn decode_sig(encoding: Encoding, s: &str) -> Option<Vec<u8>> {
