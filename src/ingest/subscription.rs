@@ -17,7 +17,7 @@
 //! replaces the origin visited, as it does for certificates.
 
 use crate::error::ApiError;
-use crate::provider::certificate::{FETCH_TIMEOUT, host_matches};
+use crate::provider::certificate::{FETCH_TIMEOUT, https_on_hosts};
 use crate::provider::spec::CertificateRule;
 
 /// The most of SNS's answer read (its `ConfirmSubscriptionResponse` is ~400 bytes).
@@ -47,17 +47,7 @@ pub fn subscribe_url(rule: &CertificateRule, body: &[u8]) -> Result<String, Conf
         return Err(ConfirmError::Refused);
     }
     let uri: http::Uri = named.parse().map_err(|_| ConfirmError::Refused)?;
-    let authority = uri.authority().ok_or(ConfirmError::Refused)?;
-    let host = authority.host().to_ascii_lowercase();
-    let plain_authority = authority.as_str().eq_ignore_ascii_case(&host)
-        || authority
-            .as_str()
-            .eq_ignore_ascii_case(&format!("{host}:443"));
-    if uri.scheme_str() != Some("https")
-        || !plain_authority
-        || !rule.hosts.iter().any(|p| host_matches(p, &host))
-        || uri.path() != "/"
-    {
+    if !https_on_hosts(&uri, &rule.hosts) || uri.path() != "/" {
         return Err(ConfirmError::Refused);
     }
     let query = uri.query().ok_or(ConfirmError::Refused)?;
@@ -127,17 +117,7 @@ mod tests {
     use super::*;
 
     fn rule(fetch_base: Option<&str>) -> CertificateRule {
-        CertificateRule {
-            url: crate::provider::spec::ValueSource::Json("/SigningCertURL".into()),
-            hosts: vec![
-                "sns.*.amazonaws.com".into(),
-                "sns.*.amazonaws.com.cn".into(),
-            ],
-            path_prefix: None,
-            path_suffix: Some(".pem".into()),
-            secret_matches: None,
-            fetch_base: fetch_base.map(str::to_string),
-        }
+        crate::provider::certificate::sns_rule(fetch_base)
     }
 
     const TOPIC: &str = "arn:aws:sns:us-west-2:123456789012:MyTopic";

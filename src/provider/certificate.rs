@@ -67,16 +67,7 @@ pub fn check_url(rule: &CertificateRule, named: &str) -> Result<CertificateUrl, 
         return Err(CertificateError::Refused);
     }
     let uri: http::Uri = named.parse().map_err(|_| CertificateError::Refused)?;
-    let authority = uri.authority().ok_or(CertificateError::Refused)?;
-    let host = authority.host().to_ascii_lowercase();
-    let plain_authority = authority.as_str().eq_ignore_ascii_case(&host)
-        || authority
-            .as_str()
-            .eq_ignore_ascii_case(&format!("{host}:443"));
-    if uri.scheme_str() != Some("https")
-        || !plain_authority
-        || !rule.hosts.iter().any(|p| host_matches(p, &host))
-    {
+    if !https_on_hosts(&uri, &rule.hosts) {
         return Err(CertificateError::Refused);
     }
     let path = uri.path();
@@ -101,8 +92,24 @@ pub fn check_url(rule: &CertificateRule, named: &str) -> Result<CertificateUrl, 
     })
 }
 
+/// Whether `uri` is `https://` on one of `hosts` (patterns, see [`host_matches`]),
+/// on the default port, without userinfo.
+pub(crate) fn https_on_hosts(uri: &http::Uri, hosts: &[String]) -> bool {
+    let Some(authority) = uri.authority() else {
+        return false;
+    };
+    let host = authority.host().to_ascii_lowercase();
+    let plain_authority = authority.as_str().eq_ignore_ascii_case(&host)
+        || authority
+            .as_str()
+            .eq_ignore_ascii_case(&format!("{host}:443"));
+    uri.scheme_str() == Some("https")
+        && plain_authority
+        && hosts.iter().any(|p| host_matches(p, &host))
+}
+
 /// Whether `host` matches `pattern`, where `*` is exactly one DNS label.
-pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
+fn host_matches(pattern: &str, host: &str) -> bool {
     let (p, h): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), host.split('.').collect());
     p.len() == h.len()
         && p.iter().zip(&h).all(|(p, h)| {
@@ -270,22 +277,28 @@ impl Certificates {
     }
 }
 
+/// The rule of the `aws-sns` spec, for unit tests.
+#[cfg(test)]
+pub(crate) fn sns_rule(fetch_base: Option<&str>) -> CertificateRule {
+    CertificateRule {
+        url: super::spec::ValueSource::Json("/SigningCertURL".into()),
+        hosts: vec![
+            "sns.*.amazonaws.com".into(),
+            "sns.*.amazonaws.com.cn".into(),
+        ],
+        path_prefix: None,
+        path_suffix: Some(".pem".into()),
+        secret_matches: None,
+        fetch_base: fetch_base.map(str::to_string),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn rule(fetch_base: Option<&str>) -> CertificateRule {
-        CertificateRule {
-            url: super::super::spec::ValueSource::Json("/SigningCertURL".into()),
-            hosts: vec![
-                "sns.*.amazonaws.com".into(),
-                "sns.*.amazonaws.com.cn".into(),
-            ],
-            path_prefix: None,
-            path_suffix: Some(".pem".into()),
-            secret_matches: None,
-            fetch_base: fetch_base.map(str::to_string),
-        }
+        sns_rule(fetch_base)
     }
 
     #[test]
