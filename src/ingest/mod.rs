@@ -570,7 +570,6 @@ async fn certified_key(
     url: Option<&str>,
     body: &[u8],
 ) -> Result<Option<crate::provider::Key>, ApiError> {
-    use crate::provider::certificate::CertificateError;
     let req = verify::Request {
         method: head.method.as_str(),
         path: head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
@@ -578,6 +577,14 @@ async fn certified_key(
         headers: head.headers,
         body,
     };
+    if let Some(asked) = source.verifier.jwk_request(req) {
+        let asked = asked.map_err(|_| ApiError::Unverified(VerifyError::CertificateUrl))?;
+        let credentials = source.verifier.credentials().unwrap_or_default();
+        return match ingest.certificates.jwk_key(&asked, credentials).await {
+            Ok(key) => Ok(Some(key)),
+            Err(e) => Err(no_key(e)),
+        };
+    }
     let named = match source.verifier.certificate_url(req) {
         None => return Ok(None),
         Some(Ok(named)) => named,
@@ -585,11 +592,18 @@ async fn certified_key(
     };
     match ingest.certificates.key(&named).await {
         Ok(key) => Ok(Some(key)),
-        Err(CertificateError::Refused) => Err(ApiError::Unverified(VerifyError::CertificateUrl)),
-        Err(CertificateError::Invalid(_)) => {
-            Err(ApiError::Unverified(VerifyError::CertificateInvalid))
-        }
-        Err(CertificateError::Unavailable(cause)) => Err(ApiError::CertificateUnavailable(cause)),
+        Err(e) => Err(no_key(e)),
+    }
+}
+
+/// The answer to a request whose signing key could not be had: 401 when the
+/// request named one it may not, 503 (retry) when it could not be fetched now.
+fn no_key(e: crate::provider::certificate::CertificateError) -> ApiError {
+    use crate::provider::certificate::CertificateError;
+    match e {
+        CertificateError::Refused => ApiError::Unverified(VerifyError::CertificateUrl),
+        CertificateError::Invalid(_) => ApiError::Unverified(VerifyError::CertificateInvalid),
+        CertificateError::Unavailable(cause) => ApiError::CertificateUnavailable(cause),
     }
 }
 

@@ -38,7 +38,7 @@ pub const MAX_CACHED: usize = 256;
 pub const FETCHES_PER_MINUTE: usize = 30;
 
 /// Why no key came of the URL a request names.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CertificateError {
     /// The URL is missing, or not one the spec allows: the request is refused.
     #[error("the certificate URL is missing or not on the provider's hosts")]
@@ -193,9 +193,37 @@ impl Certificates {
     /// The key of the certificate at `url` (checked by [`check_url`]): kept, or
     /// fetched now.
     pub async fn key(&self, url: &CertificateUrl) -> Result<Key, CertificateError> {
+        self.kept(&url.named, || self.fetch(&url.fetched))
+            .await
+            .map(Key::Rsa)
+    }
+
+    /// The key a `[jwk]` scheme's API gives for `req` (checked by
+    /// [`super::jwk::check`]), asked with the source's `credentials`: kept, or
+    /// fetched now.
+    pub async fn jwk_key(
+        &self,
+        req: &super::jwk::JwkRequest,
+        credentials: &str,
+    ) -> Result<Key, CertificateError> {
+        let name = format!("{}#{}", req.named, req.key_id);
+        let point = self
+            .kept(&name, || self.fetch_jwk(req, credentials))
+            .await?;
+        p256::ecdsa::VerifyingKey::from_sec1_bytes(&point)
+            .map(Key::EcdsaP256)
+            .map_err(|_| CertificateError::Invalid("not a point of P-256"))
+    }
+
+    /// The key kept under `name`, or `fetch`ed now (one fetch per name at a time).
+    async fn kept<F, Fut>(&self, name: &str, fetch: F) -> Result<Arc<[u8]>, CertificateError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(Arc<[u8]>, Instant), CertificateError>>,
+    {
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            if !slots.contains_key(&url.named) && slots.len() >= MAX_CACHED {
+            if !slots.contains_key(name) && slots.len() >= MAX_CACHED {
                 // Make room: forget the URLs nobody is fetching now.
                 slots.retain(|_, s| Arc::strong_count(s) > 1);
                 if slots.len() >= MAX_CACHED {
@@ -205,7 +233,7 @@ impl Certificates {
                 }
             }
             slots
-                .entry(url.named.clone())
+                .entry(name.to_string())
                 .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(None)))
                 .clone()
         };
@@ -216,7 +244,7 @@ impl Certificates {
                 Err(_) => c.at.elapsed() < KEEP_FAILURE,
             };
             if fresh {
-                return c.outcome.clone().map(|(k, _)| Key::Rsa(k));
+                return c.outcome.clone().map(|(k, _)| k);
             }
         }
         if !self.may_fetch() {
@@ -224,16 +252,61 @@ impl Certificates {
                 "too many certificate fetches this minute".into(),
             ));
         }
-        let outcome = self.fetch(&url.fetched).await;
+        let outcome = fetch().await;
         match &outcome {
-            Ok(_) => tracing::info!(url = %url.named, "certificate fetched"),
-            Err(e) => tracing::warn!(url = %url.named, error = %e, "certificate fetch failed"),
+            Ok(_) => tracing::info!(url = %name, "signing key fetched"),
+            Err(e) => tracing::warn!(url = %name, error = %e, "signing key fetch failed"),
         }
         *cached = Some(Cached {
             at: Instant::now(),
             outcome: outcome.clone(),
         });
-        outcome.map(|(k, _)| Key::Rsa(k))
+        outcome.map(|(k, _)| k)
+    }
+
+    /// Ask a `[jwk]` scheme's API for a key: its SEC1 point, and until when it
+    /// may be kept.
+    async fn fetch_jwk(
+        &self,
+        req: &super::jwk::JwkRequest,
+        credentials: &str,
+    ) -> Result<(Arc<[u8]>, Instant), CertificateError> {
+        let unavailable = |e: &dyn std::fmt::Display| CertificateError::Unavailable(e.to_string());
+        let body = super::jwk::request_body(credentials, &req.key_id).ok_or_else(|| {
+            CertificateError::Unavailable("the source's secret is not client_id:secret".into())
+        })?;
+        let resp = self
+            .client
+            .post(&req.fetched)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| unavailable(&e.without_url()))?;
+        let status = resp.status();
+        let answer = read_bounded(resp, super::jwk::MAX_BYTES)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if !status.is_success() {
+            // Plaid answers an unknown key id so: the token names no key of theirs.
+            let unknown = serde_json::from_slice::<serde_json::Value>(&answer)
+                .ok()
+                .and_then(|v| v.get("error_code")?.as_str().map(str::to_string))
+                .is_some_and(|c| c == "INVALID_WEBHOOK_VERIFICATION_KEY_ID");
+            return Err(if unknown {
+                CertificateError::Invalid("the provider knows no key of that id")
+            } else {
+                CertificateError::Unavailable(format!("answered HTTP {}", status.as_u16()))
+            });
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let (point, expires) = super::jwk::ec_key_of(&answer, &req.key_id, now)?;
+        let keep = match expires {
+            Some(at) => KEEP.min(Duration::from_secs(u64::try_from(at - now).unwrap_or(0))),
+            None => KEEP,
+        };
+        Ok((point, Instant::now() + keep))
     }
 
     /// Whether another fetch may start this minute (and count it).
@@ -263,18 +336,36 @@ impl Certificates {
                 resp.status().as_u16()
             )));
         }
-        let mut body = Vec::new();
-        let mut stream = resp.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| unavailable(&e))?;
-            if body.len() + chunk.len() > MAX_BYTES {
-                return Err(CertificateError::Invalid("larger than 64 KiB"));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let body = read_bounded(resp, MAX_BYTES).await.map_err(|e| match e {
+            ReadError::TooLarge => CertificateError::Invalid("larger than 64 KiB"),
+            other => unavailable(&other),
+        })?;
         let key = rsa_key_of(&body, std::time::SystemTime::now())?;
         Ok((key, Instant::now() + KEEP))
     }
+}
+
+/// Why an answer was not read.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("the answer is too large")]
+    TooLarge,
+    #[error("reading the answer: {0}")]
+    Read(#[source] reqwest::Error),
+}
+
+/// An answer's body, at most `max` bytes.
+async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, ReadError> {
+    let mut body = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ReadError::Read(e.without_url()))?;
+        if body.len() + chunk.len() > max {
+            return Err(ReadError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// The rule of the `aws-sns` spec, for unit tests.

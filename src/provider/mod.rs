@@ -11,6 +11,7 @@
 //! I/O in `provider`, and nothing in it reads the clock: the caller passes `now`.
 
 pub mod certificate;
+pub mod jwk;
 pub mod sign;
 pub mod signed;
 pub mod spec;
@@ -105,6 +106,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "paystack.toml",
         include_str!("../../providers/paystack.toml"),
     ),
+    ("plaid.toml", include_str!("../../providers/plaid.toml")),
     (
         "postmark.toml",
         include_str!("../../providers/postmark.toml"),
@@ -340,7 +342,7 @@ impl Verifier {
         &'a self,
         req: Request<'a>,
         now: Option<i64>,
-        fetched: &Key,
+        fetched: &'a Key,
     ) -> Result<Verified<'a>, VerifyError> {
         verify::verify_certified(&self.spec, &self.keys, req, now, fetched)
     }
@@ -356,6 +358,34 @@ impl Verifier {
         Some(match ctx.value(&rule.url) {
             Some(named) => certificate::check_url(rule, &named),
             None => Err(certificate::CertificateError::Refused),
+        })
+    }
+
+    /// What a request of a `[jwk]` scheme asks the provider's API for: the key its
+    /// JWS names, at the URL the spec builds, checked against its hosts; `None` for
+    /// other schemes.
+    pub fn jwk_request(
+        &self,
+        req: Request<'_>,
+    ) -> Option<Result<jwk::JwkRequest, certificate::CertificateError>> {
+        let rule = self.spec.jwk.as_ref()?;
+        let ctx = verify::Context::new(req, verify::ParsedSignature::default());
+        let key_id = match verify::parse_signature(&self.spec, &ctx) {
+            Ok(parsed) => parsed.key_id,
+            Err(_) => None,
+        };
+        Some(match (key_id, ctx.template(&rule.url)) {
+            (Some(key_id), Some(url)) => jwk::check(rule, &url, &key_id),
+            _ => Err(certificate::CertificateError::Refused),
+        })
+    }
+
+    /// The credentials a `[jwk]` scheme asks the provider's API with: the source's
+    /// first secret.
+    pub fn credentials(&self) -> Option<&str> {
+        self.keys.iter().find_map(|k| match k {
+            Key::Bound(value) => Some(&**value),
+            _ => None,
         })
     }
 }

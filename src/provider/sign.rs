@@ -204,6 +204,7 @@ fn sign_with(
             signatures: Vec::new(),
             fields: draft.fields.clone(),
             signing_input: signing_input.clone(),
+            key_id: None,
         },
     );
     if let Some(src) = &spec.body_sha256

@@ -29,6 +29,7 @@ mod forward;
 mod hostile;
 mod ingest;
 mod ingest_first;
+mod jwk;
 mod layout;
 mod limits;
 mod lines;

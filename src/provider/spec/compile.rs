@@ -5,12 +5,12 @@
 //! the key.
 
 use super::raw::{
-    RawCertificate, RawEvent, RawHandshake, RawRanges, RawSignature, RawSpec, RawTimestamp,
+    RawCertificate, RawEvent, RawHandshake, RawJwk, RawRanges, RawSignature, RawSpec, RawTimestamp,
 };
 use super::template::{parse_source, parse_template, parse_value_template};
 use super::{
-    Algorithm, CertificateRule, Encoding, Handshake, HeaderFormat, Ranges, SecretEncoding, Segment,
-    Spec, SpecError, TimeUnit, TimestampRule, UrlPort, ValueSource, ValueTemplate,
+    Algorithm, CertificateRule, Encoding, Handshake, HeaderFormat, JwkRule, Ranges, SecretEncoding,
+    Segment, Spec, SpecError, TimeUnit, TimestampRule, UrlPort, ValueSource, ValueTemplate,
 };
 use crate::config::raw::OneOrMany;
 
@@ -87,7 +87,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
     let invalid = Invalid {
         provider: &provider,
     };
-    let signature = compile_signature(&raw.signature, invalid)?;
+    let signature = compile_signature(&raw.signature, raw.jwk.is_some(), invalid)?;
     let algorithm = signature.algorithms[0];
     let timestamp = compile_timestamp(
         raw.timestamp.as_ref(),
@@ -125,6 +125,13 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
             }
         }
     }
+    let jwk = compile_jwk(
+        raw.jwk.as_ref(),
+        &signature.algorithms,
+        &signature.format,
+        raw.fetch_base.as_deref(),
+        invalid,
+    )?;
     let certificate = compile_certificate(
         raw.certificate.as_ref(),
         &signature.algorithms,
@@ -153,6 +160,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
         credential_headers,
         ranges: compile_ranges(raw.ranges.as_ref(), raw.fetch_base.as_deref(), invalid)?,
         certificate,
+        jwk,
         vectors: raw.vectors,
     })
 }
@@ -161,6 +169,7 @@ fn compile(raw: RawSpec) -> Result<Spec, SpecError> {
 /// secret's encoding and the signed content, each checked against the others.
 fn compile_signature(
     signature: &RawSignature,
+    fetched_key: bool,
     invalid: Invalid<'_>,
 ) -> Result<CompiledSignature, SpecError> {
     let algorithms = signature_algorithms(signature, invalid)?;
@@ -168,7 +177,7 @@ fn compile_signature(
     let (from, also) = signature_from(signature, invalid)?;
     let format = signature_format(signature, invalid)?;
     let encoding = signature_encoding(signature, algorithm, invalid)?;
-    let secret_encoding = signature_secret_encoding(signature, algorithm, invalid)?;
+    let secret_encoding = signature_secret_encoding(signature, algorithm, fetched_key, invalid)?;
     let content = signature_content(signature, &from, invalid)?;
     if let Some(header) = also
         .iter()
@@ -381,6 +390,7 @@ fn signature_encoding(
 fn signature_secret_encoding(
     signature: &RawSignature,
     algorithm: Algorithm,
+    fetched_key: bool,
     invalid: Invalid<'_>,
 ) -> Result<SecretEncoding, SpecError> {
     let secret_encoding = match signature.secret_encoding.as_str() {
@@ -395,7 +405,7 @@ fn signature_secret_encoding(
             ));
         }
     };
-    if algorithm.is_certificate() && secret_encoding != SecretEncoding::Utf8 {
+    if (algorithm.is_certificate() || fetched_key) && secret_encoding != SecretEncoding::Utf8 {
         return Err(invalid.at(
             "signature.secret_encoding",
             format!(
@@ -406,6 +416,7 @@ fn signature_secret_encoding(
     }
     if algorithm.is_public_key()
         && !algorithm.is_certificate()
+        && !fetched_key
         && secret_encoding == SecretEncoding::Utf8
     {
         return Err(invalid.at(
@@ -629,7 +640,8 @@ fn compile_timestamp(
                     ValueSource::Header(_) => content
                         .iter()
                         .any(|seg| matches!(seg, Segment::HeaderList(_))),
-                    ValueSource::Signature(_) => false,
+                    // A JWS signs its claims.
+                    ValueSource::Signature(_) => content.contains(&Segment::JwsInput),
                 });
         if !covered {
             return Err(invalid.at(
@@ -856,6 +868,67 @@ fn loopback_origin(text: &str) -> Option<String> {
     loopback.then(|| text.trim_end_matches('/').to_string())
 }
 
+/// Host patterns: DNS labels, `*` for exactly one, the last two fixed.
+fn check_hosts(key: &'static str, hosts: &[String], invalid: Invalid<'_>) -> Result<(), SpecError> {
+    for host in hosts {
+        let labels_ok = host.split('.').count() >= 2
+            && host.split('.').all(|label| {
+                label == "*"
+                    || (!label.is_empty()
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            });
+        // A pattern needs a fixed registrable part: `*.com` would take any host.
+        let fixed = host.split('.').rev().take(2).all(|l| l != "*");
+        if !labels_ok || !fixed {
+            return Err(invalid.at(
+                key,
+                format!(
+                    "{host:?} is not a host pattern (labels, `*` for one label, the last two fixed)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `[jwk]`: for a JWS signed with a key the provider's API gives by its `kid`
+/// (ES256), the URL asked (a value template) and the hosts it may be on.
+fn compile_jwk(
+    raw: Option<&RawJwk>,
+    algorithms: &[Algorithm],
+    format: &HeaderFormat,
+    fetch_base: Option<&str>,
+    invalid: Invalid<'_>,
+) -> Result<Option<JwkRule>, SpecError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    if !matches!(format, HeaderFormat::Jws { .. }) || algorithms != [Algorithm::EcdsaP256Sha256] {
+        return Err(invalid.at(
+            "jwk",
+            "[jwk] gives the key of an ES256 JWS: format = \"jws\", algorithm = \"ecdsa-p256-sha256\"".into(),
+        ));
+    }
+    let url = parse_value_template(&raw.url).map_err(|problem| invalid.at("jwk.url", problem))?;
+    if !raw.url.starts_with("https://") {
+        return Err(invalid.at("jwk.url", "the key's API is asked over https://".into()));
+    }
+    if raw.hosts.is_empty() {
+        return Err(invalid.at(
+            "jwk.hosts",
+            "name the hosts the key's API may be on: the source's credentials go there".into(),
+        ));
+    }
+    check_hosts("jwk.hosts", &raw.hosts, invalid)?;
+    Ok(Some(JwkRule {
+        url,
+        hosts: raw.hosts.clone(),
+        fetch_base: compile_fetch_base(fetch_base, invalid)?,
+    }))
+}
+
 /// `[certificate]`: required by the `rsa-*` algorithms and refused without them;
 /// `{secret}` in the signed content only with them.
 fn compile_certificate(
@@ -897,26 +970,7 @@ fn compile_certificate(
                 .into(),
         ));
     }
-    for host in &raw.hosts {
-        let labels_ok = host.split('.').count() >= 2
-            && host.split('.').all(|label| {
-                label == "*"
-                    || (!label.is_empty()
-                        && label
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-            });
-        // A pattern needs a fixed registrable part: `*.com` would take any host.
-        let fixed = host.split('.').rev().take(2).all(|l| l != "*");
-        if !labels_ok || !fixed {
-            return Err(invalid.at(
-                "certificate.hosts",
-                format!(
-                    "{host:?} is not a host pattern (labels, `*` for one label, the last two fixed)"
-                ),
-            ));
-        }
-    }
+    check_hosts("certificate.hosts", &raw.hosts, invalid)?;
     let secret_matches = match &raw.secret_matches {
         Some(src) => Some(
             parse_source(src)

@@ -100,8 +100,13 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
         ),
         None => "none".into(),
     };
-    let secret = match spec.algorithm() {
-        a if a.is_certificate() => match &spec.certificate {
+    let secret = match (spec.algorithm(), &spec.jwk) {
+        (_, Some(j)) => format!(
+            "secret = client_id:secret, the API credentials the JWS's key is asked for by kid at {} (https on {})",
+            j.url.text,
+            j.hosts.join(", ")
+        ),
+        (a, None) if a.is_certificate() => match &spec.certificate {
             Some(c) => {
                 let bound = match &c.secret_matches {
                     Some(src) => format!("the value of {src} the source takes"),
@@ -115,11 +120,11 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             }
             None => "secret".to_string(),
         },
-        a if a.is_public_key() => format!(
+        (a, None) if a.is_public_key() => format!(
             "secret = the provider's public key ({})",
             spec.secret_encoding.name()
         ),
-        Algorithm::Token => "secret = the token the provider sends".into(),
+        (Algorithm::Token, None) => "secret = the token the provider sends".into(),
         _ => match spec.secret_encoding {
             SecretEncoding::Utf8 => "secret (its UTF-8 bytes are the key)".to_string(),
             SecretEncoding::WhsecBase64 => "secret (whsec_ and base64, decoded)".to_string(),

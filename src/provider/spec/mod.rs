@@ -112,6 +112,11 @@
 //!   message, and confirmed first by the gateway when the source sets
 //!   `confirm_subscriptions` (its `SubscribeURL` on the `[certificate]` hosts).
 //!   `head-check` answers Trello's `HEAD` (and a `GET`) with an empty 200.
+//! * `[jwk]` (an ES256 `jws` whose key the provider's API gives by `kid`, Plaid):
+//!   `url`, a value template of the API's URL (`https://{json:/environment}.plaid.com/
+//!   webhook_verification_key/get`), and `hosts`, where it may be (as for
+//!   certificates). The source's secret is the API's credentials, `client_id:secret`,
+//!   POSTed there with the `kid` (`provider::jwk`); the key is kept as a certificate is.
 //! * `[certificate]` (certificate schemes only): `url`, the value source that names
 //!   the certificate (`json:/SigningCertURL`, `header:PAYPAL-CERT-URL`); `hosts`, the
 //!   hosts it may be on (`*` is one DNS label, the last two labels fixed; `https://`
@@ -195,6 +200,7 @@ impl Algorithm {
         match self {
             Algorithm::HmacSha256 => Some("HS256"),
             Algorithm::HmacSha512 => Some("HS512"),
+            Algorithm::EcdsaP256Sha256 => Some("ES256"),
             _ => None,
         }
     }
@@ -599,6 +605,8 @@ pub struct Spec {
     pub ranges: Option<Ranges>,
     /// Where a certificate scheme's key comes from (`[certificate]`).
     pub certificate: Option<CertificateRule>,
+    /// Where a JWS's key comes from, by its `kid` (`[jwk]`, Plaid).
+    pub jwk: Option<JwkRule>,
     pub vectors: Vec<Vector>,
 }
 
@@ -623,6 +631,18 @@ pub struct CertificateRule {
     pub fetch_base: Option<String>,
 }
 
+/// `[jwk]`: the provider's API that gives the key of a JWS by its `kid` (Plaid's
+/// `/webhook_verification_key/get`). The request's URL is built from `url`, a value
+/// template, and must be `https://` on one of `hosts`; the source's secret is the
+/// API's credentials (`client_id:secret`), sent only there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwkRule {
+    pub url: ValueTemplate,
+    pub hosts: Vec<String>,
+    /// Tests only: the loopback origin asked instead (the spec's `fetch_base`).
+    pub fetch_base: Option<String>,
+}
+
 /// A provider's published address ranges: where to fetch them and where they are
 /// in the JSON document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -642,6 +662,13 @@ impl Spec {
     /// The algorithm `hookgate sign` uses.
     pub fn algorithm(&self) -> Algorithm {
         self.algorithms[0]
+    }
+
+    /// Whether the key is fetched from the provider (`[certificate]`, `[jwk]`): the
+    /// source's secret is then no key, but a value the request is bound to or the
+    /// credentials of the provider's API.
+    pub fn fetches_key(&self) -> bool {
+        self.certificate.is_some() || self.jwk.is_some()
     }
 
     /// The header that carries the signature, when one does.

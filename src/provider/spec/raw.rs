@@ -34,6 +34,9 @@ pub struct RawSpec {
     /// `[ranges]`: where the provider publishes the addresses it sends from.
     #[serde(default)]
     pub ranges: Option<RawRanges>,
+    /// `[jwk]`: where a JWS's key is fetched from, by its `kid` (Plaid).
+    #[serde(default)]
+    pub jwk: Option<RawJwk>,
     /// Tests only: the loopback origin (`http://127.0.0.1:PORT`) every fetch of this
     /// spec goes to instead of the provider's.
     #[serde(default)]
@@ -57,6 +60,16 @@ pub struct RawCertificate {
     /// A value source that must equal one of the source's secrets.
     #[serde(default)]
     pub secret_matches: Option<String>,
+}
+
+/// `[jwk]`: the provider's API that gives a JWS's key by its `kid`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJwk {
+    /// A value template: the URL asked (`https://{json:/environment}.plaid.com/…`).
+    pub url: String,
+    /// The hosts it may be on (`*` is one DNS label).
+    pub hosts: Vec<String>,
 }
 
 /// `[ranges]`: the provider's published list of the addresses it sends from.
@@ -191,6 +204,9 @@ pub struct Vector {
     /// For a certificate scheme: the PEM certificate the request's URL serves.
     #[serde(default)]
     pub certificate: Option<String>,
+    /// For a `[jwk]` scheme: the JWK the provider's API gives for the token's `kid`.
+    #[serde(default)]
+    pub jwk: Option<String>,
 }
 
 /// What a test vector expects of the verification engine.

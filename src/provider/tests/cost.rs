@@ -24,9 +24,9 @@ fn padded(spec: &Spec, body: &[u8], pad: usize) -> Vec<u8> {
 #[test]
 fn verification_work_is_linear_in_the_body_for_every_provider() {
     let reg = Registry::builtin().unwrap();
-    // Certificate schemes verify under a fetched key: their vectors and
-    // tests/it/certificates.rs check them.
-    for spec in reg.iter().filter(|s| !s.algorithm().is_certificate()) {
+    // Schemes whose key is fetched (certificates, [jwk]): their vectors and
+    // tests/it/certificates.rs and jwk.rs check them.
+    for spec in reg.iter().filter(|s| !s.fetches_key()) {
         // Two keys, as during a rotation (public keys: the same key twice).
         let secrets = [
             Secret::new(test_secret(spec)),

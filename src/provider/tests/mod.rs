@@ -88,6 +88,8 @@ fn sendgrid_key() -> p256::ecdsa::SigningKey {
 fn test_secret(spec: &Spec) -> String {
     use p256::pkcs8::EncodePublicKey as _;
     match spec.algorithm() {
+        // The API credentials a `[jwk]` scheme's key is asked with.
+        _ if spec.jwk.is_some() => format!("client-{}:secret-{}", spec.name, spec.name),
         Algorithm::Ed25519 => hex::encode(discord_key().verifying_key().to_bytes()),
         Algorithm::EcdsaP256Sha256 => B64.encode(
             sendgrid_key()

@@ -37,9 +37,9 @@ fn a_rotated_secret_list_accepts_old_and_new() {
 #[test]
 fn every_provider_round_trips_and_refuses_tampering() {
     let reg = Registry::builtin().unwrap();
-    // Certificate schemes verify under a fetched key: their vectors and
-    // tests/it/certificates.rs check them.
-    for spec in reg.iter().filter(|s| !s.algorithm().is_certificate()) {
+    // Schemes whose key is fetched (certificates, [jwk]): their vectors and
+    // tests/it/certificates.rs and jwk.rs check them.
+    for spec in reg.iter().filter(|s| !s.fetches_key()) {
         let v = verifier(spec);
         let sent = send(spec, &test_body(spec, "evt_1"), NOW, "delivery-1")
             .unwrap_or_else(|| panic!("{}: cannot sign", spec.name));

@@ -20,6 +20,26 @@ fn check(spec: &Spec, v: &Vector) {
         body: v.body.as_bytes(),
     };
     let got = match (&v.certificate, v.now) {
+        // A `[jwk]` scheme: the key the vector's JWK gives, for the token's kid, asked
+        // at a URL the spec allows.
+        _ if v.jwk.is_some() => {
+            let answer = v.jwk.as_deref().unwrap_or_default();
+            let asked = verifier
+                .jwk_request(req)
+                .unwrap_or_else(|| panic!("{}: not a [jwk] scheme", spec.name));
+            let key = asked.and_then(|a| {
+                crate::provider::jwk::ec_key_of(answer.as_bytes(), &a.key_id, v.now.unwrap_or(0))
+            });
+            match key {
+                Ok((point, _)) => {
+                    let key = Key::EcdsaP256(
+                        p256::ecdsa::VerifyingKey::from_sec1_bytes(&point).expect("point"),
+                    );
+                    verifier.verify_certified(req, v.now, &key).map(|_| ())
+                }
+                Err(_) => Err(VerifyError::CertificateUrl),
+            }
+        }
         // A certificate scheme: the key of the certificate the vector carries, valid
         // at the vector's time, named by a URL the spec allows.
         (Some(pem), now) => {
@@ -180,6 +200,7 @@ const CATALOGUE: &[&str] = &[
     "paddle",
     "paypal",
     "paystack",
+    "plaid",
     "postmark",
     "razorpay",
     "resend",

@@ -140,7 +140,7 @@ impl<'a> Context<'a> {
     }
 
     /// The value a template builds, when every value it needs is present.
-    pub(super) fn template(&self, t: &ValueTemplate) -> Option<String> {
+    pub(crate) fn template(&self, t: &ValueTemplate) -> Option<String> {
         let mut out = String::new();
         for part in &t.parts {
             match part {

@@ -89,7 +89,12 @@ pub fn prepare_keys(spec: &Spec, secrets: &[Secret]) -> Result<Vec<Key>, KeyErro
             return Err(err("the decoded secret is empty"));
         }
         // A certificate scheme's secret binds the request; the key is fetched.
-        if spec.algorithm().is_certificate() {
+        if spec.jwk.is_some() && !raw.contains(':') {
+            return Err(err(
+                "expected client_id:secret, the credentials of the provider's API",
+            ));
+        }
+        if spec.fetches_key() {
             keys.push(Key::Bound(raw.into()));
             continue;
         }

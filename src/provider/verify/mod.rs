@@ -153,7 +153,7 @@ pub fn verify_certified<'a>(
     keys: &'a [Key],
     req: Request<'a>,
     now: Option<i64>,
-    fetched: &Key,
+    fetched: &'a Key,
 ) -> Result<Verified<'a>, VerifyError> {
     verify_inner(spec, keys, req, now, Some(fetched))
 }
@@ -194,7 +194,7 @@ fn verify_inner<'a>(
     keys: &'a [Key],
     req: Request<'a>,
     now: Option<i64>,
-    fetched: Option<&Key>,
+    fetched: Option<&'a Key>,
 ) -> Result<Verified<'a>, VerifyError> {
     let mut ctx = Context::new(req, ParsedSignature::default());
     ctx.signature = parse_signature(spec, &ctx)?;
@@ -234,6 +234,13 @@ fn verify_inner<'a>(
     }
 
     let urls = url_forms(spec, req.url)?;
+    // A `[jwk]` scheme: the key is the one fetched for the token's `kid`; the
+    // source's secret (the API's credentials) verifies nothing.
+    let keys: &[Key] = match fetched {
+        Some(key) if spec.jwk.is_some() => std::slice::from_ref(key),
+        None if spec.jwk.is_some() => return Err(VerifyError::Mismatch),
+        _ => keys,
+    };
     if let Some(rule) = &spec.certificate {
         // The key is the certificate's, never a configured one.
         let fetched = fetched.ok_or(VerifyError::Mismatch)?;

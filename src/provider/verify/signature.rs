@@ -21,6 +21,8 @@ pub(crate) struct ParsedSignature {
     pub fields: Vec<(String, String)>,
     /// A JWS's signing input (`header.payload`, as sent).
     pub signing_input: Option<String>,
+    /// A JWS's `kid`: which of the provider's keys signed it (`[jwk]`).
+    pub key_id: Option<String>,
 }
 
 /// Parse the signature from wherever the spec says it is. Never panics, whatever
@@ -87,6 +89,7 @@ fn parse_signature_values(spec: &Spec, values: &[&str]) -> Result<ParsedSignatur
                 out.signatures.push(jws.signature);
                 out.fields = jws.claims;
                 out.signing_input = Some(jws.signing_input);
+                out.key_id = jws.key_id;
             }
             HeaderFormat::Kv {
                 pair_separator,
@@ -170,10 +173,25 @@ fn parse_jws(spec: &Spec, token: &str) -> Result<Jws, VerifyError> {
         })
         .collect();
     let sig = decode_sig(spec.encoding, sig).ok_or(VerifyError::MalformedSignature)?;
+    // A key id names a key at the provider's API: short, of URL-safe characters.
+    let key_id = match head.get("kid") {
+        None => None,
+        Some(serde_json::Value::String(kid))
+            if !kid.is_empty()
+                && kid.len() <= 128
+                && kid
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) =>
+        {
+            Some(kid.clone())
+        }
+        Some(_) => return Err(VerifyError::MalformedSignature),
+    };
     Ok(Jws {
         signing_input: format!("{header}.{payload}"),
         signature: sig,
         claims: fields,
+        key_id,
     })
 }
 
@@ -182,6 +200,7 @@ struct Jws {
     signing_input: String,
     signature: Vec<u8>,
     claims: Vec<(String, String)>,
+    key_id: Option<String>,
 }
 
 fn decode_sig(encoding: Encoding, s: &str) -> Option<Vec<u8>> {
