@@ -1,19 +1,26 @@
 //! Target `fetched`: what a source learns from outside its webhooks, and whose
 //! address a request comes from: a provider's published ranges
 //! (`allowlist::fetch::parse`), a certificate scheme's URL check
-//! (`provider::certificate::check_url`) and certificate reader (`rsa_key_of`), and the
-//! client address behind trusted proxies (`serve::forwarded::client_address`).
+//! (`provider::certificate::check_url`) and certificate reader (`rsa_key_of`), a
+//! `[jwk]` scheme's key answer (`provider::jwk::ec_key_of`) and the SNS confirmation
+//! URL check (`ingest::subscription::subscribe_url`), and the client address behind
+//! trusted proxies (`serve::forwarded::client_address`).
 //!
-//! Input: a first line that picks the part (`ranges`, `url`, `cert`, `forwarded`),
+//! Input: a first line that picks the part (`ranges`, `url`, `cert`, `jwk`,
+//! `subscribe`, `forwarded`),
 //! then the part's own lines, an empty line, and a body:
 //! * `ranges`: line 2 the JSON pointer, line 3 (optional) the field; the body is the
 //!   fetched document.
 //! * `url`: line 2 the URL a request names; checked against SNS's and PayPal's rules.
 //! * `cert`: the body is a certificate (PEM or DER).
+//! * `jwk`: line 2 the key id; the body is the key API's answer.
+//! * `subscribe`: the body is an SNS confirmation message.
 //! * `forwarded`: line 2 the peer address, then `name: value` header lines.
 //!
 //! Checked beyond "no panic": parsed ranges are sorted, without repeats, within the
-//! bound; an accepted certificate URL is `https://` on a host the rule names; the
+//! bound; an accepted certificate URL is `https://` on a host the rule names; a key
+//! taken from a JWK is a point of P-256; an SNS confirmation URL visited is `https://`
+//! on SNS's hosts with `Action=ConfirmSubscription`; the
 //! client address is the peer, or an address that a forwarding header holds.
 
 use std::net::IpAddr;
@@ -31,6 +38,26 @@ pub fn fetched(data: &[u8]) {
         "url" => url(&text(head.get(1))),
         "cert" => {
             let _ = rsa_key_of(body, std::time::SystemTime::now());
+        }
+        "jwk" => {
+            if let Ok((point, _)) =
+                crate::provider::jwk::ec_key_of(body, &text(head.get(1)), 1_700_000_000)
+            {
+                assert!(p256::ecdsa::VerifyingKey::from_sec1_bytes(&point).is_ok());
+            }
+        }
+        "subscribe" => {
+            let rule = crate::provider::certificate::sns_rule(None);
+            if let Ok(url) = crate::ingest::subscription::subscribe_url(&rule, body) {
+                let uri: http::Uri = url.parse().expect("a visited URL parses");
+                assert_eq!(uri.scheme_str(), Some("https"));
+                let host = uri.host().unwrap_or_default();
+                assert!(
+                    host.starts_with("sns.") && host.contains(".amazonaws.com"),
+                    "{url}"
+                );
+                assert!(url.contains("Action=ConfirmSubscription"), "{url}");
+            }
         }
         "forwarded" => forwarded(&head),
         _ => {}

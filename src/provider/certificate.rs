@@ -368,8 +368,8 @@ async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, Re
     Ok(body)
 }
 
-/// The rule of the `aws-sns` spec, for unit tests.
-#[cfg(test)]
+/// The rule of the `aws-sns` spec, for unit tests and the fuzz targets.
+#[cfg(any(test, fuzzing))]
 pub(crate) fn sns_rule(fetch_base: Option<&str>) -> CertificateRule {
     CertificateRule {
         url: super::spec::ValueSource::Json("/SigningCertURL".into()),
