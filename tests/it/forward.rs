@@ -758,10 +758,13 @@ async fn sigkill_in_flight(backend: Backend) {
     let text = format!(
         "{}\n[forwarder]\npoll_interval = \"50ms\"\nlease = \"3s\"\n{}",
         h.toml(),
+        // A delivery the killed gateway had in flight is retried once its lease
+        // ends, after a backoff: a short one, so that the wait below is about loss,
+        // not about the default minute of backoff.
         source(
             "stripe",
             &up.url,
-            "[sources.delivery]\ntimeout = \"2s\"\nconcurrency = 8\n"
+            &format!("[sources.delivery]\ntimeout = \"2s\"\nconcurrency = 8\n{FAST_RETRY}")
         )
     );
     let cfg_path = write_config(dir.path(), &text);
