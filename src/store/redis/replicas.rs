@@ -51,14 +51,21 @@ use crate::store::StoreError;
 /// The least a `WAIT` is given: `WAIT` with 0 ms would block until the replicas come.
 const WAIT_AT_LEAST: Duration = Duration::from_millis(1);
 
+/// How late Redis may answer a `WAIT` past its own timeout: it checks blocked
+/// clients' timeouts on its timer, `1000 / hz` ms apart (`hz 10` by default, so
+/// `WAIT 1 300` without replicas answers after about 400 ms).
+const REDIS_TIMER_LAG: Duration = Duration::from_millis(100);
+
 /// How long the `WAIT` of a batch whose earliest caller gives up at `deadline` may
-/// take: what is left until then, less what the answer needs beyond the `WAIT` (the
-/// script's run, the round trip, the 503 or 200 to the sender): a tenth of
-/// `store.timeout`, between 20 ms and 250 ms. Replicas that do not acknowledge in
-/// that time make the accept [`StoreError::TooFewReplicas`], answered before the
-/// caller's own deadline turns it into a timeout.
+/// take: what is left until then, less what the answer needs beyond the `WAIT`:
+/// Redis's timer lag, then the script's run, the round trip and the 503 or 200 to
+/// the sender (a tenth of `store.timeout`, between 20 ms and 250 ms), never more
+/// than half of `store.timeout`. Replicas that do not acknowledge in that time make
+/// the accept [`StoreError::TooFewReplicas`], answered before the caller's own
+/// deadline turns it into a timeout.
 pub(super) fn wait_budget(deadline: Instant, timeout: Duration) -> Duration {
-    let margin = (timeout / 10).clamp(Duration::from_millis(20), Duration::from_millis(250));
+    let answer = (timeout / 10).clamp(Duration::from_millis(20), Duration::from_millis(250));
+    let margin = (REDIS_TIMER_LAG + answer).min(timeout / 2);
     deadline
         .saturating_duration_since(Instant::now())
         .saturating_sub(margin)
@@ -239,8 +246,12 @@ mod tests {
     fn a_wait_is_never_unbounded_and_leaves_time_for_the_answer() {
         let timeout = Duration::from_secs(1);
         let budget = wait_budget(Instant::now() + timeout, timeout);
-        assert!(budget <= Duration::from_millis(900), "{budget:?}");
-        assert!(budget >= Duration::from_millis(800), "{budget:?}");
+        assert!(budget <= Duration::from_millis(800), "{budget:?}");
+        assert!(budget >= Duration::from_millis(700), "{budget:?}");
+        let short = Duration::from_millis(100);
+        let budget = wait_budget(Instant::now() + short, short);
+        assert!(budget <= Duration::from_millis(50), "{budget:?}");
+        assert!(budget >= Duration::from_millis(40), "{budget:?}");
         assert_eq!(wait_budget(Instant::now(), timeout), WAIT_AT_LEAST);
     }
 }
