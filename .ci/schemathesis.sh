@@ -34,6 +34,11 @@ secret = "demo-secret"
 destination = "http://127.0.0.1:9/demo"
 [sources.retry]
 max_attempts = 1
+# A source whose secret comes in a handshake, for the handshake operations.
+[[sources]]
+name = "asana"
+provider = "asana"
+destination = "http://127.0.0.1:9/asana"
 TOML
 HOOKGATE_ADMIN_TOKEN=schemathesis-token "$BIN" serve --config "$WORK/hookgate.toml" > "$WORK/log" 2>&1 &
 PID=$!

@@ -65,8 +65,23 @@ pub fn build_sources(
                     s.name
                 );
             }
+            // A provider whose secret arrives in a handshake (Asana) needs none here.
+            let hook_secret = spec.handshake == Some(provider::spec::Handshake::HookSecret);
+            if s.secrets.is_empty() && !hook_secret {
+                anyhow::bail!(
+                    "sources[{i}].secret: source {:?} has no secret; set secret, secrets or secret_env",
+                    s.name
+                );
+            }
             let verifier =
                 Verifier::new(spec, &s.secrets).with_context(|| format!("sources[{i}].secret"))?;
+            let established = hook_secret.then(|| {
+                Arc::new(ingest::hook_secret::Established::new(
+                    &s.name,
+                    verifier.spec.clone(),
+                    s.secrets.clone(),
+                ))
+            });
             let headers =
                 HeaderPolicy::new(&s.pass_headers(), &verifier.spec.credential_headers);
             let routes = s
@@ -145,6 +160,7 @@ pub fn build_sources(
                 allowlist,
                 verify_token: s.verify_token.clone(),
                 confirm_subscriptions: s.confirm_subscriptions,
+                established,
             })
         })
         .collect()
@@ -528,6 +544,7 @@ fn admin_sources(sources: &[Source]) -> Vec<crate::admin::AdminSource> {
                 .unwrap_or_default(),
             routes: s.routes.iter().map(|r| r.name.clone()).collect(),
             index: s.index.clone(),
+            established: s.established.clone(),
         })
         .collect()
 }

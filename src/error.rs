@@ -77,6 +77,12 @@ pub enum ApiError {
     NoSuchSource(String),
     #[error("source {name:?} has no route {route:?}")]
     NoSuchRoute { name: String, route: String },
+    #[error(
+        "source {0:?} has no secret handshake: its provider's spec has no [handshake] kind = \"hook-secret\""
+    )]
+    NoHandshake(String),
+    #[error("source {name:?} keeps no established secret {id:?}")]
+    NoSuchSecret { name: String, id: String },
     #[error("entry {id:?} has no delivery through route {route:?}")]
     NoDelivery { id: String, route: String },
     #[error(
@@ -145,15 +151,16 @@ impl ApiError {
             | ApiError::NoSuchEntry(_)
             | ApiError::NoSuchSource(_)
             | ApiError::NoSuchRoute { .. }
+            | ApiError::NoSuchSecret { .. }
             | ApiError::NoDelivery { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unverified(_) | ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::BodyRead | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
-                StatusCode::CONFLICT
-            }
+            ApiError::NotReplayable { .. }
+            | ApiError::NotDiscardable { .. }
+            | ApiError::NoHandshake(_) => StatusCode::CONFLICT,
             ApiError::Refused(_) | ApiError::IpNotAllowed => StatusCode::FORBIDDEN,
             ApiError::Throttled { .. } | ApiError::RateLimited { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -175,6 +182,7 @@ impl ApiError {
             | ApiError::NoSuchEntry(_)
             | ApiError::NoSuchSource(_)
             | ApiError::NoSuchRoute { .. }
+            | ApiError::NoSuchSecret { .. }
             | ApiError::NoDelivery { .. } => RequestOutcome::NotFound,
             ApiError::MethodNotAllowed => RequestOutcome::MethodNotAllowed,
             ApiError::UnknownSource(_) => RequestOutcome::UnknownSource,
@@ -191,9 +199,9 @@ impl ApiError {
             ApiError::IpNotAllowed => RequestOutcome::IpNotAllowed,
             ApiError::CertificateUnavailable(_) => RequestOutcome::CertificateUnavailable,
             ApiError::SubscriptionUnconfirmed(_) => RequestOutcome::SubscriptionUnconfirmed,
-            ApiError::NotReplayable { .. } | ApiError::NotDiscardable { .. } => {
-                RequestOutcome::Conflict
-            }
+            ApiError::NotReplayable { .. }
+            | ApiError::NotDiscardable { .. }
+            | ApiError::NoHandshake(_) => RequestOutcome::Conflict,
             ApiError::Refused(_) => RequestOutcome::Refused,
             ApiError::NotJson => RequestOutcome::NotJson,
         }

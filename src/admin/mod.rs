@@ -3,6 +3,7 @@
 //! `entries` (inspect, replay, discard), `bulk_replay` (replay what a filter
 //! selects, paced), `dead_letters` (dead deliveries grouped by failure, and a
 //! group's paced replay), `sources` (pause and resume sources and routes, stats),
+//! `handshakes` (a source's secret handshake: arm it, its secrets, forget one),
 //! `audit` and `rejections` (the requests ingest refused); each reads its request, calls the operation (`crate::operations`, which
 //! the console calls too) and answers JSON, an [`OpError`] becoming an [`ApiError`]
 //! in one place. The wire types are [`dto`] (`operations::dto`), which is all the
@@ -28,6 +29,7 @@ mod audit;
 mod bulk_replay;
 mod dead_letters;
 mod entries;
+mod handshakes;
 pub mod probes;
 mod rejections;
 mod sources;
@@ -43,7 +45,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, Version, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use sha2::Digest as _;
 use subtle::ConstantTimeEq;
 
@@ -143,6 +145,14 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route(
             "/admin/sources/{name}/routes/{route}/resume",
             post(sources::resume_route),
+        )
+        .route(
+            "/admin/sources/{name}/handshake",
+            get(handshakes::show).post(handshakes::arm),
+        )
+        .route(
+            "/admin/sources/{name}/secrets/{id}",
+            delete(handshakes::forget),
         )
         .route("/admin/stats", get(sources::stats))
         .route("/admin/audit", get(audit::list))
@@ -331,6 +341,8 @@ impl From<OpError> for ApiError {
             OpError::NoSuchEntry(id) => ApiError::NoSuchEntry(id),
             OpError::NoSuchSource(name) => ApiError::NoSuchSource(name),
             OpError::NoSuchRoute { name, route } => ApiError::NoSuchRoute { name, route },
+            OpError::NoHandshake(name) => ApiError::NoHandshake(name),
+            OpError::NoSuchSecret { name, id } => ApiError::NoSuchSecret { name, id },
             OpError::NoDelivery { id, route } => ApiError::NoDelivery { id, route },
             OpError::NotReplayable { id, route, status } => {
                 ApiError::NotReplayable { id, route, status }

@@ -13,8 +13,8 @@ use super::out::outln;
 use serde::de::DeserializeOwned;
 
 use crate::admin::dto::{
-    EntryDetail, EntryList, EntrySummary, ReplayFilter, ReplayResult, SourceState, Stats,
-    TransitionResult,
+    EntryDetail, EntryList, EntrySummary, HandshakeState, ReplayFilter, ReplayResult, SourceState,
+    Stats, TransitionResult,
 };
 use crate::operations::search::PredicateKind;
 
@@ -177,6 +177,19 @@ pub enum SourcesCmd {
         #[arg(long)]
         route: Option<String>,
     },
+    /// Arm a source's secret handshake (Asana's X-Hook-Secret) for a while: create
+    /// the provider's webhook within it; the first handshake establishes a secret.
+    Handshake {
+        name: String,
+        /// How long it stays armed (`90s`, `10m`; at most `1h`).
+        #[arg(long, default_value = "10m")]
+        within: String,
+    },
+    /// A source's secret handshake: whether it is armed, and the ids of the
+    /// secrets established (never the secrets).
+    Secrets { name: String },
+    /// Forget an established secret: requests signed with it are refused.
+    ForgetSecret { name: String, id: String },
 }
 
 pub(super) struct Client {
@@ -568,6 +581,11 @@ pub async fn sources(api: &ApiArgs, cmd: SourcesCmd) -> anyhow::Result<()> {
             paused_path(name, route.as_deref(), "resume"),
             reqwest::Method::POST,
         ),
+        SourcesCmd::Handshake { .. }
+        | SourcesCmd::Secrets { .. }
+        | SourcesCmd::ForgetSecret { .. } => {
+            return handshake(&c, api, &cmd).await;
+        }
     };
     if let SourcesCmd::List = cmd {
         let (list, raw): (Vec<SourceState>, _) = c.call(method, &path, &[], None).await?;
@@ -606,6 +624,51 @@ pub async fn sources(api: &ApiArgs, cmd: SourcesCmd) -> anyhow::Result<()> {
         }
         _ => outln!("{}: delivery {}", s.source, word(s.paused))?,
     }
+    Ok(())
+}
+
+/// `hookgate sources handshake | secrets | forget-secret`: a source's secret
+/// handshake, and what it established.
+async fn handshake(c: &Client, api: &ApiArgs, cmd: &SourcesCmd) -> anyhow::Result<()> {
+    let (method, path, body) = match cmd {
+        SourcesCmd::Handshake { name, within } => {
+            let within = crate::config::parse_duration("--within", within)?;
+            (
+                reqwest::Method::POST,
+                format!("/admin/sources/{name}/handshake"),
+                Some(serde_json::json!({ "within_secs": within.as_secs() })),
+            )
+        }
+        SourcesCmd::Secrets { name } => (
+            reqwest::Method::GET,
+            format!("/admin/sources/{name}/handshake"),
+            None,
+        ),
+        SourcesCmd::ForgetSecret { name, id } => (
+            reqwest::Method::DELETE,
+            format!("/admin/sources/{name}/secrets/{id}"),
+            None,
+        ),
+        SourcesCmd::List | SourcesCmd::Pause { .. } | SourcesCmd::Resume { .. } => {
+            bail!("not a handshake command")
+        }
+    };
+    let (state, raw): (HandshakeState, _) = c.call(method, &path, &[], body).await?;
+    if api.json {
+        return print_json(&raw);
+    }
+    match &state.armed_until {
+        Some(until) => outln!("{}: handshake armed until {until}", state.source)?,
+        None => outln!("{}: handshake not armed", state.source)?,
+    }
+    table(
+        &["secret id", "established at"],
+        state
+            .secrets
+            .iter()
+            .map(|s| vec![s.id.clone(), s.established_at.clone()])
+            .collect(),
+    )?;
     Ok(())
 }
 

@@ -31,7 +31,6 @@ pub use defaults::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,
 };
-#[cfg(any(test, fuzzing))]
 pub(crate) use durations::parse_duration;
 pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;

@@ -17,7 +17,9 @@ use super::{ConfigError, RateLimit, Secret, redact_url};
 pub struct SourceConfig {
     pub name: String,
     pub provider: String,
-    /// Every secret that verifies (several during a rotation). Never empty.
+    /// Every secret that verifies (several during a rotation). Empty only for a
+    /// provider whose secret arrives in a handshake (Asana's), which `app` checks
+    /// against the provider's spec.
     pub secrets: Vec<Secret>,
     /// The URL the provider calls (absolute http(s), no query or fragment), for
     /// providers whose signature covers it.
@@ -214,15 +216,6 @@ pub(super) fn validate_source(
     }
     if secrets.iter().any(|s| s.expose().is_empty()) {
         return Err(ConfigError::invalid(key("secrets"), "a secret is empty"));
-    }
-    if secrets.is_empty() {
-        return Err(ConfigError::invalid(
-            key("secret"),
-            format!(
-                "source {:?} has no secret; set secret, secrets or secret_env",
-                raw.name
-            ),
-        ));
     }
     let public_url = match raw.public_url {
         None => None,

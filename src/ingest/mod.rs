@@ -10,6 +10,7 @@
 
 pub mod body;
 mod handshake;
+pub mod hook_secret;
 pub mod limit;
 pub mod rejections;
 pub mod subscription;
@@ -43,6 +44,7 @@ use crate::store::{
 use crate::telemetry;
 use crate::telemetry::traces::{IngestEnd, IngestPhase, IngestTrace, Traces};
 use body::BodyBudget;
+use hook_secret::Refresh;
 
 /// Bodies larger than this are verified on the blocking pool.
 pub const OFFLOAD_BODY_BYTES: usize = 64 * 1024;
@@ -76,6 +78,9 @@ pub struct Source {
     /// AWS SNS (`confirm_subscriptions`): visit a verified confirmation's
     /// `SubscribeURL` before storing it (`subscription`).
     pub confirm_subscriptions: bool,
+    /// A provider whose secret arrives in a handshake (`hook-secret`): the keys,
+    /// configured and established (`hook_secret`).
+    pub established: Option<Arc<hook_secret::Established>>,
 }
 
 /// A route as ingest sees it: its name, which entries it takes, and where an
@@ -543,6 +548,7 @@ fn refuse_early(
     }
     let spec = &source.verifier.spec;
     if spec.signature_header().is_some()
+        && !hook_secret::is_handshake(source, headers)
         && !spec
             .signature_headers()
             .any(|name| headers.contains_key(name))
@@ -616,6 +622,7 @@ fn decide(
     body: &Bytes,
     now_ms: i64,
     certified: Option<&crate::provider::Key>,
+    keys: Option<&[crate::provider::Key]>,
 ) -> Result<Decision, VerifyError> {
     let path = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let req = verify::Request {
@@ -626,9 +633,10 @@ fn decide(
         body,
     };
     let now = now_ms.div_euclid(1000);
-    let verified = match certified {
-        Some(key) => source.verifier.verify_certified(req, Some(now), key)?,
-        None => source.verifier.verify(req, now)?,
+    let verified = match (certified, keys) {
+        (Some(key), _) => source.verifier.verify_certified(req, Some(now), key)?,
+        (None, Some(keys)) => source.verifier.verify_with(keys, req, now)?,
+        (None, None) => source.verifier.verify(req, now)?,
     };
     if let Some(reply) = verified.handshake() {
         return Ok(Decision::Handshake(reply));
@@ -817,6 +825,12 @@ async fn handle_source(
     if let Some(answer) = handshake::graph_validation(source, parts.uri.query(), &got.bytes) {
         return answer.map(Handled::Handshake);
     }
+    if hook_secret::is_handshake(source, &parts.headers) {
+        *read = Some(got.bytes.clone());
+        return hook_secret::answer(ingest, source, &parts.headers, client)
+            .await
+            .map(Handled::Handshake);
+    }
     let verify_start = phase_start.map(|_| Instant::now());
     let now_ms = ingest.clock.now_ms();
     // The reservation is held until the store has the entry (it shares the buffer).
@@ -837,7 +851,80 @@ async fn handle_source(
     // A certificate scheme: the key of the certificate the request names, its URL
     // checked first (see `provider::certificate`).
     let certified = certified_key(ingest, source, head, url.as_deref(), &body).await?;
-    let decision = if body.len() > OFFLOAD_BODY_BYTES {
+    // A source whose secrets arrive in handshakes: its keys as the store has them
+    // (read again when stale), and once more when the request matches none of them
+    // (another gateway may have taken a handshake since).
+    let keys = match &source.established {
+        Some(e) => {
+            e.refresh(
+                ingest.store.as_ref(),
+                ingest.store_timeout,
+                Refresh::IfStale,
+            )
+            .await
+            .map_err(ApiError::NotStored)?;
+            Some(e.keys())
+        }
+        None => None,
+    };
+    let first = verify_and_decide(
+        ingest,
+        source,
+        parts,
+        url.clone(),
+        body.clone(),
+        now_ms,
+        certified.clone(),
+        keys,
+    )
+    .await;
+    let decision = match (&source.established, first) {
+        (Some(e), Err(ApiError::Unverified(VerifyError::Mismatch)))
+            if e.refresh(
+                ingest.store.as_ref(),
+                ingest.store_timeout,
+                Refresh::AfterMismatch,
+            )
+            .await
+            .unwrap_or(false) =>
+        {
+            verify_and_decide(
+                ingest,
+                source,
+                parts,
+                url,
+                body,
+                now_ms,
+                certified,
+                Some(e.keys()),
+            )
+            .await
+        }
+        (_, first) => first,
+    };
+    mark(IngestPhase::Verify, verify_start);
+    answer_decision(ingest, source, decision?, phase_start.is_some(), &mut mark).await
+}
+
+/// Verify a request and decide what to do with it ([`decide`]), on the blocking
+/// pool when its body is large.
+#[allow(clippy::too_many_arguments)]
+async fn verify_and_decide(
+    ingest: &IngestState,
+    source: &Arc<Source>,
+    parts: &http::request::Parts,
+    url: Option<String>,
+    body: Bytes,
+    now_ms: i64,
+    certified: Option<crate::provider::Key>,
+    keys: Option<Arc<Vec<crate::provider::Key>>>,
+) -> Result<Decision, ApiError> {
+    let head = Head {
+        method: &parts.method,
+        uri: &parts.uri,
+        headers: &parts.headers,
+    };
+    if body.len() > OFFLOAD_BODY_BYTES {
         // Hashing a large body takes long enough to stall the other requests of an
         // async worker: do it on the blocking pool, a bounded number at a time.
         let _slot = ingest
@@ -864,6 +951,7 @@ async fn handle_source(
                 &body,
                 now_ms,
                 certified.as_ref(),
+                keys.as_deref().map(Vec::as_slice),
             )
         })
         .await
@@ -877,11 +965,23 @@ async fn handle_source(
             &body,
             now_ms,
             certified.as_ref(),
+            keys.as_deref().map(Vec::as_slice),
         )
         .map_err(ApiError::from)
-    };
-    mark(IngestPhase::Verify, verify_start);
-    match decision? {
+    }
+}
+
+/// Answer what [`decide`] decided: a handshake's reply, or the entry stored (within
+/// `store.timeout`); `mark` takes the store phase when the request is traced
+/// (`timed`).
+async fn answer_decision(
+    ingest: &IngestState,
+    source: &Source,
+    decision: Decision,
+    timed: bool,
+    mark: &mut impl FnMut(IngestPhase, Option<Instant>),
+) -> Result<Handled, ApiError> {
+    match decision {
         Decision::Handshake(HandshakeReply::Text(text)) => Ok(Handled::Handshake(
             (
                 StatusCode::OK,
@@ -911,7 +1011,7 @@ async fn handle_source(
             let event_id = entry.event_id.clone();
             let event_type = entry.event_type.clone();
             let filtered = entry.routes.is_empty();
-            let store_start = phase_start.map(|_| Instant::now());
+            let store_start = timed.then(Instant::now);
             // The answer comes within `store.timeout`, whatever the store or the
             // network does: a write still queued then is dropped by the store.
             let storing = ingest.pressure.storing();

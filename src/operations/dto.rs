@@ -404,3 +404,30 @@ pub struct RejectionGroups {
     /// The group refused last first.
     pub groups: Vec<RejectionGroup>,
 }
+
+/// `POST /admin/sources/{name}/handshake`: how long the handshake stays armed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ArmHandshake {
+    /// Seconds, 1 to 3600 (default 600).
+    #[serde(default)]
+    pub within_secs: Option<u64>,
+}
+
+/// A source's secret handshake: whether it is armed, and the secrets established.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HandshakeState {
+    pub source: String,
+    /// Until when the next handshake is taken; none when not armed.
+    #[serde(default)]
+    pub armed_until: Option<String>,
+    /// The secrets established, oldest first (never the secrets themselves).
+    pub secrets: Vec<EstablishedSecret>,
+}
+
+/// A secret a provider established in a handshake, by its id.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EstablishedSecret {
+    /// The first 16 hex digits of the secret's SHA-256.
+    pub id: String,
+    pub established_at: String,
+}

@@ -15,6 +15,13 @@ pub enum OpError {
     NoSuchSource(String),
     #[error("source {name:?} has no route {route:?}")]
     NoSuchRoute { name: String, route: String },
+    /// The source's provider establishes no secret in a handshake.
+    #[error(
+        "source {0:?} has no secret handshake: its provider's spec has no [handshake] kind = \"hook-secret\""
+    )]
+    NoHandshake(String),
+    #[error("source {name:?} keeps no established secret {id:?}")]
+    NoSuchSecret { name: String, id: String },
     #[error("entry {id:?} has no delivery through route {route:?}")]
     NoDelivery { id: String, route: String },
     /// The delivery's status does not allow a replay.

@@ -12,6 +12,7 @@ pub mod dead_letters;
 pub mod dto;
 pub mod entries;
 mod error;
+pub mod handshakes;
 pub mod preview;
 pub mod rejections;
 pub mod search;
@@ -93,6 +94,9 @@ pub struct SourceFacts {
     pub routes: Vec<String>,
     /// Its indexed pointers (`[sources.index]`): (name, pointer).
     pub index: Vec<(String, String)>,
+    /// Its keys, when its provider's secrets arrive in a handshake (`hook-secret`):
+    /// a secret forgotten here stops verifying in this process at once.
+    pub established: Option<Arc<crate::ingest::hook_secret::Established>>,
 }
 
 impl SourceFacts {

@@ -48,6 +48,12 @@ pub fn hint(reason: &str) -> &'static str {
         "subscribe_url" => {
             "An SNS subscription confirmation whose SubscribeURL is not an SNS confirmation URL for the message's own topic: a forgery, or SNS moved its endpoints (the spec's [certificate] hosts)."
         }
+        "handshake_not_armed" => {
+            "A provider's secret handshake (Asana's X-Hook-Secret) while the source's handshake was not armed: arm it (hookgate sources handshake <source>) just before creating the webhook, then create it again; if nobody was creating one, someone tried to plant a secret."
+        }
+        "too_many_secrets" => {
+            "A provider's secret handshake while the source keeps the most established secrets: forget the secrets of webhooks that no longer exist (hookgate sources secrets <source>), then create the webhook again."
+        }
         "unknown_source" => {
             "The URL names no configured source: a typo in the URL given to the provider, a source renamed or removed, or a scan of the endpoint."
         }

@@ -39,6 +39,7 @@ use crate::config::Secret;
 /// The provider specs shipped in the binary, as (file name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
     ("adyen.toml", include_str!("../../providers/adyen.toml")),
+    ("asana.toml", include_str!("../../providers/asana.toml")),
     ("aws-sns.toml", include_str!("../../providers/aws-sns.toml")),
     (
         "bitbucket.toml",
@@ -327,6 +328,17 @@ impl Verifier {
 
     pub fn verify<'a>(&'a self, req: Request<'a>, now: i64) -> Result<Verified<'a>, VerifyError> {
         verify::verify(&self.spec, &self.keys, req, now)
+    }
+
+    /// Verify a request under `keys` instead of the configured ones (a source whose
+    /// secrets arrive in handshakes: its configured and established ones).
+    pub fn verify_with<'a>(
+        &'a self,
+        keys: &'a [Key],
+        req: Request<'a>,
+        now: i64,
+    ) -> Result<Verified<'a>, VerifyError> {
+        verify::verify(&self.spec, keys, req, now)
     }
 
     pub fn verify_ignoring_timestamp<'a>(

@@ -1,6 +1,6 @@
 //! Who did what, as the store keeps it: the [`Actor`] of an operator action (its
 //! name, and the console session and client address it came from), and the audit
-//! list of controls (pauses and resumes), which, unlike an entry's audit trail, is
+//! list of controls (pauses and resumes, and a source's secret handshakes), which, unlike an entry's audit trail, is
 //! kept apart from any entry: a bounded list, newest first, shared by every gateway
 //! on the store.
 
@@ -40,6 +40,12 @@ impl From<&str> for Actor {
 pub enum ControlAction {
     Pause,
     Resume,
+    /// An operator armed a source's secret handshake (`store::secrets`).
+    ArmHandshake,
+    /// A provider established a secret in an armed handshake.
+    EstablishSecret,
+    /// An operator forgot an established secret.
+    ForgetSecret,
 }
 
 impl ControlAction {
@@ -47,6 +53,9 @@ impl ControlAction {
         match self {
             ControlAction::Pause => "pause",
             ControlAction::Resume => "resume",
+            ControlAction::ArmHandshake => "arm_handshake",
+            ControlAction::EstablishSecret => "establish_secret",
+            ControlAction::ForgetSecret => "forget_secret",
         }
     }
 
@@ -54,6 +63,9 @@ impl ControlAction {
         match s {
             "pause" => Some(ControlAction::Pause),
             "resume" => Some(ControlAction::Resume),
+            "arm_handshake" => Some(ControlAction::ArmHandshake),
+            "establish_secret" => Some(ControlAction::EstablishSecret),
+            "forget_secret" => Some(ControlAction::ForgetSecret),
             _ => None,
         }
     }

@@ -23,6 +23,7 @@ mod readiness;
 mod redis;
 pub mod rejection;
 pub mod search;
+mod secrets;
 mod signal;
 mod sqlite;
 
@@ -53,6 +54,7 @@ pub use rejection::{
     REJECTIONS_KEEP, Rejection, RejectionBatch, RejectionCount, RejectionPage, RejectionQuery,
 };
 pub use search::{IndexLookup, IndexUse, IndexedValue, SearchPage, SearchQuery};
+pub use secrets::{Establish, EstablishedSecret, MAX_ESTABLISHED_SECRETS, secret_id};
 pub(crate) use signal::{Wake, WorkSignals};
 
 /// The audit action recorded when a dead head of an ordered line lets the next go.
@@ -283,6 +285,8 @@ pub struct Purged {
 ///   audit.
 /// * A revoked console session stays revoked, for every process on the store, until
 ///   it would have expired.
+/// * An armed handshake establishes one secret for its source, on every process on
+///   the store; an unarmed or expired one, none.
 /// * Rejected requests are kept per group (source and reason), the newest
 ///   [`REJECTIONS_KEEP`] rows of each, with every refusal counted.
 /// * A source's indexed values are found by lookup, newest first, and leave with
@@ -581,6 +585,32 @@ pub trait Records: Send + Sync + 'static {
 
     /// The last good list kept for `url`, if any.
     async fn saved_ranges(&self, url: &str) -> Result<Option<SavedRanges>, StoreError>;
+
+    /// Arm `source`'s secret handshake until `until` (unix ms), replacing an arming
+    /// in place: the next handshake before then may establish a secret
+    /// ([`Records::establish_secret`]). Durable.
+    async fn arm_handshake(&self, source: &str, until: i64) -> Result<(), StoreError>;
+
+    /// Until when `source`'s handshake is armed, if it is armed at `now`.
+    async fn handshake_armed(&self, source: &str, now: i64) -> Result<Option<i64>, StoreError>;
+
+    /// Keep `secret` for `source` if its handshake is armed at `now`, disarming it in
+    /// the same atomic step (so one arming establishes one secret, whichever gateway
+    /// the handshake reached), unless the source keeps [`MAX_ESTABLISHED_SECRETS`]
+    /// already. The same secret again is kept once. Durable.
+    async fn establish_secret(
+        &self,
+        source: &str,
+        secret: &EstablishedSecret,
+        now: i64,
+    ) -> Result<Establish, StoreError>;
+
+    /// The secrets kept for `source`, oldest first.
+    async fn established_secrets(&self, source: &str)
+    -> Result<Vec<EstablishedSecret>, StoreError>;
+
+    /// Forget the secret `id` of `source`; whether it was kept. Durable.
+    async fn forget_secret(&self, source: &str, id: &str) -> Result<bool, StoreError>;
 }
 
 /// A provider's address ranges as the store keeps them: the ranges as text, one per

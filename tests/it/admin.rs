@@ -460,7 +460,12 @@ fn validator(doc: &Value, schema: &Value) -> jsonschema::Validator {
 async fn the_server_and_its_openapi_document_agree() {
     let h = StoreHandle::new(Backend::Embedded);
     let up = Upstream::scripted(|_, _| Reply::Status(404)).await;
-    let gw = Gateway::start(admin_config(&h, "", &source("oa", &up.url, FAST_RETRY))).await;
+    let sources = format!(
+        "{}\n[[sources]]\nname = \"asn\"\nprovider = \"asana\"\ndestination = \"{}\"\n",
+        source("oa", &up.url, FAST_RETRY),
+        up.url
+    );
+    let gw = Gateway::start(admin_config(&h, "", &sources)).await;
     let admin = Admin::new(&gw);
     let ids = ingest_many(&gw.ingest, "oa", "evt_oa", 3).await;
     let mut ids = ids.into_values();
@@ -503,6 +508,9 @@ async fn the_server_and_its_openapi_document_agree() {
         ("POST", "/admin/sources/{name}/resume"),
         ("POST", "/admin/sources/{name}/routes/{route}/pause"),
         ("POST", "/admin/sources/{name}/routes/{route}/resume"),
+        ("GET", "/admin/sources/{name}/handshake"),
+        ("POST", "/admin/sources/{name}/handshake"),
+        ("DELETE", "/admin/sources/{name}/secrets/{id}"),
         ("GET", "/admin/stats"),
         ("GET", "/admin/audit"),
         ("GET", "/admin/rejections"),
@@ -622,7 +630,28 @@ async fn the_server_and_its_openapi_document_agree() {
             "/admin/replay".into(),
             Some(json!({"source": "oa", "route": "default"})),
         ),
-        // After the pauses and resumes above: events with an actor and a client.
+        ("GET", "/admin/sources/asn/handshake".into(), None),
+        ("GET", "/admin/sources/oa/handshake".into(), None),
+        ("GET", "/admin/sources/nope/handshake".into(), None),
+        ("POST", "/admin/sources/asn/handshake".into(), None),
+        (
+            "POST",
+            "/admin/sources/asn/handshake".into(),
+            Some(json!({"within_secs": 60})),
+        ),
+        (
+            "POST",
+            "/admin/sources/asn/handshake".into(),
+            Some(json!({"within_secs": 0})),
+        ),
+        ("POST", "/admin/sources/oa/handshake".into(), None),
+        (
+            "DELETE",
+            "/admin/sources/asn/secrets/0123456789abcdef".into(),
+            None,
+        ),
+        ("DELETE", "/admin/sources/oa/secrets/x".into(), None),
+        // After the pauses, resumes and armings above: events with an actor and a client.
         ("GET", "/admin/audit".into(), None),
         ("GET", "/admin/audit?limit=2".into(), None),
         ("GET", "/admin/audit?limit=0".into(), None),

@@ -26,6 +26,7 @@ mod crash;
 mod embedded;
 mod faults;
 mod forward;
+mod hook_secret;
 mod hostile;
 mod ingest;
 mod ingest_first;

@@ -749,11 +749,12 @@ fn compile_handshake(
             "graph-validation" => Handshake::GraphValidation,
             "sns-subscription" => Handshake::SnsSubscription,
             "head-check" => Handshake::HeadCheck,
+            "hook-secret" => Handshake::HookSecret,
             other => {
                 return Err(invalid.at(
                     "handshake.kind",
                     format!(
-                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping, twitch-challenge, meta-subscribe, okta-verification, dropbox-challenge, graph-validation, sns-subscription or head-check"
+                        "unknown handshake {other:?}; use slack-url-verification, zoom-url-validation, discord-ping, twitch-challenge, meta-subscribe, okta-verification, dropbox-challenge, graph-validation, sns-subscription, head-check or hook-secret"
                     ),
                 ));
             }

@@ -504,6 +504,11 @@ pub enum Handshake {
     /// Trello: a `HEAD` (or `GET`) checks that the callback answers 200; it carries
     /// nothing to verify, and is answered 200 with nothing in it.
     HeadCheck,
+    /// Asana: a POST carrying `X-Hook-Secret` (and no signature) gives the secret
+    /// that signs every later request; it is answered with the same header, and the
+    /// secret kept for the source, only while an operator has armed the source's
+    /// handshake (`ingest::hook_secret`, `store::secrets`).
+    HookSecret,
 }
 
 impl Handshake {
@@ -519,6 +524,7 @@ impl Handshake {
             Handshake::GraphValidation => "graph-validation",
             Handshake::SnsSubscription => "sns-subscription",
             Handshake::HeadCheck => "head-check",
+            Handshake::HookSecret => "hook-secret",
         }
     }
 

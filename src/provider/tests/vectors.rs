@@ -169,6 +169,7 @@ fn every_builtin_vector_holds() {
 
 const CATALOGUE: &[&str] = &[
     "adyen",
+    "asana",
     "aws-sns",
     "bitbucket",
     "box",

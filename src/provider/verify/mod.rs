@@ -119,6 +119,10 @@ crate::telemetry::label_values! {
         CertificateInvalid => "certificate_invalid",
         #[error("the subscription confirmation URL is not the provider's")]
         SubscribeUrl => "subscribe_url",
+        #[error("a secret handshake while the source's handshake is not armed")]
+        HandshakeNotArmed => "handshake_not_armed",
+        #[error("the source keeps the most established secrets already")]
+        TooManySecrets => "too_many_secrets",
     }
 }
 

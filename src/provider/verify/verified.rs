@@ -197,13 +197,14 @@ impl Verified<'_> {
                 }
                 Some(HandshakeReply::Text(challenge))
             }
-            // Answered on GET, never from a POSTed body.
+            // Answered on GET, or before verification, never from a verified body.
             Handshake::MetaSubscribe
             | Handshake::OktaVerification
             | Handshake::DropboxChallenge
             | Handshake::GraphValidation
             | Handshake::SnsSubscription
-            | Handshake::HeadCheck => None,
+            | Handshake::HeadCheck
+            | Handshake::HookSecret => None,
         }
     }
 }

@@ -607,6 +607,44 @@ impl Records for PostgresStore {
             .await
     }
 
+    async fn arm_handshake(&self, source: &str, until: i64) -> Result<(), StoreError> {
+        self.durable(async |conn| records::arm_handshake(&*conn, source, until).await)
+            .await
+    }
+
+    async fn handshake_armed(&self, source: &str, now: i64) -> Result<Option<i64>, StoreError> {
+        self.relaxed(async |conn| records::handshake_armed(&*conn, source, now).await)
+            .await
+    }
+
+    async fn establish_secret(
+        &self,
+        source: &str,
+        secret: &crate::store::EstablishedSecret,
+        now: i64,
+    ) -> Result<crate::store::Establish, StoreError> {
+        self.durable(async |conn| {
+            transaction!(conn, |tx| records::establish_secret(
+                &tx, source, secret, now
+            )
+            .await?)
+        })
+        .await
+    }
+
+    async fn established_secrets(
+        &self,
+        source: &str,
+    ) -> Result<Vec<crate::store::EstablishedSecret>, StoreError> {
+        self.relaxed(async |conn| records::established_secrets(&*conn, source).await)
+            .await
+    }
+
+    async fn forget_secret(&self, source: &str, id: &str) -> Result<bool, StoreError> {
+        self.durable(async |conn| records::forget_secret(&*conn, source, id).await)
+            .await
+    }
+
     async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
         self.relaxed(async |conn| records::session_revoked(&*conn, id, issued_at).await)
             .await

@@ -8,7 +8,10 @@ use deadpool_postgres::GenericClient;
 use super::cached::Cached as _;
 
 use crate::store::pace::{self, ceil_ms};
-use crate::store::{Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, StoreError};
+use crate::store::{
+    Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, Establish, EstablishedSecret,
+    MAX_ESTABLISHED_SECRETS, StoreError,
+};
 
 /// The `console_settings` row holding the "sessions issued until then are revoked"
 /// time.
@@ -232,4 +235,99 @@ pub(super) async fn saved_ranges(
         ranges: row.get(0),
         fetched_at: row.get(1),
     }))
+}
+
+pub(super) async fn arm_handshake(
+    c: &impl GenericClient,
+    source: &str,
+    until: i64,
+) -> Result<(), StoreError> {
+    c.execute_cached(
+        "INSERT INTO handshakes (source, until) VALUES ($1, $2)
+         ON CONFLICT (source) DO UPDATE SET until = excluded.until",
+        &[&source, &until],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn handshake_armed(
+    c: &impl GenericClient,
+    source: &str,
+    now: i64,
+) -> Result<Option<i64>, StoreError> {
+    Ok(c.query_opt_cached(
+        "SELECT until FROM handshakes WHERE source = $1 AND until > $2",
+        &[&source, &now],
+    )
+    .await?
+    .map(|row| row.get(0)))
+}
+
+/// In a transaction: the armed row is locked (`FOR UPDATE`), so of two handshakes
+/// at once on two gateways, the second finds it gone.
+pub(super) async fn establish_secret(
+    c: &impl GenericClient,
+    source: &str,
+    secret: &EstablishedSecret,
+    now: i64,
+) -> Result<Establish, StoreError> {
+    let armed = c
+        .query_opt_cached(
+            "SELECT until FROM handshakes WHERE source = $1 AND until > $2 FOR UPDATE",
+            &[&source, &now],
+        )
+        .await?;
+    if armed.is_none() {
+        return Ok(Establish::NotArmed);
+    }
+    let kept = established_secrets(c, source).await?;
+    let outcome = match kept.iter().find(|s| s.id == secret.id) {
+        Some(same) => Establish::Kept(same.clone()),
+        None if kept.len() >= MAX_ESTABLISHED_SECRETS => return Ok(Establish::Full),
+        None => {
+            c.execute_cached(
+                "INSERT INTO established_secrets (source, id, secret, established_at)
+                 VALUES ($1, $2, $3, $4)",
+                &[&source, &secret.id, &secret.secret, &secret.established_at],
+            )
+            .await?;
+            Establish::Kept(secret.clone())
+        }
+    };
+    c.execute_cached("DELETE FROM handshakes WHERE source = $1", &[&source])
+        .await?;
+    Ok(outcome)
+}
+
+pub(super) async fn established_secrets(
+    c: &impl GenericClient,
+    source: &str,
+) -> Result<Vec<EstablishedSecret>, StoreError> {
+    Ok(c.query_cached(
+        "SELECT id, secret, established_at FROM established_secrets
+         WHERE source = $1 ORDER BY established_at, id",
+        &[&source],
+    )
+    .await?
+    .iter()
+    .map(|row| EstablishedSecret {
+        id: row.get(0),
+        secret: row.get(1),
+        established_at: row.get(2),
+    })
+    .collect())
+}
+
+pub(super) async fn forget_secret(
+    c: &impl GenericClient,
+    source: &str,
+    id: &str,
+) -> Result<bool, StoreError> {
+    Ok(c.execute_cached(
+        "DELETE FROM established_secrets WHERE source = $1 AND id = $2",
+        &[&source, &id],
+    )
+    .await?
+        > 0)
 }

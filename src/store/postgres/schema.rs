@@ -17,7 +17,24 @@ use crate::store::{Backend, StoreError};
 /// 2. The requests ingest refused ([`V2`]).
 /// 3. The values of the sources' indexed pointers ([`V3`]).
 /// 4. The providers' last good address ranges ([`V4`]).
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+/// 5. The armed secret handshakes and the secrets they established ([`V5`]).
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+
+/// The armed secret handshakes and the secrets providers established in them
+/// (`store::secrets`).
+const V5: &str = r#"
+CREATE TABLE handshakes (
+    source TEXT PRIMARY KEY,
+    until  BIGINT NOT NULL
+);
+CREATE TABLE established_secrets (
+    source         TEXT NOT NULL,
+    id             TEXT NOT NULL,
+    secret         TEXT NOT NULL,
+    established_at BIGINT NOT NULL,
+    PRIMARY KEY (source, id)
+);
+"#;
 
 /// The last good address ranges fetched per URL (`crate::allowlist`), so that a
 /// gateway starting without network still applies them.

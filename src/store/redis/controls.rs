@@ -2,12 +2,18 @@
 //! trimmed to [`CONTROL_AUDIT_KEEP`]) and revoked console sessions (a key per
 //! revoked session that Redis expires when the session would have, and one time
 //! before which every session is revoked). The session keys share the hash tag
-//! `{console}`, so that one `MGET` reads both on a cluster.
+//! `{console}`, so that one `MGET` reads both on a cluster. Also the providers' last
+//! good ranges, and per source its armed handshake and the secrets established in
+//! it (`store::secrets`), under the source's hash tag so that one script keeps a
+//! secret and disarms the handshake.
 
 use redis::AsyncCommands;
 
 use super::RedisStore;
-use crate::store::{CONTROL_AUDIT_KEEP, ControlEvent, StoreError};
+use crate::store::{
+    CONTROL_AUDIT_KEEP, ControlEvent, Establish, EstablishedSecret, MAX_ESTABLISHED_SECRETS,
+    StoreError,
+};
 
 /// The hash tag of the session keys (no source key ends in these suffixes).
 const CONSOLE: &str = "console";
@@ -151,4 +157,101 @@ impl RedisStore {
             _ => None,
         })
     }
+}
+
+/// A secret as the Redis store keeps it, in its source's hash of secrets.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SecretRecord {
+    secret: String,
+    established_at: i64,
+}
+
+impl RedisStore {
+    fn handshake_key(&self, source: &str) -> String {
+        self.key(source, "handshake")
+    }
+
+    fn secrets_key(&self, source: &str) -> String {
+        self.key(source, "secrets")
+    }
+
+    pub(super) async fn put_handshake(&self, source: &str, until: i64) -> Result<(), StoreError> {
+        let mut c = self.conn();
+        self.timed(c.set::<_, _, ()>(self.handshake_key(source), until))
+            .await
+    }
+
+    pub(super) async fn get_handshake(
+        &self,
+        source: &str,
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut c = self.conn();
+        let until: Option<String> = self.timed(c.get(self.handshake_key(source))).await?;
+        Ok(until
+            .and_then(|u| u.parse::<i64>().ok())
+            .filter(|&u| u > now))
+    }
+
+    pub(super) async fn keep_secret(
+        &self,
+        source: &str,
+        secret: &EstablishedSecret,
+        now: i64,
+    ) -> Result<Establish, StoreError> {
+        let record = serde_json::to_string(&SecretRecord {
+            secret: secret.secret.clone(),
+            established_at: secret.established_at,
+        })
+        .map_err(|source| StoreError::Encode {
+            what: "an established secret",
+            source,
+        })?;
+        let mut inv = self.scripts.establish.prepare_invoke();
+        inv.key(self.handshake_key(source))
+            .key(self.secrets_key(source))
+            .arg(now)
+            .arg(&secret.id)
+            .arg(record)
+            .arg(MAX_ESTABLISHED_SECRETS);
+        let mut c = self.conn();
+        let (code, kept): (i64, String) = self.timed(inv.invoke_async(&mut c)).await?;
+        Ok(match code {
+            1 => {
+                Establish::Kept(decode_secret(&secret.id, &kept).unwrap_or_else(|| secret.clone()))
+            }
+            -1 => Establish::Full,
+            _ => Establish::NotArmed,
+        })
+    }
+
+    pub(super) async fn read_secrets(
+        &self,
+        source: &str,
+    ) -> Result<Vec<EstablishedSecret>, StoreError> {
+        let mut c = self.conn();
+        let all: Vec<(String, String)> = self.timed(c.hgetall(self.secrets_key(source))).await?;
+        // A record that does not parse is skipped, as an audit record is.
+        let mut secrets: Vec<EstablishedSecret> = all
+            .iter()
+            .filter_map(|(id, record)| decode_secret(id, record))
+            .collect();
+        secrets.sort_by(|a, b| (a.established_at, &a.id).cmp(&(b.established_at, &b.id)));
+        Ok(secrets)
+    }
+
+    pub(super) async fn drop_secret(&self, source: &str, id: &str) -> Result<bool, StoreError> {
+        let mut c = self.conn();
+        let removed: i64 = self.timed(c.hdel(self.secrets_key(source), id)).await?;
+        Ok(removed > 0)
+    }
+}
+
+fn decode_secret(id: &str, record: &str) -> Option<EstablishedSecret> {
+    let r: SecretRecord = serde_json::from_str(record).ok()?;
+    Some(EstablishedSecret {
+        id: id.to_string(),
+        secret: r.secret,
+        established_at: r.established_at,
+    })
 }

@@ -702,6 +702,34 @@ impl Records for RedisStore {
     ) -> Result<Option<crate::store::SavedRanges>, StoreError> {
         self.get_ranges(url).await
     }
+
+    async fn arm_handshake(&self, source: &str, until: i64) -> Result<(), StoreError> {
+        self.put_handshake(source, until).await
+    }
+
+    async fn handshake_armed(&self, source: &str, now: i64) -> Result<Option<i64>, StoreError> {
+        self.get_handshake(source, now).await
+    }
+
+    async fn establish_secret(
+        &self,
+        source: &str,
+        secret: &crate::store::EstablishedSecret,
+        now: i64,
+    ) -> Result<crate::store::Establish, StoreError> {
+        self.keep_secret(source, secret, now).await
+    }
+
+    async fn established_secrets(
+        &self,
+        source: &str,
+    ) -> Result<Vec<crate::store::EstablishedSecret>, StoreError> {
+        self.read_secrets(source).await
+    }
+
+    async fn forget_secret(&self, source: &str, id: &str) -> Result<bool, StoreError> {
+        self.drop_secret(source, id).await
+    }
 }
 
 #[async_trait]

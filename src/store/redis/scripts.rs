@@ -50,6 +50,8 @@ pub(super) struct Scripts {
     pub reject: Script,
     /// Raise a number kept as a string (the console's "sessions revoked until").
     pub raise: Script,
+    /// Keep a secret established in an armed handshake, disarming it.
+    pub establish: Script,
     /// Migration to routes: a source's work stream and schedule.
     pub migrate_queues: Script,
     /// Migration to routes: a batch of a source's entries.
@@ -91,6 +93,7 @@ impl Scripts {
             pace: plain(include_str!("scripts/pace.lua")),
             hold: plain(include_str!("scripts/hold.lua")),
             raise: plain(include_str!("scripts/raise.lua")),
+            establish: plain(include_str!("scripts/establish.lua")),
             // Refused while out of memory, as the accept.
             reject: Script::new(include_str!("scripts/reject.lua")),
             migrate_queues: Script::new(include_str!("scripts/migrate_queues.lua")),

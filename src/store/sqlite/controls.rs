@@ -1,11 +1,15 @@
 //! The embedded store's console records: the control audit (pauses and resumes, the
 //! newest [`CONTROL_AUDIT_KEEP`] kept) and revoked console sessions (each kept until
-//! it would have expired; housekeeping removes the expired ones). Their tables are
-//! created at open (`schema::TABLES`).
+//! it would have expired; housekeeping removes the expired ones), the providers'
+//! last good ranges, and the armed handshakes with the secrets they established
+//! (`store::secrets`). Their tables are created at open (`schema::TABLES`).
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::store::{Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, StoreError};
+use crate::store::{
+    Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, Establish, EstablishedSecret,
+    MAX_ESTABLISHED_SECRETS, StoreError,
+};
 
 /// The `console_settings` row holding the "sessions issued until then are revoked"
 /// time.
@@ -146,4 +150,84 @@ pub(super) fn saved_ranges(
             })
         })
         .optional()?)
+}
+
+pub(super) fn arm_handshake(conn: &Connection, source: &str, until: i64) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO handshakes (source, until) VALUES (?1, ?2)
+         ON CONFLICT(source) DO UPDATE SET until = excluded.until",
+    )?
+    .execute(params![source, until])?;
+    Ok(())
+}
+
+pub(super) fn handshake_armed(
+    conn: &Connection,
+    source: &str,
+    now: i64,
+) -> Result<Option<i64>, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT until FROM handshakes WHERE source = ?1 AND until > ?2")?
+        .query_row(params![source, now], |r| r.get(0))
+        .optional()?)
+}
+
+/// Runs in the writer's transaction: the check, the disarming and the insert are
+/// one atomic step.
+pub(super) fn establish_secret(
+    conn: &Connection,
+    source: &str,
+    secret: &EstablishedSecret,
+    now: i64,
+) -> Result<Establish, StoreError> {
+    if handshake_armed(conn, source, now)?.is_none() {
+        return Ok(Establish::NotArmed);
+    }
+    let kept = established_secrets(conn, source)?;
+    if let Some(same) = kept.iter().find(|s| s.id == secret.id) {
+        conn.prepare_cached("DELETE FROM handshakes WHERE source = ?1")?
+            .execute(params![source])?;
+        return Ok(Establish::Kept(same.clone()));
+    }
+    if kept.len() >= MAX_ESTABLISHED_SECRETS {
+        return Ok(Establish::Full);
+    }
+    conn.prepare_cached("DELETE FROM handshakes WHERE source = ?1")?
+        .execute(params![source])?;
+    conn.prepare_cached(
+        "INSERT INTO established_secrets (source, id, secret, established_at)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![
+        source,
+        secret.id,
+        secret.secret,
+        secret.established_at
+    ])?;
+    Ok(Establish::Kept(secret.clone()))
+}
+
+pub(super) fn established_secrets(
+    conn: &Connection,
+    source: &str,
+) -> Result<Vec<EstablishedSecret>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, secret, established_at FROM established_secrets
+         WHERE source = ?1 ORDER BY established_at, id",
+    )?;
+    let rows = stmt.query_map(params![source], |r| {
+        Ok(EstablishedSecret {
+            id: r.get(0)?,
+            secret: r.get(1)?,
+            established_at: r.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+pub(super) fn forget_secret(conn: &Connection, source: &str, id: &str) -> Result<bool, StoreError> {
+    Ok(conn
+        .prepare_cached("DELETE FROM established_secrets WHERE source = ?1 AND id = ?2")?
+        .execute(params![source, id])?
+        > 0)
 }

@@ -600,6 +600,50 @@ impl Records for SqliteStore {
         self.read(move |conn| controls::saved_ranges(conn, &url))
             .await
     }
+
+    async fn arm_handshake(&self, source: &str, until: i64) -> Result<(), StoreError> {
+        let source = source.to_string();
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::arm_handshake(conn, &source, until)
+        })
+        .await
+    }
+
+    async fn handshake_armed(&self, source: &str, now: i64) -> Result<Option<i64>, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| controls::handshake_armed(conn, &source, now))
+            .await
+    }
+
+    async fn establish_secret(
+        &self,
+        source: &str,
+        secret: &crate::store::EstablishedSecret,
+        now: i64,
+    ) -> Result<crate::store::Establish, StoreError> {
+        let (source, secret) = (source.to_string(), secret.clone());
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::establish_secret(conn, &source, &secret, now)
+        })
+        .await
+    }
+
+    async fn established_secrets(
+        &self,
+        source: &str,
+    ) -> Result<Vec<crate::store::EstablishedSecret>, StoreError> {
+        let source = source.to_string();
+        self.read(move |conn| controls::established_secrets(conn, &source))
+            .await
+    }
+
+    async fn forget_secret(&self, source: &str, id: &str) -> Result<bool, StoreError> {
+        let (source, id) = (source.to_string(), id.to_string());
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::forget_secret(conn, &source, &id)
+        })
+        .await
+    }
 }
 
 #[async_trait]

@@ -314,7 +314,9 @@ const INDEXES: &[(&str, &str)] = &[(
 /// hold the console's records (`controls`); `rejections` and `rejection_counts` the
 /// requests ingest refused (`rejections`); `entry_index` the values of the sources'
 /// indexed pointers, one row per entry and index (`search`); `provider_ranges` the
-/// last good address ranges fetched per URL (`crate::allowlist`).
+/// last good address ranges fetched per URL (`crate::allowlist`); `handshakes` and
+/// `established_secrets` the armed secret handshakes and the secrets they gave
+/// (`store::secrets`).
 const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS activity (
         source    TEXT NOT NULL,
@@ -366,6 +368,17 @@ const TABLES: &[&str] = &[
         PRIMARY KEY (source, name, value, entry_id)
     ) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS entry_index_entry ON entry_index(entry_id)",
+    "CREATE TABLE IF NOT EXISTS handshakes (
+        source TEXT PRIMARY KEY,
+        until  INTEGER NOT NULL
+    ) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS established_secrets (
+        source         TEXT NOT NULL,
+        id             TEXT NOT NULL,
+        secret         TEXT NOT NULL,
+        established_at INTEGER NOT NULL,
+        PRIMARY KEY (source, id)
+    ) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS provider_ranges (
         url        TEXT PRIMARY KEY,
         ranges     TEXT NOT NULL,

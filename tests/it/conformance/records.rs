@@ -1,12 +1,14 @@
 //! The `Records` part of the store contract, on every backend: revoked console
 //! sessions (one, or every one issued until a time), the control audit of pauses
-//! and resumes, and the providers' last good address ranges.
+//! and resumes, the providers' last good address ranges, and the secrets providers
+//! establish in armed handshakes.
 
 use std::time::Duration;
 
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
-    Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, HousekeepingPass, SavedRanges, Store,
+    Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, Establish, EstablishedSecret,
+    HousekeepingPass, MAX_ESTABLISHED_SECRETS, SavedRanges, Store,
 };
 
 use crate::support::{Backend, StoreHandle, wait_until};
@@ -152,4 +154,128 @@ async fn saved_ranges(backend: Backend) {
 for_each_store!(
     a_providers_last_good_ranges_are_kept_per_url,
     super::saved_ranges
+);
+
+/// Secrets established in handshakes: only while armed, one per arming (also when
+/// two handshakes race), the same secret kept once, at most
+/// [`MAX_ESTABLISHED_SECRETS`] per source, forgotten one by one, there after a
+/// restart, and each source's apart.
+async fn established_secrets(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    let t = now_ms();
+    let secret = |s: &str, at: i64| EstablishedSecret::new(s, at);
+    assert_eq!(
+        store
+            .establish_secret("asana", &secret("s1", t), t)
+            .await
+            .unwrap(),
+        Establish::NotArmed,
+        "never armed"
+    );
+    assert_eq!(store.handshake_armed("asana", t).await.unwrap(), None);
+    store.arm_handshake("asana", t - 1).await.unwrap();
+    assert_eq!(
+        store
+            .establish_secret("asana", &secret("s1", t), t)
+            .await
+            .unwrap(),
+        Establish::NotArmed,
+        "an arming that has expired"
+    );
+    store.arm_handshake("asana", t + 60_000).await.unwrap();
+    assert_eq!(
+        store.handshake_armed("asana", t).await.unwrap(),
+        Some(t + 60_000)
+    );
+    assert_eq!(store.handshake_armed("other", t).await.unwrap(), None);
+    assert_eq!(
+        store
+            .establish_secret("asana", &secret("s1", t), t)
+            .await
+            .unwrap(),
+        Establish::Kept(secret("s1", t))
+    );
+    assert_eq!(
+        store.handshake_armed("asana", t).await.unwrap(),
+        None,
+        "disarmed"
+    );
+    assert_eq!(
+        store
+            .establish_secret("asana", &secret("s2", t + 1), t + 1)
+            .await
+            .unwrap(),
+        Establish::NotArmed,
+        "one arming, one secret"
+    );
+    // The same secret again: kept once, as it was first kept.
+    store.arm_handshake("asana", t + 60_000).await.unwrap();
+    assert_eq!(
+        store
+            .establish_secret("asana", &secret("s1", t + 5), t + 5)
+            .await
+            .unwrap(),
+        Establish::Kept(secret("s1", t))
+    );
+    // Two handshakes at once: one secret.
+    store.arm_handshake("asana", t + 60_000).await.unwrap();
+    let (race_a, race_b) = (secret("race-a", t + 10), secret("race-b", t + 10));
+    let (a, b) = tokio::join!(
+        store.establish_secret("asana", &race_a, t + 10),
+        store.establish_secret("asana", &race_b, t + 10),
+    );
+    let kept = [a.unwrap(), b.unwrap()]
+        .iter()
+        .filter(|e| matches!(e, Establish::Kept(_)))
+        .count();
+    assert_eq!(kept, 1, "two handshakes raced for one arming");
+    let listed = store.established_secrets("asana").await.unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed[0], secret("s1", t), "oldest first");
+    assert!(listed[1].secret.starts_with("race-"));
+    assert_eq!(store.established_secrets("other").await.unwrap(), vec![]);
+    // Full: the handshake is refused and stays armed.
+    for n in listed.len()..MAX_ESTABLISHED_SECRETS {
+        let at = t + 100 + n as i64;
+        store.arm_handshake("asana", at + 60_000).await.unwrap();
+        let kept = store
+            .establish_secret("asana", &secret(&format!("fill-{n}"), at), at)
+            .await
+            .unwrap();
+        assert!(matches!(kept, Establish::Kept(_)), "{n}: {kept:?}");
+    }
+    store.arm_handshake("asana", t + 60_000).await.unwrap();
+    assert_eq!(
+        store
+            .establish_secret("asana", &secret("one-more", t + 200), t + 200)
+            .await
+            .unwrap(),
+        Establish::Full
+    );
+    assert_eq!(
+        store.handshake_armed("asana", t + 200).await.unwrap(),
+        Some(t + 60_000),
+        "still armed"
+    );
+    // Forgotten one by one.
+    let id = secret("s1", t).id;
+    assert!(store.forget_secret("asana", &id).await.unwrap());
+    assert!(!store.forget_secret("asana", &id).await.unwrap(), "gone");
+    assert!(!store.forget_secret("other", &listed[1].id).await.unwrap());
+    let left = store.established_secrets("asana").await.unwrap();
+    assert_eq!(left.len(), MAX_ESTABLISHED_SECRETS - 1);
+    assert!(left.iter().all(|s| s.id != id));
+    store.close().await;
+    let again = h.open().await;
+    assert_eq!(again.established_secrets("asana").await.unwrap(), left);
+    assert_eq!(
+        again.handshake_armed("asana", t + 200).await.unwrap(),
+        Some(t + 60_000)
+    );
+    again.close().await;
+}
+for_each_store!(
+    secrets_are_established_only_in_armed_handshakes,
+    super::established_secrets
 );
