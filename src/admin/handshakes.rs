@@ -30,9 +30,12 @@ pub(super) async fn arm(
             ApiError::BadRequest("the body must be a JSON object: {\"within_secs\": 600}".into())
         })?
     };
-    let within = req
-        .within_secs
-        .map_or(handshakes::DEFAULT_WINDOW, Duration::from_secs);
+    let within = match req.within_secs {
+        None => handshakes::DEFAULT_WINDOW,
+        Some(n) => whole_seconds(&n).ok_or_else(|| {
+            ApiError::BadRequest("within_secs must be a whole number of seconds".into())
+        })?,
+    };
     Ok(Json(handshakes::arm(&admin.ops, &name, within, &by).await?))
 }
 
@@ -52,4 +55,32 @@ pub(super) async fn forget(
 ) -> Result<Json<HandshakeState>, ApiError> {
     let (name, id) = path_param(p)?;
     Ok(Json(handshakes::forget(&admin.ops, &name, &id, &by).await?))
+}
+
+/// A JSON number of whole seconds (`600`, or `600.0`), if it is one.
+fn whole_seconds(n: &serde_json::Number) -> Option<Duration> {
+    if let Some(secs) = n.as_u64() {
+        return Some(Duration::from_secs(secs));
+    }
+    let f = n.as_f64()?;
+    // Past 2^53 an f64 is not a count of seconds anyone means; the range check
+    // that follows refuses anything near it anyway.
+    (f.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(&f))
+        .then(|| Duration::from_secs_f64(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_seconds_are_taken_as_integers_or_whole_floats() {
+        let n = |s: &str| serde_json::from_str::<serde_json::Number>(s).unwrap();
+        assert_eq!(whole_seconds(&n("600")), Some(Duration::from_secs(600)));
+        assert_eq!(whole_seconds(&n("3.0")), Some(Duration::from_secs(3)));
+        assert_eq!(whole_seconds(&n("1e3")), Some(Duration::from_secs(1000)));
+        assert_eq!(whole_seconds(&n("2.5")), None);
+        assert_eq!(whole_seconds(&n("-1")), None);
+        assert_eq!(whole_seconds(&n("1e300")), None);
+    }
 }

@@ -408,9 +408,10 @@ pub struct RejectionGroups {
 /// `POST /admin/sources/{name}/handshake`: how long the handshake stays armed.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ArmHandshake {
-    /// Seconds, 1 to 3600 (default 600).
+    /// Seconds, 1 to 3600 (default 600). A number as JSON has it: `3.0` is 3 s,
+    /// as JSON Schema's `integer` takes it.
     #[serde(default)]
-    pub within_secs: Option<u64>,
+    pub within_secs: Option<serde_json::Number>,
 }
 
 /// A source's secret handshake: whether it is armed, and the secrets established.

@@ -644,6 +644,11 @@ async fn the_server_and_its_openapi_document_agree() {
             "/admin/sources/asn/handshake".into(),
             Some(json!({"within_secs": 0})),
         ),
+        (
+            "POST",
+            "/admin/sources/asn/handshake".into(),
+            Some(json!({"within_secs": 3.0, "unknown": [1]})),
+        ),
         ("POST", "/admin/sources/oa/handshake".into(), None),
         (
             "DELETE",
