@@ -79,17 +79,7 @@ fn ranges(head: &[&[u8]], body: &[u8]) {
 
 fn url(named: &str) {
     let rules = [
-        CertificateRule {
-            url: ValueSource::Json("/SigningCertURL".into()),
-            hosts: vec![
-                "sns.*.amazonaws.com".into(),
-                "sns.*.amazonaws.com.cn".into(),
-            ],
-            path_prefix: None,
-            path_suffix: Some(".pem".into()),
-            secret_matches: None,
-            fetch_base: None,
-        },
+        crate::provider::certificate::sns_rule(None),
         CertificateRule {
             url: ValueSource::Json("/cert".into()),
             hosts: vec!["api.paypal.com".into(), "api.sandbox.paypal.com".into()],

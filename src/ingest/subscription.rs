@@ -115,10 +115,8 @@ pub(super) async fn confirm(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::certificate::sns_rule;
 
-    fn rule(fetch_base: Option<&str>) -> CertificateRule {
-        crate::provider::certificate::sns_rule(fetch_base)
-    }
 
     const TOPIC: &str = "arn:aws:sns:us-west-2:123456789012:MyTopic";
 
@@ -134,9 +132,9 @@ mod tests {
         let good = format!(
             "https://sns.us-west-2.amazonaws.com/?Action=ConfirmSubscription&TopicArn={TOPIC}&Token=2336412f37"
         );
-        assert_eq!(subscribe_url(&rule(None), &body(&good)), Ok(good.clone()));
+        assert_eq!(subscribe_url(&sns_rule(None), &body(&good)), Ok(good.clone()));
         assert_eq!(
-            subscribe_url(&rule(Some("http://127.0.0.1:9")), &body(&good)),
+            subscribe_url(&sns_rule(Some("http://127.0.0.1:9")), &body(&good)),
             Ok(format!(
                 "http://127.0.0.1:9/?Action=ConfirmSubscription&TopicArn={TOPIC}&Token=2336412f37"
             ))
@@ -144,7 +142,7 @@ mod tests {
         let cn = format!(
             "https://sns.cn-north-1.amazonaws.com.cn/?Action=ConfirmSubscription&TopicArn={TOPIC}&Token=t"
         );
-        assert!(subscribe_url(&rule(None), &body(&cn)).is_ok());
+        assert!(subscribe_url(&sns_rule(None), &body(&cn)).is_ok());
         for bad in [
             // Another host, scheme, port, path; userinfo; another action or topic;
             // no token; a parameter twice.
@@ -160,13 +158,13 @@ mod tests {
             "not a url".to_string(),
         ] {
             assert_eq!(
-                subscribe_url(&rule(None), &body(&bad)),
+                subscribe_url(&sns_rule(None), &body(&bad)),
                 Err(ConfirmError::Refused),
                 "{bad}"
             );
         }
         assert_eq!(
-            subscribe_url(&rule(None), br#"{"Type":"SubscriptionConfirmation"}"#),
+            subscribe_url(&sns_rule(None), br#"{"Type":"SubscriptionConfirmation"}"#),
             Err(ConfirmError::Refused)
         );
     }

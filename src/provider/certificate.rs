@@ -388,13 +388,10 @@ pub(crate) fn sns_rule(fetch_base: Option<&str>) -> CertificateRule {
 mod tests {
     use super::*;
 
-    fn rule(fetch_base: Option<&str>) -> CertificateRule {
-        sns_rule(fetch_base)
-    }
 
     #[test]
     fn only_the_providers_hosts_over_https_are_fetched() {
-        let r = rule(None);
+        let r = sns_rule(None);
         let good = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem";
         assert_eq!(check_url(&r, good).unwrap().fetched, good);
         assert!(check_url(&r, "https://sns.cn-north-1.amazonaws.com.cn/x.pem").is_ok());
@@ -415,7 +412,7 @@ mod tests {
         ] {
             assert!(check_url(&r, bad).is_err(), "{bad}");
         }
-        let tests = rule(Some("http://127.0.0.1:4000"));
+        let tests = sns_rule(Some("http://127.0.0.1:4000"));
         let got = check_url(&tests, good).unwrap();
         assert_eq!(got.named, good);
         assert_eq!(
