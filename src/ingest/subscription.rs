@@ -117,7 +117,6 @@ mod tests {
     use super::*;
     use crate::provider::certificate::sns_rule;
 
-
     const TOPIC: &str = "arn:aws:sns:us-west-2:123456789012:MyTopic";
 
     fn body(url: &str) -> Vec<u8> {
@@ -132,7 +131,10 @@ mod tests {
         let good = format!(
             "https://sns.us-west-2.amazonaws.com/?Action=ConfirmSubscription&TopicArn={TOPIC}&Token=2336412f37"
         );
-        assert_eq!(subscribe_url(&sns_rule(None), &body(&good)), Ok(good.clone()));
+        assert_eq!(
+            subscribe_url(&sns_rule(None), &body(&good)),
+            Ok(good.clone())
+        );
         assert_eq!(
             subscribe_url(&sns_rule(Some("http://127.0.0.1:9")), &body(&good)),
             Ok(format!(

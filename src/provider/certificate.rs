@@ -388,7 +388,6 @@ pub(crate) fn sns_rule(fetch_base: Option<&str>) -> CertificateRule {
 mod tests {
     use super::*;
 
-
     #[test]
     fn only_the_providers_hosts_over_https_are_fetched() {
         let r = sns_rule(None);

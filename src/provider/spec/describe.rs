@@ -3,7 +3,8 @@
 //! what is printed can be pasted back into a spec.
 
 use super::{
-    Algorithm, HeaderFormat, SecretEncoding, Segment, Spec, UrlPort, ValueSource, ValueTemplate,
+    Algorithm, Handshake, HeaderFormat, SecretEncoding, Segment, Spec, UrlPort, ValueSource,
+    ValueTemplate,
 };
 
 /// What a provider verifies and what a source using it needs, one line per aspect.
@@ -94,6 +95,10 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
         signed_or_not(&spec.event_object)
     };
     let handshake = match spec.handshake {
+        Some(h @ Handshake::HookSecret) => format!(
+            "{} (taken only while an operator armed it: `hookgate sources handshake`; its secret is kept in the store)",
+            h.name()
+        ),
         Some(h) => format!(
             "{} (answered only after verification, not stored)",
             h.name()
@@ -130,6 +135,11 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             SecretEncoding::WhsecBase64 => "secret (whsec_ and base64, decoded)".to_string(),
             other => format!("secret ({}, decoded)", other.name()),
         },
+    };
+    let secret = if spec.handshake == Some(Handshake::HookSecret) {
+        format!("nothing: the key comes in the handshake; a configured {secret} verifies as well")
+    } else {
+        secret
     };
     let config = if spec.signs_url() {
         format!("{secret}; public_url = the URL the provider calls")
