@@ -382,8 +382,8 @@ async fn build(
         pressure: pressure.clone(),
         traces: traces.clone(),
         trusted_proxies: cfg.server.trusted_proxies.clone().into(),
-        certificates: Arc::new(
-            crate::provider::certificate::Certificates::new()
+        fetched_keys: Arc::new(
+            crate::provider::certificate::FetchedKeys::new()
                 .context("the HTTP client of certificate fetches")?,
         ),
     });

@@ -271,7 +271,7 @@ pub struct IngestState {
     /// `server.trusted_proxies`: whose forwarding headers name the client.
     pub trusted_proxies: Arc<[ipnet::IpNet]>,
     /// The certificates of certificate schemes (SNS, PayPal), fetched and kept.
-    pub certificates: Arc<crate::provider::certificate::Certificates>,
+    pub fetched_keys: Arc<crate::provider::certificate::FetchedKeys>,
 }
 
 pub fn router(state: Arc<IngestState>) -> Router {
@@ -586,7 +586,7 @@ async fn certified_key(
     if let Some(asked) = source.verifier.jwk_request(req) {
         let asked = asked.map_err(|_| ApiError::Unverified(VerifyError::CertificateUrl))?;
         let credentials = source.verifier.credentials().unwrap_or_default();
-        return match ingest.certificates.jwk_key(&asked, credentials).await {
+        return match ingest.fetched_keys.jwk_key(&asked, credentials).await {
             Ok(key) => Ok(Some(key)),
             Err(e) => Err(no_key(e)),
         };
@@ -596,7 +596,7 @@ async fn certified_key(
         Some(Ok(named)) => named,
         Some(Err(_)) => return Err(ApiError::Unverified(VerifyError::CertificateUrl)),
     };
-    match ingest.certificates.key(&named).await {
+    match ingest.fetched_keys.key(&named).await {
         Ok(key) => Ok(Some(key)),
         Err(e) => Err(no_key(e)),
     }
@@ -604,12 +604,12 @@ async fn certified_key(
 
 /// The answer to a request whose signing key could not be had: 401 when the
 /// request named one it may not, 503 (retry) when it could not be fetched now.
-fn no_key(e: crate::provider::certificate::CertificateError) -> ApiError {
-    use crate::provider::certificate::CertificateError;
+fn no_key(e: crate::provider::certificate::FetchedKeyError) -> ApiError {
+    use crate::provider::certificate::FetchedKeyError;
     match e {
-        CertificateError::Refused => ApiError::Unverified(VerifyError::CertificateUrl),
-        CertificateError::Invalid(_) => ApiError::Unverified(VerifyError::CertificateInvalid),
-        CertificateError::Unavailable(cause) => ApiError::CertificateUnavailable(cause),
+        FetchedKeyError::Refused => ApiError::Unverified(VerifyError::CertificateUrl),
+        FetchedKeyError::Invalid(_) => ApiError::Unverified(VerifyError::CertificateInvalid),
+        FetchedKeyError::Unavailable(cause) => ApiError::CertificateUnavailable(cause),
     }
 }
 
@@ -1001,7 +1001,7 @@ async fn answer_decision(
                 && let Some(rule) = &source.verifier.spec.certificate
             {
                 subscription::confirm(
-                    ingest.certificates.client(),
+                    ingest.fetched_keys.client(),
                     rule,
                     &source.name,
                     &entry.body,

@@ -37,18 +37,18 @@ pub const MAX_CACHED: usize = 256;
 /// The most fetches started in any minute.
 pub const FETCHES_PER_MINUTE: usize = 30;
 
-/// Why no key came of the URL a request names.
+/// Why no signing key came of what a request names (a certificate's URL, a key id).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CertificateError {
+pub enum FetchedKeyError {
     /// The URL is missing, or not one the spec allows: the request is refused.
-    #[error("the certificate URL is missing or not on the provider's hosts")]
+    #[error("the key's URL is missing or not on the provider's hosts")]
     Refused,
-    /// The certificate was fetched but holds no usable key (not PEM, not RSA,
-    /// expired): the request is refused.
-    #[error("the certificate is not a usable RSA certificate: {0}")]
+    /// What was fetched holds no usable key (a certificate not PEM, not RSA,
+    /// expired; a key of another kind or id): the request is refused.
+    #[error("the fetched key is not usable: {0}")]
     Invalid(&'static str),
-    /// The certificate could not be fetched now: the request may succeed later.
-    #[error("the certificate could not be fetched: {0}")]
+    /// The key could not be fetched now: the request may succeed later.
+    #[error("the key could not be fetched: {0}")]
     Unavailable(String),
 }
 
@@ -62,13 +62,13 @@ pub struct CertificateUrl {
 }
 
 /// Check the certificate URL a request names against `rule`.
-pub fn check_url(rule: &CertificateRule, named: &str) -> Result<CertificateUrl, CertificateError> {
+pub fn check_url(rule: &CertificateRule, named: &str) -> Result<CertificateUrl, FetchedKeyError> {
     if named.len() > 2048 {
-        return Err(CertificateError::Refused);
+        return Err(FetchedKeyError::Refused);
     }
-    let uri: http::Uri = named.parse().map_err(|_| CertificateError::Refused)?;
+    let uri: http::Uri = named.parse().map_err(|_| FetchedKeyError::Refused)?;
     if !https_on_hosts(&uri, &rule.hosts) {
-        return Err(CertificateError::Refused);
+        return Err(FetchedKeyError::Refused);
     }
     let path = uri.path();
     let prefix_ok = rule
@@ -80,7 +80,7 @@ pub fn check_url(rule: &CertificateRule, named: &str) -> Result<CertificateUrl, 
         .as_ref()
         .is_none_or(|s| path.ends_with(s.as_str()) && uri.query().is_none());
     if !prefix_ok || !suffix_ok {
-        return Err(CertificateError::Refused);
+        return Err(FetchedKeyError::Refused);
     }
     let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
     Ok(CertificateUrl {
@@ -124,23 +124,23 @@ const RSA_ENCRYPTION: x509_cert::spki::ObjectIdentifier =
     x509_cert::spki::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 
 /// The RSA public key (PKCS#1 DER) of a PEM certificate, if it is valid at `now`.
-pub fn rsa_key_of(pem: &[u8], now: std::time::SystemTime) -> Result<Arc<[u8]>, CertificateError> {
+pub fn rsa_key_of(pem: &[u8], now: std::time::SystemTime) -> Result<Arc<[u8]>, FetchedKeyError> {
     use x509_cert::der::{Decode as _, DecodePem as _};
     let cert = x509_cert::Certificate::from_pem(pem)
         .or_else(|_| x509_cert::Certificate::from_der(pem))
-        .map_err(|_| CertificateError::Invalid("not a PEM or DER X.509 certificate"))?;
+        .map_err(|_| FetchedKeyError::Invalid("not a PEM or DER X.509 certificate"))?;
     let validity = &cert.tbs_certificate.validity;
     if now < validity.not_before.to_system_time() || now > validity.not_after.to_system_time() {
-        return Err(CertificateError::Invalid("outside its validity period"));
+        return Err(FetchedKeyError::Invalid("outside its validity period"));
     }
     let spki = &cert.tbs_certificate.subject_public_key_info;
     if spki.algorithm.oid != RSA_ENCRYPTION {
-        return Err(CertificateError::Invalid("its key is not RSA"));
+        return Err(FetchedKeyError::Invalid("its key is not RSA"));
     }
     let key = spki
         .subject_public_key
         .as_bytes()
-        .ok_or(CertificateError::Invalid(
+        .ok_or(FetchedKeyError::Invalid(
             "its key is not a whole number of bytes",
         ))?;
     Ok(key.into())
@@ -150,11 +150,12 @@ pub fn rsa_key_of(pem: &[u8], now: std::time::SystemTime) -> Result<Arc<[u8]>, C
 #[derive(Clone)]
 struct Cached {
     at: Instant,
-    outcome: Result<(Arc<[u8]>, Instant), CertificateError>,
+    outcome: Result<(Arc<[u8]>, Instant), FetchedKeyError>,
 }
 
-/// The certificates fetched so far, shared by every source of the gateway.
-pub struct Certificates {
+/// The signing keys fetched so far (certificates, and keys a provider's API gives
+/// by id: `provider::jwk`), shared by every source of the gateway.
+pub struct FetchedKeys {
     client: reqwest::Client,
     /// Per URL: a lock one fetch holds while the others wait for its outcome.
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Cached>>>>>,
@@ -162,14 +163,14 @@ pub struct Certificates {
     started: Mutex<Vec<Instant>>,
 }
 
-impl std::fmt::Debug for Certificates {
+impl std::fmt::Debug for FetchedKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Certificates")
+        f.write_str("FetchedKeys")
     }
 }
 
-impl Certificates {
-    pub fn new() -> Result<Certificates, reqwest::Error> {
+impl FetchedKeys {
+    pub fn new() -> Result<FetchedKeys, reqwest::Error> {
         crate::tls::install_provider();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -177,7 +178,7 @@ impl Certificates {
             .connect_timeout(FETCH_TIMEOUT)
             .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Certificates {
+        Ok(FetchedKeys {
             client,
             slots: Mutex::new(HashMap::new()),
             started: Mutex::new(Vec::new()),
@@ -192,7 +193,7 @@ impl Certificates {
 
     /// The key of the certificate at `url` (checked by [`check_url`]): kept, or
     /// fetched now.
-    pub async fn key(&self, url: &CertificateUrl) -> Result<Key, CertificateError> {
+    pub async fn key(&self, url: &CertificateUrl) -> Result<Key, FetchedKeyError> {
         self.kept(&url.named, || self.fetch(&url.fetched))
             .await
             .map(Key::Rsa)
@@ -205,21 +206,21 @@ impl Certificates {
         &self,
         req: &super::jwk::JwkRequest,
         credentials: &str,
-    ) -> Result<Key, CertificateError> {
+    ) -> Result<Key, FetchedKeyError> {
         let name = format!("{}#{}", req.named, req.key_id);
         let point = self
             .kept(&name, || self.fetch_jwk(req, credentials))
             .await?;
         p256::ecdsa::VerifyingKey::from_sec1_bytes(&point)
             .map(Key::EcdsaP256)
-            .map_err(|_| CertificateError::Invalid("not a point of P-256"))
+            .map_err(|_| FetchedKeyError::Invalid("not a point of P-256"))
     }
 
     /// The key kept under `name`, or `fetch`ed now (one fetch per name at a time).
-    async fn kept<F, Fut>(&self, name: &str, fetch: F) -> Result<Arc<[u8]>, CertificateError>
+    async fn kept<F, Fut>(&self, name: &str, fetch: F) -> Result<Arc<[u8]>, FetchedKeyError>
     where
         F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<(Arc<[u8]>, Instant), CertificateError>>,
+        Fut: std::future::Future<Output = Result<(Arc<[u8]>, Instant), FetchedKeyError>>,
     {
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
@@ -227,7 +228,7 @@ impl Certificates {
                 // Make room: forget the URLs nobody is fetching now.
                 slots.retain(|_, s| Arc::strong_count(s) > 1);
                 if slots.len() >= MAX_CACHED {
-                    return Err(CertificateError::Unavailable(
+                    return Err(FetchedKeyError::Unavailable(
                         "too many certificate URLs at once".into(),
                     ));
                 }
@@ -248,7 +249,7 @@ impl Certificates {
             }
         }
         if !self.may_fetch() {
-            return Err(CertificateError::Unavailable(
+            return Err(FetchedKeyError::Unavailable(
                 "too many certificate fetches this minute".into(),
             ));
         }
@@ -270,10 +271,10 @@ impl Certificates {
         &self,
         req: &super::jwk::JwkRequest,
         credentials: &str,
-    ) -> Result<(Arc<[u8]>, Instant), CertificateError> {
-        let unavailable = |e: &dyn std::fmt::Display| CertificateError::Unavailable(e.to_string());
+    ) -> Result<(Arc<[u8]>, Instant), FetchedKeyError> {
+        let unavailable = |e: &dyn std::fmt::Display| FetchedKeyError::Unavailable(e.to_string());
         let body = super::jwk::request_body(credentials, &req.key_id).ok_or_else(|| {
-            CertificateError::Unavailable("the source's secret is not client_id:secret".into())
+            FetchedKeyError::Unavailable("the source's secret is not client_id:secret".into())
         })?;
         let resp = self
             .client
@@ -293,9 +294,9 @@ impl Certificates {
                 .and_then(|v| v.get("error_code")?.as_str().map(str::to_string))
                 .is_some_and(|c| c == "INVALID_WEBHOOK_VERIFICATION_KEY_ID");
             return Err(if unknown {
-                CertificateError::Invalid("the provider knows no key of that id")
+                FetchedKeyError::Invalid("the provider knows no key of that id")
             } else {
-                CertificateError::Unavailable(format!("answered HTTP {}", status.as_u16()))
+                FetchedKeyError::Unavailable(format!("answered HTTP {}", status.as_u16()))
             });
         }
         let now = std::time::SystemTime::now()
@@ -322,8 +323,8 @@ impl Certificates {
     }
 
     /// Fetch and read one certificate: its key, and when it stops being valid here.
-    async fn fetch(&self, url: &str) -> Result<(Arc<[u8]>, Instant), CertificateError> {
-        let unavailable = |e: &dyn std::fmt::Display| CertificateError::Unavailable(e.to_string());
+    async fn fetch(&self, url: &str) -> Result<(Arc<[u8]>, Instant), FetchedKeyError> {
+        let unavailable = |e: &dyn std::fmt::Display| FetchedKeyError::Unavailable(e.to_string());
         let resp = self
             .client
             .get(url)
@@ -331,13 +332,13 @@ impl Certificates {
             .await
             .map_err(|e| unavailable(&e))?;
         if !resp.status().is_success() {
-            return Err(CertificateError::Unavailable(format!(
+            return Err(FetchedKeyError::Unavailable(format!(
                 "answered HTTP {}",
                 resp.status().as_u16()
             )));
         }
         let body = read_bounded(resp, MAX_BYTES).await.map_err(|e| match e {
-            ReadError::TooLarge => CertificateError::Invalid("larger than 64 KiB"),
+            ReadError::TooLarge => FetchedKeyError::Invalid("larger than 64 KiB"),
             other => unavailable(&other),
         })?;
         let key = rsa_key_of(&body, std::time::SystemTime::now())?;
@@ -427,14 +428,14 @@ mod tests {
         let now = std::time::SystemTime::now();
         assert!(matches!(
             rsa_key_of(b"hello", now),
-            Err(CertificateError::Invalid(_))
+            Err(FetchedKeyError::Invalid(_))
         ));
         assert!(matches!(
             rsa_key_of(
                 b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
                 now
             ),
-            Err(CertificateError::Invalid(_))
+            Err(FetchedKeyError::Invalid(_))
         ));
     }
 }

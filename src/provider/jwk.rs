@@ -7,14 +7,14 @@
 //! signed body names) and must be `https://` on one of the spec's hosts, on the
 //! default port, so that the credentials never go anywhere else; the request is a
 //! POST of `{"client_id", "secret", "key_id"}`. Keys are kept and fetched under the
-//! same bounds as certificates (`provider::certificate::Certificates`): a key is
+//! same bounds as certificates (`provider::certificate::FetchedKeys`): a key is
 //! kept a day (never past its `expired_at`), a failure 10 s, at most 30 fetches a
 //! minute. An unknown `kid` refuses the request; any other failure answers 503, so
 //! that the provider retries.
 
 use std::sync::Arc;
 
-use super::certificate::{CertificateError, https_on_hosts};
+use super::certificate::{FetchedKeyError, https_on_hosts};
 use super::spec::JwkRule;
 
 /// The longest JWK answer read.
@@ -32,13 +32,13 @@ pub struct JwkRequest {
 }
 
 /// Check the URL `url` built for the key `key_id` against `rule`.
-pub fn check(rule: &JwkRule, url: &str, key_id: &str) -> Result<JwkRequest, CertificateError> {
+pub fn check(rule: &JwkRule, url: &str, key_id: &str) -> Result<JwkRequest, FetchedKeyError> {
     if url.len() > 2048 {
-        return Err(CertificateError::Refused);
+        return Err(FetchedKeyError::Refused);
     }
-    let uri: http::Uri = url.parse().map_err(|_| CertificateError::Refused)?;
+    let uri: http::Uri = url.parse().map_err(|_| FetchedKeyError::Refused)?;
     if !https_on_hosts(&uri, &rule.hosts) || uri.query().is_some() {
-        return Err(CertificateError::Refused);
+        return Err(FetchedKeyError::Refused);
     }
     let path = uri.path();
     Ok(JwkRequest {
@@ -68,37 +68,37 @@ pub fn ec_key_of(
     answer: &[u8],
     key_id: &str,
     now: i64,
-) -> Result<(Arc<[u8]>, Option<i64>), CertificateError> {
+) -> Result<(Arc<[u8]>, Option<i64>), FetchedKeyError> {
     use base64::Engine as _;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let doc: serde_json::Value =
-        serde_json::from_slice(answer).map_err(|_| CertificateError::Invalid("not JSON"))?;
+        serde_json::from_slice(answer).map_err(|_| FetchedKeyError::Invalid("not JSON"))?;
     let jwk = doc.get("key").unwrap_or(&doc);
     let text = |k: &str| jwk.get(k).and_then(|v| v.as_str());
     if text("kty") != Some("EC") || text("crv") != Some("P-256") {
-        return Err(CertificateError::Invalid("not an EC P-256 key"));
+        return Err(FetchedKeyError::Invalid("not an EC P-256 key"));
     }
     if text("kid").is_some_and(|k| k != key_id) {
-        return Err(CertificateError::Invalid("a key with another id"));
+        return Err(FetchedKeyError::Invalid("a key with another id"));
     }
     if text("use").is_some_and(|u| u != "sig") || text("alg").is_some_and(|a| a != "ES256") {
-        return Err(CertificateError::Invalid("not an ES256 signing key"));
+        return Err(FetchedKeyError::Invalid("not an ES256 signing key"));
     }
     let expires = match jwk.get("expired_at") {
         None | Some(serde_json::Value::Null) => None,
         Some(v) => Some(
             v.as_i64()
-                .ok_or(CertificateError::Invalid("expired_at is not a time"))?,
+                .ok_or(FetchedKeyError::Invalid("expired_at is not a time"))?,
         ),
     };
     if expires.is_some_and(|at| at <= now) {
-        return Err(CertificateError::Invalid("the key has expired"));
+        return Err(FetchedKeyError::Invalid("the key has expired"));
     }
     let coordinate = |k: &str| {
         text(k)
             .and_then(|c| URL_SAFE_NO_PAD.decode(c).ok())
             .filter(|c| c.len() == 32)
-            .ok_or(CertificateError::Invalid(
+            .ok_or(FetchedKeyError::Invalid(
                 "a coordinate is not 32 bytes of base64url",
             ))
     };
@@ -106,7 +106,7 @@ pub fn ec_key_of(
     point.extend(coordinate("x")?);
     point.extend(coordinate("y")?);
     p256::ecdsa::VerifyingKey::from_sec1_bytes(&point)
-        .map_err(|_| CertificateError::Invalid("not a point of P-256"))?;
+        .map_err(|_| FetchedKeyError::Invalid("not a point of P-256"))?;
     Ok((point.into(), expires))
 }
 
@@ -145,7 +145,7 @@ mod tests {
         ] {
             assert_eq!(
                 check(&rule(None), bad, "kid-1"),
-                Err(CertificateError::Refused),
+                Err(FetchedKeyError::Refused),
                 "{bad}"
             );
         }
@@ -169,7 +169,7 @@ mod tests {
         let expired = doc.replace(r#""expired_at":null"#, r#""expired_at":1600000000"#);
         assert_eq!(
             ec_key_of(expired.as_bytes(), kid, 1_700_000_000),
-            Err(CertificateError::Invalid("the key has expired"))
+            Err(FetchedKeyError::Invalid("the key has expired"))
         );
         let later = doc.replace(r#""expired_at":null"#, r#""expired_at":1800000000"#);
         assert_eq!(

@@ -364,12 +364,12 @@ impl Verifier {
     pub fn certificate_url(
         &self,
         req: Request<'_>,
-    ) -> Option<Result<certificate::CertificateUrl, certificate::CertificateError>> {
+    ) -> Option<Result<certificate::CertificateUrl, certificate::FetchedKeyError>> {
         let rule = self.spec.certificate.as_ref()?;
         let ctx = verify::Context::new(req, verify::ParsedSignature::default());
         Some(match ctx.value(&rule.url) {
             Some(named) => certificate::check_url(rule, &named),
-            None => Err(certificate::CertificateError::Refused),
+            None => Err(certificate::FetchedKeyError::Refused),
         })
     }
 
@@ -379,7 +379,7 @@ impl Verifier {
     pub fn jwk_request(
         &self,
         req: Request<'_>,
-    ) -> Option<Result<jwk::JwkRequest, certificate::CertificateError>> {
+    ) -> Option<Result<jwk::JwkRequest, certificate::FetchedKeyError>> {
         let rule = self.spec.jwk.as_ref()?;
         let ctx = verify::Context::new(req, verify::ParsedSignature::default());
         let key_id = match verify::parse_signature(&self.spec, &ctx) {
@@ -388,7 +388,7 @@ impl Verifier {
         };
         Some(match (key_id, ctx.template(&rule.url)) {
             (Some(key_id), Some(url)) => jwk::check(rule, &url, &key_id),
-            _ => Err(certificate::CertificateError::Refused),
+            _ => Err(certificate::FetchedKeyError::Refused),
         })
     }
 
