@@ -17,8 +17,11 @@
 //! A waiting delivery holds its lease. Waiting is short while the destination
 //! answers, but a destination that hangs (or one shared with busy routes) can hold
 //! every slot for up to the delivery timeout: a delivery waits at most half of what
-//! its lease leaves beyond the delivery timeout, then gives the lease back, to be
-//! claimed again. When that is under [`MIN_WAIT`] (a lease barely longer than the
+//! its lease leaves beyond the delivery timeout, counted from when its claim was
+//! sent (a claim the store is slow to answer has spent part of the lease), then
+//! gives the lease back, to be claimed again. So a send ends with at least that
+//! half of the lease left to record it: a delivery is not claimed again, and sent
+//! twice, while its first exchange is still being recorded. When that is under [`MIN_WAIT`] (a lease barely longer than the
 //! timeout), and on a paced route (a send slot is for now), the route claims nothing
 //! ahead: it takes a destination slot first and claims only as many deliveries as it
 //! holds slots for, so no claimed delivery ever waits.
@@ -28,6 +31,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// The shortest wait for a slot worth claiming ahead for.
@@ -109,9 +113,11 @@ pub(super) enum NotSent {
 impl Place {
     /// Wait for the destination slot (no wait when the claim took it first). Gives
     /// up on `shutdown`, when the entry is `discarded`, or when the wait reaches its
-    /// limit.
+    /// limit, counted from `leased_at` (when the claim was sent; the lease runs from
+    /// then).
     pub(super) async fn sending(
         self,
+        leased_at: Instant,
         shutdown: &CancellationToken,
         discarded: &CancellationToken,
     ) -> Result<Sending, NotSent> {
@@ -126,12 +132,16 @@ impl Place {
                 max_wait,
                 waiting,
             } => {
+                let deadline = leased_at + max_wait;
+                if Instant::now() >= deadline {
+                    return Err(NotSent::TooLong);
+                }
                 let got = tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => Err(NotSent::Stopped),
                     _ = discarded.cancelled() => Err(NotSent::Stopped),
                     p = slots.acquire_owned() => p.map_err(|_| NotSent::Stopped),
-                    _ = tokio::time::sleep(max_wait) => Err(NotSent::TooLong),
+                    _ = tokio::time::sleep_until(deadline) => Err(NotSent::TooLong),
                 };
                 drop(waiting);
                 got.map(|slot| Sending {
@@ -257,7 +267,12 @@ mod tests {
         let mut sending = Vec::new();
         for _ in 0..4 {
             let place = places.remove(0);
-            sending.push(place.sending(&shutdown, &discarded).await.expect("a slot"));
+            sending.push(
+                place
+                    .sending(Instant::now(), &shutdown, &discarded)
+                    .await
+                    .expect("a slot"),
+            );
         }
         assert_eq!(slots.available_permits(), 0);
         // One ends: with sixteen waiting, one delivery's room is not enough to claim.
@@ -289,17 +304,44 @@ mod tests {
         let ahead = Ahead::new(1, slots.clone(), LEASE, TIMEOUT, false);
         let (shutdown, discarded) = (CancellationToken::new(), CancellationToken::new());
         let mut places = ahead.room(2, &shutdown).await.expect("room");
-        let busy = places.remove(0).sending(&shutdown, &discarded).await;
+        let busy = places
+            .remove(0)
+            .sending(Instant::now(), &shutdown, &discarded)
+            .await;
         assert!(busy.is_ok());
-        let start = tokio::time::Instant::now();
-        let waited = places.remove(0).sending(&shutdown, &discarded).await;
+        let start = Instant::now();
+        let waited = places
+            .remove(0)
+            .sending(Instant::now(), &shutdown, &discarded)
+            .await;
         assert_eq!(waited.err(), Some(NotSent::TooLong));
         assert_eq!(start.elapsed(), Duration::from_secs(25));
+        // The wait counts from the claim: one the store answered after 20 s waits
+        // 5 s more; past 25 s, none, even with a slot free.
+        let place = ahead.room(1, &shutdown).await.expect("room").remove(0);
+        let leased_at = Instant::now();
+        tokio::time::advance(Duration::from_secs(20)).await;
+        let start = Instant::now();
+        let waited = place.sending(leased_at, &shutdown, &discarded).await;
+        assert_eq!(waited.err(), Some(NotSent::TooLong));
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        drop(busy);
+        let place = ahead.room(1, &shutdown).await.expect("room").remove(0);
+        let leased_at = Instant::now();
+        tokio::time::advance(Duration::from_secs(25)).await;
+        assert_eq!(slots.available_permits(), 1);
+        assert_eq!(
+            place.sending(leased_at, &shutdown, &discarded).await.err(),
+            Some(NotSent::TooLong)
+        );
         // A discard ends the wait at once.
         let place = ahead.room(1, &shutdown).await.expect("room").remove(0);
         discarded.cancel();
         assert_eq!(
-            place.sending(&shutdown, &discarded).await.err(),
+            place
+                .sending(Instant::now(), &shutdown, &discarded)
+                .await
+                .err(),
             Some(NotSent::Stopped)
         );
     }
@@ -315,7 +357,12 @@ mod tests {
             assert_eq!(slots.available_permits(), 0, "the slots are taken at once");
             assert_eq!(ahead.held(), 3);
             for place in places {
-                assert!(place.sending(&shutdown, &discarded).await.is_ok());
+                assert!(
+                    place
+                        .sending(Instant::now(), &shutdown, &discarded)
+                        .await
+                        .is_ok()
+                );
             }
             assert_eq!(slots.available_permits(), 3);
         }

@@ -128,6 +128,8 @@ pub(super) struct Queued {
     pub place: Place,
     /// Cancelled at shutdown: a delivery still waiting gives its lease back.
     pub shutdown: CancellationToken,
+    /// When its claim was sent: its lease runs from then.
+    pub leased_at: tokio::time::Instant,
 }
 
 /// Deliver one claimed entry: wait for a destination slot (see `ahead`), send,
@@ -153,7 +155,10 @@ pub(super) async fn deliver(
         drop(in_flight);
         complete(fwd, &claim, Completion::Release { at }).await;
     };
-    let sending = queued.place.sending(&queued.shutdown, &discarded).await;
+    let sending = queued
+        .place
+        .sending(queued.leased_at, &queued.shutdown, &discarded)
+        .await;
     let now = fwd.clock.now_ms();
     let sending = match sending {
         Ok(s) => s,

@@ -405,6 +405,9 @@ async fn route_loop(
                 }
             }
         };
+        // The lease runs from the claim's start: a slow store's answer has spent
+        // part of it (see `ahead`).
+        let leased_at = tokio::time::Instant::now();
         let claimed = claim(&fwd, &route, places.len(), permit.is_some()).await;
         fwd.pressure
             .give_back(shared.saturating_sub(claimed.as_ref().map_or(0, Vec::len)));
@@ -444,7 +447,11 @@ async fn route_loop(
             let shutdown = shutdown.clone();
             let permit = permit.take();
             deliveries.spawn(async move {
-                let queued = deliver::Queued { place, shutdown };
+                let queued = deliver::Queued {
+                    place,
+                    shutdown,
+                    leased_at,
+                };
                 deliver::deliver(&fwd, &route, claim, permit, queued).await;
             });
         }
