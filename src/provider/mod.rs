@@ -140,6 +140,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     ("vercel.toml", include_str!("../../providers/vercel.toml")),
     ("webflow.toml", include_str!("../../providers/webflow.toml")),
+    ("workos.toml", include_str!("../../providers/workos.toml")),
     ("zendesk.toml", include_str!("../../providers/zendesk.toml")),
     ("zoom.toml", include_str!("../../providers/zoom.toml")),
 ];

@@ -164,6 +164,7 @@ fn event_ids_are_signed_only_where_the_signature_covers_them() {
             "twitch",
             "typeform",
             "vercel",
+            "workos",
         ]
     );
 }

@@ -219,6 +219,7 @@ const CATALOGUE: &[&str] = &[
     "typeform",
     "vercel",
     "webflow",
+    "workos",
     "zendesk",
     "zoom",
 ];
