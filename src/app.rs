@@ -147,16 +147,24 @@ pub fn build_sources(
                 public_url: s.public_url.clone(),
                 headers,
                 routes,
+                // Clients are told apart when a connection's address is its client's,
+                // or when trusted proxies name the client.
                 body_share: budget.share(
+                    &s.name,
                     cfg.server.max_body_bytes,
-                    cfg.server.max_connections_per_client.is_some(),
+                    cfg.server.max_connections_per_client.is_some()
+                        || !cfg.server.trusted_proxies.is_empty(),
                 ),
                 metrics: ingest::SourceMetrics::new(&s.name),
                 keep_rejected_bodies: s.keep_rejected_bodies,
                 index: s.index.clone(),
-                request_limit: s
-                    .request_limit
-                    .map(|l| Arc::new(ingest::limit::RequestLimit::new(l))),
+                request_limit: (s.request_limit.is_some() || s.unverified_per_client.is_some())
+                    .then(|| {
+                        Arc::new(ingest::limit::RequestLimit::new(
+                            s.request_limit,
+                            s.unverified_per_client,
+                        ))
+                    }),
                 allowlist,
                 verify_token: s.verify_token.clone(),
                 confirm_subscriptions: s.confirm_subscriptions,
@@ -381,7 +389,11 @@ async fn build(
         readiness: readiness.clone(),
         pressure: pressure.clone(),
         traces: traces.clone(),
-        trusted_proxies: cfg.server.trusted_proxies.clone().into(),
+        client_ip: crate::serve::forwarded::ClientIp {
+            trusted: cfg.server.trusted_proxies.clone(),
+            header: cfg.server.client_ip_header,
+        },
+        client_ipv6_prefix: cfg.server.client_ipv6_prefix,
         fetched_keys: Arc::new(
             crate::provider::certificate::FetchedKeys::new()
                 .context("the HTTP client of certificate fetches")?,
@@ -517,6 +529,29 @@ fn warn_about_setup(cfg: &Config, sources: &[Source]) -> Vec<provider::signed::U
     }
     if sources.is_empty() {
         tracing::warn!("no sources configured: every ingest request will answer 404");
+    }
+    if !cfg.server.trusted_proxies.is_empty() {
+        tracing::info!(
+            header = cfg.server.client_ip_header.name(),
+            trusted_proxies = cfg.server.trusted_proxies.len(),
+            "the client's address is read from this header when a trusted proxy sends it; other forwarding headers are ignored"
+        );
+    }
+    for s in sources {
+        let spec = &s.verifier.spec;
+        let fetched_from = [
+            spec.certificate
+                .as_ref()
+                .and_then(|c| c.fetch_base.as_ref()),
+            spec.jwk.as_ref().and_then(|j| j.fetch_base.as_ref()),
+        ];
+        for base in fetched_from.into_iter().flatten() {
+            tracing::warn!(
+                source = %s.name,
+                fetched_from = %base,
+                "the source's signing keys are fetched from the spec's fetch_base, not from the provider: this is for tests"
+            );
+        }
     }
     let unsigned: Vec<provider::signed::UnsignedValue> = cfg
         .sources

@@ -15,8 +15,13 @@ use super::{Published, fetch};
 use crate::clock::Clock;
 use crate::store::{SavedRanges, Store};
 
-/// Register each list's metric series, so that the first scrape shows them.
+/// Register each list's metric series, so that the first scrape shows them; and,
+/// whatever the lists, the families the shipped alert rules read, as one series
+/// without a provider (which the rules leave out: `provider!=""`), so that a
+/// gateway without allowlists has them too.
 pub fn register_metrics(lists: &[Arc<Published>]) {
+    metrics::gauge!("hookgate_allowlist_ranges").increment(0.0);
+    metrics::gauge!("hookgate_allowlist_refresh_failing").increment(0.0);
     for list in lists {
         let p = list.provider.clone();
         // Registered, not set: a gauge another list of the process set keeps its value.

@@ -22,6 +22,7 @@ max_connections_per_client = 256
 client_ipv6_prefix = 56
 shutdown_grace = "10s"
 trusted_proxies = []
+client_ip_header = "x-forwarded-for"
 allowlist_refresh = "1h"
 
 [admin]

@@ -234,6 +234,9 @@ pub struct ServerConfig {
     /// The reverse proxies whose forwarding headers name the client
     /// (`crate::serve::forwarded`); empty: those headers are never read.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The one header the trusted proxies write to name the client; the others are
+    /// never read.
+    pub client_ip_header: crate::serve::forwarded::ClientIpHeader,
     /// How often a provider's published address ranges are fetched again
     /// (`allow_ips = "provider"`).
     pub allowlist_refresh: Duration,

@@ -65,6 +65,9 @@ pub struct RawServer {
     /// CIDRs of the reverse proxies whose `X-Forwarded-For` / `Forwarded` name the
     /// client.
     pub trusted_proxies: Vec<String>,
+    /// The one header those proxies write: `x-forwarded-for`, `forwarded` or
+    /// `x-real-ip`.
+    pub client_ip_header: String,
     /// How often a provider's published address ranges are fetched again.
     pub allowlist_refresh: String,
 }
@@ -220,6 +223,10 @@ pub struct RawSourceLimits {
     /// when not given).
     #[serde(default)]
     pub burst: Option<u32>,
+    /// `"10/s"`: requests failing verification one client may send (the default
+    /// when `requests` is set).
+    #[serde(default)]
+    pub unverified_per_client: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -35,6 +35,10 @@ pub struct SourceConfig {
     /// `[sources.limits] requests`: the requests it takes, with their burst; over it
     /// a request is answered 429 before its body is read.
     pub request_limit: Option<RateLimit>,
+    /// `[sources.limits] unverified_per_client`: the requests that fail
+    /// verification one client may send (10 a second by default when the source
+    /// has a request limit); over it, 429 before the body is read.
+    pub unverified_per_client: Option<RateLimit>,
     /// `allow_ips`: the addresses the source takes requests from; others get 403
     /// before the body is read.
     pub allow_ips: Option<AllowIps>,
@@ -82,12 +86,35 @@ fn validate_allow_ips(
     }
 }
 
-/// Check `[sources.limits]`.
+/// The budget of unverified requests per client when a source with a request
+/// limit names none.
+pub const DEFAULT_UNVERIFIED_PER_CLIENT: &str = "10/s";
+
+/// Check `[sources.limits]`: the request limit, and the budget of unverified
+/// requests per client.
 fn validate_limits(
     key: &dyn Fn(&str) -> String,
     raw: Option<RawSourceLimits>,
-) -> Result<Option<RateLimit>, ConfigError> {
-    let Some(raw) = raw else { return Ok(None) };
+) -> Result<(Option<RateLimit>, Option<RateLimit>), ConfigError> {
+    let Some(raw) = raw else {
+        return Ok((None, None));
+    };
+    let unverified = match (&raw.unverified_per_client, &raw.requests) {
+        (Some(text), _) => Some(text.as_str()),
+        (None, Some(_)) => Some(DEFAULT_UNVERIFIED_PER_CLIENT),
+        (None, None) => None,
+    }
+    .map(|text| {
+        RateLimit::parse(text)
+            .map_err(|e| ConfigError::invalid(key("limits.unverified_per_client"), e.to_string()))
+    })
+    .transpose()?
+    // A second's worth at once: a client whose secret was just rotated, say,
+    // fails a few requests together.
+    .map(|l| RateLimit {
+        burst: l.per_second.ceil().clamp(1.0, 1_000_000.0) as u32,
+        ..l
+    });
     let Some(text) = raw.requests else {
         if raw.burst.is_some() {
             return Err(ConfigError::invalid(
@@ -95,7 +122,7 @@ fn validate_limits(
                 "a burst needs a limit: set limits.requests (e.g. \"100/s\")",
             ));
         }
-        return Ok(None);
+        return Ok((None, unverified));
     };
     let mut limit = RateLimit::parse(&text)
         .map_err(|e| ConfigError::invalid(key("limits.requests"), e.to_string()))?;
@@ -108,7 +135,7 @@ fn validate_limits(
         }
         limit.burst = burst;
     }
-    Ok(Some(limit))
+    Ok((Some(limit), unverified))
 }
 
 /// The most indexes (`[sources.index]`) a source may declare: each costs every
@@ -308,7 +335,7 @@ pub(super) fn validate_source(
         )?,
     };
     let index = validate_index(&key, raw.index)?;
-    let request_limit = validate_limits(&key, raw.limits)?;
+    let (request_limit, unverified_per_client) = validate_limits(&key, raw.limits)?;
     let allow_ips = validate_allow_ips(&key, raw.allow_ips)?;
     let verify_token = match (raw.verify_token, raw.verify_token_env) {
         (Some(v), None) if !v.is_empty() => Some(Secret::new(v)),
@@ -343,6 +370,7 @@ pub(super) fn validate_source(
         keep_rejected_bodies: raw.keep_rejected_bodies,
         index,
         request_limit,
+        unverified_per_client,
         allow_ips,
         verify_token,
         confirm_subscriptions: raw.confirm_subscriptions,
@@ -391,6 +419,28 @@ destination = "http://127.0.0.1:3000/"
         .unwrap();
         let limit = cfg.sources[0].request_limit.unwrap();
         assert_eq!((limit.per_second, limit.burst), (100.0, 10));
+        // With a request limit comes a budget of unverified requests per client.
+        let unverified = cfg.sources[0].unverified_per_client.unwrap();
+        assert_eq!((unverified.per_second, unverified.burst), (10.0, 10));
+        let cfg = from_toml_str(
+            &format!("{base}[sources.limits]\nunverified_per_client = \"2/s\"\n"),
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(cfg.sources[0].request_limit, None);
+        assert_eq!(
+            cfg.sources[0].unverified_per_client.unwrap().per_second,
+            2.0
+        );
+        assert!(
+            from_toml_str(
+                &format!("{base}[sources.limits]\nunverified_per_client = \"lots\"\n"),
+                &no_env,
+            )
+            .unwrap_err()
+            .to_string()
+            .contains("sources[0].limits.unverified_per_client")
+        );
         let cfg = from_toml_str(
             &format!("{base}[sources.limits]\nrequests = \"600/m\"\nburst = 30\n"),
             &no_env,

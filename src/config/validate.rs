@@ -2,6 +2,7 @@
 //! section of a [`RawConfig`] and builds the [`Config`], naming the key of the first
 //! problem it finds.
 
+use crate::serve::forwarded::ClientIpHeader;
 use std::net::SocketAddr;
 
 use super::durations::parse_duration;
@@ -105,6 +106,17 @@ fn validate_server(raw: &RawServer) -> Result<ServerConfig, ConfigError> {
             .iter()
             .map(|text| super::parse_cidr("server.trusted_proxies", text))
             .collect::<Result<_, _>>()?,
+        client_ip_header: match raw.client_ip_header.as_str() {
+            "x-forwarded-for" => ClientIpHeader::XForwardedFor,
+            "forwarded" => ClientIpHeader::Forwarded,
+            "x-real-ip" => ClientIpHeader::XRealIp,
+            _ => {
+                return Err(ConfigError::invalid(
+                    "server.client_ip_header",
+                    "must be \"x-forwarded-for\", \"forwarded\" or \"x-real-ip\": the one header the trusted proxies write",
+                ));
+            }
+        },
         allowlist_refresh: parse_duration("server.allowlist_refresh", &raw.allowlist_refresh)?,
     };
     if server.allowlist_refresh < std::time::Duration::from_secs(1) {

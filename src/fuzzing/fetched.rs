@@ -29,7 +29,7 @@ use super::{head_and_rest, text};
 use crate::allowlist::fetch::{self, MAX_RANGES};
 use crate::provider::certificate::{check_url, rsa_key_of};
 use crate::provider::spec::{CertificateRule, Ranges, ValueSource};
-use crate::serve::forwarded::client_address;
+use crate::serve::forwarded::{ClientIpHeader, client_address};
 
 pub fn fetched(data: &[u8]) {
     let (head, body) = head_and_rest(data);
@@ -137,13 +137,20 @@ fn forwarded(head: &[&[u8]]) {
         "::1/128".parse().expect("a range"),
         "127.0.0.0/8".parse().expect("a range"),
     ];
-    let got = client_address(peer, &headers, &trusted);
-    if got != peer.to_canonical() {
-        // The client came from a forwarding header: one of its hops names it.
+    for header in [
+        ClientIpHeader::XForwardedFor,
+        ClientIpHeader::Forwarded,
+        ClientIpHeader::XRealIp,
+    ] {
+        let got = client_address(peer, &headers, &trusted, header);
+        if got == peer.to_canonical() {
+            continue;
+        }
+        // The client came from the one header read: one of its hops names it.
         let named = headers
+            .get_all(header.name())
             .iter()
-            .filter(|(n, _)| *n == "x-forwarded-for" || *n == "forwarded")
-            .flat_map(|(_, v)| {
+            .flat_map(|v| {
                 v.to_str()
                     .unwrap_or("")
                     .split([',', ';', '=', '"', ' ', '[', ']'])
@@ -156,7 +163,7 @@ fn forwarded(head: &[&[u8]]) {
                     .collect::<Vec<_>>()
             })
             .any(|ip| ip == got);
-        assert!(named, "{got} is in no forwarding header");
+        assert!(named, "{got} is in no {} header", header.name());
         assert!(trusted.iter().any(|n| n.contains(&peer.to_canonical())));
     }
 }

@@ -12,6 +12,16 @@
 //! cannot spend a source's share and refuse everyone else's webhooks. The body is read
 //! into one buffer sized from the declared length (no second copy).
 //!
+//! Clients are not always told apart (behind a proxy that does not say who the
+//! client is), and a few addresses can hold a source's whole share between them
+//! with uploads trickled just above the minimum rate. So when a source's share is
+//! full, a new body does not give up at once: the body of that source that has been
+//! reading longest (at least [`SHED_MIN_AGE`]) is shed, as connections are shed, and
+//! its bytes go to the new one. A webhook reads in milliseconds; what has been
+//! reading for seconds while the share is full is a slow upload, and it is answered
+//! 503 (its connection closed) so that the provider's webhooks keep getting 200.
+//! Shedding is counted (`hookgate_ingest_bodies_shed_total`).
+//!
 //! Bodies that stop arriving are cut off below this module, where every request body
 //! is read (`serve::BodyDeadline`: a first-byte deadline and a minimum rate); here a
 //! body past one of those is answered 408, as one past `server.body_read_timeout`.
@@ -26,13 +36,15 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::serve::BodyDeadline;
@@ -47,6 +59,14 @@ const GROW_STEP: usize = 64 * 1024;
 /// One client holds at most this fraction of a source's share (and at least one body
 /// of the largest size).
 pub const CLIENT_SHARE_DIVISOR: usize = 4;
+/// Only a body that has been reading at least this long is shed for another.
+pub const SHED_MIN_AGE: Duration = Duration::from_secs(1);
+/// How long a body waits for the bytes of the bodies shed for it.
+const SHED_WAIT: Duration = Duration::from_secs(2);
+/// How often a waiting body sheds one more.
+const SHED_STEP: Duration = Duration::from_millis(50);
+/// How often a waiting body looks for its bytes.
+const SHED_POLL: Duration = Duration::from_millis(5);
 
 /// The byte budget shared by every body in flight.
 #[derive(Debug)]
@@ -60,9 +80,73 @@ pub struct BodyBudget {
 #[derive(Debug, Clone)]
 pub struct SourceShare {
     bytes: Arc<Semaphore>,
+    /// The bodies being read, so that the one reading longest can be shed.
+    readers: Arc<Readers>,
+    /// `hookgate_ingest_bodies_shed_total` of the source.
+    shed: metrics::Counter,
     /// `None`: clients are not told apart (`server.max_connections_per_client = 0`,
     /// behind a proxy every request comes from the proxy).
     clients: Option<Arc<ClientBytes>>,
+}
+
+/// The bodies of one source being read: when each started, and how to shed it.
+#[derive(Debug, Default)]
+struct Readers {
+    next: AtomicU64,
+    reading: Mutex<HashMap<u64, (Instant, CancellationToken)>>,
+}
+
+impl Readers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Instant, CancellationToken)>> {
+        self.reading.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Shed the body reading longest, if one has read for [`SHED_MIN_AGE`] and is not
+    /// `except` (the body asking); whether one was.
+    fn shed_longest(&self, except: Option<u64>) -> bool {
+        let mut reading = self.lock();
+        let now = Instant::now();
+        let longest = reading
+            .iter()
+            .filter(|(id, (started, _))| {
+                Some(**id) != except && now.duration_since(*started) >= SHED_MIN_AGE
+            })
+            .min_by_key(|(_, (started, _))| *started)
+            .map(|(id, _)| *id);
+        match longest.and_then(|id| reading.remove(&id)) {
+            Some((_, token)) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A body being read, in its source's [`Readers`] until dropped.
+struct Reading {
+    readers: Arc<Readers>,
+    id: u64,
+    shed: CancellationToken,
+}
+
+impl Reading {
+    fn start(readers: &Arc<Readers>) -> Reading {
+        let id = readers.next.fetch_add(1, Ordering::Relaxed);
+        let shed = CancellationToken::new();
+        readers.lock().insert(id, (Instant::now(), shed.clone()));
+        Reading {
+            readers: readers.clone(),
+            id,
+            shed,
+        }
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.readers.lock().remove(&self.id);
+    }
 }
 
 /// The bytes each client holds of one source's share.
@@ -132,12 +216,18 @@ impl BodyBudget {
         }
     }
 
-    /// A source's share: half the budget, and at least `max_body` bytes; with
+    /// The share of `source`: half the budget, and at least `max_body` bytes; with
     /// `per_client`, each client holds at most a quarter of it (at least `max_body`).
-    pub fn share(&self, max_body: usize, per_client: bool) -> SourceShare {
+    pub fn share(&self, source: &str, max_body: usize, per_client: bool) -> SourceShare {
         let bytes = (self.total / 2).max(max_body).min(self.total);
         SourceShare {
             bytes: Arc::new(Semaphore::new(bytes)),
+            readers: Arc::default(),
+            shed: {
+                let shed = metrics::counter!("hookgate_ingest_bodies_shed_total", "source" => source.to_string());
+                shed.increment(0);
+                shed
+            },
             clients: per_client.then(|| {
                 Arc::new(ClientBytes {
                     cap: (bytes / CLIENT_SHARE_DIVISOR).max(max_body),
@@ -169,9 +259,17 @@ impl BodyBudget {
     }
 
     /// Add `n` bytes to `r`, from its client's part of the source's share, from the
-    /// source's share and from the budget, or refuse at once when one does not have
-    /// them.
-    pub fn grow(&self, share: &SourceShare, r: &mut Reservation, n: usize) -> Result<(), ApiError> {
+    /// source's share and from the budget. When the source's share is full, shed
+    /// the source's bodies reading longest (not `reading`, the asker's own) and wait
+    /// up to [`SHED_WAIT`] for their bytes; refuse when that does not free enough,
+    /// or at once when the client's part or the budget lacks them.
+    pub async fn reserve(
+        &self,
+        share: &SourceShare,
+        r: &mut Reservation,
+        n: usize,
+        reading: Option<u64>,
+    ) -> Result<(), ApiError> {
         if n == 0 {
             return Ok(());
         }
@@ -182,7 +280,7 @@ impl BodyBudget {
             }
             hold.bytes += n;
         }
-        let taken = self.take(share, n32);
+        let taken = self.take(share, n32, reading).await;
         if taken.is_err()
             && let Some(hold) = &mut r.client
         {
@@ -196,23 +294,64 @@ impl BodyBudget {
         Ok(())
     }
 
-    /// `n` bytes from the source's share and from the budget.
-    fn take(
+    /// `n` bytes from the source's share (shedding for them when it is full) and
+    /// from the budget.
+    async fn take(
         &self,
         share: &SourceShare,
         n32: u32,
+        reading: Option<u64>,
     ) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), ApiError> {
-        let from_share = share
-            .bytes
-            .clone()
-            .try_acquire_many_owned(n32)
-            .map_err(|_| ApiError::Busy)?;
+        let from_share = match share.bytes.clone().try_acquire_many_owned(n32) {
+            Ok(permit) => permit,
+            Err(_) => share.shed_for(n32, reading).await?,
+        };
         let from_budget = self
             .bytes
             .clone()
             .try_acquire_many_owned(n32)
             .map_err(|_| ApiError::Busy)?;
         Ok((from_share, from_budget))
+    }
+}
+
+impl SourceShare {
+    /// `n32` bytes of the share once the bodies reading longest are shed, one at a
+    /// time, within [`SHED_WAIT`]; busy when there is none to shed or their bytes do
+    /// not come back in time. The bytes are taken as soon as there are enough, not
+    /// queued for: a queue would hand what one shed body frees to whichever large
+    /// upload asked first, and a webhook of a few KiB behind it would wait for
+    /// nothing.
+    async fn shed_for(
+        &self,
+        n32: u32,
+        reading: Option<u64>,
+    ) -> Result<OwnedSemaphorePermit, ApiError> {
+        let deadline = tokio::time::Instant::now() + SHED_WAIT;
+        let mut next_shed = tokio::time::Instant::now();
+        let mut shed_any = false;
+        loop {
+            if let Ok(permit) = self.bytes.clone().try_acquire_many_owned(n32) {
+                return Ok(permit);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(ApiError::Busy);
+            }
+            if now >= next_shed {
+                if self.readers.shed_longest(reading) {
+                    self.shed.increment(1);
+                    shed_any = true;
+                } else if !shed_any {
+                    // Nothing to shed: the share is held by bodies read in time
+                    // (being verified and stored) or too young to shed.
+                    return Err(ApiError::Busy);
+                }
+                next_shed = now + SHED_STEP;
+            }
+            // A shed body gives its bytes back as soon as its task sees it shed.
+            tokio::time::sleep(SHED_POLL).await;
+        }
     }
 }
 
@@ -255,8 +394,14 @@ pub async fn read(
         .min(limit);
     let mut buf = BytesMut::with_capacity(capacity);
     let mut body = body;
+    let reading = Reading::start(&share.readers);
     let outcome = tokio::time::timeout(timeout, async {
-        while let Some(frame) = body.frame().await {
+        loop {
+            let frame = tokio::select! {
+                frame = body.frame() => frame,
+                () = reading.shed.cancelled() => return Err(ApiError::Busy),
+            };
+            let Some(frame) = frame else { break };
             let frame = frame.map_err(|e| {
                 if BodyDeadline::is_cause_of(&e) {
                     ApiError::BodyTimeout
@@ -273,7 +418,9 @@ pub async fn read(
             }
             if len > reservation.bytes {
                 let more = (len - reservation.bytes).max(GROW_STEP.min(limit - reservation.bytes));
-                budget.grow(share, &mut reservation, more)?;
+                budget
+                    .reserve(share, &mut reservation, more, Some(reading.id))
+                    .await?;
             }
             buf.extend_from_slice(&data);
         }
@@ -284,6 +431,11 @@ pub async fn read(
         Ok(Ok(())) => Ok(ReadBody {
             bytes: buf.freeze(),
             reservation,
+        }),
+        // Shed: the rest of a slow upload is not waited for.
+        Ok(Err(ApiError::Busy)) if reading.shed.is_cancelled() => Err(ReadError {
+            error: ApiError::Busy,
+            rest: None,
         }),
         Ok(Err(error)) => {
             let rest = matches!(error, ApiError::TooLarge { .. } | ApiError::Busy).then_some(body);

@@ -35,6 +35,7 @@ use crate::error::ApiError;
 use crate::error::RequestOutcome;
 use crate::header_policy::HeaderPolicy;
 use crate::provider::Verifier;
+use crate::provider::certificate::KeyName;
 use crate::provider::spec::{Spec, ValueTemplate, parse_value_template};
 use crate::provider::verify::{self, HandshakeReply, VerifyError};
 use crate::routing::filter::{Filter, Subject};
@@ -268,8 +269,11 @@ pub struct IngestState {
     pub pressure: Arc<crate::pressure::IngestPressure>,
     /// Each request's spans, when traces are on.
     pub traces: Traces,
-    /// `server.trusted_proxies`: whose forwarding headers name the client.
-    pub trusted_proxies: Arc<[ipnet::IpNet]>,
+    /// `server.trusted_proxies` and `server.client_ip_header`: whose forwarding
+    /// header names the client, and which header that is.
+    pub client_ip: crate::serve::forwarded::ClientIp,
+    /// `server.client_ipv6_prefix`: the IPv6 network one client is counted by.
+    pub client_ipv6_prefix: u8,
     /// The certificates of certificate schemes (SNS, PayPal), fetched and kept.
     pub fetched_keys: Arc<crate::provider::certificate::FetchedKeys>,
 }
@@ -433,9 +437,10 @@ async fn endpoint_check(
     let Some(source) = ingest.sources.get(&source_name).cloned() else {
         return ApiError::MethodNotAllowed.into_response();
     };
-    let address = req.extensions().get::<crate::serve::Peer>().map(|p| {
-        crate::serve::forwarded::client_address(p.addr.ip(), req.headers(), &ingest.trusted_proxies)
-    });
+    let address = req
+        .extensions()
+        .get::<crate::serve::Peer>()
+        .map(|p| ingest.client_ip.address(p.addr.ip(), req.headers()));
     let outcome = match &source.allowlist {
         Some(list) if !address.is_some_and(|a| list.allows(a)) => Err(ApiError::IpNotAllowed),
         _ => handshake::answer(&ingest, &source, &req),
@@ -531,16 +536,14 @@ struct Ack<'a> {
     duplicate: bool,
 }
 
-/// Refuse from the headers alone, or reserve the declared body's bytes: a body over
-/// the limit (413), no signature header where the provider sends one (401), no room
-/// left in the body budget (503).
+/// Refuse from the headers alone: a body over the limit (413), no signature header
+/// where the provider sends one (401).
 fn refuse_early(
     ingest: &IngestState,
     source: &Source,
     headers: &HeaderMap,
     declared: Option<u64>,
-    client: Option<std::net::IpAddr>,
-) -> Result<body::Reservation, ApiError> {
+) -> Result<(), ApiError> {
     if declared.is_some_and(|len| len > ingest.max_body_bytes as u64) {
         return Err(ApiError::TooLarge {
             limit: ingest.max_body_bytes,
@@ -555,27 +558,26 @@ fn refuse_early(
     {
         return Err(ApiError::Unverified(VerifyError::MissingSignature));
     }
-    let mut reservation = ingest.body_budget.none(&source.body_share, client);
-    if let Some(len) = declared {
-        // Within max_body_bytes, which is a usize.
-        ingest.body_budget.grow(
-            &source.body_share,
-            &mut reservation,
-            usize::try_from(len).unwrap_or(usize::MAX),
-        )?;
-    }
-    Ok(reservation)
+    Ok(())
 }
 
-/// For a source whose provider signs with a certificate's key: that key, once the
-/// URL the request names is one the spec allows. `None` for every other scheme.
+/// For a source whose provider signs with a fetched key (a certificate's, a key an
+/// API gives by id): that key and the name it is kept under, once the request's
+/// unsigned claims could verify at `now` (unix seconds) and the URL it names is one
+/// the spec allows; fetched on the budgets of `asker`. `None` for every other
+/// scheme.
 async fn certified_key(
     ingest: &IngestState,
     source: &Source,
     head: Head<'_>,
     url: Option<&str>,
     body: &[u8],
-) -> Result<Option<crate::provider::Key>, ApiError> {
+    now: i64,
+    asker: crate::provider::certificate::Asker<'_>,
+) -> Result<Option<(crate::provider::Key, KeyName)>, ApiError> {
+    if !source.verifier.fetches_keys() {
+        return Ok(None);
+    }
     let req = verify::Request {
         method: head.method.as_str(),
         path: head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
@@ -583,10 +585,16 @@ async fn certified_key(
         headers: head.headers,
         body,
     };
+    // Nothing is fetched for a request that would fail whatever the key.
+    source.verifier.precheck(req, now)?;
     if let Some(asked) = source.verifier.jwk_request(req) {
         let asked = asked.map_err(|_| ApiError::Unverified(VerifyError::CertificateUrl))?;
         let credentials = source.verifier.credentials().unwrap_or_default();
-        return match ingest.fetched_keys.jwk_key(&asked, credentials).await {
+        return match ingest
+            .fetched_keys
+            .jwk_key(&asked, credentials, asker)
+            .await
+        {
             Ok(key) => Ok(Some(key)),
             Err(e) => Err(no_key(e)),
         };
@@ -596,7 +604,7 @@ async fn certified_key(
         Some(Ok(named)) => named,
         Some(Err(_)) => return Err(ApiError::Unverified(VerifyError::CertificateUrl)),
     };
-    match ingest.fetched_keys.key(&named).await {
+    match ingest.fetched_keys.key(&named, asker).await {
         Ok(key) => Ok(Some(key)),
         Err(e) => Err(no_key(e)),
     }
@@ -719,9 +727,7 @@ async fn handle(
     let peer = req.extensions().get::<crate::serve::Peer>();
     let client = peer.map(|p| p.client);
     // The client's own address: behind a trusted proxy, the one it forwarded.
-    let address = peer.map(|p| {
-        crate::serve::forwarded::client_address(p.addr.ip(), req.headers(), &ingest.trusted_proxies)
-    });
+    let address = peer.map(|p| ingest.client_ip.address(p.addr.ip(), req.headers()));
     let source = ingest.sources.get(source_name).cloned();
     let (parts, body) = req.into_parts();
     let mut read = None;
@@ -733,8 +739,9 @@ async fn handle(
                 body::drain(body, declared);
                 Err(ApiError::IpNotAllowed)
             } else {
+                let caller = Caller { client, address };
                 handle_source(
-                    ingest, source, &parts, body, declared, client, &mut read, trace,
+                    ingest, source, &parts, body, declared, caller, &mut read, trace,
                 )
                 .await
             }
@@ -760,6 +767,16 @@ async fn handle(
     result
 }
 
+/// Who sent a request.
+#[derive(Debug, Clone, Copy)]
+struct Caller {
+    /// The client its connection counts as (`serve::Peer::client`): the key of the
+    /// per-connection bounds.
+    client: Option<std::net::IpAddr>,
+    /// Its own address: behind trusted proxies, the one they forwarded.
+    address: Option<std::net::IpAddr>,
+}
+
 /// Handle a request to a configured source; `read` gets the body once it is read,
 /// `trace` (when traces are on) the time of each phase.
 #[allow(clippy::too_many_arguments)]
@@ -769,10 +786,11 @@ async fn handle_source(
     parts: &http::request::Parts,
     body: Body,
     declared: Option<u64>,
-    client: Option<std::net::IpAddr>,
+    caller: Caller,
     read: &mut Option<Bytes>,
     mut trace: Option<&mut IngestTrace>,
 ) -> Result<Handled, ApiError> {
+    let Caller { client, address } = caller;
     let phase_start = trace.is_some().then(Instant::now);
     let mut mark = |phase: IngestPhase, since: Option<Instant>| {
         if let (Some(t), Some(since)) = (trace.as_deref_mut(), since) {
@@ -780,24 +798,43 @@ async fn handle_source(
         }
     };
     // What the headers alone decide, before a byte of the body is buffered.
-    let reservation = match refuse_early(ingest, source, &parts.headers, declared, client) {
-        Ok(r) => r,
-        Err(e) => {
-            body::drain(body, declared);
-            return Err(e);
-        }
-    };
+    if let Err(e) = refuse_early(ingest, source, &parts.headers, declared) {
+        body::drain(body, declared);
+        return Err(e);
+    }
+    // The client a per-client budget charges: an IPv4 address, an IPv6 prefix.
+    let budget_client = address
+        .or(client)
+        .map(|a| crate::serve::client_of(a, ingest.client_ipv6_prefix));
     if let Some(limit) = &source.request_limit
-        && let Err(e) = limit
-            .admit(
-                ingest.store.as_ref(),
-                &source.name,
-                ingest.clock.now_ms(),
-                ingest.store_timeout,
+        && let Err(e) = limit.refuse_early(budget_client, ingest.clock.now_ms())
+    {
+        body::drain(body, declared);
+        return Err(e);
+    }
+    // A request that fails verification is charged to its client's budget, not to
+    // the source's limit (`limit`).
+    let charge_unverified = |e: ApiError| {
+        if let (ApiError::Unverified(_), Some(limit)) = (&e, &source.request_limit) {
+            limit.unverified(budget_client, ingest.clock.now_ms());
+        }
+        e
+    };
+    // The declared body's bytes, from the budget (503 when there is no room, even
+    // once the source's slowest upload is shed).
+    let mut reservation = ingest.body_budget.none(&source.body_share, budget_client);
+    if let Some(len) = declared
+        && let Err(e) = ingest
+            .body_budget
+            // Within max_body_bytes, which is a usize.
+            .reserve(
+                &source.body_share,
+                &mut reservation,
+                usize::try_from(len).unwrap_or(usize::MAX),
+                None,
             )
             .await
     {
-        drop(reservation);
         body::drain(body, declared);
         return Err(e);
     }
@@ -850,7 +887,22 @@ async fn handle_source(
     };
     // A certificate scheme: the key of the certificate the request names, its URL
     // checked first (see `provider::certificate`).
-    let certified = certified_key(ingest, source, head, url.as_deref(), &body).await?;
+    let asker = crate::provider::certificate::Asker {
+        source: &source.name,
+        client: address.or(client),
+    };
+    let fetched = certified_key(
+        ingest,
+        source,
+        head,
+        url.as_deref(),
+        &body,
+        now_ms.div_euclid(1000),
+        asker,
+    )
+    .await
+    .map_err(charge_unverified)?;
+    let (certified, key_name) = fetched.unzip();
     // A source whose secrets arrive in handshakes: its keys as the store has them
     // (read again when stale), and once more when the request matches none of them
     // (another gateway may have taken a handshake since).
@@ -903,7 +955,22 @@ async fn handle_source(
         (_, first) => first,
     };
     mark(IngestPhase::Verify, verify_start);
-    answer_decision(ingest, source, decision?, phase_start.is_some(), &mut mark).await
+    let decision = decision.map_err(charge_unverified)?;
+    if let Some(name) = &key_name {
+        ingest.fetched_keys.verified(name);
+    }
+    // Verified: now the request takes a slot of the source's limit.
+    if let Some(limit) = &source.request_limit {
+        limit
+            .admit(
+                ingest.store.as_ref(),
+                &source.name,
+                ingest.clock.now_ms(),
+                ingest.store_timeout,
+            )
+            .await?;
+    }
+    answer_decision(ingest, source, decision, phase_start.is_some(), &mut mark).await
 }
 
 /// Verify a request and decide what to do with it ([`decide`]), on the blocking

@@ -7,15 +7,29 @@
 //! ending as the spec says (`.pem`). The fetch follows no redirect, takes at most
 //! [`MAX_BYTES`] and [`FETCH_TIMEOUT`], and one URL is fetched by one request at a
 //! time. A certificate is kept for [`KEEP`] (and never past its own expiry), a
-//! failure for [`KEEP_FAILURE`]; at most [`MAX_CACHED`] URLs are kept and at most
-//! [`FETCHES_PER_MINUTE`] fetches start in a minute, so requests naming ever new
-//! URLs on the provider's hosts cost a bounded number of fetches. The certificate
-//! must be within its validity period and hold an RSA key.
+//! failure for [`KEEP_FAILURE`]. The certificate must be within its validity period
+//! and hold an RSA key.
+//!
+//! A forger names whatever URL on the provider's hosts they like, so fetches are
+//! what a flood of forgeries would spend, and the genuine requests must not pay
+//! for it:
+//! - nothing is fetched for a request whose unsigned claims already fail (the
+//!   caller checks them first: `Verifier::precheck`);
+//! - fetches are budgeted per source ([`FETCHES_PER_MINUTE_PER_SOURCE`]) and per
+//!   client ([`FETCHES_PER_MINUTE_PER_CLIENT`], an IPv4 address or an IPv6 /64),
+//!   and a request over either budget gets no cache slot at all;
+//! - at most [`MAX_CACHED`] keys are kept, and a key that verified a request is
+//!   never evicted for one that has not (only keys that never verified anything
+//!   and that nobody is fetching make room);
+//! - a key that verified requests and whose keeping time ran out is fetched
+//!   again, but while the budget refuses the fetch it stays in use until its own
+//!   validity ends.
 //!
 //! A spec's `fetch_base` (tests only, loopback) replaces the origin fetched from;
 //! the URL in the request is checked all the same.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,10 +46,17 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 pub const KEEP: Duration = Duration::from_secs(24 * 3600);
 /// How long a failed fetch is remembered (requests naming that URL fail at once).
 pub const KEEP_FAILURE: Duration = Duration::from_secs(10);
-/// The most URLs kept.
+/// The most keys kept (and URLs remembered as failing).
 pub const MAX_CACHED: usize = 256;
-/// The most fetches started in any minute.
-pub const FETCHES_PER_MINUTE: usize = 30;
+/// The most fetches one source's requests start in any minute.
+pub const FETCHES_PER_MINUTE_PER_SOURCE: usize = 30;
+/// The most fetches one client's requests start in any minute.
+pub const FETCHES_PER_MINUTE_PER_CLIENT: usize = 5;
+/// The most clients whose fetches of the last minute are remembered; past it, the
+/// ones with none in the last minute are forgotten.
+const MAX_CLIENTS: usize = 4096;
+/// The IPv6 prefix a client is counted by (one host, one /64 network).
+const CLIENT_IPV6_PREFIX: u8 = 64;
 
 /// Why no signing key came of what a request names (a certificate's URL, a key id).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,14 +174,88 @@ struct Cached {
     outcome: Result<(Arc<[u8]>, Instant), FetchedKeyError>,
 }
 
+/// Who asks for a key: the source a request came to and the client that sent it
+/// (behind trusted proxies, the one they forwarded), whose fetch budgets pay.
+#[derive(Debug, Clone, Copy)]
+pub struct Asker<'a> {
+    pub source: &'a str,
+    pub client: Option<std::net::IpAddr>,
+}
+
+/// The name a fetched key is kept under: a certificate's URL as the request named
+/// it, a key API's URL and the key's id. The caller marks it once it verified a
+/// request ([`FetchedKeys::verified`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyName(String);
+
+/// What is kept of one name.
+#[derive(Default)]
+struct Slot {
+    /// Set once the key verified a request: such a key is never evicted for one
+    /// that has not.
+    verified: AtomicBool,
+    /// The key or the failure, behind a lock one fetch holds while the others wait
+    /// for its outcome.
+    cached: tokio::sync::Mutex<Option<Cached>>,
+}
+
+/// When the fetches of the last minute started, per source and per client.
+#[derive(Default)]
+struct Budgets {
+    sources: HashMap<String, VecDeque<Instant>>,
+    clients: HashMap<std::net::IpAddr, VecDeque<Instant>>,
+}
+
+impl Budgets {
+    /// Count a fetch for `asker`, or say which budget refuses it.
+    fn charge(&mut self, asker: Asker<'_>, now: Instant) -> Result<(), FetchedKeyError> {
+        let minute_ago = now.checked_sub(Duration::from_secs(60));
+        let recent = |starts: &mut VecDeque<Instant>| {
+            while starts
+                .front()
+                .is_some_and(|t| minute_ago.is_some_and(|m| *t <= m))
+            {
+                starts.pop_front();
+            }
+            starts.len()
+        };
+        let client = asker
+            .client
+            .map(|ip| crate::serve::client_of(ip, CLIENT_IPV6_PREFIX));
+        if client.is_some_and(|c| !self.clients.contains_key(&c))
+            && self.clients.len() >= MAX_CLIENTS
+        {
+            self.clients.retain(|_, starts| recent(starts) > 0);
+        }
+        let source_used = self.sources.get_mut(asker.source).map_or(0, &recent);
+        if source_used >= FETCHES_PER_MINUTE_PER_SOURCE {
+            return Err(FetchedKeyError::Unavailable(
+                "too many key fetches for this source this minute".into(),
+            ));
+        }
+        if let Some(c) = client {
+            let client_used = self.clients.get_mut(&c).map_or(0, &recent);
+            if client_used >= FETCHES_PER_MINUTE_PER_CLIENT || self.clients.len() >= MAX_CLIENTS {
+                return Err(FetchedKeyError::Unavailable(
+                    "too many key fetches for this client this minute".into(),
+                ));
+            }
+            self.clients.entry(c).or_default().push_back(now);
+        }
+        self.sources
+            .entry(asker.source.to_string())
+            .or_default()
+            .push_back(now);
+        Ok(())
+    }
+}
+
 /// The signing keys fetched so far (certificates, and keys a provider's API gives
 /// by id: `provider::jwk`), shared by every source of the gateway.
 pub struct FetchedKeys {
     client: reqwest::Client,
-    /// Per URL: a lock one fetch holds while the others wait for its outcome.
-    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Cached>>>>>,
-    /// When the fetches of the last minute started.
-    started: Mutex<Vec<Instant>>,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    budgets: Mutex<Budgets>,
 }
 
 impl std::fmt::Debug for FetchedKeys {
@@ -181,7 +276,7 @@ impl FetchedKeys {
         Ok(FetchedKeys {
             client,
             slots: Mutex::new(HashMap::new()),
-            started: Mutex::new(Vec::new()),
+            budgets: Mutex::new(Budgets::default()),
         })
     }
 
@@ -192,66 +287,117 @@ impl FetchedKeys {
     }
 
     /// The key of the certificate at `url` (checked by [`check_url`]): kept, or
-    /// fetched now.
-    pub async fn key(&self, url: &CertificateUrl) -> Result<Key, FetchedKeyError> {
-        self.kept(&url.named, || self.fetch(&url.fetched))
-            .await
-            .map(Key::Rsa)
+    /// fetched now on `asker`'s budgets.
+    pub async fn key(
+        &self,
+        url: &CertificateUrl,
+        asker: Asker<'_>,
+    ) -> Result<(Key, KeyName), FetchedKeyError> {
+        let name = KeyName(url.named.clone());
+        let key = self
+            .kept(&name.0, asker, || self.fetch(&url.fetched))
+            .await?;
+        Ok((Key::Rsa(key), name))
     }
 
     /// The key a `[jwk]` scheme's API gives for `req` (checked by
     /// [`super::jwk::check`]), asked with the source's `credentials`: kept, or
-    /// fetched now.
+    /// fetched now on `asker`'s budgets.
     pub async fn jwk_key(
         &self,
         req: &super::jwk::JwkRequest,
         credentials: &str,
-    ) -> Result<Key, FetchedKeyError> {
-        let name = format!("{}#{}", req.named, req.key_id);
+        asker: Asker<'_>,
+    ) -> Result<(Key, KeyName), FetchedKeyError> {
+        let name = KeyName(format!("{}#{}", req.named, req.key_id));
         let point = self
-            .kept(&name, || self.fetch_jwk(req, credentials))
+            .kept(&name.0, asker, || self.fetch_jwk(req, credentials))
             .await?;
-        p256::ecdsa::VerifyingKey::from_sec1_bytes(&point)
+        let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(&point)
             .map(Key::EcdsaP256)
-            .map_err(|_| FetchedKeyError::Invalid("not a point of P-256"))
+            .map_err(|_| FetchedKeyError::Invalid("not a point of P-256"))?;
+        Ok((key, name))
     }
 
-    /// The key kept under `name`, or `fetch`ed now (one fetch per name at a time).
-    async fn kept<F, Fut>(&self, name: &str, fetch: F) -> Result<Arc<[u8]>, FetchedKeyError>
+    /// Note that the key kept under `name` verified a request: it is kept from now
+    /// on in preference to any key that has not.
+    pub fn verified(&self, name: &KeyName) {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = slots.get(&name.0) {
+            slot.verified.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Count a fetch on `asker`'s budgets.
+    fn charge(&self, asker: Asker<'_>) -> Result<(), FetchedKeyError> {
+        self.budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .charge(asker, Instant::now())
+    }
+
+    /// The key kept under `name`, or `fetch`ed now (one fetch per name at a time),
+    /// when `asker`'s budgets allow it.
+    async fn kept<F, Fut>(
+        &self,
+        name: &str,
+        asker: Asker<'_>,
+        fetch: F,
+    ) -> Result<Arc<[u8]>, FetchedKeyError>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<(Arc<[u8]>, Instant), FetchedKeyError>>,
     {
-        let slot = {
+        let (slot, charged) = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            if !slots.contains_key(name) && slots.len() >= MAX_CACHED {
-                // Make room: forget the URLs nobody is fetching now.
-                slots.retain(|_, s| Arc::strong_count(s) > 1);
-                if slots.len() >= MAX_CACHED {
-                    return Err(FetchedKeyError::Unavailable(
-                        "too many certificate URLs at once".into(),
-                    ));
+            match slots.get(name) {
+                Some(slot) => (slot.clone(), false),
+                None => {
+                    if slots.len() >= MAX_CACHED {
+                        // Make room: forget the keys that never verified a request
+                        // and that nobody is fetching now.
+                        slots.retain(|_, s| {
+                            Arc::strong_count(s) > 1 || s.verified.load(Ordering::Relaxed)
+                        });
+                        if slots.len() >= MAX_CACHED {
+                            return Err(FetchedKeyError::Unavailable(
+                                "too many signing keys at once".into(),
+                            ));
+                        }
+                    }
+                    // Only a request that may fetch makes a slot.
+                    self.charge(asker)?;
+                    let slot = Arc::new(Slot::default());
+                    slots.insert(name.to_string(), slot.clone());
+                    (slot, true)
                 }
             }
-            slots
-                .entry(name.to_string())
-                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(None)))
-                .clone()
         };
-        let mut cached = slot.lock().await;
+        let mut cached = slot.cached.lock().await;
+        let mut still_valid = None;
         if let Some(c) = cached.as_ref() {
             let fresh = match &c.outcome {
-                Ok((_, expires)) => c.at.elapsed() < KEEP && Instant::now() < *expires,
+                Ok((key, expires)) => {
+                    if Instant::now() < *expires {
+                        still_valid = Some(key.clone());
+                    }
+                    c.at.elapsed() < KEEP && Instant::now() < *expires
+                }
                 Err(_) => c.at.elapsed() < KEEP_FAILURE,
             };
             if fresh {
                 return c.outcome.clone().map(|(k, _)| k);
             }
         }
-        if !self.may_fetch() {
-            return Err(FetchedKeyError::Unavailable(
-                "too many certificate fetches this minute".into(),
-            ));
+        if !charged && let Err(e) = self.charge(asker) {
+            // A key that verified requests, kept past its keeping time but still
+            // valid itself, serves on while the budgets refuse to fetch it again.
+            if slot.verified.load(Ordering::Relaxed)
+                && let Some(key) = still_valid
+            {
+                return Ok(key);
+            }
+            return Err(e);
         }
         let outcome = fetch().await;
         match &outcome {
@@ -308,18 +454,6 @@ impl FetchedKeys {
             None => KEEP,
         };
         Ok((point, Instant::now() + keep))
-    }
-
-    /// Whether another fetch may start this minute (and count it).
-    fn may_fetch(&self) -> bool {
-        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
-        let minute_ago = Instant::now().checked_sub(Duration::from_secs(60));
-        started.retain(|t| minute_ago.is_none_or(|m| *t > m));
-        if started.len() >= FETCHES_PER_MINUTE {
-            return false;
-        }
-        started.push(Instant::now());
-        true
     }
 
     /// Fetch and read one certificate: its key, and when it stops being valid here.
@@ -421,6 +555,88 @@ mod tests {
         );
         // The override never lets another host through.
         assert!(check_url(&tests, "https://evil.com/x.pem").is_err());
+    }
+
+    #[test]
+    fn fetches_are_budgeted_per_client_and_per_source() {
+        let mut b = Budgets::default();
+        let now = Instant::now();
+        let ip = |s: &str| Some(s.parse::<std::net::IpAddr>().unwrap());
+        let asker = |client| Asker {
+            source: "sns",
+            client,
+        };
+        for _ in 0..FETCHES_PER_MINUTE_PER_CLIENT {
+            b.charge(asker(ip("192.0.2.1")), now).unwrap();
+        }
+        assert!(b.charge(asker(ip("192.0.2.1")), now).is_err());
+        // One IPv6 /64 is one client.
+        for i in 0..FETCHES_PER_MINUTE_PER_CLIENT {
+            b.charge(asker(ip(&format!("2001:db8::{i}"))), now).unwrap();
+        }
+        assert!(b.charge(asker(ip("2001:db8::ffff")), now).is_err());
+        // A client's budget is one across sources; another source's budget is its
+        // own; this one's runs out at its bound.
+        let other = |client| Asker {
+            source: "paypal",
+            client,
+        };
+        assert!(b.charge(other(ip("192.0.2.1")), now).is_err());
+        b.charge(other(ip("192.0.2.2")), now).unwrap();
+        let mut n = 2 * FETCHES_PER_MINUTE_PER_CLIENT;
+        let mut host = 0;
+        while n < FETCHES_PER_MINUTE_PER_SOURCE {
+            host += 1;
+            b.charge(asker(ip(&format!("198.51.100.{host}"))), now)
+                .unwrap();
+            n += 1;
+        }
+        assert!(b.charge(asker(ip("203.0.113.7")), now).is_err());
+        // A minute later every budget is whole again.
+        let later = now + Duration::from_secs(61);
+        b.charge(asker(ip("192.0.2.1")), later).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_key_that_verified_a_request_is_never_evicted_for_one_that_has_not() {
+        let keys = FetchedKeys::new().unwrap();
+        let fetched = std::sync::atomic::AtomicUsize::new(0);
+        let fetch = || async {
+            fetched.fetch_add(1, Ordering::SeqCst);
+            Ok((Arc::<[u8]>::from(&b"key"[..]), Instant::now() + KEEP))
+        };
+        let genuine = Asker {
+            source: "sns",
+            client: Some("192.0.2.1".parse().unwrap()),
+        };
+        keys.kept("genuine", genuine, fetch).await.unwrap();
+        keys.verified(&KeyName("genuine".into()));
+        // Many forgers, each within its own budget, fill the cache over and over.
+        for n in 0..(3 * MAX_CACHED) {
+            let forger = Asker {
+                source: &format!("source-{}", n / FETCHES_PER_MINUTE_PER_SOURCE),
+                client: Some(format!("10.0.{}.{}", n / 250, n % 250).parse().unwrap()),
+            };
+            keys.kept(&format!("forged-{n}"), forger, fetch)
+                .await
+                .unwrap();
+        }
+        let before = fetched.load(Ordering::SeqCst);
+        keys.kept("genuine", genuine, fetch).await.unwrap();
+        assert_eq!(fetched.load(Ordering::SeqCst), before, "fetched again");
+        // A request over its budget makes no slot.
+        let spent = Asker {
+            source: "sns",
+            client: Some("192.0.2.9".parse().unwrap()),
+        };
+        for n in 0..FETCHES_PER_MINUTE_PER_CLIENT {
+            keys.kept(&format!("spent-{n}"), spent, fetch)
+                .await
+                .unwrap();
+        }
+        let slots = keys.slots.lock().unwrap().len();
+        assert!(keys.kept("one-more", spent, fetch).await.is_err());
+        assert_eq!(keys.slots.lock().unwrap().len(), slots);
     }
 
     #[test]

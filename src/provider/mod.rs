@@ -360,6 +360,18 @@ impl Verifier {
         verify::verify_certified(&self.spec, &self.keys, req, now, fetched)
     }
 
+    /// Whether a request whose key must be fetched could verify at all, judged by
+    /// its unsigned claims (see [`verify::precheck`]): checked before any fetch.
+    pub fn precheck(&self, req: Request<'_>, now: i64) -> Result<(), VerifyError> {
+        verify::precheck(&self.spec, &self.keys, req, now)
+    }
+
+    /// Whether the key of a request is fetched (a certificate scheme, a `[jwk]`
+    /// scheme).
+    pub fn fetches_keys(&self) -> bool {
+        self.spec.certificate.is_some() || self.spec.jwk.is_some()
+    }
+
     /// The certificate URL a request of a certificate scheme names, checked against
     /// the spec's `[certificate]`; `None` for other schemes.
     pub fn certificate_url(

@@ -289,6 +289,10 @@ fn describe() {
         "Idle connections closed to make room for a new one near server.max_connections, by listener"
     );
     describe_counter!(
+        "hookgate_ingest_bodies_shed_total",
+        "Request bodies shed (answered 503, connection closed) because the source's share of server.body_budget_bytes was full and they had been reading longest, by source"
+    );
+    describe_counter!(
         "hookgate_request_bodies_cut_total",
         "Request bodies ended before they were complete, by listener and reason (first_byte, too_slow: under server.min_body_rate, total: admin.request_timeout, shed: stalled when every connection slot was busy)"
     );

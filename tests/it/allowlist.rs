@@ -95,16 +95,48 @@ async fn a_trusted_proxy_names_the_client_and_no_one_else_does() {
     // The proxy (this test, on loopback) says who the client is.
     let via = [("x-forwarded-for", "192.0.2.7")];
     assert_eq!(post_from(&gw.ingest, "proxied", "evt_a", &via).await, 200);
-    let rfc = [("forwarded", "for=192.0.2.8;proto=https")];
-    assert_eq!(post_from(&gw.ingest, "proxied", "evt_b", &rfc).await, 200);
     // What a client wrote to the left of the address the proxy saw is not believed.
     let spoofed = [("x-forwarded-for", "192.0.2.7, 198.51.100.1")];
     assert_eq!(
         post_from(&gw.ingest, "proxied", "evt_c", &spoofed).await,
         403
     );
+    // A proxy that writes X-Forwarded-For passes a client's own Forwarded and
+    // X-Real-IP on: they are not read.
+    let outside = [("x-forwarded-for", "203.0.113.9")];
+    assert_eq!(
+        post_from(&gw.ingest, "proxied", "evt_e", &outside).await,
+        403
+    );
+    let smuggled = [
+        ("x-forwarded-for", "203.0.113.9"),
+        ("forwarded", "for=192.0.2.5"),
+        ("x-real-ip", "192.0.2.6"),
+    ];
+    assert_eq!(
+        post_from(&gw.ingest, "proxied", "evt_f", &smuggled).await,
+        403
+    );
+    let rfc = [("forwarded", "for=192.0.2.8;proto=https")];
+    assert_eq!(post_from(&gw.ingest, "proxied", "evt_b", &rfc).await, 403);
     // Without the header, the proxy is the client.
     assert_eq!(post_from(&gw.ingest, "proxied", "evt_d", &[]).await, 403);
+    gw.stop().await;
+
+    // Behind a proxy that writes Forwarded, that one is read, and only that one.
+    let h = StoreHandle::new(Backend::Embedded);
+    let global = "[server]\ntrusted_proxies = [\"127.0.0.1\"]\nclient_ip_header = \"forwarded\"\n";
+    let gw = Gateway::start(admin_config(&h, global, &sources)).await;
+    assert_eq!(post_from(&gw.ingest, "proxied", "evt_b", &rfc).await, 200);
+    assert_eq!(post_from(&gw.ingest, "proxied", "evt_a", &via).await, 403);
+    let smuggled = [
+        ("forwarded", "for=203.0.113.9"),
+        ("x-forwarded-for", "192.0.2.7"),
+    ];
+    assert_eq!(
+        post_from(&gw.ingest, "proxied", "evt_g", &smuggled).await,
+        403
+    );
     gw.stop().await;
 }
 

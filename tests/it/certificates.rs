@@ -16,10 +16,11 @@ use hookgate::config;
 
 use crate::support::*;
 
-const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:orders";
-const CERT_URL: &str = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-test.pem";
-const WEBHOOK_ID: &str = "8PT597110X687430LKGECATA";
-const PAYPAL_CERT_URL: &str =
+pub(crate) const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:orders";
+pub(crate) const CERT_URL: &str =
+    "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-test.pem";
+pub(crate) const WEBHOOK_ID: &str = "8PT597110X687430LKGECATA";
+pub(crate) const PAYPAL_CERT_URL: &str =
     "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-360caa42-test";
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -48,15 +49,15 @@ fn sign(msg: &[u8]) -> String {
 /// A local certificate server: the test certificate at any path, each fetch noted;
 /// and SNS's confirmation endpoint (`/?Action=ConfirmSubscription…`), which fails
 /// with 500 while `failing` is set.
-struct CertServer {
-    base: String,
+pub(crate) struct CertServer {
+    pub(crate) base: String,
     fetched: Arc<Mutex<Vec<String>>>,
     failing: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl CertServer {
-    async fn start() -> CertServer {
+    pub(crate) async fn start() -> CertServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let fetched = Arc::new(Mutex::new(Vec::new()));
@@ -92,13 +93,13 @@ impl CertServer {
         }
     }
 
-    fn fetches(&self) -> Vec<String> {
+    pub(crate) fn fetches(&self) -> Vec<String> {
         self.fetched.lock().unwrap().clone()
     }
 }
 
 /// An SNS notification signed as SNS signs (SignatureVersion 2).
-fn sns_message(id: &str, topic: &str, message: &str, cert_url: &str) -> Vec<u8> {
+pub(crate) fn sns_message(id: &str, topic: &str, message: &str, cert_url: &str) -> Vec<u8> {
     let ts = "2026-11-27T12:00:00.000Z";
     let to_sign = format!(
         "Message\n{message}\nMessageId\n{id}\nSubject\nOrder\nTimestamp\n{ts}\nTopicArn\n{topic}\nType\nNotification\n"
@@ -153,7 +154,11 @@ fn subscribe_url(topic: &str) -> String {
 }
 
 /// A PayPal event and its headers, signed as PayPal signs.
-fn paypal_event(id: &str, webhook_id: &str, cert_url: &str) -> (Vec<u8>, Vec<(String, String)>) {
+pub(crate) fn paypal_event(
+    id: &str,
+    webhook_id: &str,
+    cert_url: &str,
+) -> (Vec<u8>, Vec<(String, String)>) {
     let body = format!(
         r#"{{"id":"{id}","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{{"id":"5O190127TN364715T"}}}}"#
     );
@@ -420,4 +425,48 @@ async fn sns_subscriptions_are_confirmed_by_the_gateway_only_once_verified() {
     assert_eq!(visits().len(), 2);
     assert_eq!(store.count("sns-confirming").await.unwrap(), 2);
     gw.stop().await;
+}
+
+/// A gateway whose specs fetch keys from a `fetch_base` (tests only) says so at
+/// start, once per source, for certificates and key APIs alike; and one behind
+/// trusted proxies says which header names the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fetch_base_and_the_client_header_are_named_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = StoreHandle::new(Backend::Embedded);
+    let cfg_path = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "{}\n[log]\nformat = \"json\"\n[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\nclient_ip_header = \"x-real-ip\"\n\
+             [[sources]]\nname = \"sns\"\nprovider = \"aws-sns\"\nsecret = \"{TOPIC}\"\n\
+             destination = \"http://127.0.0.1:9/\"\n\
+             [sources.provider_options]\nfetch_base = \"http://127.0.0.1:9\"\n\
+             [[sources]]\nname = \"plaid\"\nprovider = \"plaid\"\nsecret = \"id:secret\"\n\
+             destination = \"http://127.0.0.1:9/\"\n\
+             [sources.provider_options]\nfetch_base = \"http://127.0.0.1:9\"\n\
+             [[sources]]\nname = \"paypal\"\nprovider = \"paypal\"\nsecret = \"{WEBHOOK_ID}\"\n\
+             destination = \"http://127.0.0.1:9/\"\n",
+            h.toml()
+        ),
+    )
+    .unwrap();
+    let stderr = dir.path().join("stderr.log");
+    let gw = ChildGateway::spawn(&cfg_path, &[], &stderr);
+    let log = std::fs::read_to_string(&stderr).unwrap();
+    let warned = |source: &str| {
+        log.lines().any(|l| {
+            l.contains("signing keys are fetched from the spec's fetch_base")
+                && l.contains(&format!("\"source\":\"{source}\""))
+        })
+    };
+    assert!(warned("sns") && warned("plaid"), "{log}");
+    assert!(!warned("paypal"), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("client's address is read from this header")
+                && l.contains("x-real-ip")),
+        "{log}"
+    );
+    drop(gw);
 }

@@ -14,7 +14,7 @@ use sha2::Digest as _;
 
 use crate::support::*;
 
-const KID: &str = "6c5516e1-92dc-479e-a8ff-5a51992e0001";
+pub(crate) const KID: &str = "6c5516e1-92dc-479e-a8ff-5a51992e0001";
 
 fn signing_key() -> p256::ecdsa::SigningKey {
     p256::ecdsa::SigningKey::from_slice(&sha2::Sha256::digest(b"hookgate plaid test key")).unwrap()
@@ -35,7 +35,11 @@ fn jwk_answer() -> serde_json::Value {
 }
 
 /// `body` and its Plaid-Verification header: an ES256 JWS for `kid`, issued now.
-fn plaid_webhook(item: &str, environment: &str, kid: &str) -> (Vec<u8>, Vec<(String, String)>) {
+pub(crate) fn plaid_webhook(
+    item: &str,
+    environment: &str,
+    kid: &str,
+) -> (Vec<u8>, Vec<(String, String)>) {
     use p256::ecdsa::signature::Signer as _;
     let body = serde_json::to_string_pretty(&serde_json::json!({
         "environment": environment,
@@ -60,14 +64,14 @@ fn plaid_webhook(item: &str, environment: &str, kid: &str) -> (Vec<u8>, Vec<(Str
 
 /// A local key API: the test key for `KID`, Plaid's error for any other; each
 /// request's body noted.
-struct KeyApi {
-    base: String,
+pub(crate) struct KeyApi {
+    pub(crate) base: String,
     asked: Arc<Mutex<Vec<serde_json::Value>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl KeyApi {
-    async fn start() -> KeyApi {
+    pub(crate) async fn start() -> KeyApi {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let asked = Arc::new(Mutex::new(Vec::new()));
@@ -98,7 +102,7 @@ impl KeyApi {
         KeyApi { base, asked, task }
     }
 
-    fn asked(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn asked(&self) -> Vec<serde_json::Value> {
         self.asked.lock().unwrap().clone()
     }
 }

@@ -2,8 +2,10 @@
 //! store: 300 requests in about a second to a `100/s` source get 200 up to the
 //! limit and its burst and 429 with `Retry-After` beyond it, while another source
 //! on the same gateway is untouched; a refused request is answered before its body
-//! is sent, counted and kept in the rejection log; and two gateways on one store
-//! share one limit.
+//! is sent once the source is over, counted and kept in the rejection log; and two
+//! gateways on one store share one limit. Only verified requests spend it: a
+//! forger flooding the source spends a budget of their own client's, and the
+//! provider's webhooks from another address keep getting 200.
 
 use std::time::{Duration, Instant};
 
@@ -111,16 +113,15 @@ async fn over_the_limit(backend: Backend) {
     // The other source, at the same time, had none refused.
     assert_eq!((other.ok, other.limited), (60, 0), "{other:?}");
 
-    // A refused request is answered from its headers: the body is never sent.
-    // (`trickle` takes one request an hour: its first, then none.)
-    let (st, _) = post_stripe_signed(
-        &http(),
-        &gw.ingest,
-        "trickle",
-        &event_body("stripe", "evt_t"),
-    )
-    .await;
-    assert_eq!(st, 200);
+    // Once a source is over its limit, a request is answered from its headers: the
+    // body is never sent. (`trickle` takes one request an hour: its first, then
+    // none; the second is refused once verified, and from then on the source is
+    // over.)
+    for (event, status) in [("evt_t", 200), ("evt_t2", 429)] {
+        let (st, _) =
+            post_stripe_signed(&http(), &gw.ingest, "trickle", &event_body("stripe", event)).await;
+        assert_eq!(st, status, "{event}");
+    }
     let refused = head_only(&gw.ingest, "trickle").await;
     assert!(refused.starts_with("HTTP/1.1 429"), "{refused:?}");
     let retry_after = refused
@@ -209,4 +210,128 @@ async fn two_gateways_on_one_redis_share_a_request_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_one_postgres_share_a_request_limit() {
     shared_limit(Backend::Postgres).await;
+}
+
+/// `n` requests to `source` from `from`, one every `every`, each made by
+/// `request(i)`: their statuses.
+async fn paced(
+    base: &str,
+    source: &str,
+    from: &str,
+    n: usize,
+    every: Duration,
+    request: impl Fn(usize) -> (Vec<u8>, Vec<(String, String)>),
+) -> Vec<u16> {
+    let client = http_builder()
+        .local_address(from.parse::<std::net::IpAddr>().ok())
+        .build()
+        .unwrap();
+    let mut tick = tokio::time::interval(every);
+    let mut statuses = Vec::new();
+    for i in 0..n {
+        tick.tick().await;
+        let (body, headers) = request(i);
+        statuses.push(post_raw(&client, base, source, &body, &headers).await.0);
+    }
+    statuses
+}
+
+/// A forger at 50 a second against a `5/s` source, while the provider sends ten
+/// genuine webhooks from another address: the forger spends its own client's budget
+/// of unverified requests (401s, then 429s answered from the headers), and every
+/// genuine webhook is stored.
+async fn forgeries_spend_their_own_budget(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let sources = source(
+        "limited",
+        "http://127.0.0.1:9/",
+        "[sources.limits]\nrequests = \"5/s\"\n",
+    );
+    let gw = Gateway::start(admin_config(&h, "", &sources)).await;
+    let forged = |i: usize| {
+        let body = event_body("stripe", &format!("evt_forged_{i}"));
+        let headers = sign_headers("stripe", "whsec_not_the_secret", &body, now_secs(), "x");
+        (body, headers)
+    };
+    let genuine = |i: usize| {
+        let body = event_body("stripe", &format!("evt_genuine_{i}"));
+        let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+        (body, headers)
+    };
+    let (forger, provider) = tokio::join!(
+        paced(
+            &gw.ingest,
+            "limited",
+            "127.0.0.2",
+            150,
+            Duration::from_millis(20),
+            forged
+        ),
+        paced(
+            &gw.ingest,
+            "limited",
+            "127.0.0.3",
+            10,
+            Duration::from_millis(300),
+            genuine
+        ),
+    );
+    assert_eq!(provider, vec![200; 10], "the provider's webhooks");
+    assert!(forger.iter().all(|s| *s == 401 || *s == 429), "{forger:?}");
+    let refused = forger.iter().filter(|s| **s == 429).count();
+    assert!(refused >= 50, "the forger kept its budget: {forger:?}");
+    let store = h.open().await;
+    assert_eq!(store.count("limited").await.unwrap(), 10);
+    gw.stop().await;
+}
+for_each_store!(
+    forged_requests_never_spend_a_sources_request_limit,
+    super::forgeries_spend_their_own_budget
+);
+
+/// A source held at the edge of its limit goes over and back under several times a
+/// second: the log says so once per window, not each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn going_over_and_back_under_is_logged_once_per_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = StoreHandle::new(Backend::Embedded);
+    let cfg_path = dir.path().join("hookgate.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "{}\n{}",
+            h.toml(),
+            source(
+                "edge",
+                "http://127.0.0.1:9/",
+                "[sources.limits]\nrequests = \"5/s\"\nburst = 1\n"
+            )
+        ),
+    )
+    .unwrap();
+    let gw = ChildGateway::spawn(&cfg_path, &[], &dir.path().join("stderr.log"));
+    let statuses = paced(
+        &gw.ingest,
+        "edge",
+        "127.0.0.1",
+        60,
+        Duration::from_millis(50),
+        |i| {
+            let body = event_body("stripe", &format!("evt_edge_{i}"));
+            let headers = sign_headers("stripe", STRIPE_SECRET, &body, now_secs(), "x");
+            (body, headers)
+        },
+    )
+    .await;
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    assert!(
+        admitted >= 6 && statuses.len() - admitted >= 30,
+        "{statuses:?}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
+    let count = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+    // Over and back under about as often as requests were admitted, in 3 s: one
+    // line each in a 10 s window.
+    assert_eq!(count("source over its request limit"), 1, "{log}");
+    assert!(count("source back under its request limit") <= 1, "{log}");
 }

@@ -25,6 +25,7 @@ mod console_xss;
 mod crash;
 mod embedded;
 mod faults;
+mod fetch_flood;
 mod forward;
 mod hook_secret;
 mod hostile;

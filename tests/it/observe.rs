@@ -333,15 +333,47 @@ async fn shipped_alert_rules_are_quiet_when_idle_and_fire_on_one_dead_letter() {
     let cfg = config::from_toml_str(&text, &|_| None).unwrap();
     let gw = Gateway::start(cfg).await;
     let c = http();
+    // Every family a rule reads is in the first scrape, though no source here has
+    // an allowlist (the allowlist families carry one series without a provider).
+    let first = scrape(&c, &gw.admin).await;
+    let (rules, _) = rules_without_annotations();
+    for group in rules["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let expr = rule["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if !word.starts_with("hookgate_") {
+                    continue;
+                }
+                let family = ["_bucket", "_count", "_sum"]
+                    .iter()
+                    .find_map(|suffix| word.strip_suffix(suffix))
+                    .filter(|f| first.types.contains_key(*f))
+                    .unwrap_or(word);
+                assert!(
+                    first.types.contains_key(family),
+                    "{family}, read by {}, is missing from the first scrape",
+                    rule["alert"]
+                );
+            }
+        }
+    }
     let own_sources = ["rules_dead", "rules_idle"];
     let own_destinations = [
         hookgate::forward::origin(&refuses.url),
         hookgate::forward::origin(&idle.url),
     ];
     let own_destinations: Vec<&str> = own_destinations.iter().map(String::as_str).collect();
-    let fresh = scrape(&c, &gw.admin)
+    let mut fresh = scrape(&c, &gw.admin)
         .await
         .own(&own_sources, &own_destinations);
+    // The allowlist families' series without a provider: the rules leave it out.
+    for family in [
+        "hookgate_allowlist_ranges",
+        "hookgate_allowlist_refresh_failing",
+    ] {
+        assert_eq!(first.samples.get(family), Some(&0.0), "{family}");
+        fresh.insert(family.to_string(), 0.0);
+    }
     assert!(
         fresh
             .keys()

@@ -372,6 +372,110 @@ async fn one_client_cannot_spend_a_sources_body_budget() {
     gw.stop().await;
 }
 
+/// Keep uploads of `length` bytes going from `from` to `to`, each trickled at
+/// 2 KiB every 100 ms (above `min_body_rate`), a new one whenever the gateway ends
+/// one, until `stop`; `sent` counts the bytes of bodies sent.
+async fn keep_trickling(
+    from: Ipv4Addr,
+    to: SocketAddr,
+    length: usize,
+    sent: Arc<AtomicUsize>,
+    stop: CancellationToken,
+) {
+    let head = stalled_head("/ingest/stripe", length);
+    let chunk = vec![b' '; 2048];
+    while !stop.is_cancelled() {
+        let Some(mut s) = try_connect(from, to).await else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        if s.write_all(&head).await.is_err() {
+            continue;
+        }
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut buf = [0u8; 64];
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                // An answer, or the connection closed: this upload is over.
+                _ = s.read(&mut buf) => break,
+                _ = tick.tick() => {
+                    if s.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                    sent.fetch_add(chunk.len(), Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_trickling_uploads_cannot_refuse_another_clients_webhooks() {
+    const MIB: usize = 1024 * 1024;
+    const CLIENTS: u8 = 4;
+    const UPLOADS: usize = 8;
+    if !room_for_files(4 * usize::from(CLIENTS) * UPLOADS + 1_024) {
+        return;
+    }
+    let h = StoreHandle::new(Backend::Embedded);
+    // Behind a proxy that keeps no client address (deploy/k8s): clients are not told
+    // apart, so only shedding keeps the share for the provider.
+    let cfg = config(&h, "[server]\nmax_connections_per_client = 0\n");
+    assert_eq!(cfg.server.max_body_bytes, MIB);
+    let gw = Gateway::start(cfg).await;
+    let to = ingest_addr(&gw);
+
+    // Four addresses, eight 1 MiB uploads each, trickled: together they would hold
+    // the source's whole share (half of the 64 MiB budget).
+    let stop = CancellationToken::new();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut trickles = Vec::new();
+    for c in 0..CLIENTS {
+        for _ in 0..UPLOADS {
+            trickles.push(tokio::spawn(keep_trickling(
+                Ipv4Addr::new(127, 0, 5, c + 1),
+                to,
+                MIB,
+                sent.clone(),
+                stop.clone(),
+            )));
+        }
+    }
+    // Every upload under way for more than a second (2 KiB a tenth of a second:
+    // 40 KiB each is two seconds).
+    let all = usize::from(CLIENTS) * UPLOADS * 40 * 1024;
+    wait_until(
+        "the uploads under way",
+        Duration::from_secs(30),
+        async || sent.load(Ordering::Relaxed) >= all,
+    )
+    .await;
+
+    // The provider's webhooks from a fifth address are stored, every one.
+    let client = client_from(Ipv4Addr::new(127, 0, 5, 99));
+    let mut tick = tokio::time::interval(Duration::from_millis(300));
+    for i in 0..10 {
+        tick.tick().await;
+        let event = format!("evt_trickled_{i}");
+        let body = event_body("stripe", &event);
+        let (status, answer) = post_signed(&client, &gw, "stripe", &body, &event).await;
+        assert_eq!(status, 200, "webhook {i}: {answer}");
+    }
+    // The slow uploads paid for it.
+    let shed = metric(
+        &gw.admin,
+        "hookgate_ingest_bodies_shed_total{source=\"stripe\"}",
+    )
+    .await;
+    assert!(shed >= 1.0, "{shed}");
+    stop.cancel();
+    for t in trickles {
+        let _ = t.await;
+    }
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_admin_request_is_cut_off_and_the_probes_keep_answering() {
     const STALLED: usize = 64;

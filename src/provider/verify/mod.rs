@@ -192,14 +192,21 @@ fn url_forms(spec: &Spec, url: Option<&str>) -> Result<Vec<Option<String>>, Veri
     })
 }
 
-/// Verify at `now`, or without a timestamp window when `now` is `None`.
-fn verify_inner<'a>(
+/// What a request claims before any key is involved: its offered signature
+/// parsed, its timestamp (checked against the window at `now`, when given) and its
+/// body bound to a signed digest where the spec has one. A forger controls all of
+/// it; what it rules out is rejected before anything costly, a fetch above all.
+struct Claims<'a> {
+    ctx: Context<'a>,
+    ts_text: Option<String>,
+    timestamp: Option<i64>,
+}
+
+fn read_claims<'a>(
     spec: &'a Spec,
-    keys: &'a [Key],
     req: Request<'a>,
     now: Option<i64>,
-    fetched: Option<&'a Key>,
-) -> Result<Verified<'a>, VerifyError> {
+) -> Result<Claims<'a>, VerifyError> {
     let mut ctx = Context::new(req, ParsedSignature::default());
     ctx.signature = parse_signature(spec, &ctx)?;
 
@@ -236,6 +243,54 @@ fn verify_inner<'a>(
         // of the body is signed.
         return Err(VerifyError::MissingSignedValue);
     }
+    Ok(Claims {
+        ctx,
+        ts_text,
+        timestamp,
+    })
+}
+
+/// Whether a request of a scheme whose key is fetched (a certificate, a key by id)
+/// could verify at all, judged by what it claims without a signature: its
+/// signature parses, its timestamp is within the window at `now`, its body matches
+/// its digest claim, the URL it signs is known, and the value a certificate scheme
+/// binds (SNS's `TopicArn`) is one of the source's secrets. A request that fails
+/// here would fail verification whatever key were fetched, so nothing is fetched
+/// for it.
+pub fn precheck(spec: &Spec, keys: &[Key], req: Request<'_>, now: i64) -> Result<(), VerifyError> {
+    let claims = read_claims(spec, req, Some(now))?;
+    url_forms(spec, req.url)?;
+    if let Some(rule) = &spec.certificate {
+        let [_] = claims.ctx.signature.signatures.as_slice() else {
+            return Err(VerifyError::MalformedSignature);
+        };
+        if let Some(src) = &rule.secret_matches {
+            let claimed = claims.ctx.value(src).ok_or(VerifyError::Mismatch)?;
+            let bound = keys.iter().any(|k| match k {
+                Key::Bound(value) => bool::from(claimed.as_bytes().ct_eq(value.as_bytes())),
+                _ => false,
+            });
+            if !bound {
+                return Err(VerifyError::Mismatch);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Verify at `now`, or without a timestamp window when `now` is `None`.
+fn verify_inner<'a>(
+    spec: &'a Spec,
+    keys: &'a [Key],
+    req: Request<'a>,
+    now: Option<i64>,
+    fetched: Option<&'a Key>,
+) -> Result<Verified<'a>, VerifyError> {
+    let Claims {
+        mut ctx,
+        ts_text,
+        timestamp,
+    } = read_claims(spec, req, now)?;
 
     let urls = url_forms(spec, req.url)?;
     // A `[jwk]` scheme: the key is the one fetched for the token's `kid`; the
