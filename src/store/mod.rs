@@ -547,6 +547,11 @@ pub trait Search: Send + Sync + 'static {
     /// whatever the number of entries.
     async fn indexed(&self, lookup: &IndexLookup) -> Result<Vec<String>, StoreError>;
 
+    /// The size in bytes of each entry these `(source, id)` name, as stored (its
+    /// headers and body), in the order asked; 0 for one that is not there. Read
+    /// without the bodies, so that a search decides how many entries to read at once.
+    async fn sizes(&self, keys: &[(String, String)]) -> Result<Vec<u64>, StoreError>;
+
     /// The entries with these `(source, id)`, whole (headers and bodies), in the order
     /// asked; one that is not there is left out.
     async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Entry>, StoreError>;

@@ -560,6 +560,11 @@ impl Search for PostgresStore {
             .await
     }
 
+    async fn sizes(&self, keys: &[(String, String)]) -> Result<Vec<u64>, StoreError> {
+        self.relaxed(async |conn| search::sizes(&*conn, keys).await)
+            .await
+    }
+
     async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Entry>, StoreError> {
         self.relaxed(async |conn| search::get_many(&*conn, keys).await)
             .await
