@@ -46,6 +46,7 @@ pub use entry::{
 pub use error::{Backend, Cause, StoreError, Unsafe};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{DeadLetter, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
+pub use postgres::{UrlWarning as PostgresUrlWarning, url_warnings as postgres_url_warnings};
 pub use readiness::Readiness;
 /// The Redis entry codec, for the `stored` fuzz target.
 #[cfg(any(test, fuzzing))]

@@ -35,6 +35,8 @@ use async_trait::async_trait;
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use self::connect::{UrlWarning, url_warnings};
+
 use self::accept::Waiting;
 use self::preconditions::Verdict;
 use super::activity::minute_of;
