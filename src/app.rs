@@ -14,7 +14,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::admin::{self, AdminState};
 use crate::alerts::{self, Alerts};
-use crate::config::Config;
+use crate::config::{Config, StoreConfig};
 use crate::console::{self, ConsoleState};
 use crate::error;
 use crate::forward;
@@ -356,6 +356,10 @@ async fn build(
     let registry = registry(cfg)?;
     let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
     let sources = build_sources(cfg, &registry, &body_budget)?;
+    // Said before connecting, so that a store that does not answer does not hide it.
+    for w in store_warnings(cfg) {
+        tracing::warn!("{w}");
+    }
     let store = store::open(&cfg.store, &clock).await.context("store")?;
     let allowlists = published_lists(&sources);
     crate::allowlist::refresh::register_metrics(&allowlists);
@@ -563,6 +567,16 @@ fn warn_about_setup(cfg: &Config, sources: &[Source]) -> Vec<provider::signed::U
         tracing::warn!(source = %w.source, route = %w.route, "{}", w.warning());
     }
     unsigned
+}
+
+/// What the store's configuration deserves a warning about (`serve` logs them,
+/// `check-config` prints them): a PostgreSQL URL that sends everything unencrypted
+/// off this machine.
+pub fn store_warnings(cfg: &Config) -> Vec<store::PostgresUrlWarning> {
+    match &cfg.store {
+        StoreConfig::Postgres(p) => store::postgres_url_warnings(&p.url),
+        StoreConfig::Embedded(_) | StoreConfig::Redis(_) => Vec::new(),
+    }
 }
 
 /// What the admin API tells about each source.

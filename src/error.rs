@@ -131,9 +131,10 @@ pub(crate) fn what(id: &str, route: &Option<String>) -> String {
 /// Why an admin listener without a token refused a request (see `admin::guard`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// The request carries an `Origin` header: a browser sent it for a web page.
+    /// The request carries an `Origin` header, or a `Sec-Fetch-Site` that names
+    /// another site: a browser sent it for a web page.
     #[error(
-        "cross-site request refused: without an admin token the admin API answers only requests without an Origin header; set an admin token to use it from elsewhere"
+        "cross-site request refused: without an admin token the admin API answers only requests without an Origin header whose Sec-Fetch-Site, if any, is same-origin or none; set an admin token to use it from elsewhere"
     )]
     CrossSite,
     /// The `Host` is missing or not a loopback literal: possibly a DNS-rebound name.

@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
+use super::body::Body;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 
@@ -24,7 +24,7 @@ use crate::store::{ListQuery, Status};
 pub(super) async fn bulk_replay(
     State(admin): State<Arc<AdminState>>,
     ApiActor(by): ApiActor,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<(StatusCode, Json<ReplayResult>), ApiError> {
     let f: ReplayFilter = if body.is_empty() {
         ReplayFilter::default()

@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
+use super::body::Body;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 
@@ -41,7 +41,7 @@ pub(super) async fn list(
 pub(super) async fn replay(
     State(admin): State<Arc<AdminState>>,
     ApiActor(by): ApiActor,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<(StatusCode, Json<ReplayResult>), ApiError> {
     let req: DeadLetterReplay = json_object(&body).ok_or_else(|| {
         ApiError::BadRequest(

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::body::Body;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -74,7 +74,7 @@ pub(super) async fn replay(
     State(admin): State<Arc<AdminState>>,
     ApiActor(by): ApiActor,
     id: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     let id = path_param(id)?;
     let req: dto::ReplayRequest = if body.is_empty() {
@@ -94,7 +94,7 @@ pub(super) async fn replay(
 pub(super) async fn preview(
     State(admin): State<Arc<AdminState>>,
     id: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Json<dto::Preview>, ApiError> {
     let id = path_param(id)?;
     let req: dto::PreviewRequest = if body.is_empty() {
@@ -114,7 +114,7 @@ pub(super) async fn discard(
     State(admin): State<Arc<AdminState>>,
     ApiActor(by): ApiActor,
     id: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Json<TransitionResult>, ApiError> {
     let id = path_param(id)?;
     let req: dto::DiscardRequest = json_object(&body).ok_or_else(|| {

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::body::Body;
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 
@@ -20,7 +20,7 @@ pub(super) async fn arm(
     State(admin): State<Arc<AdminState>>,
     ApiActor(by): ApiActor,
     name: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Json<HandshakeState>, ApiError> {
     let name = path_param(name)?;
     let req: ArmHandshake = if body.is_empty() {

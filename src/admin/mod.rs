@@ -16,8 +16,11 @@
 //!
 //! [`guard`] wraps the whole listener. Without a token, the listener is reachable by
 //! any web page open in a browser on the same host, so it refuses what a browser
-//! sends on a page's behalf: an `Origin` header, or a `Host` other than a loopback
-//! literal (DNS rebinding). With or without a token, a body must be JSON, which a
+//! sends on a page's behalf: an `Origin` header, a `Sec-Fetch-Site` of `cross-site`
+//! or `same-site` (a GET from an `<img>` or a link carries no `Origin`, and would
+//! make the gateway run a search for another site's page), or a `Host` other than a
+//! loopback literal (DNS rebinding). Clients that are not browsers (curl, the CLI,
+//! probes, Prometheus) send neither header. With or without a token, a body must be JSON, which a
 //! page cannot send cross-site without a CORS preflight that nothing here answers.
 //! The console (`/console/…`, served on this listener by `crate::console`) is the
 //! one exception: its own pages send form POSTs with their `Origin`, so under
@@ -26,6 +29,7 @@
 
 mod actor;
 mod audit;
+mod body;
 mod bulk_replay;
 mod dead_letters;
 mod entries;
@@ -254,6 +258,14 @@ fn browser_request(req: &Request) -> Option<Refusal> {
     {
         return Some(Refusal::CrossSite);
     }
+    if req
+        .headers()
+        .get_all(SEC_FETCH_SITE)
+        .iter()
+        .any(|site| !fetched_by_this_origin(site))
+    {
+        return Some(Refusal::CrossSite);
+    }
     // HTTP/1.1 absolute-form targets (and HTTP/2) carry the host in the URI too.
     let uri_host_ok = req
         .uri()
@@ -268,6 +280,18 @@ fn browser_request(req: &Request) -> Option<Refusal> {
         return Some(Refusal::HostNotLoopback);
     }
     None
+}
+
+/// The header a browser sets on every request it sends, saying which site asked.
+const SEC_FETCH_SITE: &str = "sec-fetch-site";
+
+/// Whether a `Sec-Fetch-Site` value says a page of this origin asked (`same-origin`)
+/// or the user did (`none`: typed, a bookmark). `same-site` is another port or
+/// subdomain of the host, another site as far as this listener is concerned; a
+/// value this does not know is refused too.
+fn fetched_by_this_origin(site: &HeaderValue) -> bool {
+    let site = site.as_bytes();
+    site.eq_ignore_ascii_case(b"same-origin") || site.eq_ignore_ascii_case(b"none")
 }
 
 /// The console's paths: `/console` and everything under `/console/`.
@@ -418,6 +442,22 @@ mod tests {
         assert!(is_console("/console") && is_console("/console/login"));
         for p in ["/", "/consoles", "/console%2F", "/admin/console/x"] {
             assert!(!is_console(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn only_a_fetch_of_this_origin_or_the_user_passes_sec_fetch_site() {
+        for (v, ok) in [
+            ("same-origin", true),
+            ("none", true),
+            ("Same-Origin", true),
+            ("cross-site", false),
+            ("same-site", false),
+            ("", false),
+            ("same-origin, cross-site", false),
+        ] {
+            let value = HeaderValue::from_str(v).unwrap();
+            assert_eq!(fetched_by_this_origin(&value), ok, "{v}");
         }
     }
 

@@ -254,6 +254,9 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
         }
     }
     print_unsigned(&app::unsigned_values(&cfg, &registry)?)?;
+    for w in app::store_warnings(&cfg) {
+        outln!("warning: {w}")?;
+    }
     outln!("ok")?;
     Ok(())
 }

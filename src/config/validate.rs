@@ -272,10 +272,15 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
                 ));
             }
             let query = raw.url.split_once('?').map_or("", |(_, q)| q);
-            if let Some((_, mode)) =
-                form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "sslmode")
+            let param = |name: &str| {
+                form_urlencoded::parse(query.as_bytes())
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.into_owned())
+            };
+            let mode = param("sslmode");
+            if let Some(mode) = &mode
                 && !matches!(
-                    mode.as_ref(),
+                    mode.as_str(),
                     "disable" | "allow" | "prefer" | "require" | "verify-full"
                 )
             {
@@ -286,10 +291,26 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
                     ),
                 ));
             }
+            if param("sslrootcert").is_some()
+                && let Some(mode) = mode.filter(|m| m != "verify-full")
+            {
+                return Err(ConfigError::invalid(
+                    "store.url",
+                    format!(
+                        "sslrootcert is read with sslmode=verify-full (or no sslmode), not sslmode={mode}"
+                    ),
+                ));
+            }
             if !valid_schema_name(&raw.prefix) {
                 return Err(ConfigError::invalid(
                     "store.prefix",
                     "names the PostgreSQL schema: 1 to 63 of a-z, 0-9 and _, not starting with a digit",
+                ));
+            }
+            if let Some(why) = unusable_schema_name(&raw.prefix) {
+                return Err(ConfigError::invalid(
+                    "store.prefix",
+                    format!("{:?} {why}; choose another prefix", raw.prefix),
                 ));
             }
             StoreConfig::Postgres(PostgresConfig {
@@ -333,6 +354,128 @@ fn valid_schema_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// PostgreSQL's reserved key words (its SQL Key Words appendix: "reserved" and
+/// "reserved (can be function or type)"), which hookgate's statements cannot use
+/// as the unquoted schema name they are written with.
+const RESERVED_WORDS: &[&str] = &[
+    "all",
+    "analyse",
+    "analyze",
+    "and",
+    "any",
+    "array",
+    "as",
+    "asc",
+    "asymmetric",
+    "authorization",
+    "binary",
+    "both",
+    "case",
+    "cast",
+    "check",
+    "collate",
+    "collation",
+    "column",
+    "concurrently",
+    "constraint",
+    "create",
+    "cross",
+    "current_catalog",
+    "current_date",
+    "current_role",
+    "current_schema",
+    "current_time",
+    "current_timestamp",
+    "current_user",
+    "default",
+    "deferrable",
+    "desc",
+    "distinct",
+    "do",
+    "else",
+    "end",
+    "except",
+    "false",
+    "fetch",
+    "for",
+    "foreign",
+    "freeze",
+    "from",
+    "full",
+    "grant",
+    "group",
+    "having",
+    "ilike",
+    "in",
+    "initially",
+    "inner",
+    "intersect",
+    "into",
+    "is",
+    "isnull",
+    "join",
+    "lateral",
+    "leading",
+    "left",
+    "like",
+    "limit",
+    "localtime",
+    "localtimestamp",
+    "natural",
+    "not",
+    "notnull",
+    "null",
+    "offset",
+    "on",
+    "only",
+    "or",
+    "order",
+    "outer",
+    "overlaps",
+    "placing",
+    "primary",
+    "references",
+    "returning",
+    "right",
+    "select",
+    "session_user",
+    "similar",
+    "some",
+    "symmetric",
+    "system_user",
+    "table",
+    "tablesample",
+    "then",
+    "to",
+    "trailing",
+    "true",
+    "union",
+    "unique",
+    "user",
+    "using",
+    "variadic",
+    "verbose",
+    "when",
+    "where",
+    "window",
+    "with",
+];
+
+/// Why a well-formed `store.prefix` cannot name hookgate's schema, if it cannot: a
+/// reserved word fails at the first statement, `public` is where every other
+/// application's tables live, and `pg_*` and `information_schema` are PostgreSQL's.
+fn unusable_schema_name(name: &str) -> Option<&'static str> {
+    if RESERVED_WORDS.contains(&name) {
+        Some("is a reserved word of PostgreSQL's SQL")
+    } else if name == "public" {
+        Some("is the schema every database user shares; hookgate's tables need one of their own")
+    } else if name.starts_with("pg_") || name == "information_schema" {
+        Some("is a name PostgreSQL keeps for its own schemas")
+    } else {
+        None
+    }
 }
 
 /// `[forwarder]`: the lease, the polling and maintenance intervals, the breaker.
@@ -619,10 +762,45 @@ mod tests {
                 "[store]\nkind = \"redis\"\nrequire_sync_standby = true\n",
                 "store.require_sync_standby:",
             ),
+            (
+                "[store]\nkind = \"postgres\"\nurl = \"postgres://u:secret@h/db?sslmode=require&sslrootcert=/ca.pem\"\n",
+                "store.url:",
+            ),
         ] {
             let err = from_toml_str(toml, &no_env).unwrap_err().to_string();
             assert!(err.starts_with(key), "{toml}: {err}");
             assert!(!err.contains("secret"), "{err}");
+        }
+    }
+
+    /// A prefix PostgreSQL would refuse at the first statement, or one that is not
+    /// hookgate's own, is refused with the rest of the configuration.
+    #[test]
+    fn a_prefix_that_is_a_reserved_word_or_not_hookgates_own_is_refused() {
+        let with = |prefix: &str| {
+            from_toml_str(
+                &format!(
+                    "[store]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\nprefix = \"{prefix}\"\n"
+                ),
+                &no_env,
+            )
+        };
+        for bad in [
+            "user",
+            "select",
+            "order",
+            "public",
+            "pg_temp",
+            "information_schema",
+        ] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(
+                err.starts_with("store.prefix:") && err.contains(bad),
+                "{bad}: {err}"
+            );
+        }
+        for good in ["hg", "users", "hookgate_user", "public_hooks", "pgx"] {
+            assert!(with(good).is_ok(), "{good}");
         }
     }
 

@@ -78,8 +78,9 @@ impl std::fmt::Display for BodyDeadline {
 impl std::error::Error for BodyDeadline {}
 
 impl BodyDeadline {
-    /// Whether a body error (as a handler sees it through axum) is a missed deadline.
-    pub fn is_cause_of(e: &axum::Error) -> bool {
+    /// Whether a body error (as a handler sees it through axum, or an extractor's
+    /// rejection that keeps it as its cause) is a missed deadline.
+    pub fn is_cause_of(e: &(dyn std::error::Error + 'static)) -> bool {
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
         while let Some(c) = cause {
             if c.is::<BodyDeadline>() {

@@ -46,6 +46,7 @@ pub use entry::{
 pub use error::{Backend, Cause, StoreError, Unsafe};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{DeadLetter, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
+pub use postgres::{UrlWarning as PostgresUrlWarning, url_warnings as postgres_url_warnings};
 pub use readiness::Readiness;
 /// The Redis entry codec, for the `stored` fuzz target.
 #[cfg(any(test, fuzzing))]
@@ -546,6 +547,11 @@ pub trait Search: Send + Sync + 'static {
     /// `lookup.below` and at or above `lookup.floor`, at most `lookup.limit`: a lookup,
     /// whatever the number of entries.
     async fn indexed(&self, lookup: &IndexLookup) -> Result<Vec<String>, StoreError>;
+
+    /// The size in bytes of each entry these `(source, id)` name, as stored (its
+    /// headers and body), in the order asked; 0 for one that is not there. Read
+    /// without the bodies, so that a search decides how many entries to read at once.
+    async fn sizes(&self, keys: &[(String, String)]) -> Result<Vec<u64>, StoreError>;
 
     /// The entries with these `(source, id)`, whole (headers and bodies), in the order
     /// asked; one that is not there is left out.

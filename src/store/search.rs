@@ -9,9 +9,12 @@
 //!   in pages, with their bodies, at most [`SCAN_MAX`] of them per request; an answer
 //!   that stopped says where (`stopped_at`), and its cursor goes on from there.
 //!
-//! Both read candidates through the store's parts (`indexed`, `list`, `get_many`) and
-//! decide here, the same way for every backend, with the route filter's predicates
-//! ([`Filter`]).
+//! Both read candidates through the store's parts (`indexed`, `list`, `sizes`,
+//! `get_many`) and decide here, the same way for every backend, with the route
+//! filter's predicates ([`Filter`]). Whole entries are read in batches of at most
+//! [`SCAN_BYTES`] (their sizes asked first, without their bodies), each decided and
+//! dropped before the next is read: a round of 500 entries of 1 MiB would otherwise
+//! hold half a gigabyte at once, which one search request must not cost.
 
 use super::{Entry, ListQuery, ListedEntry, MAX_PAGE, Store, StoreError, id_floor};
 use crate::routing::filter::{Filter, Subject};
@@ -26,6 +29,10 @@ pub const SCAN_MAX: usize = 10_000;
 
 /// Entries read per round of a scan.
 const SCAN_ROUND: usize = 500;
+
+/// The most bytes (stored headers and bodies) of the entries one batch of a search
+/// reads at once; an entry larger than this is read alone.
+pub const SCAN_BYTES: u64 = 4 << 20;
 
 /// One indexed value of an entry: the index's name (a key of `[sources.index]`) and
 /// the value its pointer found, as [`index_value`] writes it.
@@ -227,13 +234,16 @@ pub async fn search<S: Store + ?Sized>(
         if next_below.is_some() {
             below = next_below;
         }
-        let entries = store.get_many(&candidates).await?;
-        // Entries purged between the two reads are missing: they are not found.
-        for e in entries {
-            scanned += 1;
-            last_at = Some(e.received_at);
-            if q.list.matches_entry(&e) && passes(&q.filter, &e) && found.len() <= limit {
-                found.push(e.listed());
+        let sizes = store.sizes(&candidates).await?;
+        for batch in batches(&candidates, &sizes, SCAN_BYTES) {
+            let entries = store.get_many(batch).await?;
+            // Entries purged between the reads are missing: they are not found.
+            for e in entries {
+                scanned += 1;
+                last_at = Some(e.received_at);
+                if q.list.matches_entry(&e) && passes(&q.filter, &e) && found.len() <= limit {
+                    found.push(e.listed());
+                }
             }
         }
         if exhausted {
@@ -258,10 +268,53 @@ pub async fn search<S: Store + ?Sized>(
     })
 }
 
+/// `keys` cut, in order, into runs whose `sizes` add up to at most `budget` bytes (a
+/// run holds one key at least, however large).
+fn batches<'a, K>(
+    keys: &'a [K],
+    sizes: &'a [u64],
+    budget: u64,
+) -> impl Iterator<Item = &'a [K]> + 'a {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= keys.len() {
+            return None;
+        }
+        let mut end = start;
+        let mut bytes = 0u64;
+        while end < keys.len() {
+            // A size the store did not give (an entry purged meanwhile) costs nothing.
+            let size = sizes.get(end).copied().unwrap_or(0);
+            if end > start && bytes.saturating_add(size) > budget {
+                break;
+            }
+            bytes = bytes.saturating_add(size);
+            end += 1;
+        }
+        let run = &keys[start..end];
+        start = end;
+        Some(run)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn batches_hold_at_most_the_budget_and_a_large_entry_alone() {
+        let keys = [1, 2, 3, 4, 5, 6];
+        let sizes = [3, 3, 5, 12, 1, 0];
+        let runs: Vec<&[i32]> = batches(&keys, &sizes, 6).collect();
+        assert_eq!(runs, vec![&[1, 2][..], &[3][..], &[4][..], &[5, 6][..]]);
+        assert_eq!(
+            batches(&keys, &[], 6).count(),
+            1,
+            "unknown sizes cost nothing"
+        );
+        assert_eq!(batches::<i32>(&[], &[], 6).count(), 0);
+    }
 
     #[test]
     fn equal_values_have_one_text_and_different_types_differ() {

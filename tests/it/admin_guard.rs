@@ -145,6 +145,50 @@ async fn without_a_token_browser_requests_are_refused_and_change_nothing() {
     gw.stop().await;
 }
 
+/// What a page makes a browser fetch without an `Origin` (an `<img>`, a link) still
+/// carries `Sec-Fetch-Site`: without a token, a cross-site or same-site one is
+/// refused by the guard, a console search and an admin listing alike;
+/// the user's own navigation (`none`), the console's own pages (`same-origin`) and
+/// clients that send no such header (curl, the CLI, probes, Prometheus) are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_a_fetch_the_browser_marks_as_another_sites_is_refused() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(config(&h, "")).await;
+    let base = gw.admin.as_str();
+    let host = base.trim_start_matches("http://").to_string();
+    for path in [
+        "/console/entries?search=match%3D%2Fnope%3A1",
+        "/admin/entries?source=stripe&match=/nope:1",
+        "/metrics",
+        "/readyz",
+    ] {
+        for site in ["cross-site", "same-site", "Cross-Site"] {
+            let (st, v) = raw(
+                base,
+                &format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nsec-fetch-site: {site}"),
+                "",
+            )
+            .await;
+            assert_eq!(st, 403, "{path} with {site}: {v}");
+            assert!(error_of(&v).contains("cross-site request refused"), "{v}");
+        }
+        for extra in [
+            "\r\nsec-fetch-site: same-origin",
+            "\r\nsec-fetch-site: none",
+            "",
+        ] {
+            let (st, v) = raw(
+                base,
+                &format!("GET {path} HTTP/1.1\r\nhost: {host}{extra}"),
+                "",
+            )
+            .await;
+            assert_eq!(st, 200, "{path} with {extra:?}: {v}");
+        }
+    }
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_post_body_must_be_json() {
     let h = StoreHandle::new(Backend::Embedded);

@@ -45,6 +45,7 @@ mod postgres_failover;
 mod postgres_faults;
 mod postgres_harness;
 mod postgres_store;
+mod postgres_tls;
 mod pressure;
 mod providers;
 mod redis_preconditions;

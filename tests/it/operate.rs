@@ -466,5 +466,13 @@ fn deploy_files_parse_and_hold_together() {
             path.display(),
             String::from_utf8_lossy(&out.stderr)
         );
+        // The compose file's unencrypted PostgreSQL connection is warned about.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            stdout.contains("warning: store.url: sslmode=disable"),
+            path.ends_with("compose-postgres.toml"),
+            "{}: {stdout}",
+            path.display()
+        );
     }
 }

@@ -196,3 +196,75 @@ for_each_store!(
     searches_by_index_and_by_reading_agree_in_the_api_cli_and_console,
     super::searches_find_what_the_bodies_hold
 );
+
+/// Measured alone: the gateway's peak memory while it scans.
+mod alone {
+
+    use bytes::Bytes;
+
+    use crate::conformance::{accept_new, entry};
+    use crate::support::*;
+
+    /// Entries of [`BODY`] bytes: a scan that read a round of them at once (up to
+    /// 500) would hold hundreds of MiB.
+    const ENTRIES: usize = 600;
+    const BODY: usize = 1 << 20;
+    /// What the search may add to the gateway's resident memory at its peak.
+    const GROWTH_MAX_KIB: u64 = 64 * 1024;
+
+    /// A field (`VmRSS:`, `VmHWM:`) of the process's status, in KiB.
+    fn status_kib(pid: u32, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in {status}"))
+    }
+
+    /// An unindexed search over entries of 1 MiB reads them a few at a time: the
+    /// gateway's peak resident memory grows by at most 64 MiB while it reads 600 of
+    /// them, and the search still reads every one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_scan_over_large_entries_holds_a_few_at_a_time() {
+        let h = StoreHandle::new(Backend::Embedded);
+        let store = h.open().await;
+        let pad = "x".repeat(BODY);
+        let body = Bytes::from(format!("{{\"id\":\"evt\",\"pad\":\"{pad}\"}}"));
+        // Many at a time: the embedded store commits them in groups.
+        for chunk in 0..ENTRIES / 20 {
+            let accepts = (0..20).map(|i| {
+                let mut e = entry("stripe", &format!("evt_large_{chunk}_{i}"));
+                e.body = body.clone();
+                // No route: nothing is delivered, so only the search reads them.
+                e.routes.clear();
+                let store = store.clone();
+                async move { accept_new(&*store, e).await }
+            });
+            futures_util::future::join_all(accepts).await;
+        }
+        store.close().await;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = config_file(&h, dir.path());
+        let gw = ChildGateway::spawn(&path, &[], &dir.path().join("stderr"));
+        let pid = gw.child.id();
+        // Reset the peak to what the process holds now.
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("clear_refs");
+        let before = status_kib(pid, "VmRSS:");
+        let page = get_json(
+            &http(),
+            &format!("{}/admin/entries?source=stripe&match=/nope:1", gw.admin),
+        )
+        .await;
+        assert_eq!(page["entries"].as_array().map(Vec::len), Some(0), "{page}");
+        assert_eq!(page["search"]["scanned"], ENTRIES, "{page}");
+        assert_eq!(page["search"]["complete"], true, "{page}");
+        let peak = status_kib(pid, "VmHWM:");
+        let grew = peak.saturating_sub(before);
+        assert!(
+            grew <= GROWTH_MAX_KIB,
+            "the search took the gateway from {before} KiB to a peak of {peak} KiB"
+        );
+    }
+}

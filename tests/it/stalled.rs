@@ -560,3 +560,31 @@ async fn a_stalled_admin_request_is_cut_off_and_the_probes_keep_answering() {
     assert_eq!(status, 413);
     gw.stop().await;
 }
+
+/// An admin request whose body stops before it is whole is answered 408, which says
+/// what happened (the client was too slow), not 400 (a malformed request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_admin_body_is_answered_408() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = Gateway::start(config(&h, "[server]\nbody_first_byte_timeout = \"1s\"\n")).await;
+    let admin: SocketAddr = gw
+        .admin
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the admin address");
+    let mut s = try_connect(Ipv4Addr::LOCALHOST, admin)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /admin/entries/00000000-0000-0000-0000-000000000000/discard HTTP/1.1\r\n\
+         host: {admin}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"note\""
+    );
+    s.write_all(head.as_bytes()).await.expect("send the head");
+    let answer = tokio::time::timeout(Duration::from_secs(10), read_to_close(&mut s))
+        .await
+        .expect("answered within 10 s");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("timed out reading the body"), "{answer}");
+    gw.stop().await;
+}

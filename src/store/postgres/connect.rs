@@ -16,6 +16,8 @@
 //! only makes a delivery go again, as on the embedded store, which answers them at
 //! commit, before the fsync).
 
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +25,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use tokio_postgres::config::SslMode;
+use tokio_postgres::config::{ChannelBinding, Host, SslMode};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -51,24 +53,54 @@ pub(crate) enum UrlError {
         "store.url: sslmode={0:?} is not supported; use disable, prefer, require or verify-full"
     )]
     SslMode(String),
+    #[error(
+        "store.url: sslrootcert is read with sslmode=verify-full (or no sslmode), not sslmode={0}"
+    )]
+    RootCertWithoutVerify(&'static str),
+    #[error("store.url: sslrootcert {path:?}: {why}")]
+    RootCert { path: PathBuf, why: String },
     #[error("store.url: cannot set up TLS: {0}")]
     Tls(#[source] rustls::Error),
     #[error("cannot build the connection pool: {0}")]
     Pool(#[source] deadpool_postgres::BuildError),
 }
 
-/// How the connection is encrypted, from the URL's `sslmode` (as libpq reads it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the connection is encrypted and who may be sent the password, from the URL's
+/// `sslmode` and `sslrootcert` and, without an `sslmode`, from its hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Tls {
-    /// `disable`: never.
+    /// `disable`, asked for: never encrypted; the server is sent what it asks for.
+    /// Warned about at start and by `check-config` when a host is not on this
+    /// machine ([`UrlWarning`]).
     Off,
-    /// `prefer` (libpq's default) and `require`: encrypted (required with `require`),
-    /// the server's certificate not checked, as libpq does without a root
-    /// certificate: it stops an eavesdropper, not an impostor.
+    /// No `sslmode`, and every host is a loopback address or a Unix socket: encrypted
+    /// if the server offers it (libpq's `prefer`), the certificate not checked, any
+    /// authentication: the connection does not leave the machine.
+    Local,
+    /// `prefer` or `require`, asked for: encrypted (required with `require`), the
+    /// certificate not checked, so the server is not known to be the right one, and
+    /// channel binding is required: the password goes only through SCRAM-SHA-256-PLUS,
+    /// bound to this TLS channel, which proves the server knows the password's
+    /// verifier and that no one relays between the two. A server that asks for a
+    /// cleartext or MD5 password, for SCRAM without binding (which needs TLS, so
+    /// `prefer` to a server without it fails too), or for none is refused before
+    /// anything is sent: an impostor learns nothing.
     Unverified(SslMode),
-    /// `verify-full`: encrypted, the certificate checked against the system's trust
-    /// store (`SSL_CERT_FILE` names another) and the host name.
-    Verified,
+    /// `verify-full`, and the default for any host not on this machine: encrypted,
+    /// the certificate checked against `roots` and the host name; then the server is
+    /// the right one and may ask for the password however it likes.
+    Verified(Roots),
+}
+
+/// What a `verify-full` connection trusts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Roots {
+    /// The system's trust store (`SSL_CERT_FILE` names another, for every TLS
+    /// connection of the process).
+    System,
+    /// The PEM certificates of `sslrootcert=<file>`, for this store alone: a private
+    /// CA trusted here does not replace the system's store for the rest of hookgate.
+    File(PathBuf),
 }
 
 /// The parsed `store.url` and how to encrypt.
@@ -77,25 +109,40 @@ pub(crate) struct Target {
     tls: Tls,
 }
 
+/// What an operator should hear about a `store.url` that hookgate nonetheless uses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlWarning {
+    /// `sslmode=disable` to a host that is not on this machine.
+    #[error(
+        "store.url: sslmode=disable to a host that is not on this machine: the password, if the server asks for one, and every webhook cross the network unencrypted to whoever answers at that address; use it only on a private network (remove sslmode to verify the server's certificate)"
+    )]
+    Unencrypted,
+}
+
 /// Parse `url`: tokio-postgres reads the hosts, the user, the database and
-/// `target_session_attrs`; hookgate reads `sslmode` itself, because tokio-postgres
-/// knows only `disable`, `prefer` and `require` and leaves the checking of the
-/// certificate to the connector.
+/// `target_session_attrs`; hookgate reads `sslmode` and `sslrootcert` itself, because
+/// tokio-postgres knows only `disable`, `prefer` and `require` and leaves the checking
+/// of the certificate to the connector.
 pub(crate) fn parse(url: &str, timeout: Duration) -> Result<Target, UrlError> {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut kept = form_urlencoded::Serializer::new(String::new());
-    let mut tls = Tls::Unverified(SslMode::Prefer);
+    let mut mode: Option<Mode> = None;
+    let mut root_cert: Option<String> = None;
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-        if k == "sslmode" {
-            tls = match v.as_ref() {
-                "disable" => Tls::Off,
-                "prefer" | "allow" => Tls::Unverified(SslMode::Prefer),
-                "require" => Tls::Unverified(SslMode::Require),
-                "verify-full" => Tls::Verified,
-                other => return Err(UrlError::SslMode(other.to_string())),
-            };
-        } else {
-            kept.append_pair(&k, &v);
+        match k.as_ref() {
+            "sslmode" => {
+                mode = Some(match v.as_ref() {
+                    "disable" => Mode::Disable,
+                    "prefer" | "allow" => Mode::Prefer,
+                    "require" => Mode::Require,
+                    "verify-full" => Mode::VerifyFull,
+                    other => return Err(UrlError::SslMode(other.to_string())),
+                })
+            }
+            "sslrootcert" => root_cert = Some(v.into_owned()),
+            _ => {
+                kept.append_pair(&k, &v);
+            }
         }
     }
     let kept = kept.finish();
@@ -104,10 +151,18 @@ pub(crate) fn parse(url: &str, timeout: Duration) -> Result<Target, UrlError> {
         false => format!("{base}?{kept}"),
     };
     let mut config: tokio_postgres::Config = rebuilt.parse().map_err(UrlError::Parse)?;
-    config.ssl_mode(match tls {
+    let tls = decide(mode, root_cert, on_this_machine(&config))?;
+    config.ssl_mode(match &tls {
         Tls::Off => SslMode::Disable,
-        Tls::Unverified(mode) => mode,
-        Tls::Verified => SslMode::Require,
+        Tls::Local => SslMode::Prefer,
+        Tls::Unverified(mode) => *mode,
+        Tls::Verified(_) => SslMode::Require,
+    });
+    // tokio-postgres then refuses cleartext, MD5, unbound SCRAM and no
+    // authentication at all (see `Tls::Unverified`).
+    config.channel_binding(match &tls {
+        Tls::Unverified(_) => ChannelBinding::Require,
+        Tls::Off | Tls::Local | Tls::Verified(_) => ChannelBinding::Prefer,
     });
     // A server that stopped answering is given up on within the store's timeout:
     // at connect, and on an idle connection by the kernel's keepalive.
@@ -116,6 +171,72 @@ pub(crate) fn parse(url: &str, timeout: Duration) -> Result<Target, UrlError> {
     config.keepalives_idle(Duration::from_secs(10));
     config.application_name("hookgate");
     Ok(Target { config, tls })
+}
+
+/// The `sslmode` a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyFull,
+}
+
+/// How to connect, from the `sslmode` and `sslrootcert` asked for and whether every
+/// host is on this machine: without an `sslmode`, `verify-full` unless the
+/// connection stays on the machine (or a root certificate was named).
+fn decide(mode: Option<Mode>, root_cert: Option<String>, local: bool) -> Result<Tls, UrlError> {
+    let roots = match root_cert {
+        // libpq's word for the system's store.
+        Some(path) if path == "system" => Some(Roots::System),
+        Some(path) => Some(Roots::File(PathBuf::from(path))),
+        None => None,
+    };
+    Ok(match (mode, roots) {
+        (Some(Mode::VerifyFull) | None, Some(roots)) => Tls::Verified(roots),
+        (Some(Mode::VerifyFull), None) => Tls::Verified(Roots::System),
+        (None, None) if local => Tls::Local,
+        (None, None) => Tls::Verified(Roots::System),
+        (Some(Mode::Disable), None) => Tls::Off,
+        (Some(Mode::Prefer), None) => Tls::Unverified(SslMode::Prefer),
+        (Some(Mode::Require), None) => Tls::Unverified(SslMode::Require),
+        (Some(other), Some(_)) => {
+            return Err(UrlError::RootCertWithoutVerify(match other {
+                Mode::Disable => "disable",
+                Mode::Prefer => "prefer",
+                _ => "require",
+            }));
+        }
+    })
+}
+
+/// Whether every host of `config` is on this machine: a Unix socket, `localhost` or
+/// a loopback address (and every `hostaddr` given, which is what is connected to, a
+/// loopback address). No host at all is the local socket.
+fn on_this_machine(config: &tokio_postgres::Config) -> bool {
+    let hosts_local = config.get_hosts().iter().all(|h| match h {
+        Host::Unix(_) => true,
+        Host::Tcp(name) => is_loopback_name(name),
+    });
+    hosts_local && config.get_hostaddrs().iter().all(IpAddr::is_loopback)
+}
+
+/// `localhost` or a loopback address (an IPv6 one with or without brackets).
+fn is_loopback_name(name: &str) -> bool {
+    let bare = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .unwrap_or(name);
+    name.eq_ignore_ascii_case("localhost") || bare.parse::<IpAddr>().is_ok_and(|a| a.is_loopback())
+}
+
+/// The warnings `url` deserves (see [`UrlWarning`]); none for a URL that does not
+/// parse (the store says why when it opens).
+pub fn url_warnings(url: &str) -> Vec<UrlWarning> {
+    match parse(url, Duration::from_secs(1)) {
+        Ok(t) if t.tls == Tls::Off && !on_this_machine(&t.config) => vec![UrlWarning::Unencrypted],
+        _ => Vec::new(),
+    }
 }
 
 /// Accepts any certificate (signatures still checked): `sslmode=require`, as libpq.
@@ -167,14 +288,17 @@ impl ServerCertVerifier for AnyCertificate {
     }
 }
 
-fn connector(tls: Tls) -> Result<MakeRustlsConnect, UrlError> {
+fn connector(tls: &Tls) -> Result<MakeRustlsConnect, UrlError> {
     crate::tls::install_provider();
     let config = match tls {
-        Tls::Verified => {
+        Tls::Verified(Roots::System) => {
             use rustls_platform_verifier::ConfigVerifierExt as _;
             rustls::ClientConfig::with_platform_verifier().map_err(UrlError::Tls)?
         }
-        Tls::Off | Tls::Unverified(_) => {
+        Tls::Verified(Roots::File(path)) => rustls::ClientConfig::builder()
+            .with_root_certificates(root_store(path)?)
+            .with_no_client_auth(),
+        Tls::Off | Tls::Local | Tls::Unverified(_) => {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             rustls::ClientConfig::builder()
                 .dangerous()
@@ -183,6 +307,26 @@ fn connector(tls: Tls) -> Result<MakeRustlsConnect, UrlError> {
         }
     };
     Ok(MakeRustlsConnect::new(config))
+}
+
+/// The certificates of the PEM file `path`, as the roots of a `verify-full`
+/// connection.
+fn root_store(path: &Path) -> Result<rustls::RootCertStore, UrlError> {
+    use rustls::pki_types::pem::PemObject as _;
+    let bad = |why: String| UrlError::RootCert {
+        path: path.to_path_buf(),
+        why,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| bad(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err(bad("holds no usable PEM certificate".to_string()));
+    }
+    Ok(roots)
 }
 
 /// A pool of `size` connections to `target`, each opened in `schema` and, when
@@ -214,7 +358,7 @@ pub(crate) fn pool(
     config.options(options);
     let manager = Manager::from_config(
         config,
-        connector(target.tls)?,
+        connector(&target.tls)?,
         ManagerConfig {
             // A connection whose server went away is closed by then, and dropped.
             recycling_method: RecyclingMethod::Fast,
@@ -244,7 +388,7 @@ pub(crate) async fn connect_alone(
     config.options(format!(
         "-c search_path={schema} -c client_min_messages=warning"
     ));
-    let tls = connector(target.tls).map_err(|e| StoreError::backend(Backend::Postgres, e))?;
+    let tls = connector(&target.tls).map_err(|e| StoreError::backend(Backend::Postgres, e))?;
     Ok(config.connect(tls).await?)
 }
 
@@ -313,12 +457,10 @@ mod tests {
             Duration::from_secs(5),
         )
         .unwrap();
-        assert_eq!(t.tls, Tls::Verified);
+        assert_eq!(t.tls, Tls::Verified(Roots::System));
         assert_eq!(t.config.get_ssl_mode(), SslMode::Require);
         assert_eq!(t.config.get_hosts().len(), 2);
         assert_eq!(t.config.get_dbname(), Some("db"));
-        let t = parse("postgres://u@h/db", Duration::from_secs(5)).unwrap();
-        assert_eq!(t.tls, Tls::Unverified(SslMode::Prefer));
         let t = parse("postgres://u@h/db?sslmode=disable", Duration::from_secs(5)).unwrap();
         assert_eq!(t.tls, Tls::Off);
         let err = parse(
@@ -332,5 +474,106 @@ mod tests {
             err.contains("verify-ca") && !err.contains("secret"),
             "{err}"
         );
+    }
+
+    fn tls_of(url: &str) -> Tls {
+        parse(url, Duration::from_secs(5)).unwrap().tls
+    }
+
+    #[test]
+    fn without_sslmode_a_host_off_this_machine_is_verified() {
+        for url in [
+            "postgres://u@db.example/db",
+            "postgres://u@10.0.0.5:5432/db",
+            "postgres://u@[2001:db8::1]/db",
+            "postgres://u@localhost,db.example/db",
+            "postgres://u@127.0.0.1,10.0.0.5/db",
+            "postgres://u@localhost.example/db",
+            "postgres://u@127.0.0.1/db?hostaddr=10.0.0.5",
+        ] {
+            assert_eq!(tls_of(url), Tls::Verified(Roots::System), "{url}");
+        }
+        for url in [
+            "postgres://u@127.0.0.1/db",
+            "postgres://u@127.0.0.2:5433/db",
+            "postgres://u@LocalHost/db",
+            "postgres://u@[::1]:5432/db",
+            "postgres://u@localhost,127.0.0.1/db",
+            "postgres://u@%2Fvar%2Frun%2Fpostgresql/db",
+            "postgres://u@/db?host=/var/run/postgresql",
+        ] {
+            assert_eq!(tls_of(url), Tls::Local, "{url}");
+        }
+    }
+
+    #[test]
+    fn an_unverified_channel_requires_channel_binding() {
+        for (url, mode) in [
+            ("postgres://u@db.example/db?sslmode=prefer", SslMode::Prefer),
+            ("postgres://u@127.0.0.1/db?sslmode=allow", SslMode::Prefer),
+            (
+                "postgres://u@db.example/db?sslmode=require",
+                SslMode::Require,
+            ),
+        ] {
+            let t = parse(url, Duration::from_secs(5)).unwrap();
+            assert_eq!(t.tls, Tls::Unverified(mode), "{url}");
+            assert_eq!(t.config.get_channel_binding(), ChannelBinding::Require);
+        }
+        for url in [
+            "postgres://u@db.example/db",
+            "postgres://u@127.0.0.1/db",
+            "postgres://u@db.example/db?sslmode=disable",
+        ] {
+            let t = parse(url, Duration::from_secs(5)).unwrap();
+            assert_eq!(
+                t.config.get_channel_binding(),
+                ChannelBinding::Prefer,
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn sslrootcert_names_the_roots_of_verify_full() {
+        assert_eq!(
+            tls_of("postgres://u@db.example/db?sslrootcert=/etc/pg/ca.crt"),
+            Tls::Verified(Roots::File("/etc/pg/ca.crt".into()))
+        );
+        assert_eq!(
+            tls_of("postgres://u@127.0.0.1/db?sslmode=verify-full&sslrootcert=%2Fca.pem"),
+            Tls::Verified(Roots::File("/ca.pem".into()))
+        );
+        assert_eq!(
+            tls_of("postgres://u@127.0.0.1/db?sslrootcert=system"),
+            Tls::Verified(Roots::System)
+        );
+        for mode in ["disable", "prefer", "require"] {
+            let url = format!("postgres://u@db.example/db?sslmode={mode}&sslrootcert=/ca.pem");
+            assert!(parse(&url, Duration::from_secs(5)).is_err(), "{url}");
+        }
+        let t = parse(
+            "postgres://u@127.0.0.1/db?sslrootcert=/nonexistent/ca.pem",
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let err = connector(&t.tls).err().expect("no such file").to_string();
+        assert!(err.contains("/nonexistent/ca.pem"), "{err}");
+    }
+
+    #[test]
+    fn only_disable_to_another_host_is_warned_about() {
+        assert_eq!(
+            url_warnings("postgres://u:p@db.example/db?sslmode=disable"),
+            vec![UrlWarning::Unencrypted]
+        );
+        for url in [
+            "postgres://u:p@127.0.0.1/db?sslmode=disable",
+            "postgres://u:p@db.example/db",
+            "postgres://u:p@db.example/db?sslmode=require",
+            "not a url",
+        ] {
+            assert!(url_warnings(url).is_empty(), "{url}");
+        }
     }
 }

@@ -35,6 +35,8 @@ use async_trait::async_trait;
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use self::connect::{UrlWarning, url_warnings};
+
 use self::accept::Waiting;
 use self::preconditions::Verdict;
 use super::activity::minute_of;
@@ -557,6 +559,11 @@ impl Rejections for PostgresStore {
 impl Search for PostgresStore {
     async fn indexed(&self, lookup: &IndexLookup) -> Result<Vec<String>, StoreError> {
         self.relaxed(async |conn| search::indexed(&*conn, lookup).await)
+            .await
+    }
+
+    async fn sizes(&self, keys: &[(String, String)]) -> Result<Vec<u64>, StoreError> {
+        self.relaxed(async |conn| search::sizes(&*conn, keys).await)
             .await
     }
 

@@ -75,6 +75,31 @@ pub(super) async fn indexed(
     Ok(ids)
 }
 
+/// The size of each entry `keys` names, 0 for one not there (see `Search::sizes`):
+/// `octet_length` of a stored value reads its recorded size, not the value.
+pub(super) async fn sizes(
+    c: &impl GenericClient,
+    keys: &[(String, String)],
+) -> Result<Vec<u64>, StoreError> {
+    let ids: Vec<&str> = keys.iter().map(|(_, id)| id.as_str()).collect();
+    let rows = c
+        .query_cached(
+            "SELECT id, source, octet_length(headers)::int8 + coalesce(octet_length(body), 0)::int8
+             FROM unnest($1::text[]) AS k(want)
+             JOIN entries ON entries.id = k.want COLLATE \"C\"",
+            &[&ids],
+        )
+        .await?;
+    let found: std::collections::HashMap<(String, String), i64> = rows
+        .iter()
+        .map(|r| ((r.get::<_, String>(1), r.get::<_, String>(0)), r.get(2)))
+        .collect();
+    Ok(keys
+        .iter()
+        .map(|k| found.get(k).map_or(0, |&n| u64::try_from(n).unwrap_or(0)))
+        .collect())
+}
+
 /// The entries `keys` name, whole, in the order asked (see `Search::get_many`).
 pub(super) async fn get_many(
     c: &impl GenericClient,

@@ -642,6 +642,10 @@ impl Search for RedisStore {
         self.index_lookup(lookup).await
     }
 
+    async fn sizes(&self, keys: &[(String, String)]) -> Result<Vec<u64>, StoreError> {
+        self.record_sizes(keys).await
+    }
+
     async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Entry>, StoreError> {
         self.load_many(keys).await
     }

@@ -6,7 +6,7 @@
 //! the entry's `ix` field too, which the purge script reads to remove them.
 
 use super::RedisStore;
-use super::codec::entry_from_map;
+use super::codec::{RECORD_FIELD, entry_from_map};
 use crate::store::{Entry, IndexLookup, StoreError};
 
 /// Above every entry id (ids are lower-case hex and dashes).
@@ -53,6 +53,34 @@ impl RedisStore {
         ids.dedup();
         ids.truncate(lookup.limit);
         Ok(ids)
+    }
+
+    /// The size of each entry `keys` names, 0 for one not there (see
+    /// `Search::sizes`): the length of its packed record (which holds its headers and
+    /// body), one pipeline per source.
+    pub(super) async fn record_sizes(
+        &self,
+        keys: &[(String, String)],
+    ) -> Result<Vec<u64>, StoreError> {
+        let mut by_source: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        for (i, (source, _)) in keys.iter().enumerate() {
+            by_source.entry(source.as_str()).or_default().push(i);
+        }
+        let mut sizes = vec![0u64; keys.len()];
+        for (source, at) in by_source {
+            let mut pipe = redis::pipe();
+            for &i in &at {
+                pipe.cmd("HSTRLEN")
+                    .arg(self.key(source, &format!("e:{}", keys[i].1)))
+                    .arg(RECORD_FIELD);
+            }
+            let mut c = self.conn();
+            let lengths: Vec<u64> = self.timed(pipe.query_async(&mut c)).await?;
+            for (&i, n) in at.iter().zip(lengths) {
+                sizes[i] = n;
+            }
+        }
+        Ok(sizes)
     }
 
     /// The entries `keys` name, whole, in the order asked (see `Search::get_many`):

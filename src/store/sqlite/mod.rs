@@ -538,6 +538,11 @@ impl Search for SqliteStore {
         self.read(move |conn| search::indexed(conn, &lookup)).await
     }
 
+    async fn sizes(&self, keys: &[(String, String)]) -> Result<Vec<u64>, StoreError> {
+        let keys = keys.to_vec();
+        self.read(move |conn| search::sizes(conn, &keys)).await
+    }
+
     async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Entry>, StoreError> {
         let keys = keys.to_vec();
         self.read(move |conn| search::get_many(conn, &keys)).await

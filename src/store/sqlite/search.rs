@@ -53,6 +53,27 @@ pub(super) fn indexed(conn: &Connection, lookup: &IndexLookup) -> Result<Vec<Str
     Ok(ids)
 }
 
+/// The size of each entry `keys` names, 0 for one not there (see `Search::sizes`).
+/// `length` of a column itself reads the size a row records, not the blob.
+pub(super) fn sizes(conn: &Connection, keys: &[(String, String)]) -> Result<Vec<u64>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT CASE WHEN p.n IS NULL THEN length(e.headers) + length(e.body)
+                     ELSE length(p.headers) + length(p.body) END
+         FROM entries e LEFT JOIN payloads p ON p.n = e.payload
+         WHERE e.id = ?1 AND e.source = ?2",
+    )?;
+    let mut out = Vec::with_capacity(keys.len());
+    for (source, id) in keys {
+        let mut rows = stmt.query(params![id, source])?;
+        let size = match rows.next()? {
+            Some(row) => row.get::<_, Option<i64>>(0)?.unwrap_or(0),
+            None => 0,
+        };
+        out.push(u64::try_from(size).unwrap_or(0));
+    }
+    Ok(out)
+}
+
 /// The entries `keys` name, whole, in the order asked (see `Search::get_many`).
 pub(super) fn get_many(
     conn: &Connection,

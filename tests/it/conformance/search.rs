@@ -279,3 +279,51 @@ for_each_fresh_store!(
     searches_by_index_and_by_scan_page_without_repeats_or_gaps,
     super::searches_by_index_and_by_scan_page_without_repeats_or_gaps
 );
+
+/// Each entry's size is told without its body (0 for one not there, or of another
+/// source), and a scan over entries larger than a batch of `SCAN_BYTES` reads them in
+/// several batches and finds every one, newest first.
+async fn sizes_are_told_and_a_scan_of_large_entries_finds_each(store: &dyn Store) {
+    use hookgate::store::search::SCAN_BYTES;
+    let t = hookgate::clock::system_now_ms() - 60_000;
+    let big = usize::try_from(SCAN_BYTES).unwrap() / 2 + 1;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut e = entry_at("sz", &format!("evt_sz_{i}"), t + i, "thing.happened");
+        let body = json!({"n": i, "big": i % 2 == 0, "pad": "x".repeat(big)});
+        e.body = Bytes::from(body.to_string());
+        ids.push(accept_new(store, e).await);
+    }
+    let mut keys: Vec<(String, String)> = ids.iter().map(|id| ("sz".into(), id.clone())).collect();
+    keys.push(("sz".into(), "00000000-0000-7000-8000-000000000000".into()));
+    keys.push(("other".into(), ids[0].clone()));
+    let sizes = store.sizes(&keys).await.unwrap();
+    assert_eq!(sizes.len(), keys.len());
+    for (i, size) in sizes.iter().take(5).enumerate() {
+        let size = usize::try_from(*size).unwrap();
+        assert!(size > big && size < big + 4096, "entry {i}: {size}");
+    }
+    assert_eq!(&sizes[5..], &[0, 0]);
+
+    let q = query(
+        ListQuery {
+            source: Some("sz".into()),
+            limit: 10,
+            ..ListQuery::default()
+        },
+        vec![("/big", Test::Equals(json!(true)))],
+        vec![],
+    );
+    let page = search(store, &q).await.unwrap();
+    let found: Vec<&str> = page.entries.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(
+        found,
+        vec![ids[4].as_str(), ids[2].as_str(), ids[0].as_str()]
+    );
+    assert_eq!(page.scanned, 5);
+    assert!(page.complete);
+}
+for_each_fresh_store!(
+    sizes_are_told_and_a_scan_of_large_entries_finds_each,
+    super::sizes_are_told_and_a_scan_of_large_entries_finds_each
+);
