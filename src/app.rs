@@ -419,6 +419,7 @@ async fn build(
             })
             .collect(),
         cfg.server.max_body_bytes,
+        cfg.forwarder.transform_memory_bytes,
     ));
     let ops = Operations::new(
         store.clone(),

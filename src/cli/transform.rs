@@ -131,6 +131,7 @@ async fn run_here(cfg: &Config, source: &str, route: &str, body: &[u8]) -> anyho
         exe,
         vec![(source.to_string(), route.to_string(), program)],
         cfg.server.max_body_bytes,
+        cfg.forwarder.transform_memory_bytes,
     ));
     let meta = || {
         crate::transform::meta(

@@ -53,6 +53,7 @@ breaker_failures = 5
 breaker_cooldown = "30s"
 maintenance_interval = "10s"
 ingest_first = 40
+transform_memory_bytes = 536870912
 
 [retention]
 delivered = "7d"

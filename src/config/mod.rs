@@ -362,6 +362,8 @@ pub struct ForwarderConfig {
     /// at once, on average over two 100 ms windows in a row, deliveries are held to
     /// a share (`crate::pressure`); 0: never.
     pub ingest_first: usize,
+    /// The address space each transform worker may use, in bytes.
+    pub transform_memory_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -502,6 +504,28 @@ mod tests {
             let text = err.to_string();
             assert!(text.contains(key), "{bad}: {text}");
             assert!(!text.contains("PLANTED"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_transform_worker_memory_outside_its_bounds_is_refused() {
+        let cfg = from_toml_str("", &no_env).unwrap();
+        assert_eq!(cfg.forwarder.transform_memory_bytes, 512 << 20);
+        let cfg = from_toml_str(
+            "[forwarder]\ntransform_memory_bytes = 1073741824\n",
+            &no_env,
+        );
+        assert_eq!(cfg.unwrap().forwarder.transform_memory_bytes, 1 << 30);
+        for bad in [0u64, 100 << 20, 65 << 30] {
+            let err = from_toml_str(
+                &format!("[forwarder]\ntransform_memory_bytes = {bad}\n"),
+                &no_env,
+            )
+            .unwrap_err();
+            assert!(
+                err.to_string().contains("forwarder.transform_memory_bytes"),
+                "{err}"
+            );
         }
     }
 

@@ -113,6 +113,7 @@ pub struct RawForwarder {
     pub breaker_cooldown: String,
     pub maintenance_interval: String,
     pub ingest_first: usize,
+    pub transform_memory_bytes: u64,
 }
 
 #[derive(Debug, Deserialize)]

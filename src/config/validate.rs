@@ -478,6 +478,9 @@ fn unusable_schema_name(name: &str) -> Option<&'static str> {
     }
 }
 
+/// The most address space a transform worker may be given.
+const MAX_TRANSFORM_MEMORY: u64 = 64 << 30;
+
 /// `[forwarder]`: the lease, the polling and maintenance intervals, the breaker.
 fn validate_forwarder(raw: &RawForwarder) -> Result<ForwarderConfig, ConfigError> {
     let forwarder = ForwarderConfig {
@@ -491,7 +494,19 @@ fn validate_forwarder(raw: &RawForwarder) -> Result<ForwarderConfig, ConfigError
             &raw.maintenance_interval,
         )?,
         ingest_first: raw.ingest_first,
+        transform_memory_bytes: raw.transform_memory_bytes,
     };
+    if !(crate::transform::pool::MIN_MEMORY..=MAX_TRANSFORM_MEMORY)
+        .contains(&forwarder.transform_memory_bytes)
+    {
+        return Err(ConfigError::invalid(
+            "forwarder.transform_memory_bytes",
+            format!(
+                "must be between {} (384 MiB: a worker's stack and code) and {MAX_TRANSFORM_MEMORY} (64 GiB)",
+                crate::transform::pool::MIN_MEMORY
+            ),
+        ));
+    }
     if forwarder.poll_interval.is_zero() || forwarder.maintenance_interval.is_zero() {
         return Err(ConfigError::invalid(
             "forwarder.poll_interval",

@@ -14,6 +14,7 @@
 mod json_view;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Extension;
 use axum::extract::rejection::PathRejection;
@@ -148,8 +149,14 @@ pub async fn action(
     }
 }
 
+/// How long the entry page waits for a route's preview: a transform still running
+/// then (a slow or endless program) is said to be, and the page answers.
+const PREVIEW_WAIT: Duration = Duration::from_secs(2);
+
 /// What each of the entry's routes with a transform would send now; a route whose
-/// transform cannot run now (no worker) says so instead.
+/// transform cannot run now (no worker), or is still running after
+/// [`PREVIEW_WAIT`], says so instead. The routes' previews run at once, each in its
+/// route's share of the workers: one route's slow program delays no other's.
 async fn previews(
     console: &ConsoleState,
     d: &EntryDetail,
@@ -158,15 +165,24 @@ async fn previews(
     let Some(transforms) = &ops.transforms else {
         return Ok(Vec::new());
     };
+    let runs = d
+        .deliveries
+        .iter()
+        .filter(|x| transforms.has(&d.summary.source, &x.route))
+        .map(|x| async move {
+            let preview = crate::operations::preview::preview(ops, &d.summary.id, Some(&x.route));
+            (&x.route, tokio::time::timeout(PREVIEW_WAIT, preview).await)
+        });
     let mut out = Vec::new();
-    for x in &d.deliveries {
-        if !transforms.has(&d.summary.source, &x.route) {
-            continue;
-        }
-        match crate::operations::preview::preview(ops, &d.summary.id, Some(&x.route)).await {
-            Ok(p) => out.push(Ok(p)),
-            Err(OpError::Store(cause)) => return Err(ConsoleError::Store(cause)),
-            Err(other) => out.push(Err(format!("route {}: {other}", x.route))),
+    for (route, preview) in futures_util::future::join_all(runs).await {
+        match preview {
+            Ok(Ok(p)) => out.push(Ok(p)),
+            Ok(Err(OpError::Store(cause))) => return Err(ConsoleError::Store(cause)),
+            Ok(Err(other)) => out.push(Err(format!("route {route}: {other}"))),
+            Err(_) => out.push(Err(format!(
+                "route {route}: its transform is still running after {} s; reload the page to see what it gives",
+                PREVIEW_WAIT.as_secs()
+            ))),
         }
     }
     Ok(out)

@@ -61,6 +61,8 @@ pub(super) struct Ahead {
     batch: usize,
     /// How many deliveries the route sends at a time.
     concurrency: usize,
+    /// How long after its claim a delivery may still be sent.
+    max_wait: Duration,
 }
 
 /// One claimed delivery counted among the waiting, until dropped.
@@ -81,8 +83,9 @@ impl Drop for Waiting {
 
 /// What a claimed delivery holds from the claim on.
 enum Hold {
-    /// Its destination slot: taken before the claim.
-    Slot(OwnedSemaphorePermit),
+    /// Its destination slot: taken before the claim; and how long after its claim
+    /// it may still be sent.
+    Slot(OwnedSemaphorePermit, Duration),
     /// Its room among the route's claims; it waits for a slot.
     Room {
         room: OwnedSemaphorePermit,
@@ -111,6 +114,18 @@ pub(super) enum NotSent {
 }
 
 impl Place {
+    /// The latest its transform may end, for a claim sent at `leased_at`: a
+    /// transform that has not run by then (it waited for a worker) gives the lease
+    /// back as a wait for a slot does. With its slot in hand (no claiming ahead), at
+    /// least [`MIN_WAIT`]: a lease barely longer than the timeout still lets a
+    /// transform run.
+    pub(super) fn deadline(&self, leased_at: Instant) -> Instant {
+        match &self.0 {
+            Hold::Slot(_, max_wait) => leased_at + (*max_wait).max(MIN_WAIT),
+            Hold::Room { max_wait, .. } => leased_at + *max_wait,
+        }
+    }
+
     /// Wait for the destination slot (no wait when the claim took it first). Gives
     /// up on `shutdown`, when the entry is `discarded`, or when the wait reaches its
     /// limit, counted from `leased_at` (when the claim was sent; the lease runs from
@@ -122,7 +137,7 @@ impl Place {
         discarded: &CancellationToken,
     ) -> Result<Sending, NotSent> {
         match self.0 {
-            Hold::Slot(slot) => Ok(Sending {
+            Hold::Slot(slot, _) => Ok(Sending {
                 _slot: slot,
                 _room: None,
             }),
@@ -184,6 +199,7 @@ impl Ahead {
             room,
             waiting: Arc::new(AtomicUsize::new(0)),
             concurrency,
+            max_wait,
         }
     }
 
@@ -233,7 +249,7 @@ impl Ahead {
         Some(
             got.into_iter()
                 .map(|permit| match max_wait {
-                    None => Place(Hold::Slot(permit)),
+                    None => Place(Hold::Slot(permit, self.max_wait)),
                     Some(max_wait) => Place(Hold::Room {
                         room: permit,
                         slots: self.slots.clone(),

@@ -1,8 +1,12 @@
 //! One delivery: send a claimed entry to its destination, turn the answer into an
 //! attempt, let the retry policy decide what follows, and record it in the store.
 //!
-//! A delivery holds one destination slot only for the HTTP exchange. It gives its
-//! claim back untouched when the breaker opened or the source was paused since the
+//! A delivery holds one destination slot only for the HTTP exchange: a route's
+//! transform runs before the slot is taken (a slow program never holds slots other
+//! routes to the destination need), within the same part of the lease as a wait for
+//! a slot (see `ahead`): a delivery whose transform no worker started by then, or
+//! whose output came after it, gives its lease back unsent, so waiting for a worker
+//! never makes a delivery go twice. It gives its claim back untouched when the breaker opened or the source was paused since the
 //! claim, stops at once when an operator discards the entry, and releases its lease
 //! when shutdown runs out of grace.
 
@@ -155,6 +159,81 @@ pub(super) async fn deliver(
         drop(in_flight);
         complete(fwd, &claim, Completion::Release { at }).await;
     };
+    // The route's program, from the stored body, at every attempt; before the slot
+    // is taken, and given up with the lease when it has not run in time.
+    let transformed = match &route.transforms {
+        None => None,
+        Some(t) => {
+            if fwd.is_paused(route) {
+                give_back(permit, in_flight, fwd.clock.now_ms()).await;
+                return;
+            }
+            let deadline = queued.place.deadline(queued.leased_at);
+            let ran = tokio::select! {
+                biased;
+                _ = queued.shutdown.cancelled() => None,
+                _ = discarded.cancelled() => None,
+                r = transform(t, route, entry, deadline) => Some(r),
+            };
+            let Some(ran) = ran else {
+                give_back(permit, in_flight, fwd.clock.now_ms()).await;
+                return;
+            };
+            // A run that started in time may end after the deadline: what it made is
+            // not sent then (the lease left may be too short to record the send).
+            let late = match &ran {
+                Err(TransformError::Late) => true,
+                Ok(Ran::Send(_)) => tokio::time::Instant::now() >= deadline,
+                _ => false,
+            };
+            if late {
+                route.meters.slot_waits_expired.increment(1);
+                tracing::debug!(
+                    source = %route.source, route = %route.name, entry_id = %entry.id,
+                    "the transform did not run within the lease; the delivery is claimed again"
+                );
+                give_back(permit, in_flight, fwd.clock.now_ms()).await;
+                return;
+            }
+            match ran {
+                Ok(Ran::Send(shaped)) => Some(shaped),
+                Ok(Ran::Empty) => {
+                    drop(permit);
+                    drop(in_flight);
+                    route.meters.transform_skipped.increment(1);
+                    tracing::info!(
+                        source = %route.source, route = %route.name, entry_id = %entry.id,
+                        "delivery skipped: the route's transform gave no output"
+                    );
+                    let reason = crate::transform::EMPTY_REASON.to_string();
+                    complete(fwd, &claim, Completion::Filtered { reason }).await;
+                    return;
+                }
+                Err(e) if e.is_final() => {
+                    drop(permit);
+                    drop(in_flight);
+                    let now = fwd.clock.now_ms();
+                    let completion = transform_failed(fwd, route, &claim, &e, now);
+                    if let Some((attempt, outcome)) = completion_attempt(&completion) {
+                        let wall = fwd.traces.is_on().then(SystemTime::now);
+                        trace_attempt(fwd, route, &claim, wall, Duration::ZERO, attempt, outcome);
+                    }
+                    complete(fwd, &claim, completion).await;
+                    return;
+                }
+                Err(e) => {
+                    // No worker: the program is not at fault; the delivery waits.
+                    const MSG: &str = "cannot run the route's transform; the delivery waits";
+                    let kind = format!("{}/{}", route.source, route.name);
+                    if crate::telemetry::throttle::hit(MSG, &kind) {
+                        tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
+                    }
+                    give_back(permit, in_flight, fwd.clock.now_ms() + 1_000).await;
+                    return;
+                }
+            }
+        }
+    };
     let sending = queued
         .place
         .sending(queued.leased_at, &queued.shutdown, &discarded)
@@ -198,49 +277,6 @@ pub(super) async fn deliver(
         give_back(permit, in_flight, now).await;
         return;
     }
-    // The route's program, from the stored body, at every attempt.
-    let transformed = match &route.transforms {
-        None => None,
-        Some(t) => match transform(t, route, entry).await {
-            Ok(Ran::Send(shaped)) => Some(shaped),
-            Ok(Ran::Empty) => {
-                drop(sending);
-                drop(permit);
-                drop(in_flight);
-                route.meters.transform_skipped.increment(1);
-                tracing::info!(
-                    source = %route.source, route = %route.name, entry_id = %entry.id,
-                    "delivery skipped: the route's transform gave no output"
-                );
-                let reason = crate::transform::EMPTY_REASON.to_string();
-                complete(fwd, &claim, Completion::Filtered { reason }).await;
-                return;
-            }
-            Err(e) if e.is_final() => {
-                drop(sending);
-                drop(permit);
-                drop(in_flight);
-                let completion = transform_failed(fwd, route, &claim, &e, now);
-                if let Some((attempt, outcome)) = completion_attempt(&completion) {
-                    let wall = fwd.traces.is_on().then(SystemTime::now);
-                    trace_attempt(fwd, route, &claim, wall, Duration::ZERO, attempt, outcome);
-                }
-                complete(fwd, &claim, completion).await;
-                return;
-            }
-            Err(e) => {
-                // No worker: the program is not at fault; the delivery waits.
-                const MSG: &str = "cannot run the route's transform; the delivery waits";
-                let kind = format!("{}/{}", route.source, route.name);
-                if crate::telemetry::throttle::hit(MSG, &kind) {
-                    tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
-                }
-                drop(sending);
-                give_back(permit, in_flight, fwd.clock.now_ms() + 1_000).await;
-                return;
-            }
-        },
-    };
     let started = Instant::now();
     let wall = fwd.traces.is_on().then(SystemTime::now);
     let outcome = tokio::select! {
@@ -330,16 +366,24 @@ fn trace_attempt(
     });
 }
 
-/// Run the route's program on the stored body, with `$meta` describing the entry.
+/// Run the route's program on the stored body, with `$meta` describing the entry;
+/// not started after `start_by` ([`TransformError::Late`]).
 async fn transform(
     t: &Transforms,
     route: &Route,
     entry: &crate::store::Entry,
+    start_by: tokio::time::Instant,
 ) -> Result<Ran, TransformError> {
     let meta = || request::transform_meta(entry, &route.name);
     let started = Instant::now();
     let ran = t
-        .run(&route.source, &route.name, meta, &entry.body)
+        .run_by(
+            &route.source,
+            &route.name,
+            meta,
+            &entry.body,
+            Some(start_by),
+        )
         .await
         .unwrap_or_else(|| {
             Err(TransformError::Unavailable(

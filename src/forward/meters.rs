@@ -49,7 +49,7 @@ pub struct RouteMeters {
     pub retries_scheduled: Counter,
     pub dead_lettered: Counter,
     /// `hookgate_slot_waits_expired_total`: claimed deliveries given back unsent
-    /// because no destination slot came within their lease.
+    /// because no destination slot (or no transform worker) came within their lease.
     pub slot_waits_expired: Counter,
     /// `hookgate_circuit_breaker_state` of the route's destination origin.
     pub breaker_state: Gauge,

@@ -221,7 +221,7 @@ fn describe() {
     );
     describe_counter!(
         "hookgate_slot_waits_expired_total",
-        "Claimed deliveries given back unsent because no destination slot came within their lease, by source and route"
+        "Claimed deliveries given back unsent because no destination slot (or no transform worker) came within their lease, by source and route"
     );
     describe_counter!(
         "hookgate_transform_skipped_total",

@@ -9,6 +9,10 @@
 //! endless or exploding program costs one failed delivery, never the gateway. What
 //! the output becomes on the wire is `shape`'s.
 //!
+//! How workers are shared between routes, when a run's deadline has passed (and the
+//! one retry a timeout gets), and how much memory and input depth a run may have is
+//! `pool`'s and `worker`'s.
+//!
 //! A failure is the delivery's, for good: `transform: <kind>` is its dead-letter
 //! group (`timeout`, `runtime`, `not-json`, `too-large`, `bad-output`, `crashed`). A
 //! program with no output skips the delivery (`filtered`). A worker that cannot be
@@ -73,8 +77,14 @@ pub struct RouteProgram {
 
 impl Transforms {
     /// The transforms of `routes` (`(source, route, transform)`), run by `exe
-    /// transform-worker`, their outputs at most `cap` bytes. Nothing starts yet.
-    pub fn new(exe: PathBuf, routes: Vec<(String, String, TransformConfig)>, cap: usize) -> Self {
+    /// transform-worker` with an address space of `memory` bytes, their outputs at
+    /// most `cap` bytes. Nothing starts yet.
+    pub fn new(
+        exe: PathBuf,
+        routes: Vec<(String, String, TransformConfig)>,
+        cap: usize,
+        memory: u64,
+    ) -> Self {
         let mut programs = Vec::with_capacity(routes.len());
         let mut by_route = HashMap::with_capacity(routes.len());
         for (source, route, t) in routes {
@@ -90,7 +100,7 @@ impl Transforms {
             programs.push(t.program);
         }
         Transforms {
-            pool: Pool::new(exe, programs),
+            pool: Pool::with(exe, programs, pool::default_workers(), memory),
             routes: by_route,
             cap,
         }
@@ -112,18 +122,33 @@ impl Transforms {
         meta: impl FnOnce() -> Vec<u8>,
         body: &[u8],
     ) -> Option<Result<Ran, TransformError>> {
+        self.run_by(source, route, meta, body, None).await
+    }
+
+    /// [`Transforms::run`], not started after `start_by` ([`TransformError::Late`]).
+    pub async fn run_by(
+        &self,
+        source: &str,
+        route: &str,
+        meta: impl FnOnce() -> Vec<u8>,
+        body: &[u8],
+        start_by: Option<tokio::time::Instant>,
+    ) -> Option<Result<Ran, TransformError>> {
         let p = *self.routes.get(&(source.to_string(), route.to_string()))?;
         let meta = if p.reads_meta { meta() } else { Vec::new() };
         Some(
             self.pool
-                .run(Run {
-                    program: p.index,
-                    envelope: p.envelope,
-                    cap: self.cap,
-                    timeout: p.timeout,
-                    meta: &meta,
-                    body,
-                })
+                .run_by(
+                    Run {
+                        program: p.index,
+                        envelope: p.envelope,
+                        cap: self.cap,
+                        timeout: p.timeout,
+                        meta: &meta,
+                        body,
+                    },
+                    start_by,
+                )
                 .await,
         )
     }
@@ -211,6 +236,10 @@ pub enum TransformError {
     /// again later.
     #[error("transform worker unavailable: {0}")]
     Unavailable(String),
+    /// No worker started the run in the time its caller had (a delivery's lease):
+    /// not the program's failure either.
+    #[error("transform: not started in time")]
+    Late,
 }
 
 impl TransformError {
@@ -224,12 +253,14 @@ impl TransformError {
             TransformError::BadOutput(_) => "bad-output",
             TransformError::Crashed => "crashed",
             TransformError::Unavailable(_) => "unavailable",
+            TransformError::Late => "late",
         }
     }
 
-    /// Whether the delivery fails for good (every kind but `Unavailable`).
+    /// Whether the delivery fails for good (every kind but `Unavailable` and
+    /// `Late`).
     pub fn is_final(&self) -> bool {
-        !matches!(self, TransformError::Unavailable(_))
+        !matches!(self, TransformError::Unavailable(_) | TransformError::Late)
     }
 }
 

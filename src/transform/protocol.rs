@@ -23,6 +23,9 @@ pub const MAX_FRAME: usize = 256 << 20;
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Init {
     pub programs: Vec<String>,
+    /// The address space the worker may use, in bytes (0: the worker's own bound).
+    #[serde(default)]
+    pub memory: u64,
 }
 
 /// The worker's answer to [`Init`].

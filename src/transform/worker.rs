@@ -7,7 +7,14 @@
 //! from outside, and a stack overflow aborts the whole process, so programs run in
 //! a process of their own that the gateway kills at the deadline: whatever a
 //! program does, the gateway goes on. The worker starts with an empty environment
-//! (the gateway's holds secrets), a bounded address space and no core dumps.
+//! (the gateway's holds secrets), a bounded address space (the gateway says how
+//! much: `transform_memory_bytes`) and no core dumps. On Linux it also sets
+//! `no_new_privs` and a seccomp filter ([`confine`]) before it reads any input: a
+//! program that found a flaw in the interpreter could still not start a program,
+//! open a file or a socket, or touch another process. Input nested deeper than
+//! [`MAX_DEPTH`] is refused before it is parsed: the depth of a value is what makes
+//! `paths` and its like quadratic (a 1 MB body 500,000 levels deep took a worker to
+//! 1.9 GB).
 
 use std::io::{self, BufReader};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -26,12 +33,17 @@ use super::shape::{self, ShapeError};
 /// compiles on it (`program::STACK`); a run that recurses deeper ends the worker,
 /// and fails as `crashed`.
 const STACK: usize = program::STACK;
-/// The address space a worker may use.
+/// The address space a worker may use until the gateway says how much
+/// (`Init::memory`).
 const ADDRESS_SPACE: u64 = 2 << 30;
+/// The deepest input a program runs on: arrays and objects nested at most this
+/// many levels (serde_json's own default bound).
+pub const MAX_DEPTH: usize = 128;
 
 /// Serve jobs on stdin/stdout until stdin closes. Returns when the gateway is gone.
 pub fn main() -> io::Result<()> {
     limit_resources();
+    confine()?;
     let runner = std::thread::Builder::new()
         .name("transform".into())
         .stack_size(STACK)
@@ -59,7 +71,149 @@ fn limit_resources() {
         unsafe { libc::setrlimit(resource, &lim) }
     };
     set(libc::RLIMIT_CORE, 0);
-    set(libc::RLIMIT_AS, ADDRESS_SPACE);
+    // The soft limit only: the gateway's may be larger.
+    set_address_space(ADDRESS_SPACE, false);
+}
+
+/// Bound the address space to `bytes`; `hard`: for good (it cannot be raised again).
+fn set_address_space(bytes: u64, hard: bool) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into `lim`, which lives through the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0 {
+        lim.rlim_max = libc::RLIM_INFINITY;
+    }
+    let bytes = (bytes as libc::rlim_t).min(lim.rlim_max);
+    lim.rlim_cur = bytes;
+    if hard {
+        lim.rlim_max = bytes;
+    }
+    // SAFETY: setrlimit reads the struct it is given and changes only this process's
+    // limits. A limit it refuses leaves the one before (at most [`ADDRESS_SPACE`]).
+    unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) };
+}
+
+/// `no_new_privs`, and a seccomp filter that refuses (`EPERM`) what a program never
+/// needs: starting programs or processes (a `clone` that is not a thread's),
+/// opening files, sockets, signalling or tracing other processes, mounts, changes
+/// of identity, kernel keyrings, BPF, perf, io_uring. Everything else a Rust
+/// program's allocator, threads, pipes and clocks use stays allowed: a refusal is
+/// an error for the interpreter, never a killed worker. Where the system has no
+/// seccomp (not Linux, or a kernel without it) the worker runs without it.
+#[cfg(target_os = "linux")]
+// A system call's number is a `c_long`, an `i64` only on 64-bit targets.
+#[allow(clippy::useless_conversion)]
+fn confine() -> io::Result<()> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes no pointers and only restricts
+    // this process and its children.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let Ok(arch) = TargetArch::try_from(std::env::consts::ARCH) else {
+        return Ok(());
+    };
+    let refused: &[libc::c_long] = &[
+        libc::SYS_execve,
+        libc::SYS_execveat,
+        libc::SYS_fork,
+        libc::SYS_vfork,
+        libc::SYS_openat,
+        libc::SYS_openat2,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_socket,
+        libc::SYS_socketpair,
+        libc::SYS_connect,
+        libc::SYS_bind,
+        libc::SYS_listen,
+        libc::SYS_accept4,
+        libc::SYS_sendto,
+        libc::SYS_sendmsg,
+        libc::SYS_recvfrom,
+        libc::SYS_recvmsg,
+        libc::SYS_kill,
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_open,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_pidfd_send_signal,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_setuid,
+        libc::SYS_setgid,
+        libc::SYS_setreuid,
+        libc::SYS_setregid,
+        libc::SYS_setresuid,
+        libc::SYS_setresgid,
+        libc::SYS_setgroups,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_io_uring_setup,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_kexec_load,
+        libc::SYS_reboot,
+    ];
+    let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> = refused
+        .iter()
+        .map(|&nr| (i64::from(nr), Vec::new()))
+        .collect();
+    #[cfg(target_arch = "x86_64")]
+    for nr in [libc::SYS_open, libc::SYS_creat, libc::SYS_accept] {
+        rules.insert(i64::from(nr), Vec::new());
+    }
+    // A clone without CLONE_THREAD starts a process.
+    let not_a_thread = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+        0,
+    )
+    .and_then(|c| SeccompRule::new(vec![c]))
+    .map_err(io::Error::other)?;
+    rules.insert(i64::from(libc::SYS_clone), vec![not_a_thread]);
+    // `clone3` takes its flags in memory, out of a filter's sight: it answers
+    // "not implemented", and the C library falls back to `clone`, checked above.
+    let clone3 = std::collections::BTreeMap::from([(i64::from(libc::SYS_clone3), Vec::new())]);
+    for (rules, errno) in [(rules, libc::EPERM), (clone3, libc::ENOSYS)] {
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            arch,
+        )
+        .map_err(io::Error::other)?;
+        let program: seccompiler::BpfProgram = filter.try_into().map_err(io::Error::other)?;
+        match seccompiler::apply_filter(&program) {
+            Ok(()) => {}
+            // A kernel built without seccomp: no_new_privs is set; go on without it.
+            Err(seccompiler::Error::Seccomp(e)) if e.raw_os_error() == Some(libc::EINVAL) => {
+                return Ok(());
+            }
+            Err(e) => return Err(io::Error::other(e)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn confine() -> io::Result<()> {
+    Ok(())
 }
 
 /// How much of the gateway's input the worker reads at once: a batch of runs
@@ -98,6 +252,9 @@ fn answer_jobs<R: io::Read, W: io::Write>(
     let Some(init) = read_message::<Init>(input)? else {
         return Ok(());
     };
+    if init.memory > 0 {
+        set_address_space(init.memory, true);
+    }
     let mut compiled = Vec::with_capacity(init.programs.len());
     for (i, code) in init.programs.iter().enumerate() {
         match program::compile(code) {
@@ -250,6 +407,12 @@ fn failed(failure: Failure, message: String) -> (Reply, Option<Vec<u8>>) {
 /// Run one job: the program over the body, with `$meta` (JSON; empty: `null`), to
 /// its end (a program that gives outputs forever runs until the gateway's deadline).
 pub fn run(c: &Compiled, meta: &[u8], body: &[u8], job: &Job) -> (Reply, Option<Vec<u8>>) {
+    if deeper_than(body, MAX_DEPTH) {
+        return failed(
+            Failure::Runtime,
+            format!("the stored body is nested deeper than {MAX_DEPTH} levels"),
+        );
+    }
     let input = match jaq_json::read::parse_single(body) {
         Ok(v) => v,
         Err(_) => return failed(Failure::NotJson, "the stored body is not JSON".into()),
@@ -294,6 +457,38 @@ pub fn run(c: &Compiled, meta: &[u8], body: &[u8], job: &Job) -> (Reply, Option<
     }
 }
 
+/// Whether the JSON text `body` nests arrays and objects more than `max` levels
+/// deep (brackets inside strings do not count). Text that is not JSON is left to
+/// the parser.
+fn deeper_than(body: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// An error's text, bounded (it may quote the input).
 fn message(text: &str) -> String {
     let mut s: String = text.chars().take(200).collect();
@@ -336,6 +531,27 @@ mod tests {
     }
 
     #[test]
+    fn input_deeper_than_the_bound_is_refused_before_it_is_parsed() {
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        assert!(!deeper_than(nested(MAX_DEPTH).as_bytes(), MAX_DEPTH));
+        assert!(deeper_than(nested(MAX_DEPTH + 1).as_bytes(), MAX_DEPTH));
+        // Brackets in strings are text, an escaped quote does not end a string.
+        let quoted = format!(r#"{{"a":"\"{}"}}"#, "[".repeat(1000));
+        assert!(!deeper_than(quoted.as_bytes(), MAX_DEPTH));
+        match run_on("[paths] | length", &nested(500_000), false).0 {
+            Reply::Failed {
+                failure: Failure::Runtime,
+                message,
+            } => assert!(message.contains("nested deeper than 128"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            run_on("[paths] | length", &nested(MAX_DEPTH), false).0,
+            Reply::Sent { .. }
+        ));
+    }
+
+    #[test]
     fn failures_have_their_kind() {
         let kind = |code: &str, body: &str| match run_on(code, body, false).0 {
             Reply::Failed { failure, .. } => Some(failure),
@@ -357,6 +573,7 @@ mod tests {
                     ".a".into(),
                     "{body: .a, content_type: \"text/plain\"}".into(),
                 ],
+                memory: 0,
             },
         )
         .unwrap();

@@ -86,6 +86,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
             env!("CARGO_BIN_EXE_hookgate").into(),
             Vec::new(),
             cfg.server.max_body_bytes,
+            cfg.forwarder.transform_memory_bytes,
         )),
     )
     .unwrap();
