@@ -236,10 +236,36 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// The one header the trusted proxies write to name the client; the others are
     /// never read.
-    pub client_ip_header: crate::serve::forwarded::ClientIpHeader,
+    pub client_ip_header: ClientIpHeader,
     /// How often a provider's published address ranges are fetched again
     /// (`allow_ips = "provider"`).
     pub allowlist_refresh: Duration,
+}
+
+/// The one header the trusted proxies write to name the client
+/// (`server.client_ip_header`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For: client, proxy1, …`, each proxy appending (nginx's
+    /// `$proxy_add_x_forwarded_for`, HAProxy's `option forwardfor`, most load
+    /// balancers).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239's `Forwarded: for=…`, each proxy appending an element.
+    Forwarded,
+    /// `X-Real-IP: client`, which the proxy sets (overwriting the client's).
+    XRealIp,
+}
+
+impl ClientIpHeader {
+    /// The header's name, as written in the configuration and on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientIpHeader::XForwardedFor => "x-forwarded-for",
+            ClientIpHeader::Forwarded => "forwarded",
+            ClientIpHeader::XRealIp => "x-real-ip",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

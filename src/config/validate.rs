@@ -2,7 +2,6 @@
 //! section of a [`RawConfig`] and builds the [`Config`], naming the key of the first
 //! problem it finds.
 
-use crate::serve::forwarded::ClientIpHeader;
 use std::net::SocketAddr;
 
 use super::durations::parse_duration;
@@ -12,9 +11,9 @@ use super::raw::{
 };
 use super::source::validate_source;
 use super::{
-    AdminConfig, AlertsConfig, Config, ConfigError, EmbeddedConfig, ForwarderConfig, LogConfig,
-    LogFormat, PostgresConfig, RedisConfig, RetentionConfig, Secret, ServerConfig, SourceConfig,
-    StoreConfig, TelemetryConfig, TraceSettings, redact_url,
+    AdminConfig, AlertsConfig, ClientIpHeader, Config, ConfigError, EmbeddedConfig,
+    ForwarderConfig, LogConfig, LogFormat, PostgresConfig, RedisConfig, RetentionConfig, Secret,
+    ServerConfig, SourceConfig, StoreConfig, TelemetryConfig, TraceSettings, redact_url,
 };
 
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {

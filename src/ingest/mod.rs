@@ -889,7 +889,7 @@ async fn handle_source(
     // checked first (see `provider::certificate`).
     let asker = crate::provider::certificate::Asker {
         source: &source.name,
-        client: address.or(client),
+        client: budget_client,
     };
     let fetched = certified_key(
         ingest,

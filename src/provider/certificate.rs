@@ -16,7 +16,7 @@
 //! - nothing is fetched for a request whose unsigned claims already fail (the
 //!   caller checks them first: `Verifier::precheck`);
 //! - fetches are budgeted per source ([`FETCHES_PER_MINUTE_PER_SOURCE`]) and per
-//!   client ([`FETCHES_PER_MINUTE_PER_CLIENT`], an IPv4 address or an IPv6 /64),
+//!   client ([`FETCHES_PER_MINUTE_PER_CLIENT`], an IPv4 address or an IPv6 prefix),
 //!   and a request over either budget gets no cache slot at all;
 //! - at most [`MAX_CACHED`] keys are kept, and a key that verified a request is
 //!   never evicted for one that has not (only keys that never verified anything
@@ -55,8 +55,6 @@ pub const FETCHES_PER_MINUTE_PER_CLIENT: usize = 5;
 /// The most clients whose fetches of the last minute are remembered; past it, the
 /// ones with none in the last minute are forgotten.
 const MAX_CLIENTS: usize = 4096;
-/// The IPv6 prefix a client is counted by (one host, one /64 network).
-const CLIENT_IPV6_PREFIX: u8 = 64;
 
 /// Why no signing key came of what a request names (a certificate's URL, a key id).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -175,7 +173,8 @@ struct Cached {
 }
 
 /// Who asks for a key: the source a request came to and the client that sent it
-/// (behind trusted proxies, the one they forwarded), whose fetch budgets pay.
+/// (behind trusted proxies, the one they forwarded; an IPv6 address as the prefix
+/// the gateway counts a client by), whose fetch budgets pay.
 #[derive(Debug, Clone, Copy)]
 pub struct Asker<'a> {
     pub source: &'a str,
@@ -219,9 +218,7 @@ impl Budgets {
             }
             starts.len()
         };
-        let client = asker
-            .client
-            .map(|ip| crate::serve::client_of(ip, CLIENT_IPV6_PREFIX));
+        let client = asker.client;
         if client.is_some_and(|c| !self.clients.contains_key(&c))
             && self.clients.len() >= MAX_CLIENTS
         {
@@ -570,11 +567,11 @@ mod tests {
             b.charge(asker(ip("192.0.2.1")), now).unwrap();
         }
         assert!(b.charge(asker(ip("192.0.2.1")), now).is_err());
-        // One IPv6 /64 is one client.
-        for i in 0..FETCHES_PER_MINUTE_PER_CLIENT {
-            b.charge(asker(ip(&format!("2001:db8::{i}"))), now).unwrap();
+        // Another client has a budget of its own.
+        for _ in 0..FETCHES_PER_MINUTE_PER_CLIENT {
+            b.charge(asker(ip("2001:db8::")), now).unwrap();
         }
-        assert!(b.charge(asker(ip("2001:db8::ffff")), now).is_err());
+        assert!(b.charge(asker(ip("2001:db8::")), now).is_err());
         // A client's budget is one across sources; another source's budget is its
         // own; this one's runs out at its bound.
         let other = |client| Asker {

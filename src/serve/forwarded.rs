@@ -18,34 +18,10 @@ use std::net::IpAddr;
 use http::HeaderMap;
 use ipnet::IpNet;
 
+pub use crate::config::ClientIpHeader;
+
 /// The most hops read from the right end of the forwarding headers.
 const MAX_HOPS: usize = 32;
-
-/// The one header the trusted proxies write to name the client
-/// (`server.client_ip_header`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ClientIpHeader {
-    /// `X-Forwarded-For: client, proxy1, …`, each proxy appending (nginx's
-    /// `$proxy_add_x_forwarded_for`, HAProxy's `option forwardfor`, most load
-    /// balancers).
-    #[default]
-    XForwardedFor,
-    /// RFC 7239's `Forwarded: for=…`, each proxy appending an element.
-    Forwarded,
-    /// `X-Real-IP: client`, which the proxy sets (overwriting the client's).
-    XRealIp,
-}
-
-impl ClientIpHeader {
-    /// The header's name, as written in the configuration and on the wire.
-    pub fn name(self) -> &'static str {
-        match self {
-            ClientIpHeader::XForwardedFor => "x-forwarded-for",
-            ClientIpHeader::Forwarded => "forwarded",
-            ClientIpHeader::XRealIp => "x-real-ip",
-        }
-    }
-}
 
 /// How a request's client is found: the proxies trusted to name it, and the
 /// header they write (`server.trusted_proxies`, `server.client_ip_header`).
