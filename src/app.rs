@@ -500,15 +500,22 @@ async fn build(
     })
 }
 
-/// The rejection log, redacting every provider's signature header and keeping no
-/// provider's credential of a request to a name that is not a source.
+/// The rejection log, redacting every provider's signature header and the secret of
+/// a secret handshake (`X-Hook-Secret`), and keeping no provider's credential of a
+/// request to a name that is not a source.
 fn rejection_log(registry: &Registry) -> ingest::rejections::RejectionLog {
     let mut signatures: Vec<String> = Vec::new();
     let mut credentials = Vec::new();
     for spec in registry.iter() {
-        for h in spec.signature_headers() {
-            if !signatures.iter().any(|s| s == h.as_str()) {
-                signatures.push(h.as_str().to_string());
+        let handshake_secret = (spec.handshake == Some(provider::spec::Handshake::HookSecret))
+            .then_some(ingest::hook_secret::HEADER);
+        for h in spec
+            .signature_headers()
+            .map(|h| h.as_str())
+            .chain(handshake_secret)
+        {
+            if !signatures.iter().any(|s| s == h) {
+                signatures.push(h.to_string());
             }
         }
         credentials.extend(spec.credential_headers.iter().cloned());
@@ -595,6 +602,7 @@ fn admin_sources(sources: &[Source]) -> Vec<crate::admin::AdminSource> {
             routes: s.routes.iter().map(|r| r.name.clone()).collect(),
             index: s.index.clone(),
             established: s.established.clone(),
+            public_url: s.public_url.clone(),
         })
         .collect()
 }

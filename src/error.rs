@@ -117,6 +117,10 @@ pub enum ApiError {
     /// A preview needed a transform worker and none could be started.
     #[error("cannot run the route's transform now, retry later")]
     TransformUnavailable,
+    /// The operating system's random source failed (an arming's token). Logged
+    /// when answered.
+    #[error("cannot draw a random token now, retry later")]
+    RandomUnavailable(#[source] getrandom::Error),
 }
 
 /// What a replay or discard applied to: an entry, or one route's delivery of it
@@ -172,7 +176,8 @@ impl ApiError {
             | ApiError::SubscriptionUnconfirmed(_)
             | ApiError::NotStored(_)
             | ApiError::StoreUnavailable(_)
-            | ApiError::TransformUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::TransformUnavailable
+            | ApiError::RandomUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -191,7 +196,9 @@ impl ApiError {
             ApiError::TooLarge { .. } => RequestOutcome::TooLarge,
             ApiError::BodyTimeout => RequestOutcome::BodyTimeout,
             ApiError::BodyRead => RequestOutcome::BodyRead,
-            ApiError::Busy | ApiError::TransformUnavailable => RequestOutcome::Busy,
+            ApiError::Busy | ApiError::TransformUnavailable | ApiError::RandomUnavailable(_) => {
+                RequestOutcome::Busy
+            }
             ApiError::NotStored(_) | ApiError::StoreUnavailable(_) => RequestOutcome::StoreError,
             ApiError::BadRequest(_) => RequestOutcome::BadRequest,
             ApiError::Unauthorized => RequestOutcome::Unauthorized,
@@ -227,6 +234,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::StoreUnavailable(cause) = &self {
             tracing::error!(error = %cause, "admin: store error");
+        }
+        if let ApiError::RandomUnavailable(cause) = &self {
+            tracing::error!(error = %cause, "admin: the operating system's random source failed");
         }
         let mut resp = (
             self.status(),

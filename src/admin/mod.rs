@@ -376,6 +376,7 @@ impl From<OpError> for ApiError {
             }
             OpError::Store(cause) => ApiError::StoreUnavailable(cause),
             OpError::TransformUnavailable => ApiError::TransformUnavailable,
+            OpError::Random(cause) => ApiError::RandomUnavailable(cause),
         }
     }
 }

@@ -13,8 +13,8 @@ use super::out::outln;
 use serde::de::DeserializeOwned;
 
 use crate::admin::dto::{
-    EntryDetail, EntryList, EntrySummary, HandshakeState, ReplayFilter, ReplayResult, SourceState,
-    Stats, TransitionResult,
+    ArmedHandshake, EntryDetail, EntryList, EntrySummary, HandshakeState, ReplayFilter,
+    ReplayResult, SourceState, Stats, TransitionResult,
 };
 use crate::operations::search::PredicateKind;
 
@@ -177,8 +177,10 @@ pub enum SourcesCmd {
         #[arg(long)]
         route: Option<String>,
     },
-    /// Arm a source's secret handshake (Asana's X-Hook-Secret) for a while: create
-    /// the provider's webhook within it; the first handshake establishes a secret.
+    /// Arm a source's secret handshake (Asana's X-Hook-Secret) for a while: prints
+    /// a one-time token, and the target URL that carries it; create the provider's
+    /// webhook with that target within the window: its handshake establishes a
+    /// secret, and a handshake without the token is refused.
     Handshake {
         name: String,
         /// How long it stays armed (`90s`, `10m`; at most `1h`).
@@ -633,11 +635,15 @@ async fn handshake(c: &Client, api: &ApiArgs, cmd: &SourcesCmd) -> anyhow::Resul
     let (method, path, body) = match cmd {
         SourcesCmd::Handshake { name, within } => {
             let within = crate::config::parse_duration("--within", within)?;
-            (
-                reqwest::Method::POST,
-                format!("/admin/sources/{name}/handshake"),
-                Some(serde_json::json!({ "within_secs": within.as_secs() })),
-            )
+            let path = format!("/admin/sources/{name}/handshake");
+            let body = serde_json::json!({ "within_secs": within.as_secs() });
+            let (armed, raw): (ArmedHandshake, _) = c
+                .call(reqwest::Method::POST, &path, &[], Some(body))
+                .await?;
+            if api.json {
+                return print_json(&raw);
+            }
+            return print_armed(&armed);
         }
         SourcesCmd::Secrets { name } => (
             reqwest::Method::GET,
@@ -661,10 +667,35 @@ async fn handshake(c: &Client, api: &ApiArgs, cmd: &SourcesCmd) -> anyhow::Resul
         Some(until) => outln!("{}: handshake armed until {until}", state.source)?,
         None => outln!("{}: handshake not armed", state.source)?,
     }
+    secrets_table(&state.secrets)
+}
+
+/// An arming: until when, and where its token goes (shown this once).
+fn print_armed(armed: &ArmedHandshake) -> anyhow::Result<()> {
+    outln!(
+        "{}: handshake armed until {}",
+        armed.source,
+        armed.armed_until
+    )?;
+    match &armed.target_url {
+        Some(url) => outln!(
+            "create the webhook with this target URL (it carries the arming's one-time token):\n  {url}"
+        )?,
+        None => outln!(
+            "create the webhook with its target URL ending in ?{}={} (the arming's one-time token; \
+             the source has no public_url to show the whole URL)",
+            crate::store::TOKEN_PARAM,
+            armed.token
+        )?,
+    }
+    outln!("a handshake without the token is refused; arming again makes a new token")?;
+    secrets_table(&armed.secrets)
+}
+
+fn secrets_table(secrets: &[crate::admin::dto::EstablishedSecret]) -> anyhow::Result<()> {
     table(
         &["secret id", "established at"],
-        state
-            .secrets
+        secrets
             .iter()
             .map(|s| vec![s.id.clone(), s.established_at.clone()])
             .collect(),

@@ -1,13 +1,21 @@
 //! Asana's handshake (spec handshake `hook-secret`): when a webhook is created, the
 //! provider POSTs an `X-Hook-Secret` header, expects it back in the answer, and signs
 //! every later request of that webhook with it. The secret arrives in a request that
-//! carries nothing to verify, so the gateway takes it only while an operator has
-//! armed the source's handshake (admin API `POST /admin/sources/{name}/handshake`,
-//! `hookgate sources handshake`): the store keeps the secret and disarms the
-//! handshake in one step (`store::secrets`), so one arming establishes one secret
-//! whichever gateway the handshake reaches. Unarmed, it is refused (401
-//! `handshake_not_armed`, in the rejection log) and the provider's webhook is not
-//! created.
+//! carries nothing the provider signed, and anyone can send such a request, so the
+//! gateway takes it only while an operator has armed the source's handshake (admin
+//! API `POST /admin/sources/{name}/handshake`, `hookgate sources handshake`), and
+//! only from the handshake that presents the arming's one-time token in its URL
+//! (`?hookgate_handshake=<token>`, [`TOKEN_PARAM`]): the operator creates the webhook
+//! with that URL as its target, so the provider's handshake carries the token and an
+//! outsider polling the endpoint during the window does not. The store keeps the
+//! secret and disarms the handshake in one step (`store::secrets`), so one arming
+//! establishes one secret whichever gateway the handshake reaches. Refused: a
+//! handshake without the token or with another (401 `handshake_token`, decided
+//! without the store when there is none, and leaving the arming for the genuine
+//! handshake), one while not armed (401 `handshake_not_armed`); both are counted and
+//! in the rejection log, which never keeps the secret or the token
+//! ([`redact_token`]). The provider's later requests keep the parameter in their URL;
+//! nothing else reads it.
 //!
 //! [`Established`] holds a source's keys: its configured secrets and the ones
 //! established, read from the store when first needed, again when older than
@@ -15,6 +23,7 @@
 //! matches none of them, so a secret another gateway established verifies at once
 //! here, while a stream of forgeries costs the store one read a second.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,12 +38,15 @@ use crate::provider::spec::{Handshake, Spec};
 use crate::provider::verify::{VerifyError, prepare_keys};
 use crate::store::{
     Actor, ControlAction, ControlEvent, Establish, EstablishedSecret, Store, StoreError,
+    TOKEN_PARAM, TokenHash,
 };
 
 /// The header the provider sends its secret in, and expects back.
 pub const HEADER: &str = "x-hook-secret";
 /// The longest secret taken (Asana's are 64 hex digits).
 const MAX_SECRET: usize = 256;
+/// The longest token read from a handshake's URL (an arming's are 43 characters).
+const MAX_TOKEN: usize = 256;
 /// How long the keys read from the store are used before they are read again.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(30);
 /// How often a request that matches no key may have the keys read again.
@@ -47,12 +59,22 @@ pub(super) fn is_handshake(source: &Source, headers: &HeaderMap) -> bool {
     source.verifier.spec.handshake == Some(Handshake::HookSecret) && headers.contains_key(HEADER)
 }
 
-/// Answer the handshake: keep the secret if the source's handshake is armed, and
-/// echo it; refuse it otherwise.
+/// The arming token a handshake's URL query presents, if it presents one.
+fn presented_token(query: Option<&str>) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == TOKEN_PARAM)
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty() && v.len() <= MAX_TOKEN)
+}
+
+/// Answer the handshake: keep the secret if the source's handshake is armed and the
+/// request's URL (`query`) carries the arming's token, and echo it; refuse it
+/// otherwise.
 pub(super) async fn answer(
     ingest: &IngestState,
     source: &Source,
     headers: &HeaderMap,
+    query: Option<&str>,
     client: Option<std::net::IpAddr>,
 ) -> Result<Response, ApiError> {
     let value = headers
@@ -62,11 +84,18 @@ pub(super) async fn answer(
             !v.is_empty() && v.len() <= MAX_SECRET && v.bytes().all(|b| b.is_ascii_graphic())
         })
         .ok_or(ApiError::Unverified(VerifyError::MalformedSignature))?;
+    // No token: refused before the store is asked, so polling the endpoint costs
+    // it nothing and learns nothing of the arming.
+    let token = presented_token(query)
+        .map(|t| TokenHash::of(&t))
+        .ok_or(ApiError::Unverified(VerifyError::HandshakeToken))?;
     let now = ingest.clock.now_ms();
     let secret = EstablishedSecret::new(value, now);
     let kept = tokio::time::timeout(
         ingest.store_timeout,
-        ingest.store.establish_secret(&source.name, &secret, now),
+        ingest
+            .store
+            .establish_secret(&source.name, &secret, &token, now),
     )
     .await
     .unwrap_or(Err(StoreError::Timeout(ingest.store_timeout)))
@@ -74,6 +103,7 @@ pub(super) async fn answer(
     let kept = match kept {
         Establish::Kept(kept) => kept,
         Establish::NotArmed => return Err(ApiError::Unverified(VerifyError::HandshakeNotArmed)),
+        Establish::WrongToken => return Err(ApiError::Unverified(VerifyError::HandshakeToken)),
         Establish::Full => return Err(ApiError::Unverified(VerifyError::TooManySecrets)),
     };
     if let Some(established) = &source.established {
@@ -99,6 +129,34 @@ pub(super) async fn answer(
     let mut resp = StatusCode::OK.into_response();
     resp.headers_mut().insert(HEADER, echoed);
     Ok(resp)
+}
+
+/// `value` (a header's) with the arming token of any `hookgate_handshake=` in it
+/// replaced by `[redacted]`: a proxy may copy the request's URL into a header
+/// (`X-Forwarded-Uri`, `X-Original-URL`, `Referer`), and the rejection log keeps
+/// headers. The token ends at the first character a URL or a header list ends a
+/// value with.
+pub(crate) fn redact_token(value: &str) -> Cow<'_, str> {
+    let mark = format!("{TOKEN_PARAM}=");
+    if !value.contains(&mark) {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find(&mark) {
+        let start = at + mark.len();
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let end = tail
+            .find(|c: char| matches!(c, '&' | '#' | ';' | ',' | '"' | '\'') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        if end > 0 {
+            out.push_str("[redacted]");
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
 }
 
 /// A source's keys: its configured secrets and those established in handshakes.
@@ -229,5 +287,49 @@ impl Established {
         state.secrets = secrets;
         state.keys = Arc::new(keys);
         changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_read_from_its_query_parameter_only() {
+        assert_eq!(presented_token(None), None);
+        assert_eq!(presented_token(Some("")), None);
+        assert_eq!(presented_token(Some("hookgate_handshake=")), None);
+        assert_eq!(presented_token(Some("other=abc")), None);
+        assert_eq!(
+            presented_token(Some("a=1&hookgate_handshake=abc-_1&b=2")).as_deref(),
+            Some("abc-_1")
+        );
+        assert_eq!(
+            presented_token(Some("hookgate_handshake=a%2Bb")).as_deref(),
+            Some("a+b")
+        );
+        let long = format!("hookgate_handshake={}", "x".repeat(MAX_TOKEN + 1));
+        assert_eq!(presented_token(Some(&long)), None);
+    }
+
+    #[test]
+    fn a_token_in_a_header_is_redacted_wherever_the_url_is_copied() {
+        assert_eq!(redact_token("Asana/1.0"), "Asana/1.0");
+        assert_eq!(
+            redact_token("/ingest/asana?hookgate_handshake=s3cr3t-_x"),
+            "/ingest/asana?hookgate_handshake=[redacted]"
+        );
+        assert_eq!(
+            redact_token("https://h/ingest/asana?a=1&hookgate_handshake=s3cr3t&b=2#f"),
+            "https://h/ingest/asana?a=1&hookgate_handshake=[redacted]&b=2#f"
+        );
+        assert_eq!(
+            redact_token("for=1.2.3.4;uri=\"/i?hookgate_handshake=t1\", x hookgate_handshake=t2"),
+            "for=1.2.3.4;uri=\"/i?hookgate_handshake=[redacted]\", x hookgate_handshake=[redacted]"
+        );
+        assert_eq!(
+            redact_token("hookgate_handshake=&x"),
+            "hookgate_handshake=&x"
+        );
     }
 }

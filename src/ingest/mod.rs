@@ -864,7 +864,7 @@ async fn handle_source(
     }
     if hook_secret::is_handshake(source, &parts.headers) {
         *read = Some(got.bytes.clone());
-        return hook_secret::answer(ingest, source, &parts.headers, client)
+        return hook_secret::answer(ingest, source, &parts.headers, parts.uri.query(), client)
             .await
             .map(Handled::Handshake);
     }

@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use http::HeaderMap;
 use sha2::{Digest as _, Sha256};
 
+use super::hook_secret::redact_token;
 use crate::header_policy::HeaderPolicy;
 use crate::store::Rejection;
 use crate::store::rejection::{RejectionBatch, RejectionCount, group_source};
@@ -33,8 +34,9 @@ const UNKNOWN_NAME_CHARS: usize = 64;
 #[derive(Debug)]
 pub struct RejectionLog {
     pending: Mutex<Pending>,
-    /// Every provider's signature header (lower-case): redacted in every row, since
-    /// a request to a name that is not configured may carry a genuine signature.
+    /// Every provider's signature header, and the header a secret handshake brings
+    /// its secret in (`X-Hook-Secret`), lower-case: redacted in every row, since a
+    /// request to a name that is not configured may carry a genuine signature.
     signatures: Vec<String>,
     /// The headers kept of a request to a name that is not configured: no
     /// credential of any provider.
@@ -132,8 +134,9 @@ impl RejectionLog {
 
     /// The row of a refused request: the headers an entry of its source would keep
     /// (of a name that is not configured: no provider's credential), every
-    /// provider's signature redacted; its body's digest; its body only when the
-    /// source keeps them.
+    /// provider's signature and handshake secret redacted, and so is a handshake's
+    /// arming token wherever a proxy copied the URL (`hook_secret::redact_token`);
+    /// its body's digest; its body only when the source keeps them.
     fn row(&self, r: Refused<'_>) -> Rejection {
         let known = r.policy.is_some();
         let policy = r.policy.unwrap_or(&self.unknown);
@@ -145,7 +148,7 @@ impl RejectionLog {
                 let value = if self.signatures.iter().any(|s| s == n.as_str()) {
                     "[redacted]".to_string()
                 } else {
-                    String::from_utf8_lossy(v.as_bytes()).into_owned()
+                    redact_token(&String::from_utf8_lossy(v.as_bytes())).into_owned()
                 };
                 (n.as_str().to_string(), value)
             })
@@ -270,5 +273,35 @@ mod tests {
                 .contains(&("stripe-signature".to_string(), "[redacted]".to_string()))
         );
         assert_eq!(r.body, None);
+    }
+
+    #[test]
+    fn a_row_keeps_no_handshake_secret_and_no_arming_token() {
+        let log = RejectionLog::new(
+            vec!["X-Hook-Signature".into(), "X-Hook-Secret".into()],
+            HeaderPolicy::new(&[], &[]),
+        );
+        let policy = HeaderPolicy::new(&[], &[]);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-hook-secret", "b537207f20cbfa02".parse().unwrap());
+        headers.insert(
+            "x-forwarded-uri",
+            "/ingest/asana?hookgate_handshake=Zm9vYmFy".parse().unwrap(),
+        );
+        for r in [
+            log.row(refused("asana", Some(&policy), &headers)),
+            log.row(refused("nope", None, &headers)),
+        ] {
+            assert_eq!(
+                r.headers,
+                vec![
+                    ("x-hook-secret".to_string(), "[redacted]".to_string()),
+                    (
+                        "x-forwarded-uri".to_string(),
+                        "/ingest/asana?hookgate_handshake=[redacted]".to_string()
+                    )
+                ]
+            );
+        }
     }
 }

@@ -405,13 +405,43 @@ pub struct RejectionGroups {
     pub groups: Vec<RejectionGroup>,
 }
 
-/// `POST /admin/sources/{name}/handshake`: how long the handshake stays armed.
+/// `POST /admin/sources/{name}/handshake`: how long the handshake stays armed. Any
+/// other field is refused: a misspelt `within_secs` would arm for the default.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ArmHandshake {
     /// Seconds, 1 to 3600 (default 600). A number as JSON has it: `3.0` is 3 s,
     /// as JSON Schema's `integer` takes it.
     #[serde(default)]
     pub within_secs: Option<serde_json::Number>,
+}
+
+/// The answer to an arming: the handshake's state, and the one-time token that the
+/// provider's handshake must carry in its URL (shown here only, never again).
+#[derive(Clone, Serialize, Deserialize)]
+pub struct ArmedHandshake {
+    pub source: String,
+    /// Until when the handshake that carries the token is taken.
+    pub armed_until: String,
+    /// The arming's token: the handshake's URL carries it as the query parameter
+    /// `hookgate_handshake`. A new arming replaces it.
+    pub token: String,
+    /// The source's `public_url` with the token: the target URL to create the
+    /// provider's webhook with. None when the source has no `public_url`.
+    #[serde(default)]
+    pub target_url: Option<String>,
+    /// The secrets established, oldest first (never the secrets themselves).
+    pub secrets: Vec<EstablishedSecret>,
+}
+
+impl std::fmt::Debug for ArmedHandshake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArmedHandshake")
+            .field("source", &self.source)
+            .field("armed_until", &self.armed_until)
+            .field("secrets", &self.secrets)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A source's secret handshake: whether it is armed, and the secrets established.

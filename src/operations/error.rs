@@ -43,4 +43,7 @@ pub enum OpError {
     /// No transform worker could be started to run a preview.
     #[error("cannot run the route's transform now, retry later")]
     TransformUnavailable,
+    /// The operating system's random source failed (a handshake's token).
+    #[error("cannot draw a random token now, retry later")]
+    Random(#[source] getrandom::Error),
 }

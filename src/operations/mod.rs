@@ -97,6 +97,9 @@ pub struct SourceFacts {
     /// Its keys, when its provider's secrets arrive in a handshake (`hook-secret`):
     /// a secret forgotten here stops verifying in this process at once.
     pub established: Option<Arc<crate::ingest::hook_secret::Established>>,
+    /// The URL the provider calls (`public_url`), when configured: an armed
+    /// handshake's answer gives it with the arming's token, as the webhook's target.
+    pub public_url: Option<String>,
 }
 
 impl SourceFacts {

@@ -51,6 +51,9 @@ pub fn hint(reason: &str) -> &'static str {
         "handshake_not_armed" => {
             "A provider's secret handshake (Asana's X-Hook-Secret) while the source's handshake was not armed: arm it (hookgate sources handshake <source>) just before creating the webhook, then create it again; if nobody was creating one, someone tried to plant a secret."
         }
+        "handshake_token" => {
+            "A provider's secret handshake (Asana's X-Hook-Secret) that did not carry the token of the source's arming (?hookgate_handshake=…): create the webhook with the target URL hookgate sources handshake <source> printed for the arming; if nobody was creating one, someone tried to plant a secret (the arming is still there for the genuine handshake)."
+        }
         "too_many_secrets" => {
             "A provider's secret handshake while the source keeps the most established secrets: forget the secrets of webhooks that no longer exist (hookgate sources secrets <source>), then create the webhook again."
         }

@@ -55,7 +55,10 @@ pub use rejection::{
     REJECTIONS_KEEP, Rejection, RejectionBatch, RejectionCount, RejectionPage, RejectionQuery,
 };
 pub use search::{IndexLookup, IndexUse, IndexedValue, SearchPage, SearchQuery};
-pub use secrets::{Establish, EstablishedSecret, MAX_ESTABLISHED_SECRETS, secret_id};
+pub use secrets::{
+    Establish, EstablishedSecret, HandshakeToken, MAX_ESTABLISHED_SECRETS, TOKEN_PARAM, TokenHash,
+    secret_id,
+};
 pub(crate) use signal::{Wake, WorkSignals};
 
 /// The audit action recorded when a dead head of an ordered line lets the next go.
@@ -287,7 +290,8 @@ pub struct Purged {
 /// * A revoked console session stays revoked, for every process on the store, until
 ///   it would have expired.
 /// * An armed handshake establishes one secret for its source, on every process on
-///   the store; an unarmed or expired one, none.
+///   the store, and only in a handshake that presents its arming's token; an unarmed
+///   or expired one, none; a wrong token leaves the arming as it was.
 /// * Rejected requests are kept per group (source and reason), the newest
 ///   [`REJECTIONS_KEEP`] rows of each, with every refusal counted.
 /// * A source's indexed values are found by lookup, newest first, and leave with
@@ -592,22 +596,31 @@ pub trait Records: Send + Sync + 'static {
     /// The last good list kept for `url`, if any.
     async fn saved_ranges(&self, url: &str) -> Result<Option<SavedRanges>, StoreError>;
 
-    /// Arm `source`'s secret handshake until `until` (unix ms), replacing an arming
-    /// in place: the next handshake before then may establish a secret
+    /// Arm `source`'s secret handshake until `until` (unix ms) for the token whose
+    /// hash is `token`, replacing an arming in place (its token with it): the next
+    /// handshake before then that presents the token may establish a secret
     /// ([`Records::establish_secret`]). Durable.
-    async fn arm_handshake(&self, source: &str, until: i64) -> Result<(), StoreError>;
+    async fn arm_handshake(
+        &self,
+        source: &str,
+        until: i64,
+        token: &TokenHash,
+    ) -> Result<(), StoreError>;
 
     /// Until when `source`'s handshake is armed, if it is armed at `now`.
     async fn handshake_armed(&self, source: &str, now: i64) -> Result<Option<i64>, StoreError>;
 
-    /// Keep `secret` for `source` if its handshake is armed at `now`, disarming it in
-    /// the same atomic step (so one arming establishes one secret, whichever gateway
-    /// the handshake reached), unless the source keeps [`MAX_ESTABLISHED_SECRETS`]
-    /// already. The same secret again is kept once. Durable.
+    /// Keep `secret` for `source` if its handshake is armed at `now` and `token` is
+    /// the hash of its arming's token, disarming it in the same atomic step (so one
+    /// arming establishes one secret, whichever gateway the handshake reached),
+    /// unless the source keeps [`MAX_ESTABLISHED_SECRETS`] already. Another token
+    /// changes nothing ([`Establish::WrongToken`]): the arming stays for the
+    /// handshake that has it. The same secret again is kept once. Durable.
     async fn establish_secret(
         &self,
         source: &str,
         secret: &EstablishedSecret,
+        token: &TokenHash,
         now: i64,
     ) -> Result<Establish, StoreError>;
 

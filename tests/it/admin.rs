@@ -461,7 +461,7 @@ async fn the_server_and_its_openapi_document_agree() {
     let h = StoreHandle::new(Backend::Embedded);
     let up = Upstream::scripted(|_, _| Reply::Status(404)).await;
     let sources = format!(
-        "{}\n[[sources]]\nname = \"asn\"\nprovider = \"asana\"\ndestination = \"{}\"\n",
+        "{}\n[[sources]]\nname = \"asn\"\nprovider = \"asana\"\npublic_url = \"https://hooks.example.com/ingest/asn\"\ndestination = \"{}\"\n",
         source("oa", &up.url, FAST_RETRY),
         up.url
     );
@@ -647,7 +647,17 @@ async fn the_server_and_its_openapi_document_agree() {
         (
             "POST",
             "/admin/sources/asn/handshake".into(),
+            Some(json!({"within_secs": 3.0})),
+        ),
+        (
+            "POST",
+            "/admin/sources/asn/handshake".into(),
             Some(json!({"within_secs": 3.0, "unknown": [1]})),
+        ),
+        (
+            "POST",
+            "/admin/sources/asn/handshake".into(),
+            Some(json!({"within": 5})),
         ),
         ("POST", "/admin/sources/oa/handshake".into(), None),
         (

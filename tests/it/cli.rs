@@ -351,6 +351,88 @@ async fn the_cli_drives_a_running_gateway() {
     gw.stop().await;
 }
 
+/// `hookgate sources handshake` arms and prints where the arming's token goes: the
+/// whole target URL for a source with a `public_url`, the parameter to append for
+/// one without; the handshake that carries it is taken, and `sources secrets` lists
+/// what it established (never the secret).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_arms_a_handshake_and_prints_its_target_url() {
+    use crate::admin::{TOKEN, admin_config};
+    let h = StoreHandle::new(Backend::Embedded);
+    let sources = "[[sources]]\nname = \"asana\"\nprovider = \"asana\"\n\
+                   public_url = \"https://hooks.example.com/ingest/asana\"\n\
+                   destination = \"http://127.0.0.1:9/\"\n\
+                   [[sources]]\nname = \"bare\"\nprovider = \"asana\"\n\
+                   destination = \"http://127.0.0.1:9/\"\n";
+    let gw = Gateway::start(admin_config(&h, "", sources)).await;
+    let env = [
+        ("HOOKGATE_ADMIN_URL", gw.admin.clone()),
+        ("HOOKGATE_ADMIN_TOKEN", TOKEN.to_string()),
+    ];
+    let cli = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let env = env.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                let e: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                run(&a, &e)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let param = "hookgate_handshake=";
+
+    let (code, out, err) = cli(&["sources", "handshake", "asana", "--within", "2m"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("asana: handshake armed until"), "{out}");
+    let prefix = format!("https://hooks.example.com/ingest/asana?{param}");
+    let url = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no target URL: {out}"));
+    let token = &url[prefix.len()..];
+    assert_eq!(token.len(), 43, "{out}");
+    // The handshake at that URL is taken.
+    let secret = "b537207f20cbfa02357cf448134da559e8bd39d61597dcd5631b8012eae53e81";
+    let resp = http()
+        .post(format!("{}/ingest/asana?{param}{token}", gw.ingest))
+        .header("x-hook-secret", secret)
+        .body("")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (code, out, _) = cli(&["sources", "secrets", "asana"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("asana: handshake not armed"), "{out}");
+    assert!(out.contains(&hookgate::store::secret_id(secret)), "{out}");
+    assert!(!out.contains(secret) && !out.contains(token), "{out}");
+
+    // No public_url: the parameter to append, with the token.
+    let (code, out, err) = cli(&["sources", "handshake", "bare"]).await;
+    assert_eq!(code, 0, "{err}");
+    let at = out.find(&format!("?{param}")).expect(&out) + 1 + param.len();
+    let bare: String = out[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    assert_eq!(bare.len(), 43, "{out}");
+    // --json: the answer as the API gave it.
+    let (code, out, _) = cli(&["sources", "handshake", "bare", "--json"]).await;
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["target_url"], serde_json::Value::Null, "{v}");
+    assert_ne!(
+        v["token"].as_str(),
+        Some(bare.as_str()),
+        "arming again: a new token"
+    );
+    gw.stop().await;
+}
+
 /// Without an admin token, the admin listener refuses browser requests; the CLI is
 /// not one: it sends a loopback Host, no Origin, and JSON bodies as JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

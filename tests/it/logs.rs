@@ -1,4 +1,5 @@
-//! Secrets, signatures and bodies never appear in logs, even at trace level.
+//! Secrets, signatures, bodies, a handshake's secret and an arming's token never
+//! appear in logs, even at trace level.
 
 use crate::for_each_store;
 use crate::support::*;
@@ -10,7 +11,8 @@ async fn logs_never_leak(backend: Backend) {
     let cfg_path = write_config(
         dir.path(),
         &format!(
-            "{}\n[[sources]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecret_env = \"LOGTEST_SECRET\"\ndestination = \"http://127.0.0.1:9/\"\n",
+            "{}\n[[sources]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecret_env = \"LOGTEST_SECRET\"\ndestination = \"http://127.0.0.1:9/\"\n\
+             [[sources]]\nname = \"asana\"\nprovider = \"asana\"\npublic_url = \"https://hooks.example.com/ingest/asana\"\ndestination = \"http://127.0.0.1:9/\"\n",
             h.toml()
         ),
     );
@@ -45,6 +47,26 @@ async fn logs_never_leak(backend: Backend) {
     let stale_sig = stale[0].1.split("v1=").nth(1).unwrap().to_string();
     let (st, _) = post_raw(&c, &gw.ingest, "stripe", &body, &stale).await;
     assert_eq!(st, 401);
+    // Asana's handshake: the arming's token (in the URL), and the secret (in a
+    // header), refused without the token and taken with it.
+    let admin = crate::admin::Admin::at(&gw.admin);
+    let (st, armed) = admin
+        .call("POST", "/admin/sources/asana/handshake", None)
+        .await;
+    assert_eq!(st, 200, "{armed}");
+    let token = armed["token"].as_str().unwrap().to_string();
+    let hook_secret = "HOOKSECRET7c1f0e2d9b8a";
+    for query in [String::new(), format!("?hookgate_handshake={token}")] {
+        let resp = c
+            .post(format!("{}/ingest/asana{query}", gw.ingest))
+            .header("x-hook-secret", hook_secret)
+            .body("")
+            .send()
+            .await
+            .unwrap();
+        let expected = if query.is_empty() { 401 } else { 200 };
+        assert_eq!(resp.status(), expected, "{query}");
+    }
     gw.terminate();
 
     let log = std::fs::read_to_string(&log_path).unwrap();
@@ -57,6 +79,8 @@ async fn logs_never_leak(backend: Backend) {
     assert!(log.contains("\"outcome\":\"duplicate\""), "{log}");
     assert!(log.contains("\"outcome\":\"mismatch\""), "{log}");
     assert!(log.contains("\"outcome\":\"stale\""), "{log}");
+    assert!(log.contains("\"outcome\":\"handshake_token\""), "{log}");
+    assert!(log.contains("\"outcome\":\"handshake\""), "{log}");
     // ... and holds no secret, signature or body.
     for needle in [
         secret,
@@ -65,6 +89,8 @@ async fn logs_never_leak(backend: Backend) {
         &forged_sig,
         &stale_sig,
         marker,
+        hook_secret,
+        &token,
     ] {
         assert!(!log.contains(needle), "the log contains {needle:?}:\n{log}");
     }

@@ -96,7 +96,7 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
     };
     let handshake = match spec.handshake {
         Some(h @ Handshake::HookSecret) => format!(
-            "{} (taken only while an operator armed it: `hookgate sources handshake`; its secret is kept in the store)",
+            "{} (taken only while an operator armed it, from the handshake whose URL carries the arming's token: `hookgate sources handshake` prints the target URL; its secret is kept in the store)",
             h.name()
         ),
         Some(h) => format!(

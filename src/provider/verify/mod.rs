@@ -121,6 +121,8 @@ crate::telemetry::label_values! {
         SubscribeUrl => "subscribe_url",
         #[error("a secret handshake while the source's handshake is not armed")]
         HandshakeNotArmed => "handshake_not_armed",
+        #[error("a secret handshake without the token its arming gave")]
+        HandshakeToken => "handshake_token",
         #[error("the source keeps the most established secrets already")]
         TooManySecrets => "too_many_secrets",
     }

@@ -614,8 +614,13 @@ impl Records for PostgresStore {
             .await
     }
 
-    async fn arm_handshake(&self, source: &str, until: i64) -> Result<(), StoreError> {
-        self.durable(async |conn| records::arm_handshake(&*conn, source, until).await)
+    async fn arm_handshake(
+        &self,
+        source: &str,
+        until: i64,
+        token: &crate::store::TokenHash,
+    ) -> Result<(), StoreError> {
+        self.durable(async |conn| records::arm_handshake(&*conn, source, until, token).await)
             .await
     }
 
@@ -628,11 +633,12 @@ impl Records for PostgresStore {
         &self,
         source: &str,
         secret: &crate::store::EstablishedSecret,
+        token: &crate::store::TokenHash,
         now: i64,
     ) -> Result<crate::store::Establish, StoreError> {
         self.durable(async |conn| {
             transaction!(conn, |tx| records::establish_secret(
-                &tx, source, secret, now
+                &tx, source, secret, token, now
             )
             .await?)
         })

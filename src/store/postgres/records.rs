@@ -10,7 +10,7 @@ use super::cached::Cached as _;
 use crate::store::pace::{self, ceil_ms};
 use crate::store::{
     Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, Establish, EstablishedSecret,
-    MAX_ESTABLISHED_SECRETS, StoreError,
+    MAX_ESTABLISHED_SECRETS, StoreError, TokenHash,
 };
 
 /// The `console_settings` row holding the "sessions issued until then are revoked"
@@ -241,11 +241,13 @@ pub(super) async fn arm_handshake(
     c: &impl GenericClient,
     source: &str,
     until: i64,
+    token: &TokenHash,
 ) -> Result<(), StoreError> {
     c.execute_cached(
-        "INSERT INTO handshakes (source, until) VALUES ($1, $2)
-         ON CONFLICT (source) DO UPDATE SET until = excluded.until",
-        &[&source, &until],
+        "INSERT INTO armed_handshakes (source, until, token_hash) VALUES ($1, $2, $3)
+         ON CONFLICT (source) DO UPDATE
+         SET until = excluded.until, token_hash = excluded.token_hash",
+        &[&source, &until, &token.as_str()],
     )
     .await?;
     Ok(())
@@ -257,7 +259,7 @@ pub(super) async fn handshake_armed(
     now: i64,
 ) -> Result<Option<i64>, StoreError> {
     Ok(c.query_opt_cached(
-        "SELECT until FROM handshakes WHERE source = $1 AND until > $2",
+        "SELECT until FROM armed_handshakes WHERE source = $1 AND until > $2",
         &[&source, &now],
     )
     .await?
@@ -265,21 +267,25 @@ pub(super) async fn handshake_armed(
 }
 
 /// In a transaction: the armed row is locked (`FOR UPDATE`), so of two handshakes
-/// at once on two gateways, the second finds it gone.
+/// at once on two gateways, the second finds it gone. A wrong token writes nothing.
 pub(super) async fn establish_secret(
     c: &impl GenericClient,
     source: &str,
     secret: &EstablishedSecret,
+    token: &TokenHash,
     now: i64,
 ) -> Result<Establish, StoreError> {
     let armed = c
         .query_opt_cached(
-            "SELECT until FROM handshakes WHERE source = $1 AND until > $2 FOR UPDATE",
+            "SELECT token_hash FROM armed_handshakes WHERE source = $1 AND until > $2
+             FOR UPDATE",
             &[&source, &now],
         )
         .await?;
-    if armed.is_none() {
-        return Ok(Establish::NotArmed);
+    match armed.map(|row| row.get::<_, String>(0)) {
+        None => return Ok(Establish::NotArmed),
+        Some(hash) if !token.matches(&hash) => return Ok(Establish::WrongToken),
+        Some(_) => {}
     }
     let kept = established_secrets(c, source).await?;
     let outcome = match kept.iter().find(|s| s.id == secret.id) {
@@ -295,7 +301,7 @@ pub(super) async fn establish_secret(
             Establish::Kept(secret.clone())
         }
     };
-    c.execute_cached("DELETE FROM handshakes WHERE source = $1", &[&source])
+    c.execute_cached("DELETE FROM armed_handshakes WHERE source = $1", &[&source])
         .await?;
     Ok(outcome)
 }

@@ -18,7 +18,25 @@ use crate::store::{Backend, StoreError};
 /// 3. The values of the sources' indexed pointers ([`V3`]).
 /// 4. The providers' last good address ranges ([`V4`]).
 /// 5. The armed secret handshakes and the secrets they established ([`V5`]).
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+/// 6. An armed handshake's token ([`V6`]).
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+
+/// An armed handshake takes only the handshake that presents its token
+/// (`store::secrets`): `armed_handshakes` keeps each arming with the SHA-256 of its
+/// token and replaces `handshakes`, whose armings had none and are not honoured (an
+/// arming with no token takes the handshake of anyone polling the endpoint; the
+/// operator arms again). A new table rather than a column: a gateway of an older
+/// release still running on the store reads `handshakes`, so it finds neither an
+/// arming of this release to take a tokenless handshake in (the table is gone, and
+/// its handshakes fail) nor one of its own that this release would honour.
+const V6: &str = r#"
+DROP TABLE handshakes;
+CREATE TABLE armed_handshakes (
+    source     TEXT PRIMARY KEY,
+    until      BIGINT NOT NULL,
+    token_hash TEXT NOT NULL
+);
+"#;
 
 /// The armed secret handshakes and the secrets providers established in them
 /// (`store::secrets`).

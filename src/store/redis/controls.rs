@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 use super::RedisStore;
 use crate::store::{
     CONTROL_AUDIT_KEEP, ControlEvent, Establish, EstablishedSecret, MAX_ESTABLISHED_SECRETS,
-    StoreError,
+    StoreError, TokenHash,
 };
 
 /// The hash tag of the session keys (no source key ends in these suffixes).
@@ -167,7 +167,15 @@ struct SecretRecord {
 }
 
 impl RedisStore {
+    /// The source's arming: a hash of `until` (unix ms) and `token_hash`.
     fn handshake_key(&self, source: &str) -> String {
+        self.key(source, "armed_handshake")
+    }
+
+    /// Where armings were kept before they had a token (`until` alone): removed
+    /// when the source is armed again, so that a gateway of an older release still
+    /// running on the store has no arming to take a tokenless handshake in.
+    fn legacy_handshake_key(&self, source: &str) -> String {
         self.key(source, "handshake")
     }
 
@@ -175,10 +183,29 @@ impl RedisStore {
         self.key(source, "secrets")
     }
 
-    pub(super) async fn put_handshake(&self, source: &str, until: i64) -> Result<(), StoreError> {
+    pub(super) async fn put_handshake(
+        &self,
+        source: &str,
+        until: i64,
+        token: &TokenHash,
+    ) -> Result<(), StoreError> {
+        let key = self.handshake_key(source);
         let mut c = self.conn();
-        self.timed(c.set::<_, _, ()>(self.handshake_key(source), until))
-            .await
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(&key)
+            .ignore()
+            .hset_multiple(
+                &key,
+                &[
+                    ("until", until.to_string()),
+                    ("token_hash", token.as_str().to_string()),
+                ],
+            )
+            .ignore()
+            .del(self.legacy_handshake_key(source))
+            .ignore();
+        self.timed(pipe.query_async::<()>(&mut c)).await
     }
 
     pub(super) async fn get_handshake(
@@ -187,7 +214,9 @@ impl RedisStore {
         now: i64,
     ) -> Result<Option<i64>, StoreError> {
         let mut c = self.conn();
-        let until: Option<String> = self.timed(c.get(self.handshake_key(source))).await?;
+        let until: Option<String> = self
+            .timed(c.hget(self.handshake_key(source), "until"))
+            .await?;
         Ok(until
             .and_then(|u| u.parse::<i64>().ok())
             .filter(|&u| u > now))
@@ -197,6 +226,7 @@ impl RedisStore {
         &self,
         source: &str,
         secret: &EstablishedSecret,
+        token: &TokenHash,
         now: i64,
     ) -> Result<Establish, StoreError> {
         let record = serde_json::to_string(&SecretRecord {
@@ -211,6 +241,7 @@ impl RedisStore {
         inv.key(self.handshake_key(source))
             .key(self.secrets_key(source))
             .arg(now)
+            .arg(token.as_str())
             .arg(&secret.id)
             .arg(record)
             .arg(MAX_ESTABLISHED_SECRETS);
@@ -221,6 +252,7 @@ impl RedisStore {
                 Establish::Kept(decode_secret(&secret.id, &kept).unwrap_or_else(|| secret.clone()))
             }
             -1 => Establish::Full,
+            -2 => Establish::WrongToken,
             _ => Establish::NotArmed,
         })
     }

@@ -25,6 +25,8 @@
 //! | `hg:{src}:act:<day>` | hash, expires 8 days after its day | per-minute activity of the source (`store::activity`) on one UTC day (days since 1970): fields `r<minute>`, `d<minute>`, `f<minute>` (minutes since 1970) count received, delivered and failed |
 //! | `hg:{src}:schema` | string | `2`: the source is in this layout (see `migrate`) |
 //! | `hg:{src}:pace:<route>` | string, `PX` while it matters | the route's next send time in µs (GCRA; `scripts/pace.lua`; a destination's `Retry-After` pushes it: `scripts/hold.lua`) |
+//! | `hg:{src}:armed_handshake` | hash `until`, `token_hash` | the source's armed secret handshake: until when (unix ms), and the SHA-256 of its one-time token (`store::secrets`) |
+//! | `hg:{src}:secrets` | hash, id → JSON | the secrets established in the source's handshakes, by id (`store::secrets`) |
 //! | `hg:sources` | set | every source name seen (for lookups by id) |
 //! | `hg:epoch` | string | a random value; its disappearance means Redis lost its data |
 //! | `hg:paused` | set | what is paused: `src` (a whole source) or `src/route` |
@@ -707,8 +709,13 @@ impl Records for RedisStore {
         self.get_ranges(url).await
     }
 
-    async fn arm_handshake(&self, source: &str, until: i64) -> Result<(), StoreError> {
-        self.put_handshake(source, until).await
+    async fn arm_handshake(
+        &self,
+        source: &str,
+        until: i64,
+        token: &crate::store::TokenHash,
+    ) -> Result<(), StoreError> {
+        self.put_handshake(source, until, token).await
     }
 
     async fn handshake_armed(&self, source: &str, now: i64) -> Result<Option<i64>, StoreError> {
@@ -719,9 +726,10 @@ impl Records for RedisStore {
         &self,
         source: &str,
         secret: &crate::store::EstablishedSecret,
+        token: &crate::store::TokenHash,
         now: i64,
     ) -> Result<crate::store::Establish, StoreError> {
-        self.keep_secret(source, secret, now).await
+        self.keep_secret(source, secret, token, now).await
     }
 
     async fn established_secrets(

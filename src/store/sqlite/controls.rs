@@ -8,7 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::store::{
     Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, Establish, EstablishedSecret,
-    MAX_ESTABLISHED_SECRETS, StoreError,
+    MAX_ESTABLISHED_SECRETS, StoreError, TokenHash,
 };
 
 /// The `console_settings` row holding the "sessions issued until then are revoked"
@@ -152,12 +152,17 @@ pub(super) fn saved_ranges(
         .optional()?)
 }
 
-pub(super) fn arm_handshake(conn: &Connection, source: &str, until: i64) -> Result<(), StoreError> {
+pub(super) fn arm_handshake(
+    conn: &Connection,
+    source: &str,
+    until: i64,
+    token: &TokenHash,
+) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT INTO handshakes (source, until) VALUES (?1, ?2)
-         ON CONFLICT(source) DO UPDATE SET until = excluded.until",
+        "INSERT INTO armed_handshakes (source, until, token_hash) VALUES (?1, ?2, ?3)
+         ON CONFLICT(source) DO UPDATE SET until = excluded.until, token_hash = excluded.token_hash",
     )?
-    .execute(params![source, until])?;
+    .execute(params![source, until, token.as_str()])?;
     Ok(())
 }
 
@@ -167,32 +172,39 @@ pub(super) fn handshake_armed(
     now: i64,
 ) -> Result<Option<i64>, StoreError> {
     Ok(conn
-        .prepare_cached("SELECT until FROM handshakes WHERE source = ?1 AND until > ?2")?
+        .prepare_cached("SELECT until FROM armed_handshakes WHERE source = ?1 AND until > ?2")?
         .query_row(params![source, now], |r| r.get(0))
         .optional()?)
 }
 
 /// Runs in the writer's transaction: the check, the disarming and the insert are
-/// one atomic step.
+/// one atomic step. A wrong token writes nothing.
 pub(super) fn establish_secret(
     conn: &Connection,
     source: &str,
     secret: &EstablishedSecret,
+    token: &TokenHash,
     now: i64,
 ) -> Result<Establish, StoreError> {
-    if handshake_armed(conn, source, now)?.is_none() {
-        return Ok(Establish::NotArmed);
+    let armed: Option<String> = conn
+        .prepare_cached("SELECT token_hash FROM armed_handshakes WHERE source = ?1 AND until > ?2")?
+        .query_row(params![source, now], |r| r.get(0))
+        .optional()?;
+    match armed {
+        None => return Ok(Establish::NotArmed),
+        Some(hash) if !token.matches(&hash) => return Ok(Establish::WrongToken),
+        Some(_) => {}
     }
     let kept = established_secrets(conn, source)?;
     if let Some(same) = kept.iter().find(|s| s.id == secret.id) {
-        conn.prepare_cached("DELETE FROM handshakes WHERE source = ?1")?
+        conn.prepare_cached("DELETE FROM armed_handshakes WHERE source = ?1")?
             .execute(params![source])?;
         return Ok(Establish::Kept(same.clone()));
     }
     if kept.len() >= MAX_ESTABLISHED_SECRETS {
         return Ok(Establish::Full);
     }
-    conn.prepare_cached("DELETE FROM handshakes WHERE source = ?1")?
+    conn.prepare_cached("DELETE FROM armed_handshakes WHERE source = ?1")?
         .execute(params![source])?;
     conn.prepare_cached(
         "INSERT INTO established_secrets (source, id, secret, established_at)

@@ -606,10 +606,15 @@ impl Records for SqliteStore {
             .await
     }
 
-    async fn arm_handshake(&self, source: &str, until: i64) -> Result<(), StoreError> {
-        let source = source.to_string();
+    async fn arm_handshake(
+        &self,
+        source: &str,
+        until: i64,
+        token: &crate::store::TokenHash,
+    ) -> Result<(), StoreError> {
+        let (source, token) = (source.to_string(), token.clone());
         self.write_durable(WriteKind::Other, None, move |conn, _| {
-            controls::arm_handshake(conn, &source, until)
+            controls::arm_handshake(conn, &source, until, &token)
         })
         .await
     }
@@ -624,11 +629,12 @@ impl Records for SqliteStore {
         &self,
         source: &str,
         secret: &crate::store::EstablishedSecret,
+        token: &crate::store::TokenHash,
         now: i64,
     ) -> Result<crate::store::Establish, StoreError> {
-        let (source, secret) = (source.to_string(), secret.clone());
+        let (source, secret, token) = (source.to_string(), secret.clone(), token.clone());
         self.write_durable(WriteKind::Other, None, move |conn, _| {
-            controls::establish_secret(conn, &source, &secret, now)
+            controls::establish_secret(conn, &source, &secret, &token, now)
         })
         .await
     }

@@ -314,9 +314,9 @@ const INDEXES: &[(&str, &str)] = &[(
 /// hold the console's records (`controls`); `rejections` and `rejection_counts` the
 /// requests ingest refused (`rejections`); `entry_index` the values of the sources'
 /// indexed pointers, one row per entry and index (`search`); `provider_ranges` the
-/// last good address ranges fetched per URL (`crate::allowlist`); `handshakes` and
-/// `established_secrets` the armed secret handshakes and the secrets they gave
-/// (`store::secrets`).
+/// last good address ranges fetched per URL (`crate::allowlist`);
+/// `armed_handshakes` and `established_secrets` the armed secret handshakes (each
+/// with the hash of its token) and the secrets they gave (`store::secrets`).
 const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS activity (
         source    TEXT NOT NULL,
@@ -368,9 +368,10 @@ const TABLES: &[&str] = &[
         PRIMARY KEY (source, name, value, entry_id)
     ) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS entry_index_entry ON entry_index(entry_id)",
-    "CREATE TABLE IF NOT EXISTS handshakes (
-        source TEXT PRIMARY KEY,
-        until  INTEGER NOT NULL
+    "CREATE TABLE IF NOT EXISTS armed_handshakes (
+        source     TEXT PRIMARY KEY,
+        until      INTEGER NOT NULL,
+        token_hash TEXT NOT NULL
     ) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS established_secrets (
         source         TEXT NOT NULL,
@@ -393,6 +394,13 @@ const TABLES: &[&str] = &[
         PRIMARY KEY (grp, reason, hour)
     ) WITHOUT ROWID",
 ];
+
+/// Tables dropped at open: what this release no longer reads.
+///
+/// `handshakes` held the armings made before an arming had a token: an arming with
+/// no token would take the handshake of anyone who polls the endpoint, so none is
+/// honoured (the operator arms again), and `armed_handshakes` replaced the table.
+const RETIRED: &[&str] = &["DROP TABLE IF EXISTS handshakes"];
 
 /// Prepared statements kept per connection: more than the store has (the listing
 /// queries vary with their filters, a few dozen shapes).
@@ -450,10 +458,10 @@ pub(super) struct NewerSchema {
 }
 
 /// Apply the migrations the database has not seen yet, each in its own transaction,
-/// then create the [`TABLES`] and [`INDEXES`] it lacks. The move to routes of a store written
-/// before them is logged once, when it runs, with how many entries it moved; a new
-/// store is created silently. A store with a schema newer than [`MIGRATIONS`] is
-/// refused.
+/// then create the [`TABLES`] and [`INDEXES`] it lacks and drop the [`RETIRED`]
+/// ones. The move to routes of a store written before them is logged once, when it
+/// runs, with how many entries it moved; a new store is created silently. A store
+/// with a schema newer than [`MIGRATIONS`] is refused.
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let from = usize::try_from(version).unwrap_or(0);
@@ -492,7 +500,7 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             );
         }
     }
-    for sql in TABLES {
+    for sql in TABLES.iter().chain(RETIRED) {
         conn.execute_batch(sql)?;
     }
     for (name, sql) in INDEXES {

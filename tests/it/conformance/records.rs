@@ -8,7 +8,7 @@ use std::time::Duration;
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
     Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, Establish, EstablishedSecret,
-    HousekeepingPass, MAX_ESTABLISHED_SECRETS, SavedRanges, Store,
+    HousekeepingPass, MAX_ESTABLISHED_SECRETS, SavedRanges, Store, TokenHash,
 };
 
 use crate::support::{Backend, StoreHandle, wait_until};
@@ -156,42 +156,78 @@ for_each_store!(
     super::saved_ranges
 );
 
-/// Secrets established in handshakes: only while armed, one per arming (also when
-/// two handshakes race), the same secret kept once, at most
-/// [`MAX_ESTABLISHED_SECRETS`] per source, forgotten one by one, there after a
-/// restart, and each source's apart.
+/// Secrets established in handshakes: only while armed and only with the arming's
+/// token (a wrong one keeps nothing and leaves the arming as it was; arming again
+/// replaces the token), one per arming (also when two handshakes race), the same
+/// secret kept once, at most [`MAX_ESTABLISHED_SECRETS`] per source, forgotten one
+/// by one, there after a restart, and each source's apart.
 async fn established_secrets(backend: Backend) {
     let h = StoreHandle::new(backend);
     let store = h.open().await;
     let t = now_ms();
     let secret = |s: &str, at: i64| EstablishedSecret::new(s, at);
+    let token = |s: &str| TokenHash::of(s);
     assert_eq!(
         store
-            .establish_secret("asana", &secret("s1", t), t)
+            .establish_secret("asana", &secret("s1", t), &token("t0"), t)
             .await
             .unwrap(),
         Establish::NotArmed,
         "never armed"
     );
     assert_eq!(store.handshake_armed("asana", t).await.unwrap(), None);
-    store.arm_handshake("asana", t - 1).await.unwrap();
+    store
+        .arm_handshake("asana", t - 1, &token("t0"))
+        .await
+        .unwrap();
     assert_eq!(
         store
-            .establish_secret("asana", &secret("s1", t), t)
+            .establish_secret("asana", &secret("s1", t), &token("t0"), t)
             .await
             .unwrap(),
         Establish::NotArmed,
         "an arming that has expired"
     );
-    store.arm_handshake("asana", t + 60_000).await.unwrap();
+    store
+        .arm_handshake("asana", t + 60_000, &token("t1"))
+        .await
+        .unwrap();
     assert_eq!(
         store.handshake_armed("asana", t).await.unwrap(),
         Some(t + 60_000)
     );
     assert_eq!(store.handshake_armed("other", t).await.unwrap(), None);
+    // Wrong tokens (the one of an arming replaced, and a guess), many times:
+    // nothing kept, and the arming stays for the handshake that has the token.
+    for wrong in ["t0", "planted", ""] {
+        for _ in 0..3 {
+            assert_eq!(
+                store
+                    .establish_secret("asana", &secret("planted", t), &token(wrong), t)
+                    .await
+                    .unwrap(),
+                Establish::WrongToken,
+                "{wrong:?}"
+            );
+        }
+    }
+    assert_eq!(
+        store.handshake_armed("asana", t).await.unwrap(),
+        Some(t + 60_000),
+        "still armed after wrong tokens"
+    );
+    assert_eq!(store.established_secrets("asana").await.unwrap(), vec![]);
+    // The arming's token is another source's nothing.
     assert_eq!(
         store
-            .establish_secret("asana", &secret("s1", t), t)
+            .establish_secret("other", &secret("s1", t), &token("t1"), t)
+            .await
+            .unwrap(),
+        Establish::NotArmed
+    );
+    assert_eq!(
+        store
+            .establish_secret("asana", &secret("s1", t), &token("t1"), t)
             .await
             .unwrap(),
         Establish::Kept(secret("s1", t))
@@ -203,27 +239,34 @@ async fn established_secrets(backend: Backend) {
     );
     assert_eq!(
         store
-            .establish_secret("asana", &secret("s2", t + 1), t + 1)
+            .establish_secret("asana", &secret("s2", t + 1), &token("t1"), t + 1)
             .await
             .unwrap(),
         Establish::NotArmed,
-        "one arming, one secret"
+        "one arming, one secret: its token is spent"
     );
     // The same secret again: kept once, as it was first kept.
-    store.arm_handshake("asana", t + 60_000).await.unwrap();
+    store
+        .arm_handshake("asana", t + 60_000, &token("t2"))
+        .await
+        .unwrap();
     assert_eq!(
         store
-            .establish_secret("asana", &secret("s1", t + 5), t + 5)
+            .establish_secret("asana", &secret("s1", t + 5), &token("t2"), t + 5)
             .await
             .unwrap(),
         Establish::Kept(secret("s1", t))
     );
     // Two handshakes at once: one secret.
-    store.arm_handshake("asana", t + 60_000).await.unwrap();
+    store
+        .arm_handshake("asana", t + 60_000, &token("t3"))
+        .await
+        .unwrap();
     let (race_a, race_b) = (secret("race-a", t + 10), secret("race-b", t + 10));
+    let t3 = token("t3");
     let (a, b) = tokio::join!(
-        store.establish_secret("asana", &race_a, t + 10),
-        store.establish_secret("asana", &race_b, t + 10),
+        store.establish_secret("asana", &race_a, &t3, t + 10),
+        store.establish_secret("asana", &race_b, &t3, t + 10),
     );
     let kept = [a.unwrap(), b.unwrap()]
         .iter()
@@ -235,20 +278,49 @@ async fn established_secrets(backend: Backend) {
     assert_eq!(listed[0], secret("s1", t), "oldest first");
     assert!(listed[1].secret.starts_with("race-"));
     assert_eq!(store.established_secrets("other").await.unwrap(), vec![]);
+    // A handshake with a wrong token racing the genuine one: the genuine one is
+    // kept, whichever the store takes first.
+    store
+        .arm_handshake("asana", t + 60_000, &token("t4"))
+        .await
+        .unwrap();
+    let (forged, genuine) = (secret("forged", t + 20), secret("genuine", t + 20));
+    let (guess, t4) = (token("guess"), token("t4"));
+    let (forged, genuine) = tokio::join!(
+        store.establish_secret("asana", &forged, &guess, t + 20),
+        store.establish_secret("asana", &genuine, &t4, t + 20),
+    );
+    // Refused for its token, or finding the arming spent when the genuine one went
+    // first.
+    let forged = forged.unwrap();
+    assert!(
+        matches!(forged, Establish::WrongToken | Establish::NotArmed),
+        "{forged:?}"
+    );
+    assert_eq!(genuine.unwrap(), Establish::Kept(secret("genuine", t + 20)));
+    let listed = store.established_secrets("asana").await.unwrap();
+    assert_eq!(listed.len(), 3, "{listed:?}");
     // Full: the handshake is refused and stays armed.
     for n in listed.len()..MAX_ESTABLISHED_SECRETS {
         let at = t + 100 + n as i64;
-        store.arm_handshake("asana", at + 60_000).await.unwrap();
+        let tok = token(&format!("fill-{n}"));
+        store
+            .arm_handshake("asana", at + 60_000, &tok)
+            .await
+            .unwrap();
         let kept = store
-            .establish_secret("asana", &secret(&format!("fill-{n}"), at), at)
+            .establish_secret("asana", &secret(&format!("fill-{n}"), at), &tok, at)
             .await
             .unwrap();
         assert!(matches!(kept, Establish::Kept(_)), "{n}: {kept:?}");
     }
-    store.arm_handshake("asana", t + 60_000).await.unwrap();
+    store
+        .arm_handshake("asana", t + 60_000, &token("t5"))
+        .await
+        .unwrap();
     assert_eq!(
         store
-            .establish_secret("asana", &secret("one-more", t + 200), t + 200)
+            .establish_secret("asana", &secret("one-more", t + 200), &token("t5"), t + 200)
             .await
             .unwrap(),
         Establish::Full
@@ -267,11 +339,26 @@ async fn established_secrets(backend: Backend) {
     assert_eq!(left.len(), MAX_ESTABLISHED_SECRETS - 1);
     assert!(left.iter().all(|s| s.id != id));
     store.close().await;
+    // After a restart: the secrets, and the arming with its token.
     let again = h.open().await;
     assert_eq!(again.established_secrets("asana").await.unwrap(), left);
     assert_eq!(
         again.handshake_armed("asana", t + 200).await.unwrap(),
         Some(t + 60_000)
+    );
+    assert_eq!(
+        again
+            .establish_secret("asana", &secret("after", t + 300), &token("t1"), t + 300)
+            .await
+            .unwrap(),
+        Establish::WrongToken
+    );
+    assert_eq!(
+        again
+            .establish_secret("asana", &secret("after", t + 300), &token("t5"), t + 300)
+            .await
+            .unwrap(),
+        Establish::Kept(secret("after", t + 300))
     );
     again.close().await;
 }

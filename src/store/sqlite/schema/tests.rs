@@ -41,6 +41,40 @@ fn missing_indexes_are_created_at_open() {
     assert_eq!(version(&conn), current);
 }
 
+/// A store an older release wrote has its tokenless armings dropped at open: none is
+/// honoured (an arming with no token takes anyone's handshake), and armings have a
+/// table of their own, with the token's hash.
+#[test]
+fn armings_without_a_token_are_dropped_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
+    migrate(&mut conn).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE handshakes (source TEXT PRIMARY KEY, until INTEGER NOT NULL) WITHOUT ROWID;
+         INSERT INTO handshakes VALUES ('asana', 9223372036854775807);",
+    )
+    .unwrap();
+    migrate(&mut conn).unwrap();
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE '%handshake%'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(tables, ["armed_handshakes"]);
+    let hash = crate::store::TokenHash::of("t");
+    assert_eq!(
+        crate::store::sqlite::controls::handshake_armed(&conn, "asana", 0).unwrap(),
+        None
+    );
+    crate::store::sqlite::controls::arm_handshake(&conn, "asana", 10, &hash).unwrap();
+    assert_eq!(
+        crate::store::sqlite::controls::handshake_armed(&conn, "asana", 0).unwrap(),
+        Some(10)
+    );
+}
+
 /// A statement the cache keeps runs with new values without being compiled
 /// again. The cache clears a statement's bindings after each use; without the
 /// planner's stability guarantee, a statement whose plan SQLite tied to a bound
