@@ -16,8 +16,8 @@
 //! client is), and a few addresses can hold a source's whole share between them
 //! with uploads trickled just above the minimum rate. So when a source's share is
 //! full, a new body does not give up at once: the body of that source that has been
-//! reading longest (at least [`SHED_MIN_AGE`]) is shed, as connections are shed, and
-//! its bytes go to the new one. A webhook reads in milliseconds; what has been
+//! reading longest (at least [`SHED_MIN_AGE`]) and holds more than the new one asks
+//! for is shed, as connections are shed, and its bytes go to the new one. A webhook reads in milliseconds; what has been
 //! reading for seconds while the share is full is a slow upload, and it is answered
 //! 503 (its connection closed) so that the provider's webhooks keep getting 200.
 //! Shedding is counted (`hookgate_ingest_bodies_shed_total`).
@@ -65,8 +65,6 @@ pub const SHED_MIN_AGE: Duration = Duration::from_secs(1);
 const SHED_WAIT: Duration = Duration::from_secs(2);
 /// How often a waiting body sheds one more.
 const SHED_STEP: Duration = Duration::from_millis(50);
-/// How often a waiting body looks for its bytes.
-const SHED_POLL: Duration = Duration::from_millis(5);
 
 /// The byte budget shared by every body in flight.
 #[derive(Debug)]
@@ -93,28 +91,36 @@ pub struct SourceShare {
 #[derive(Debug, Default)]
 struct Readers {
     next: AtomicU64,
-    reading: Mutex<HashMap<u64, (Instant, CancellationToken)>>,
+    /// Per body: when it started, the bytes it held then, and how to shed it.
+    reading: Mutex<HashMap<u64, (Instant, usize, CancellationToken)>>,
 }
 
 impl Readers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Instant, CancellationToken)>> {
+    #[allow(clippy::type_complexity)]
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Instant, usize, CancellationToken)>> {
         self.reading.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Shed the body reading longest, if one has read for [`SHED_MIN_AGE`] and is not
-    /// `except` (the body asking); whether one was.
-    fn shed_longest(&self, except: Option<u64>) -> bool {
+    /// Shed the body reading longest, if one has read for [`SHED_MIN_AGE`], holds
+    /// more than the `asking` bytes and is not `except` (the body asking); whether
+    /// one was. Only a smaller body sheds a larger one: uploads of one size never
+    /// shed each other (a crowd of them, reconnecting as fast as they are shed,
+    /// would otherwise keep every upload too young to shed), while a webhook of a few
+    /// KiB sheds any upload.
+    fn shed_longest(&self, except: Option<u64>, asking: usize) -> bool {
         let mut reading = self.lock();
         let now = Instant::now();
         let longest = reading
             .iter()
-            .filter(|(id, (started, _))| {
-                Some(**id) != except && now.duration_since(*started) >= SHED_MIN_AGE
+            .filter(|(id, (started, held, _))| {
+                Some(**id) != except
+                    && *held > asking
+                    && now.duration_since(*started) >= SHED_MIN_AGE
             })
-            .min_by_key(|(_, (started, _))| *started)
+            .min_by_key(|(_, (started, _, _))| *started)
             .map(|(id, _)| *id);
         match longest.and_then(|id| reading.remove(&id)) {
-            Some((_, token)) => {
+            Some((_, _, token)) => {
                 token.cancel();
                 true
             }
@@ -131,10 +137,13 @@ struct Reading {
 }
 
 impl Reading {
-    fn start(readers: &Arc<Readers>) -> Reading {
+    /// A body that holds `held` bytes as it starts.
+    fn start(readers: &Arc<Readers>, held: usize) -> Reading {
         let id = readers.next.fetch_add(1, Ordering::Relaxed);
         let shed = CancellationToken::new();
-        readers.lock().insert(id, (Instant::now(), shed.clone()));
+        readers
+            .lock()
+            .insert(id, (Instant::now(), held, shed.clone()));
         Reading {
             readers: readers.clone(),
             id,
@@ -318,39 +327,38 @@ impl BodyBudget {
 impl SourceShare {
     /// `n32` bytes of the share once the bodies reading longest are shed, one at a
     /// time, within [`SHED_WAIT`]; busy when there is none to shed or their bytes do
-    /// not come back in time. The bytes are taken as soon as there are enough, not
-    /// queued for: a queue would hand what one shed body frees to whichever large
-    /// upload asked first, and a webhook of a few KiB behind it would wait for
-    /// nothing.
+    /// not come back in time. The bytes are waited for in the share's queue, so
+    /// what a shed body gives back goes to the body that shed it, not to an upload
+    /// reconnecting meanwhile (which cannot shed, being no smaller than the others).
     async fn shed_for(
         &self,
         n32: u32,
         reading: Option<u64>,
     ) -> Result<OwnedSemaphorePermit, ApiError> {
+        let asking = usize::try_from(n32).unwrap_or(usize::MAX);
         let deadline = tokio::time::Instant::now() + SHED_WAIT;
-        let mut next_shed = tokio::time::Instant::now();
+        let acquire = self.bytes.clone().acquire_many_owned(n32);
+        tokio::pin!(acquire);
         let mut shed_any = false;
         loop {
-            if let Ok(permit) = self.bytes.clone().try_acquire_many_owned(n32) {
-                return Ok(permit);
-            }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
+            if self.readers.shed_longest(reading, asking) {
+                self.shed.increment(1);
+                shed_any = true;
+            } else if !shed_any {
+                // Nothing to shed: the share is held by bodies read in time (being
+                // verified and stored), or too young or too small to shed.
                 return Err(ApiError::Busy);
             }
-            if now >= next_shed {
-                if self.readers.shed_longest(reading) {
-                    self.shed.increment(1);
-                    shed_any = true;
-                } else if !shed_any {
-                    // Nothing to shed: the share is held by bodies read in time
-                    // (being verified and stored) or too young to shed.
+            // A shed body gives its bytes back as soon as its task sees it shed.
+            let step = (tokio::time::Instant::now() + SHED_STEP).min(deadline);
+            match tokio::time::timeout_at(step, &mut acquire).await {
+                Ok(Ok(permit)) => return Ok(permit),
+                Ok(Err(_)) => return Err(ApiError::Busy),
+                Err(_) if tokio::time::Instant::now() >= deadline => {
                     return Err(ApiError::Busy);
                 }
-                next_shed = now + SHED_STEP;
+                Err(_) => {}
             }
-            // A shed body gives its bytes back as soon as its task sees it shed.
-            tokio::time::sleep(SHED_POLL).await;
         }
     }
 }
@@ -394,7 +402,7 @@ pub async fn read(
         .min(limit);
     let mut buf = BytesMut::with_capacity(capacity);
     let mut body = body;
-    let reading = Reading::start(&share.readers);
+    let reading = Reading::start(&share.readers, reservation.bytes);
     let outcome = tokio::time::timeout(timeout, async {
         loop {
             let frame = tokio::select! {
