@@ -268,6 +268,38 @@ impl ClientIpHeader {
     }
 }
 
+/// The `sslmode` of a PostgreSQL `store.url`, as hookgate reads it (the config
+/// checks it, `store::postgres::connect` acts on it). libpq's `allow` is `prefer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PgSslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyFull,
+}
+
+impl PgSslMode {
+    /// The mode `text` names, if hookgate supports it.
+    pub fn parse(text: &str) -> Option<PgSslMode> {
+        Some(match text {
+            "disable" => PgSslMode::Disable,
+            "prefer" | "allow" => PgSslMode::Prefer,
+            "require" => PgSslMode::Require,
+            "verify-full" => PgSslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            PgSslMode::Disable => "disable",
+            PgSslMode::Prefer => "prefer",
+            PgSslMode::Require => "require",
+            PgSslMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     pub listen: SocketAddr,

@@ -12,8 +12,8 @@ use super::raw::{
 use super::source::validate_source;
 use super::{
     AdminConfig, AlertsConfig, ClientIpHeader, Config, ConfigError, EmbeddedConfig,
-    ForwarderConfig, LogConfig, LogFormat, PostgresConfig, RedisConfig, RetentionConfig, Secret,
-    ServerConfig, SourceConfig, StoreConfig, TelemetryConfig, TraceSettings, redact_url,
+    ForwarderConfig, LogConfig, LogFormat, PgSslMode, PostgresConfig, RedisConfig, RetentionConfig,
+    Secret, ServerConfig, SourceConfig, StoreConfig, TelemetryConfig, TraceSettings, redact_url,
 };
 
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
@@ -276,27 +276,25 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
                     .find(|(k, _)| k == name)
                     .map(|(_, v)| v.into_owned())
             };
-            let mode = param("sslmode");
-            if let Some(mode) = &mode
-                && !matches!(
-                    mode.as_str(),
-                    "disable" | "allow" | "prefer" | "require" | "verify-full"
-                )
-            {
-                return Err(ConfigError::invalid(
-                    "store.url",
-                    format!(
-                        "sslmode={mode:?} is not supported; use disable, prefer, require or verify-full"
-                    ),
-                ));
-            }
+            let mode = match param("sslmode") {
+                None => None,
+                Some(text) => Some(PgSslMode::parse(&text).ok_or_else(|| {
+                    ConfigError::invalid(
+                        "store.url",
+                        format!(
+                            "sslmode={text:?} is not supported; use disable, prefer, require or verify-full"
+                        ),
+                    )
+                })?),
+            };
             if param("sslrootcert").is_some()
-                && let Some(mode) = mode.filter(|m| m != "verify-full")
+                && let Some(mode) = mode.filter(|m| *m != PgSslMode::VerifyFull)
             {
                 return Err(ConfigError::invalid(
                     "store.url",
                     format!(
-                        "sslrootcert is read with sslmode=verify-full (or no sslmode), not sslmode={mode}"
+                        "sslrootcert is read with sslmode=verify-full (or no sslmode), not sslmode={}",
+                        mode.label()
                     ),
                 ));
             }

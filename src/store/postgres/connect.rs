@@ -30,6 +30,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::config::PgSslMode as Mode;
 use crate::store::{Backend, StoreError};
 
 impl From<tokio_postgres::Error> for StoreError {
@@ -131,13 +132,7 @@ pub(crate) fn parse(url: &str, timeout: Duration) -> Result<Target, UrlError> {
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         match k.as_ref() {
             "sslmode" => {
-                mode = Some(match v.as_ref() {
-                    "disable" => Mode::Disable,
-                    "prefer" | "allow" => Mode::Prefer,
-                    "require" => Mode::Require,
-                    "verify-full" => Mode::VerifyFull,
-                    other => return Err(UrlError::SslMode(other.to_string())),
-                })
+                mode = Some(Mode::parse(&v).ok_or_else(|| UrlError::SslMode(v.to_string()))?)
             }
             "sslrootcert" => root_cert = Some(v.into_owned()),
             _ => {
@@ -173,15 +168,6 @@ pub(crate) fn parse(url: &str, timeout: Duration) -> Result<Target, UrlError> {
     Ok(Target { config, tls })
 }
 
-/// The `sslmode` a URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Disable,
-    Prefer,
-    Require,
-    VerifyFull,
-}
-
 /// How to connect, from the `sslmode` and `sslrootcert` asked for and whether every
 /// host is on this machine: without an `sslmode`, `verify-full` unless the
 /// connection stays on the machine (or a root certificate was named).
@@ -201,11 +187,7 @@ fn decide(mode: Option<Mode>, root_cert: Option<String>, local: bool) -> Result<
         (Some(Mode::Prefer), None) => Tls::Unverified(SslMode::Prefer),
         (Some(Mode::Require), None) => Tls::Unverified(SslMode::Require),
         (Some(other), Some(_)) => {
-            return Err(UrlError::RootCertWithoutVerify(match other {
-                Mode::Disable => "disable",
-                Mode::Prefer => "prefer",
-                _ => "require",
-            }));
+            return Err(UrlError::RootCertWithoutVerify(other.label()));
         }
     })
 }
