@@ -9,7 +9,7 @@
 //! audit.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -319,8 +319,19 @@ async fn an_outsider_polling(backend: Backend) {
     const ASANA: &str = "5c0ffee5c0ffee5c0ffee5c0ffee5c0ffee5c0ffee5c0ffee5c0ffee5c0ffee5";
 
     let stop = Arc::new(AtomicBool::new(false));
+    let polled = Arc::new(AtomicUsize::new(0));
+    // Until the outsider has polled `n` more times.
+    let polls = async |n: usize| {
+        let until = polled.load(Ordering::SeqCst) + n;
+        wait_until(
+            "the outsider's polls",
+            Duration::from_secs(30),
+            async || polled.load(Ordering::SeqCst) >= until,
+        )
+        .await;
+    };
     let outsider = tokio::spawn({
-        let (stop, c) = (stop.clone(), c.clone());
+        let (stop, c, polled) = (stop.clone(), c.clone(), polled.clone());
         let targets = [a.ingest.clone(), b_ingest.clone()];
         async move {
             let mut answers = Vec::new();
@@ -333,13 +344,14 @@ async fn an_outsider_polling(backend: Backend) {
                     _ => Some("hookgate_handshake="),
                 };
                 answers.push((n, handshake(&c, base, query, PLANTED).await));
+                polled.fetch_add(1, Ordering::SeqCst);
                 n += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             answers
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    polls(6).await;
     let (st, armed) = admin
         .call(
             "POST",
@@ -350,14 +362,15 @@ async fn an_outsider_polling(backend: Backend) {
     assert_eq!(st, 200, "{armed}");
     let target = armed["target_url"].as_str().unwrap().to_string();
     let query = target.split_once('?').unwrap().1.to_string();
-    // The outsider keeps polling through the window; Asana comes a second later.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The outsider keeps polling through the window; Asana comes about a second
+    // later (20 polls).
+    polls(20).await;
     assert_eq!(
         handshake(&c, &b_ingest, Some(&query), ASANA).await,
         (200, Some(ASANA.to_string())),
         "Asana's handshake, after a second of polling"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    polls(6).await;
     stop.store(true, Ordering::SeqCst);
     let answers = outsider.await.unwrap();
     assert!(answers.len() >= 20, "{} requests", answers.len());
