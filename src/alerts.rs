@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AlertsConfig;
+use crate::live::Live;
 
 /// Reasons kept per route and interval.
 const MAX_REASONS: usize = 5;
@@ -90,10 +91,7 @@ fn message(source: &str, route: &str, batch: &Batch, interval: Duration) -> serd
 }
 
 /// Send the batched alerts every interval until shutdown (then once more).
-pub async fn run(alerts: Arc<Alerts>, cfg: AlertsConfig, shutdown: CancellationToken) {
-    let Some(url) = cfg.webhook_url.clone() else {
-        return;
-    };
+pub async fn run(alerts: Arc<Alerts>, cfg: Live<AlertsConfig>, shutdown: CancellationToken) {
     crate::tls::install_provider();
     let client = match reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -107,15 +105,27 @@ pub async fn run(alerts: Arc<Alerts>, cfg: AlertsConfig, shutdown: CancellationT
         }
     };
     loop {
+        // The settings in force at each batch: a reload may set, change or remove
+        // the webhook.
+        let interval = cfg.load().interval;
         let stop = tokio::select! {
             _ = shutdown.cancelled() => true,
-            _ = tokio::time::sleep(cfg.interval) => false,
+            _ = tokio::time::sleep(interval) => false,
+        };
+        let settings = cfg.load();
+        let Some(url) = settings.webhook_url.as_ref() else {
+            // No webhook: what went dead meanwhile is not kept for a later one.
+            alerts.take();
+            if stop {
+                return;
+            }
+            continue;
         };
         for ((source, route), batch) in alerts.take() {
             if !send(
                 &client,
                 url.expose(),
-                &message(&source, &route, &batch, cfg.interval),
+                &message(&source, &route, &batch, settings.interval),
             )
             .await
             {

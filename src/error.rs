@@ -117,6 +117,13 @@ pub enum ApiError {
     /// A preview needed a transform worker and none could be started.
     #[error("cannot run the route's transform now, retry later")]
     TransformUnavailable,
+    /// A configuration reload refused: the configuration cannot run, or changes a
+    /// key only a restart changes. The text says which.
+    #[error("{0}")]
+    Unprocessable(String),
+    /// A reload of a gateway whose configuration was not read from a file.
+    #[error("{0}")]
+    NotReloadable(String),
     /// The operating system's random source failed (an arming's token). Logged
     /// when answered.
     #[error("cannot draw a random token now, retry later")]
@@ -165,7 +172,9 @@ impl ApiError {
             ApiError::BodyRead | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotReplayable { .. }
             | ApiError::NotDiscardable { .. }
-            | ApiError::NoHandshake(_) => StatusCode::CONFLICT,
+            | ApiError::NoHandshake(_)
+            | ApiError::NotReloadable(_) => StatusCode::CONFLICT,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Refused(_) | ApiError::IpNotAllowed => StatusCode::FORBIDDEN,
             ApiError::Throttled { .. } | ApiError::RateLimited { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -200,7 +209,7 @@ impl ApiError {
                 RequestOutcome::Busy
             }
             ApiError::NotStored(_) | ApiError::StoreUnavailable(_) => RequestOutcome::StoreError,
-            ApiError::BadRequest(_) => RequestOutcome::BadRequest,
+            ApiError::BadRequest(_) | ApiError::Unprocessable(_) => RequestOutcome::BadRequest,
             ApiError::Unauthorized => RequestOutcome::Unauthorized,
             ApiError::Throttled { .. } => RequestOutcome::Throttled,
             ApiError::RateLimited { .. } => RequestOutcome::RateLimited,
@@ -209,7 +218,8 @@ impl ApiError {
             ApiError::SubscriptionUnconfirmed(_) => RequestOutcome::SubscriptionUnconfirmed,
             ApiError::NotReplayable { .. }
             | ApiError::NotDiscardable { .. }
-            | ApiError::NoHandshake(_) => RequestOutcome::Conflict,
+            | ApiError::NoHandshake(_)
+            | ApiError::NotReloadable(_) => RequestOutcome::Conflict,
             ApiError::Refused(_) => RequestOutcome::Refused,
             ApiError::NotJson => RequestOutcome::NotJson,
         }

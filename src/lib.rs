@@ -56,6 +56,7 @@ pub mod fuzzing;
 pub mod header;
 pub mod header_policy;
 pub mod ingest;
+pub mod live;
 pub mod operations;
 pub mod pressure;
 pub mod provider;

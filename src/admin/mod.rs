@@ -31,6 +31,7 @@ mod actor;
 mod audit;
 mod body;
 mod bulk_replay;
+mod config;
 mod dead_letters;
 mod entries;
 mod handshakes;
@@ -160,6 +161,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         )
         .route("/admin/stats", get(sources::stats))
         .route("/admin/audit", get(audit::list))
+        .route("/admin/config", get(config::show))
+        .route("/admin/config/reload", post(config::reload))
         // Auth wraps only the routes above: the fallbacks answer 404 and 405 alike.
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -377,6 +380,11 @@ impl From<OpError> for ApiError {
             OpError::Store(cause) => ApiError::StoreUnavailable(cause),
             OpError::TransformUnavailable => ApiError::TransformUnavailable,
             OpError::Random(cause) => ApiError::RandomUnavailable(cause),
+            OpError::Reload(refused @ crate::operations::config::ReloadRefused::NoFile) => {
+                ApiError::NotReloadable(refused.to_string())
+            }
+            OpError::NoControl => ApiError::NotReloadable(OpError::NoControl.to_string()),
+            OpError::Reload(refused) => ApiError::Unprocessable(refused.to_string()),
         }
     }
 }

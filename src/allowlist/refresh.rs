@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Published, fetch};
 use crate::clock::Clock;
+use crate::live::Live;
 use crate::store::{SavedRanges, Store};
 
 /// Register each list's metric series, so that the first scrape shows them; and,
@@ -73,27 +74,38 @@ pub async fn load_saved(lists: &[Arc<Published>], store: &dyn Store) {
 
 /// Fetch every list now, then every `interval`, until `shutdown`.
 pub async fn run(
-    lists: Vec<Arc<Published>>,
+    lists: Live<Vec<Arc<Published>>>,
     store: Arc<dyn Store>,
     clock: Clock,
     interval: Duration,
     shutdown: CancellationToken,
 ) {
-    if lists.is_empty() {
-        return;
-    }
+    let mut changes = lists.changes();
     let client = match fetch::client() {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "allowlist: cannot build the HTTP client; the ranges in force stay");
-            for list in &lists {
+            for list in lists.load().iter() {
                 failing(list, true);
             }
             return;
         }
     };
+    // The lists fetched since the last full round (by URL): a reload that adds a
+    // list has it fetched at once, without fetching the others again.
+    let mut fetched: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut next_round = tokio::time::Instant::now();
     loop {
-        for list in &lists {
+        changes.mark_unchanged();
+        if tokio::time::Instant::now() >= next_round {
+            fetched.clear();
+            next_round = tokio::time::Instant::now() + interval;
+        }
+        // The lists of the table in force.
+        for list in lists.load().iter() {
+            if !fetched.insert(list.source.url.clone()) {
+                continue;
+            }
             // A fetch in flight does not hold the shutdown up.
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -102,7 +114,11 @@ pub async fn run(
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep_until(next_round) => {}
+            changed = changes.changed() => if changed.is_err() {
+                shutdown.cancelled().await;
+                return;
+            },
         }
     }
 }

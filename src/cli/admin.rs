@@ -194,14 +194,14 @@ pub enum SourcesCmd {
     ForgetSecret { name: String, id: String },
 }
 
-pub(super) struct Client {
+pub(crate) struct Client {
     base: String,
     token: Option<String>,
     http: reqwest::Client,
 }
 
 impl Client {
-    pub(super) fn new(api: &ApiArgs) -> anyhow::Result<Client> {
+    pub(crate) fn new(api: &ApiArgs) -> anyhow::Result<Client> {
         crate::tls::install_provider();
         Ok(Client {
             base: api.admin_url.trim_end_matches('/').to_string(),
@@ -213,7 +213,7 @@ impl Client {
         })
     }
 
-    pub(super) async fn call<T: DeserializeOwned>(
+    pub(crate) async fn call<T: DeserializeOwned>(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -310,7 +310,7 @@ fn dash(v: &Option<String>) -> String {
     v.clone().unwrap_or_else(|| "-".into())
 }
 
-pub(super) fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
+pub(crate) fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(v)?)?;
     Ok(())
 }

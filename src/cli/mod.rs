@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod out;
 pub mod rejections;
+pub mod reload;
 pub mod sign;
 pub mod transform;
 
@@ -87,6 +88,21 @@ pub enum Command {
         #[command(subcommand)]
         cmd: SourcesCmd,
     },
+    /// Reload a running gateway's configuration (its file and the files it
+    /// names) without a restart; a refused reload changes nothing and exits 1.
+    Reload {
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Print what would change; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// The configuration a running gateway has in force: its version, when and
+    /// from where it was loaded.
+    Config {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Per-source counters: received, duplicates, unverified, pending, delivered, dead.
     Stats {
         #[command(flatten)]
@@ -134,6 +150,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dlq { api, cmd } => admin::dlq(&api, cmd).await,
         Command::Sources { api, cmd } => admin::sources(&api, cmd).await,
         Command::Stats { api } => admin::stats(&api).await,
+        Command::Reload { api, dry_run } => reload::reload(&api, dry_run).await,
+        Command::Config { api } => reload::show(&api).await,
         Command::Rejections { api, args } => rejections::rejections(&api, args).await,
     }
 }
@@ -150,7 +168,8 @@ fn load(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
 }
 
 async fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let mut cfg = load(a.config.config.as_deref())?;
+    let path = config::config_path(a.config.config.as_deref());
+    let mut cfg = load(path.as_deref())?;
     match a.log_format.as_deref() {
         Some("json") => cfg.log.format = LogFormat::Json,
         Some("human") => cfg.log.format = LogFormat::Human,
@@ -168,7 +187,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         shutdown::signal().await;
         on_signal.cancel();
     });
-    app::run(cfg, listeners, token).await
+    app::run_from(cfg, app::Origin::File(path), listeners, token).await
 }
 
 async fn healthcheck(url: &str) -> anyhow::Result<()> {

@@ -19,6 +19,7 @@
 //! entry, the largest section; `route` one of its routes.
 
 mod defaults;
+pub mod diff;
 mod durations;
 mod rate_limit;
 pub mod raw;
@@ -208,7 +209,27 @@ pub struct Config {
     pub transform_worker: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone)]
+impl Config {
+    /// Every secret of the configuration, in configuration order: the admin token,
+    /// the alerts' webhook URL, each source's secrets and verify token, each route's
+    /// destination secret. (The configuration's version covers them through an
+    /// HMAC; nothing else should need them all.)
+    pub fn secrets(&self) -> Vec<&Secret> {
+        let mut out: Vec<&Secret> = Vec::new();
+        out.extend(&self.admin.token);
+        out.extend(&self.alerts.webhook_url);
+        for s in &self.sources {
+            out.extend(&s.secrets);
+            out.extend(&s.verify_token);
+            for r in &s.routes {
+                out.extend(&r.destination_secret);
+            }
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub max_body_bytes: usize,
@@ -300,7 +321,7 @@ impl PgSslMode {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Where `/healthz`, `/readyz` and `/metrics` are also served on a listener of
@@ -322,7 +343,7 @@ pub struct AdminConfig {
     pub failed_auth_allowance: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum StoreConfig {
     Embedded(EmbeddedConfig),
     Redis(RedisConfig),
@@ -350,7 +371,7 @@ impl StoreConfig {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddedConfig {
     pub path: PathBuf,
     /// Most writes one group commit may carry.
@@ -363,7 +384,7 @@ pub struct EmbeddedConfig {
     pub timeout: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
     /// One URL, or the comma-separated seed nodes of a Redis Cluster.
     pub url: String,
@@ -379,7 +400,7 @@ pub struct RedisConfig {
     pub min_replicas: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PostgresConfig {
     /// `postgres://user[:password]@host[:port][,host2[:port2]…]/db[?…]`: several
     /// hosts with `target_session_attrs=read-write` follow the primary after a
@@ -401,7 +422,7 @@ pub struct PostgresConfig {
     pub require_sync_standby: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ForwarderConfig {
     /// How long a claimed entry stays leased; a crashed worker's entries are delivered
     /// again after it. Always longer than every source's delivery timeout.
@@ -424,13 +445,13 @@ pub struct ForwarderConfig {
     pub transform_memory_bytes: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RetentionConfig {
     pub delivered: Duration,
     pub dead: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AlertsConfig {
     /// A Slack-compatible incoming webhook told when entries go dead (a secret: the
     /// URL is the credential).
@@ -442,7 +463,7 @@ pub struct AlertsConfig {
 /// How log lines are written (the telemetry leaf owns the type).
 pub use crate::telemetry::LogFormat;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     pub format: LogFormat,
 }
@@ -451,7 +472,7 @@ pub struct LogConfig {
 pub use crate::telemetry::traces::TraceSettings;
 
 /// `[telemetry]`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TelemetryConfig {
     /// `None`: traces are off.
     pub traces: Option<TraceSettings>,

@@ -36,7 +36,7 @@ pub fn valid_route_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RouteConfig {
     pub name: String,
     pub destination: String,
@@ -105,7 +105,7 @@ pub(super) fn order(key: &str, raw: Option<RawOrder>) -> Result<Option<OrderConf
     Ok(Some(OrderConfig { by, block }))
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RetryConfig {
     pub max_attempts: u32,
     pub max_age: Duration,
@@ -114,7 +114,7 @@ pub struct RetryConfig {
     pub cap: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeliveryConfig {
     /// Total time for one attempt (connect, send, response headers and body).
     pub timeout: Duration,

@@ -13,7 +13,7 @@ use super::raw::{OneOrMany, RawSource, RawSourceLimits};
 use super::route::{self, RouteConfig};
 use super::{ConfigError, RateLimit, Secret, redact_url};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SourceConfig {
     pub name: String,
     pub provider: String,

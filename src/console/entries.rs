@@ -295,8 +295,8 @@ fn render(
     page: Option<&SearchPage>,
     problem: Option<&str>,
 ) -> Markup {
-    let mut routes: Vec<&str> = console
-        .sources
+    let sources = console.sources.load();
+    let mut routes: Vec<&str> = sources
         .iter()
         .flat_map(|s| s.routes.iter().map(|r| r.name.as_str()))
         .collect();
@@ -313,7 +313,7 @@ fn render(
                 label for="f-source" { "Source" }
                 select #f-source name="source" {
                     option value="" { "All sources" }
-                    @for s in &console.sources {
+                    @for s in sources.iter() {
                         option value=(s.name) selected[s.name == f.source] { (s.name) }
                     }
                 }

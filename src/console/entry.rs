@@ -162,7 +162,7 @@ async fn previews(
     d: &EntryDetail,
 ) -> Result<Vec<Result<Preview, String>>, ConsoleError> {
     let ops = &console.admin.ops;
-    let Some(transforms) = &ops.transforms else {
+    let Some(transforms) = ops.transforms() else {
         return Ok(Vec::new());
     };
     let runs = d

@@ -82,8 +82,8 @@ pub struct ConsoleState {
     admin: Arc<AdminState>,
     auth: Auth,
     /// What the Sources page shows of the configured sources (no secrets), in
-    /// configuration order.
-    sources: Vec<SourceView>,
+    /// configuration order: the console's part of the route table in force.
+    sources: crate::live::Live<Vec<SourceView>>,
     /// This process's circuit breaker of a (source, route): the overview shows it.
     breakers: BreakerStates,
     /// `admin.public_origin`: the origin a console POST must name, when it is not
@@ -146,7 +146,7 @@ impl ConsoleState {
     pub fn new(
         admin: Arc<AdminState>,
         token: Option<&Secret>,
-        sources: Vec<SourceView>,
+        sources: crate::live::Live<Vec<SourceView>>,
         breakers: BreakerStates,
         public_origin: Option<String>,
     ) -> Result<ConsoleState, SetupError> {

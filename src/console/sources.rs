@@ -127,7 +127,7 @@ pub async fn show(
         "Sources",
         &chrome,
         html! {
-            (render(&console.sources, &states, &token))
+            (render(&console.sources.load(), &states, &token))
             (control_audit(&controls))
         },
     )))

@@ -634,7 +634,7 @@ async fn share_hold(fwd: &Forwarder, route: &Route, outcome: &Outcome, done_at: 
 /// entry is delivered again (at-least-once).
 async fn complete(fwd: &Forwarder, claim: &Claim, completion: Completion) {
     let mut delay = Duration::from_millis(50);
-    let until = tokio::time::Instant::now() + fwd.cfg.lease;
+    let until = tokio::time::Instant::now() + fwd.plan().cfg.lease;
     loop {
         let now = fwd.clock.now_ms();
         match fwd

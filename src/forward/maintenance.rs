@@ -28,9 +28,10 @@ pub(super) async fn run(
         tracing::warn!(error = %e, "store housekeeping failed");
     }
     let now = fwd.clock.now_ms();
+    let retention = fwd.plan().retention.clone();
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    let delivered_before = now.saturating_sub(ms(fwd.retention.delivered));
-    let dead_before = now.saturating_sub(ms(fwd.retention.dead));
+    let delivered_before = now.saturating_sub(ms(retention.delivered));
+    let dead_before = now.saturating_sub(ms(retention.dead));
     // Bounded steps, yielding between them, so retention never stalls ingest.
     for _ in 0..20 {
         if shutdown.is_cancelled() {

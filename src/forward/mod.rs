@@ -36,6 +36,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::config::{ForwarderConfig, RetentionConfig};
+use crate::live::Live;
 use crate::pressure::IngestPressure;
 use crate::store::{Claim, Control, HousekeepingPass, PauseTarget, Store, StoreError};
 use crate::telemetry::traces::Traces;
@@ -73,8 +74,8 @@ struct Forwarder {
     store: Arc<dyn Store>,
     /// Ingest first: while ingest is saturated, claims are held to a share.
     pressure: Arc<IngestPressure>,
-    cfg: ForwarderConfig,
-    retention: RetentionConfig,
+    /// The forwarder's part of the route table in force: its routes and settings.
+    plan: Live<Plan>,
     clock: Clock,
     /// This process's consumer name: unique per run.
     worker: String,
@@ -91,6 +92,11 @@ struct Forwarder {
 }
 
 impl Forwarder {
+    /// The routes and settings in force now.
+    fn plan(&self) -> Arc<Plan> {
+        self.plan.load()
+    }
+
     /// Whether delivery through `route` is paused, for the route itself or for its
     /// whole source (as this process last saw it).
     fn is_paused(&self, route: &Route) -> bool {
@@ -105,6 +111,33 @@ impl Forwarder {
     }
 }
 
+/// The forwarder's part of the route table: every route, and the settings the
+/// forwarder runs by. A reload swaps in a new one: a route whose [`Route`] changed
+/// gets a new loop (the old one stops claiming; what it sent finishes under the
+/// route it started with), a removed route's loop stops, an added route's starts.
+pub struct Plan {
+    pub routes: Vec<Arc<Route>>,
+    pub cfg: ForwarderConfig,
+    pub retention: RetentionConfig,
+}
+
+impl Plan {
+    /// Every configured source that has a route, in configuration order.
+    fn sources(&self) -> Vec<String> {
+        let mut sources: Vec<String> = self.routes.iter().map(|r| r.source.clone()).collect();
+        sources.dedup();
+        sources
+    }
+
+    /// (source, route) of every route.
+    fn route_keys(&self) -> Vec<(String, String)> {
+        self.routes
+            .iter()
+            .map(|r| (r.source.clone(), r.name.clone()))
+            .collect()
+    }
+}
+
 /// What the forwarder shares with the rest of the gateway.
 pub struct Neighbours {
     /// How saturated ingest is: the forwarder steps back meanwhile.
@@ -115,12 +148,12 @@ pub struct Neighbours {
     pub traces: Traces,
 }
 
-/// Run the forwarder until `shutdown` is cancelled, then drain.
+/// Run the forwarder until `shutdown` is cancelled, then drain. `worker` names
+/// this process as the holder of its leases.
 pub async fn run(
     store: Arc<dyn Store>,
-    routes: Vec<Route>,
-    cfg: ForwarderConfig,
-    retention: RetentionConfig,
+    plan: Live<Plan>,
+    worker: String,
     clock: Clock,
     with: Neighbours,
     shutdown: CancellationToken,
@@ -130,17 +163,10 @@ pub async fn run(
         on_dead,
         traces,
     } = with;
-    let worker = format!(
-        "{}-{}-{}",
-        std::env::var("HOSTNAME").unwrap_or_else(|_| "hookgate".into()),
-        std::process::id(),
-        uuid::Uuid::now_v7().simple()
-    );
     let fwd = Arc::new(Forwarder {
         store,
         pressure,
-        cfg,
-        retention,
+        plan,
         clock,
         worker,
         paused: RwLock::new(HashSet::new()),
@@ -150,45 +176,24 @@ pub async fn run(
         traces,
     });
     refresh_paused(&fwd).await;
-    let mut sources: Vec<String> = routes.iter().map(|r| r.source.clone()).collect();
-    sources.dedup();
-    let route_keys: Vec<(String, String)> = routes
-        .iter()
-        .map(|r| (r.source.clone(), r.name.clone()))
-        .collect();
     if let Err(e) = fwd
         .store
-        .housekeeping(HousekeepingPass::Start, &sources)
+        .housekeeping(HousekeepingPass::Start, &fwd.plan().sources())
         .await
     {
         tracing::warn!(error = %e, "store housekeeping failed at start");
     }
     let deliveries = TaskTracker::new();
-    let mut loops = Vec::new();
-    for route in routes {
-        loops.push(tokio::spawn(route_loop(
-            fwd.clone(),
-            Arc::new(route),
-            deliveries.clone(),
-            shutdown.clone(),
-        )));
-    }
-    let control = tokio::spawn(control_loop(
-        fwd.clone(),
-        sources,
-        route_keys,
-        shutdown.clone(),
-    ));
+    let loops = tokio::spawn(supervise(fwd.clone(), deliveries.clone(), shutdown.clone()));
+    let control = tokio::spawn(control_loop(fwd.clone(), shutdown.clone()));
     let operator = tokio::spawn(operator_loop(fwd.clone(), shutdown.clone()));
 
     shutdown.cancelled().await;
-    for l in loops {
-        let _ = l.await;
-    }
+    let _ = loops.await;
     let _ = control.await;
     let _ = operator.await;
     deliveries.close();
-    if tokio::time::timeout(fwd.cfg.shutdown_grace, deliveries.wait())
+    if tokio::time::timeout(fwd.plan().cfg.shutdown_grace, deliveries.wait())
         .await
         .is_err()
     {
@@ -257,24 +262,85 @@ async fn operator_loop(fwd: Arc<Forwarder>, shutdown: CancellationToken) {
     }
 }
 
+/// Keeps one loop per route of the table in force: at every swap a route whose
+/// [`Route`] is new (added or changed) gets a new loop and its old loop, if any, is
+/// told to stop claiming; a removed route's loop stops. Deliveries already claimed
+/// finish under the route they were claimed with. Returns once every loop has
+/// ended after `shutdown`.
+async fn supervise(fwd: Arc<Forwarder>, deliveries: TaskTracker, shutdown: CancellationToken) {
+    type Running = (Arc<Route>, CancellationToken, tokio::task::JoinHandle<()>);
+    let mut changes = fwd.plan.changes();
+    let mut running: HashMap<(String, String), Running> = HashMap::new();
+    let mut stopping = Vec::new();
+    loop {
+        changes.mark_unchanged();
+        let plan = fwd.plan();
+        let mut current = HashSet::new();
+        for route in &plan.routes {
+            let key = (route.source.clone(), route.name.clone());
+            current.insert(key.clone());
+            if running
+                .get(&key)
+                .is_some_and(|(r, _, _)| Arc::ptr_eq(r, route))
+            {
+                continue;
+            }
+            if let Some((_, stop, handle)) = running.remove(&key) {
+                stop.cancel();
+                stopping.push(handle);
+            }
+            let stop = shutdown.child_token();
+            let handle = tokio::spawn(route_loop(
+                fwd.clone(),
+                route.clone(),
+                deliveries.clone(),
+                stop.clone(),
+                shutdown.clone(),
+            ));
+            running.insert(key, (route.clone(), stop, handle));
+        }
+        let gone: Vec<(String, String)> = running
+            .keys()
+            .filter(|k| !current.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some((_, stop, handle)) = running.remove(&key) {
+                stop.cancel();
+                stopping.push(handle);
+            }
+        }
+        stopping.retain(|h| !h.is_finished());
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = changes.changed() => if changed.is_err() {
+                shutdown.cancelled().await;
+                break;
+            },
+        }
+    }
+    for (_, (_, _, handle)) in running {
+        let _ = handle.await;
+    }
+    for handle in stopping {
+        let _ = handle.await;
+    }
+}
+
 /// Refreshes pause state every poll interval; runs maintenance every
 /// `maintenance_interval`.
-async fn control_loop(
-    fwd: Arc<Forwarder>,
-    sources: Vec<String>,
-    routes: Vec<(String, String)>,
-    shutdown: CancellationToken,
-) {
+async fn control_loop(fwd: Arc<Forwarder>, shutdown: CancellationToken) {
     let mut last_maintenance = Instant::now();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(fwd.cfg.poll_interval) => {}
+            _ = tokio::time::sleep(fwd.plan().cfg.poll_interval) => {}
         }
         refresh_paused(&fwd).await;
-        if last_maintenance.elapsed() >= fwd.cfg.maintenance_interval {
+        if last_maintenance.elapsed() >= fwd.plan().cfg.maintenance_interval {
             last_maintenance = Instant::now();
-            maintenance::run(&fwd, &sources, &routes, &shutdown).await;
+            let plan = fwd.plan();
+            maintenance::run(&fwd, &plan.sources(), &plan.route_keys(), &shutdown).await;
         }
     }
 }
@@ -333,7 +399,7 @@ async fn send_slots(
                     tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
                 }
                 if granted == 0 {
-                    return Err(fwd.cfg.poll_interval);
+                    return Err(fwd.plan().cfg.poll_interval);
                 }
                 break;
             }
@@ -349,17 +415,22 @@ async fn route_loop(
     fwd: Arc<Forwarder>,
     route: Arc<Route>,
     deliveries: TaskTracker,
+    stop: CancellationToken,
     shutdown: CancellationToken,
 ) {
+    // The loop ends when it is told to stop (its route changed or went, or the
+    // gateway shuts down); its deliveries end with the gateway.
+    let deliveries_shutdown = shutdown;
+    let shutdown = stop;
     let ahead = ahead::Ahead::new(
         route.concurrency,
         route.permits.clone(),
-        fwd.cfg.lease,
+        fwd.plan().cfg.lease,
         route.timeout,
         route.pace.is_some(),
     );
     let mut signal = fwd.store.work_signal(&route.source, &route.name);
-    let poll = fwd.cfg.poll_interval;
+    let poll = fwd.plan().cfg.poll_interval;
     let mut store_errors = 0u32;
     // Set after a claim that caught up: the next claim waits until then.
     let mut next_claim: Option<tokio::time::Instant> = None;
@@ -444,7 +515,7 @@ async fn route_loop(
         for (claim, place) in claims.into_iter().zip(places.drain(..)) {
             let fwd = fwd.clone();
             let route = route.clone();
-            let shutdown = shutdown.clone();
+            let shutdown = deliveries_shutdown.clone();
             let permit = permit.take();
             deliveries.spawn(async move {
                 let queued = deliver::Queued {
@@ -474,7 +545,7 @@ fn admit(
         Admission::Probe(p) => return Ok((1, Some(p))),
         Admission::Deny(until) => {
             let wait = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
-            return Err(wait.min(fwd.cfg.poll_interval));
+            return Err(wait.min(fwd.plan().cfg.poll_interval));
         }
     }
     // Slow start after a recovery: no more claimed than the breaker allows.
@@ -520,7 +591,7 @@ async fn reserve(
         }
         Err(wait) => {
             fwd.pressure.give_back(shared);
-            Err(wait.min(fwd.cfg.poll_interval))
+            Err(wait.min(fwd.plan().cfg.poll_interval))
         }
     }
 }
@@ -536,7 +607,7 @@ async fn claim(
 ) -> Result<Vec<Claim>, StoreError> {
     // The lease runs from now: read the clock after waiting for room and slots.
     let now = fwd.clock.now_ms();
-    let lease = fwd.cfg.lease;
+    let lease = fwd.plan().cfg.lease;
     match probe {
         true => fwd
             .store

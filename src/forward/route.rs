@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use super::Plan;
 use super::breaker::Breaker;
 use super::meters::RouteMeters;
 use super::pace::Pace;
@@ -51,6 +52,11 @@ pub struct Route {
     pub transforms: Option<Arc<Transforms>>,
     /// Its metric handles.
     pub(super) meters: RouteMeters,
+    /// The configuration it was built from: a reload that leaves it (and the
+    /// facts below) as it was keeps this route.
+    pub config: crate::config::RouteConfig,
+    /// Its source's provider facts.
+    pub facts: ProviderFacts,
 }
 
 /// Why the routes could not be built.
@@ -96,8 +102,10 @@ pub fn origin(url: &str) -> String {
     }
 }
 
-/// What the forwarder needs to know of a source's provider.
-#[derive(Debug, Clone)]
+/// What the forwarder needs to know of a source's provider. (A source the facts do
+/// not name: its provider signs the whole body and the event type, and has no
+/// credential headers.)
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProviderFacts {
     /// The provider's credential headers: never passed on unless a route names them.
     pub credential_headers: Vec<http::HeaderName>,
@@ -106,16 +114,33 @@ pub struct ProviderFacts {
     pub event_type_signed: bool,
 }
 
+impl Default for ProviderFacts {
+    fn default() -> ProviderFacts {
+        ProviderFacts {
+            credential_headers: Vec::new(),
+            body_signed: true,
+            event_type_signed: true,
+        }
+    }
+}
+
 /// Build the routes of every source. Routes delivering to the same destination
 /// origin share one breaker and one concurrency limit (the smallest configured).
 /// `facts` gives each source's provider facts (by source name).
 /// `transforms` runs the routes' transforms.
+///
+/// With the routes of the table in force (`previous`, at a reload), what has not
+/// changed is kept: a route whose configuration, provider facts, breaker, limit and
+/// transforms are as before is the same [`Route`] (its loop goes on undisturbed), a
+/// destination keeps its breaker (an open breaker stays open) and its slots when
+/// its limit is unchanged, and the HTTP clients their connections.
 pub fn routes(
     sources: &[crate::config::SourceConfig],
     cfg: &ForwarderConfig,
     facts: &HashMap<String, ProviderFacts>,
     transforms: &Arc<Transforms>,
-) -> Result<Vec<Route>, RouteError> {
+    previous: Option<&Plan>,
+) -> Result<Vec<Arc<Route>>, RouteError> {
     let all = || {
         sources
             .iter()
@@ -128,25 +153,66 @@ pub fn routes(
             .or_insert(r.delivery.concurrency);
         *l = (*l).min(r.delivery.concurrency);
     }
+    let before: Vec<&Arc<Route>> = previous
+        .map(|p| p.routes.iter().collect())
+        .unwrap_or_default();
+    let same_breaker = previous.is_some_and(|p| {
+        p.cfg.breaker_failures == cfg.breaker_failures
+            && p.cfg.breaker_cooldown == cfg.breaker_cooldown
+    });
     let mut shared: HashMap<String, (Arc<Breaker>, Arc<Semaphore>)> = HashMap::new();
+    let mut clients: HashMap<Duration, reqwest::Client> = HashMap::new();
     all()
         .map(|(s, r)| {
             let key = origin(&r.destination);
             let limit = limits.get(&key).copied().unwrap_or(r.delivery.concurrency);
             let (breaker, permits) = shared
-                .entry(key)
+                .entry(key.clone())
                 .or_insert_with(|| {
-                    (
-                        Arc::new(Breaker::new(cfg.breaker_failures, cfg.breaker_cooldown)),
-                        Arc::new(Semaphore::new(limit)),
-                    )
+                    let old = before.iter().find(|o| origin(&o.destination) == key);
+                    let breaker = match old {
+                        Some(o) if same_breaker => o.breaker.clone(),
+                        _ => Arc::new(Breaker::new(cfg.breaker_failures, cfg.breaker_cooldown)),
+                    };
+                    let permits = match old {
+                        Some(o) if o.concurrency == limit => o.permits.clone(),
+                        _ => Arc::new(Semaphore::new(limit)),
+                    };
+                    (breaker, permits)
                 })
                 .clone();
-            let credentials = facts
-                .get(&s.name)
-                .map(|f| f.credential_headers.as_slice())
-                .unwrap_or(&[]);
-            Ok(Route {
+            let source_facts = facts.get(&s.name).cloned().unwrap_or_default();
+            let program = transforms.has(&s.name, &r.name).then(|| transforms.clone());
+            if let Some(old) = before
+                .iter()
+                .find(|o| o.source == s.name && o.name == r.name)
+                && old.config == *r
+                && old.facts == source_facts
+                && Arc::ptr_eq(&old.breaker, &breaker)
+                && Arc::ptr_eq(&old.permits, &permits)
+                && match (&old.transforms, &program) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
+            {
+                return Ok(Arc::clone(old));
+            }
+            let client = match clients.get(&r.delivery.connect_timeout) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = match before
+                        .iter()
+                        .find(|o| o.config.delivery.connect_timeout == r.delivery.connect_timeout)
+                    {
+                        Some(o) => o.client.clone(),
+                        None => client(r.delivery.connect_timeout).map_err(RouteError::Client)?,
+                    };
+                    clients.insert(r.delivery.connect_timeout, c.clone());
+                    c
+                }
+            };
+            Ok(Arc::new(Route {
                 meters: RouteMeters::new(&s.name, &r.name, origin(&r.destination)),
                 source: s.name.clone(),
                 name: r.name.clone(),
@@ -168,18 +234,23 @@ pub fn routes(
                 },
                 timeout: r.delivery.timeout,
                 concurrency: limit,
-                headers: HeaderPolicy::new(&r.delivery.pass_headers, credentials),
-                body_signed: facts.get(&s.name).is_none_or(|f| f.body_signed),
-                event_type_signed: facts.get(&s.name).is_none_or(|f| f.event_type_signed),
-                client: client(r.delivery.connect_timeout).map_err(RouteError::Client)?,
+                headers: HeaderPolicy::new(
+                    &r.delivery.pass_headers,
+                    &source_facts.credential_headers,
+                ),
+                body_signed: source_facts.body_signed,
+                event_type_signed: source_facts.event_type_signed,
+                client,
                 permits,
                 breaker,
                 pace: r
                     .delivery
                     .rate_limit
                     .map(|l| std::sync::Mutex::new(Pace::new(l))),
-                transforms: transforms.has(&s.name, &r.name).then(|| transforms.clone()),
-            })
+                transforms: program,
+                config: r.clone(),
+                facts: source_facts,
+            }))
         })
         .collect()
 }

@@ -67,7 +67,7 @@ const SHED_WAIT: Duration = Duration::from_secs(2);
 const SHED_STEP: Duration = Duration::from_millis(50);
 
 /// The byte budget shared by every body in flight.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct BodyBudget {
     bytes: Arc<Semaphore>,
     total: usize,

@@ -84,6 +84,9 @@ pub struct Source {
     pub established: Option<Arc<hook_secret::Established>>,
 }
 
+/// The configured sources by name: ingest's part of the route table.
+pub type Sources = HashMap<String, Arc<Source>>;
+
 /// A route as ingest sees it: its name, which entries it takes, and where an
 /// ordered route finds an entry's ordering key.
 #[derive(Debug, Clone)]
@@ -249,7 +252,8 @@ pub struct IngestState {
     pub unverified: Arc<UnverifiedCounts>,
     /// Refused requests not yet handed to the store.
     pub rejections: Arc<rejections::RejectionLog>,
-    pub sources: HashMap<String, Arc<Source>>,
+    /// The sources of the route table in force, by name.
+    pub sources: crate::live::Live<Sources>,
     pub store: Arc<dyn Store>,
     pub max_body_bytes: usize,
     pub body_read_timeout: Duration,
@@ -331,7 +335,7 @@ async fn ingest(
     };
     // The name comes from the URL: only configured names are logged verbatim, and
     // metrics label every unknown name as one value.
-    let source_name = match ingest.sources.get(&source_name) {
+    let source_name = match ingest.sources.load().get(&source_name) {
         Some(source) => {
             let m = &source.metrics;
             match kind {
@@ -399,7 +403,7 @@ async fn ingest(
             // Repeats of one kind are counted, not each logged (`telemetry::throttle`):
             // a full disk or an attack fails every request the same way. (A source
             // name that is not configured came from the request: it is not a key.)
-            let known = if ingest.sources.contains_key(&source_name) {
+            let known = if ingest.sources.load().contains_key(&source_name) {
                 source_name.as_str()
             } else {
                 "_unknown"
@@ -434,7 +438,7 @@ async fn endpoint_check(
     Path(source_name): Path<String>,
     req: Request<Body>,
 ) -> Response {
-    let Some(source) = ingest.sources.get(&source_name).cloned() else {
+    let Some(source) = ingest.sources.load().get(&source_name).cloned() else {
         return ApiError::MethodNotAllowed.into_response();
     };
     let address = req
@@ -728,7 +732,7 @@ async fn handle(
     let client = peer.map(|p| p.client);
     // The client's own address: behind a trusted proxy, the one it forwarded.
     let address = peer.map(|p| ingest.client_ip.address(p.addr.ip(), req.headers()));
-    let source = ingest.sources.get(source_name).cloned();
+    let source = ingest.sources.load().get(source_name).cloned();
     let (parts, body) = req.into_parts();
     let mut read = None;
     let result = match &source {

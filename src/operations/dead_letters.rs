@@ -59,7 +59,7 @@ pub async fn dead_letter_groups(
     let mut groups = Vec::new();
     let mut routes = Vec::new();
     for s in ops
-        .sources
+        .sources()
         .iter()
         .filter(|s| source.is_none_or(|n| n == s.name))
     {

@@ -43,6 +43,12 @@ pub enum OpError {
     /// No transform worker could be started to run a preview.
     #[error("cannot run the route's transform now, retry later")]
     TransformUnavailable,
+    /// A configuration reload was refused.
+    #[error(transparent)]
+    Reload(#[from] super::config::ReloadRefused),
+    /// The gateway has no configuration control (it was built without one).
+    #[error("this gateway cannot reload its configuration")]
+    NoControl,
     /// The operating system's random source failed (a handshake's token).
     #[error("cannot draw a random token now, retry later")]
     Random(#[source] getrandom::Error),

@@ -18,7 +18,7 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(600);
 pub const MAX_WINDOW: Duration = Duration::from_secs(3600);
 
 /// The source `name`, if its provider establishes secrets in a handshake.
-fn handshake_source<'a>(ops: &'a Operations, name: &str) -> Result<&'a SourceFacts, OpError> {
+fn handshake_source(ops: &Operations, name: &str) -> Result<SourceFacts, OpError> {
     let source = ops
         .source(name)
         .ok_or_else(|| OpError::NoSuchSource(name.to_string()))?;

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod bulk;
+pub mod config;
 pub mod dead_letters;
 pub mod dto;
 pub mod entries;
@@ -21,51 +22,62 @@ pub mod sources;
 use std::sync::{Arc, Mutex};
 
 use crate::clock::Clock;
+use crate::live::Live;
 use crate::store::Store;
 use crate::telemetry::traces::Traces;
 use crate::transform::Transforms;
 
 pub use error::OpError;
 
-/// What the operations need: the store, the configured sources, the pace of bulk
-/// replays, and the clock replays and discards are stamped with. Built once by
-/// `app`, held by the admin API's state.
+/// What the operations need: the store, the configured sources (from the route
+/// table in force), the pace of bulk replays, and the clock replays and discards
+/// are stamped with. Built once by `app`, held by the admin API's state.
 pub struct Operations {
     pub store: Arc<dyn Store>,
-    /// The configured sources, in configuration order.
-    pub sources: Vec<SourceFacts>,
+    /// The operations' part of the route table in force.
+    pub catalog: Live<Catalog>,
     /// Deliveries a bulk replay queues per second.
     pub replay_rate: u32,
     /// The next free slot (unix ms) of bulk replays in this process.
     pub replay_horizon: Mutex<i64>,
     pub clock: Clock,
-    /// The routes' transforms, which a preview runs.
-    pub transforms: Option<Arc<Transforms>>,
     /// Replays and discards are spans in their entry's trace, when traces are on.
     pub traces: Traces,
+    /// The configuration in force and its reload, when the gateway can reload.
+    pub control: Option<Arc<dyn config::ConfigControl>>,
+}
+
+/// What the operations know of the route table: the configured sources, and the
+/// routes' transforms (which a preview runs).
+#[derive(Default)]
+pub struct Catalog {
+    /// The configured sources, in configuration order.
+    pub sources: Vec<SourceFacts>,
+    /// The routes' transforms, when the gateway runs them.
+    pub transforms: Option<Arc<Transforms>>,
 }
 
 impl Operations {
     pub fn new(
         store: Arc<dyn Store>,
-        sources: Vec<SourceFacts>,
+        catalog: Live<Catalog>,
         replay_rate: u32,
         clock: Clock,
     ) -> Operations {
         Operations {
             store,
-            sources,
+            catalog,
             replay_rate: replay_rate.max(1),
             replay_horizon: Mutex::new(0),
             clock,
-            transforms: None,
             traces: Traces::off(),
+            control: None,
         }
     }
 
-    /// These operations, previewing the routes' transforms with `transforms`.
-    pub fn with_transforms(mut self, transforms: Arc<Transforms>) -> Operations {
-        self.transforms = Some(transforms);
+    /// These operations, answering for the configuration through `control`.
+    pub fn with_control(mut self, control: Arc<dyn config::ConfigControl>) -> Operations {
+        self.control = Some(control);
         self
     }
 
@@ -75,12 +87,29 @@ impl Operations {
         self
     }
 
-    pub(crate) fn source(&self, name: &str) -> Option<&SourceFacts> {
-        self.sources.iter().find(|s| s.name == name)
+    /// The configured sources, in configuration order, as the table in force has
+    /// them.
+    pub fn sources(&self) -> Vec<SourceFacts> {
+        self.catalog.load().sources.clone()
+    }
+
+    /// The configured source `name`, as the table in force has it.
+    pub(crate) fn source(&self, name: &str) -> Option<SourceFacts> {
+        self.catalog
+            .load()
+            .sources
+            .iter()
+            .find(|s| s.name == name)
+            .cloned()
     }
 
     pub(crate) fn has_source(&self, name: &str) -> bool {
-        self.source(name).is_some()
+        self.catalog.load().sources.iter().any(|s| s.name == name)
+    }
+
+    /// The routes' transforms of the table in force, when the gateway runs them.
+    pub fn transforms(&self) -> Option<Arc<Transforms>> {
+        self.catalog.load().transforms.clone()
     }
 }
 

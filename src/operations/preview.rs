@@ -39,10 +39,7 @@ pub async fn preview(ops: &Operations, id: &str, route: Option<&str>) -> Result<
             }
         },
     };
-    let transforms = ops
-        .transforms
-        .as_ref()
-        .filter(|t| t.has(&entry.source, &route));
+    let transforms = ops.transforms().filter(|t| t.has(&entry.source, &route));
     let Some(transforms) = transforms else {
         let content_type = entry
             .headers

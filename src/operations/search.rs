@@ -242,7 +242,7 @@ pub async fn search_page(
             Target::Body(pointer) => body.push((pointer, p.test)),
             Target::Header(name) => {
                 let sensitive = ops
-                    .sources
+                    .sources()
                     .iter()
                     .any(|s| is_sensitive(&name, &s.signature_header));
                 if sensitive || is_sensitive(&name, "") {

@@ -46,7 +46,7 @@ impl Paused {
 /// shows.
 pub async fn source_states(ops: &Operations) -> Result<Vec<SourceState>, StoreError> {
     let paused = Paused(ops.store.paused().await?);
-    Ok(ops.sources.iter().map(|s| paused.state(s)).collect())
+    Ok(ops.sources().iter().map(|s| paused.state(s)).collect())
 }
 
 /// Pause or resume a source (`route: None`) or one of its routes, as `by`; answers
@@ -111,7 +111,7 @@ pub async fn set_paused(
         if paused { "paused" } else { "resumed" }
     );
     let now = Paused::read(ops).await?;
-    Ok(now.state(source))
+    Ok(now.state(&source))
 }
 
 /// The counters of every configured source and route, and what is paused, as the
@@ -120,8 +120,9 @@ pub async fn current_stats(ops: &Operations) -> Result<Stats, StoreError> {
     let paused = Paused(ops.store.paused().await?);
     let now = ops.clock.now_ms();
     let age = |at: Option<i64>| at.map(|t| u64::try_from((now - t) / 1000).unwrap_or(0));
-    let mut out = Vec::with_capacity(ops.sources.len());
-    for s in &ops.sources {
+    let sources = ops.sources();
+    let mut out = Vec::with_capacity(sources.len());
+    for s in &sources {
         let counts = ops.store.stats(&s.name).await?;
         let mut routes = Vec::with_capacity(s.routes.len());
         for r in &s.routes {

@@ -55,13 +55,36 @@ pub struct FilterError {
 }
 
 /// A compiled filter.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Filter {
     event_types: Option<GlobSet>,
     /// The globs of `event_types` as written, for [`Filter::describe`].
     event_type_globs: Vec<String>,
     body: Vec<(String, Test)>,
     headers: Vec<(String, Test)>,
+}
+
+/// A filter shows as written (the compiled glob set holds hash maps, whose order
+/// differs from process to process: the configuration's version is computed from
+/// this rendering).
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filter")
+            .field("event_types", &self.event_type_globs)
+            .field("body", &self.body)
+            .field("headers", &self.headers)
+            .finish()
+    }
+}
+
+/// Two filters are equal when they were written alike (the compiled globs follow
+/// from the globs as written).
+impl PartialEq for Filter {
+    fn eq(&self, other: &Filter) -> bool {
+        self.event_type_globs == other.event_type_globs
+            && self.body == other.body
+            && self.headers == other.headers
+    }
 }
 
 /// What a predicate asks of the value it finds.

@@ -513,6 +513,8 @@ async fn the_server_and_its_openapi_document_agree() {
         ("DELETE", "/admin/sources/{name}/secrets/{id}"),
         ("GET", "/admin/stats"),
         ("GET", "/admin/audit"),
+        ("GET", "/admin/config"),
+        ("POST", "/admin/config/reload"),
         ("GET", "/admin/rejections"),
         ("GET", "/admin/rejections/groups"),
     ]
@@ -669,6 +671,10 @@ async fn the_server_and_its_openapi_document_agree() {
         // After the pauses, resumes and armings above: events with an actor and a client.
         ("GET", "/admin/audit".into(), None),
         ("GET", "/admin/audit?limit=2".into(), None),
+        ("GET", "/admin/config".into(), None),
+        // Handed its configuration in process: nothing to read again (409).
+        ("POST", "/admin/config/reload".into(), None),
+        ("POST", "/admin/config/reload?dry_run=maybe".into(), None),
         ("GET", "/admin/audit?limit=0".into(), None),
         ("GET", "/admin/dead-letters".into(), None),
         (

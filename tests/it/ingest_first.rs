@@ -88,13 +88,18 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
             cfg.server.max_body_bytes,
             cfg.forwarder.transform_memory_bytes,
         )),
+        None,
     )
     .unwrap();
+    let plan = hookgate::forward::Plan {
+        routes,
+        cfg: cfg.forwarder.clone(),
+        retention: cfg.retention.clone(),
+    };
     let forwarder = tokio::spawn(hookgate::forward::run(
         store.clone(),
-        routes,
-        cfg.forwarder.clone(),
-        cfg.retention.clone(),
+        hookgate::live::Live::fixed(std::sync::Arc::new(plan)),
+        "ingest-first-test".to_string(),
         clock,
         hookgate::forward::Neighbours {
             pressure: pressure.clone(),

@@ -4,7 +4,6 @@
 //! verifiers, the store, the routers and the listeners. `run` takes pre-bound
 //! listeners so that tests can bind `127.0.0.1:0` and run the real gateway.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -21,8 +20,16 @@ use crate::forward;
 use crate::header_policy::HeaderPolicy;
 use crate::ingest::{self, IngestState, Source};
 use crate::operations::Operations;
-use crate::provider::{self, Registry, Verifier};
+use crate::provider::{self, Registry};
+
+mod reload;
+mod sources;
+mod table;
+
 use crate::serve::{self, BodyLimits, HttpLimits, serve};
+pub use reload::{Origin, Reloader};
+pub use sources::{build_sources, registry, unsigned_values};
+pub use table::{Compiler, Loaded, Table, Tables};
 
 /// Connections the probe listener (`admin.probe_listen`) holds at most.
 pub const PROBE_MAX_CONNECTIONS: usize = 64;
@@ -37,183 +44,9 @@ pub struct Listeners {
     pub probes: Option<TcpListener>,
 }
 
-/// The provider registry for a configuration: built-ins plus `providers_dir`.
-pub fn registry(cfg: &Config) -> anyhow::Result<Registry> {
-    Registry::with_dir(cfg.providers_dir.as_deref()).context("providers_dir")
-}
-
-/// Compile every configured source against its provider spec. Each gets its share
-/// of `budget` (the ingest body budget).
-pub fn build_sources(
-    cfg: &Config,
-    registry: &Registry,
-    budget: &ingest::body::BodyBudget,
-) -> anyhow::Result<Vec<Source>> {
-    // One list per URL, whichever sources take it.
-    let mut published: HashMap<String, Arc<crate::allowlist::Published>> = HashMap::new();
-    cfg.sources
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let spec = registry
-                .resolve(&s.provider, s.provider_options.as_ref())
-                .with_context(|| format!("sources[{i}].provider"))?;
-            if spec.signs_url() && s.public_url.is_none() {
-                anyhow::bail!(
-                    "sources[{i}].public_url: provider {:?} signs the URL it calls; set public_url to that URL (e.g. https://hooks.example.com/ingest/{})",
-                    s.provider,
-                    s.name
-                );
-            }
-            // A provider whose secret arrives in a handshake (Asana) needs none here.
-            let hook_secret = spec.handshake == Some(provider::spec::Handshake::HookSecret);
-            if s.secrets.is_empty() && !hook_secret {
-                anyhow::bail!(
-                    "sources[{i}].secret: source {:?} has no secret; set secret, secrets or secret_env",
-                    s.name
-                );
-            }
-            let verifier =
-                Verifier::new(spec, &s.secrets).with_context(|| format!("sources[{i}].secret"))?;
-            let established = hook_secret.then(|| {
-                Arc::new(ingest::hook_secret::Established::new(
-                    &s.name,
-                    verifier.spec.clone(),
-                    s.secrets.clone(),
-                ))
-            });
-            let headers =
-                HeaderPolicy::new(&s.pass_headers(), &verifier.spec.credential_headers);
-            let routes = s
-                .routes
-                .iter()
-                .enumerate()
-                .map(|(r, route)| {
-                    let order = route
-                        .order
-                        .as_ref()
-                        .map(|o| ingest::RouteOrdering::new(o, &verifier.spec, &s.provider))
-                        .transpose()
-                        .with_context(|| format!("sources[{i}].routes[{r}].order.by"))?;
-                    Ok(ingest::RouteFilter {
-                        name: route.name.clone(),
-                        filter: route.filter.clone(),
-                        order,
-                    })
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            let allowlist = match &s.allow_ips {
-                None => None,
-                Some(crate::config::AllowIps::List(list)) => {
-                    Some(crate::allowlist::Allowlist::Fixed(list.clone().into()))
-                }
-                Some(crate::config::AllowIps::Provider) => {
-                    let Some(ranges) = verifier.spec.ranges.clone() else {
-                        anyhow::bail!(
-                            "sources[{i}].allow_ips: provider {:?} publishes no address ranges (its spec has no [ranges]); list the ranges instead",
-                            s.provider
-                        );
-                    };
-                    let list = published
-                        .entry(ranges.url.clone())
-                        .or_insert_with(|| {
-                            Arc::new(crate::allowlist::Published::new(&s.provider, ranges))
-                        })
-                        .clone();
-                    Some(crate::allowlist::Allowlist::Published(list))
-                }
-            };
-            if verifier.spec.handshake == Some(provider::spec::Handshake::MetaSubscribe)
-                && s.verify_token.is_none()
-            {
-                anyhow::bail!(
-                    "sources[{i}].verify_token: provider {:?} checks the endpoint with the verify token set in its dashboard; set verify_token_env to it",
-                    s.provider
-                );
-            }
-            if s.confirm_subscriptions
-                && (verifier.spec.handshake != Some(provider::spec::Handshake::SnsSubscription)
-                    || verifier.spec.certificate.is_none())
-            {
-                anyhow::bail!(
-                    "sources[{i}].confirm_subscriptions: provider {:?} has no subscriptions the gateway can confirm (only aws-sns)",
-                    s.provider
-                );
-            }
-            Ok(Source {
-                name: s.name.clone(),
-                verifier,
-                dedupe_ttl: s.dedupe_ttl,
-                public_url: s.public_url.clone(),
-                headers,
-                routes,
-                // Clients are told apart when a connection's address is its client's,
-                // or when trusted proxies name the client.
-                body_share: budget.share(
-                    &s.name,
-                    cfg.server.max_body_bytes,
-                    cfg.server.max_connections_per_client.is_some()
-                        || !cfg.server.trusted_proxies.is_empty(),
-                ),
-                metrics: ingest::SourceMetrics::new(&s.name),
-                keep_rejected_bodies: s.keep_rejected_bodies,
-                index: s.index.clone(),
-                request_limit: (s.request_limit.is_some() || s.unverified_per_client.is_some())
-                    .then(|| {
-                        Arc::new(ingest::limit::RequestLimit::new(
-                            s.request_limit,
-                            s.unverified_per_client,
-                        ))
-                    }),
-                allowlist,
-                verify_token: s.verify_token.clone(),
-                confirm_subscriptions: s.confirm_subscriptions,
-                established,
-            })
-        })
-        .collect()
-}
-
-/// The providers' published lists the sources take (`allow_ips = "provider"`), each
-/// once.
-fn published_lists(sources: &[Source]) -> Vec<Arc<crate::allowlist::Published>> {
-    let mut lists: Vec<Arc<crate::allowlist::Published>> = Vec::new();
-    for s in sources {
-        if let Some(crate::allowlist::Allowlist::Published(list)) = &s.allowlist
-            && !lists.iter().any(|l| Arc::ptr_eq(l, list))
-        {
-            if list.source.url != list.source.published {
-                tracing::warn!(
-                    provider = %list.provider,
-                    fetched_from = %list.source.url,
-                    "the provider's ranges are fetched from the spec's fetch_base, not from the provider: this is for tests"
-                );
-            }
-            lists.push(list.clone());
-        }
-    }
-    lists
-}
-
-/// Every route filter and ordering key of `cfg` that reads a value its source's
-/// provider does not sign (see [`provider::signed`]).
-pub fn unsigned_values(
-    cfg: &Config,
-    registry: &Registry,
-) -> anyhow::Result<Vec<provider::signed::UnsignedValue>> {
-    let mut out = Vec::new();
-    for (i, s) in cfg.sources.iter().enumerate() {
-        let spec = registry
-            .resolve(&s.provider, s.provider_options.as_ref())
-            .with_context(|| format!("sources[{i}].provider"))?;
-        out.extend(provider::signed::unsigned_values(s, &spec));
-    }
-    Ok(out)
-}
-
 /// Every metric family with a zero series per configured source and destination, so
 /// that the first scrape lists them all (see [`telemetry::register_families`]).
-fn register_metric_families(cfg: &Config) {
+pub(crate) fn register_metric_families(cfg: &Config) {
     let sources: Vec<telemetry::SourceRoutes> = cfg
         .sources
         .iter()
@@ -270,9 +103,20 @@ pub async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
 pub struct StoreStopped;
 
 /// Run the gateway until `shutdown` is cancelled, or until the store stops for good
-/// (then the result is [`StoreStopped`]); then drain and close the store.
+/// (then the result is [`StoreStopped`]); then drain and close the store. `cfg` was
+/// handed over, not read from a file: it cannot be reloaded.
 pub async fn run(
     cfg: Config,
+    listeners: Listeners,
+    outer: CancellationToken,
+) -> anyhow::Result<()> {
+    run_from(cfg, Origin::Given, listeners, outer).await
+}
+
+/// [`run`] a configuration read from `origin`, which a reload reads again.
+pub async fn run_from(
+    cfg: Config,
+    origin: Origin,
     listeners: Listeners,
     outer: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -280,6 +124,7 @@ pub async fn run(
     let shutdown = outer.child_token();
     let gateway = build(
         &cfg,
+        origin,
         listeners.probes.is_some(),
         crate::clock::Clock::system(),
     )
@@ -294,7 +139,7 @@ pub(crate) async fn routers(
     cfg: &Config,
     clock: crate::clock::Clock,
 ) -> anyhow::Result<(axum::Router, axum::Router)> {
-    let gateway = build(cfg, false, clock).await?;
+    let gateway = build(cfg, Origin::Given, false, clock).await?;
     Ok((gateway.ingest, gateway.admin))
 }
 
@@ -312,8 +157,11 @@ struct Gateway {
     store: Arc<dyn store::Store>,
     /// One clock for everything that needs the time.
     clock: crate::clock::Clock,
-    /// How many sources ingest serves.
-    sources: usize,
+    /// The route table in force, and its reload.
+    tables: Arc<Tables>,
+    reloader: Arc<Reloader>,
+    /// This process's name as the holder of its leases.
+    worker: String,
     ingest: axum::Router,
     ingest_limits: HttpLimits,
     /// Telemetry, the admin API and the console.
@@ -322,29 +170,31 @@ struct Gateway {
     /// The probes' own listener's, when one was bound.
     probes: Option<axum::Router>,
     probe_limits: HttpLimits,
-    /// The forwarder's routes.
-    routes: Vec<forward::Route>,
     alerts: Arc<Alerts>,
-    on_dead: Option<forward::OnDead>,
+    on_dead: forward::OnDead,
     pressure: Arc<crate::pressure::IngestPressure>,
     unverified: Arc<ingest::UnverifiedCounts>,
     rejections: Arc<ingest::rejections::RejectionLog>,
     traces: telemetry::traces::Traces,
-    /// The providers' published ranges to keep up to date.
-    allowlists: Vec<Arc<crate::allowlist::Published>>,
 }
 
-/// Build every part of the gateway: the metrics, the sources, the store, the
-/// routers of the listeners (the probes' when `with_probes`) and the forwarder's
-/// routes. Nothing serves yet.
+/// The salt of this store's configuration versions.
+async fn config_salt(_store: &dyn store::Store) -> anyhow::Result<[u8; 32]> {
+    Ok([0; 32])
+}
+
+/// Build every part of the gateway: the metrics, the route table, the store, the
+/// routers of the listeners (the probes' when `with_probes`). Nothing serves yet.
 async fn build(
     cfg: &Config,
+    origin: Origin,
     with_probes: bool,
     clock: crate::clock::Clock,
 ) -> anyhow::Result<Gateway> {
     telemetry::install_metrics();
     register_metric_families(cfg);
     telemetry::traces::register_metrics();
+    reload::register_metrics();
     let traces = match &cfg.telemetry.traces {
         Some(settings) => {
             // The exporter's HTTP client may speak TLS to the collector.
@@ -355,19 +205,46 @@ async fn build(
     };
     let registry = registry(cfg)?;
     let body_budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
-    let sources = build_sources(cfg, &registry, &body_budget)?;
+    // Checked before connecting: a configuration that cannot run never opens the
+    // store.
+    build_sources(cfg, &registry, &body_budget)?;
     // Said before connecting, so that a store that does not answer does not hide it.
     for w in store_warnings(cfg) {
         tracing::warn!("{w}");
     }
     let store = store::open(&cfg.store, &clock).await.context("store")?;
-    let allowlists = published_lists(&sources);
-    crate::allowlist::refresh::register_metrics(&allowlists);
-    crate::allowlist::refresh::load_saved(&allowlists, store.as_ref()).await;
-    let unsigned = warn_about_setup(cfg, &sources);
+    let compiler = Arc::new(Compiler {
+        budget: body_budget.clone(),
+        worker: transform_worker(cfg)?,
+        salt: config_salt(store.as_ref()).await?,
+    });
+    let loaded = Loaded {
+        at_ms: clock.now_ms(),
+        from: match &origin {
+            Origin::File(path) => path.clone(),
+            Origin::Given => None,
+        },
+        generation: 0,
+    };
+    let first = compiler.compile(cfg.clone(), loaded, None)?;
+    crate::allowlist::refresh::register_metrics(&first.allowlists);
+    crate::allowlist::refresh::load_saved(&first.allowlists, store.as_ref()).await;
+    let sources: Vec<&Source> = cfg
+        .sources
+        .iter()
+        .filter_map(|c| first.ingest.get(&c.name).map(|s| s.as_ref()))
+        .collect();
+    warn_about_setup(cfg, &sources);
+    tracing::info!(version = %first.version, "configuration in force");
+    let tables = Tables::new(first);
+    let reloader = Arc::new(Reloader::new(
+        tables.clone(),
+        compiler,
+        origin,
+        store.clone(),
+        clock.clone(),
+    ));
 
-    let admin_sources = admin_sources(&sources);
-    let provider_facts = provider_facts(&sources);
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
     let rejections = Arc::new(rejection_log(&registry));
     let readiness = Arc::new(crate::store::Readiness::new());
@@ -377,10 +254,7 @@ async fn build(
     let state = Arc::new(IngestState {
         unverified: unverified.clone(),
         rejections: rejections.clone(),
-        sources: sources
-            .into_iter()
-            .map(|s| (s.name.clone(), Arc::new(s)))
-            .collect::<HashMap<_, _>>(),
+        sources: tables.live(|t| t.ingest.clone()),
         store: store.clone(),
         max_body_bytes: cfg.server.max_body_bytes,
         body_read_timeout: cfg.server.body_read_timeout,
@@ -403,52 +277,28 @@ async fn build(
                 .context("the HTTP client of certificate fetches")?,
         ),
     });
-    let source_count = state.sources.len();
     let (ingest_limits, admin_limits, probe_limits) = http_limits(cfg);
     // Outermost: a bug in a handler answers 500 instead of dropping the connection.
     let ingest = ingest::router(state).layer(CatchPanicLayer::custom(error::panic_response));
-    let transforms = Arc::new(crate::transform::Transforms::new(
-        transform_worker(cfg)?,
-        cfg.sources
-            .iter()
-            .flat_map(|s| {
-                s.routes.iter().filter_map(|r| {
-                    let t = r.transform.clone()?;
-                    Some((s.name.clone(), r.name.clone(), t))
-                })
-            })
-            .collect(),
-        cfg.server.max_body_bytes,
-        cfg.forwarder.transform_memory_bytes,
-    ));
     let ops = Operations::new(
         store.clone(),
-        admin_sources,
+        tables.live(|t| t.catalog.clone()),
         cfg.admin.replay_rate,
         clock.clone(),
     )
-    .with_transforms(transforms.clone())
-    .with_traces(traces.clone());
+    .with_traces(traces.clone())
+    .with_control(reloader.clone());
     let admin_state = Arc::new(AdminState::new(
         ops,
         cfg.admin.token.as_ref(),
         cfg.admin.failed_auth_allowance,
     ));
-    let routes = forward::routes(&cfg.sources, &cfg.forwarder, &provider_facts, &transforms)
-        .context("delivery client")?;
     let console_state = Arc::new(
         ConsoleState::new(
             admin_state.clone(),
             cfg.admin.token.as_ref(),
-            cfg.sources
-                .iter()
-                .map(|c| {
-                    let mine = unsigned.iter().filter(|w| w.source == c.name);
-                    console::SourceView::of(c)
-                        .with_unsigned(mine.map(|w| (w.route.clone(), w.warning())).collect())
-                })
-                .collect(),
-            breaker_states(&routes),
+            tables.live(|t| t.console.clone()),
+            breaker_states(tables.live(|t| t.forward.clone())),
             cfg.admin.public_origin.clone(),
         )
         .context("console")?,
@@ -474,29 +324,35 @@ async fn build(
         ))
         .layer(CatchPanicLayer::custom(error::panic_response));
     let alerts = Arc::new(Alerts::default());
-    let on_dead: Option<forward::OnDead> = cfg.alerts.webhook_url.as_ref().map(|_| {
+    // Counted whether or not a webhook is set now: a reload may set one.
+    let on_dead: forward::OnDead = {
         let alerts = alerts.clone();
         Arc::new(move |source: &str, route: &str, reason: &str| alerts.dead(source, route, reason))
-            as forward::OnDead
-    });
+    };
+    let worker = format!(
+        "{}-{}-{}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "hookgate".into()),
+        std::process::id(),
+        uuid::Uuid::now_v7().simple()
+    );
     Ok(Gateway {
         store,
         clock,
-        sources: source_count,
+        tables,
+        reloader,
+        worker,
         ingest,
         ingest_limits,
         admin,
         admin_limits,
         probes,
         probe_limits,
-        routes,
         alerts,
         on_dead,
         pressure,
         unverified,
         rejections,
         traces,
-        allowlists,
     })
 }
 
@@ -524,9 +380,8 @@ fn rejection_log(registry: &Registry) -> ingest::rejections::RejectionLog {
 }
 
 /// Warn about what the operator may not have meant: no admin token or a short one,
-/// no source, route filters and ordering keys that read unsigned values. The
-/// unsigned values, for the console to show.
-fn warn_about_setup(cfg: &Config, sources: &[Source]) -> Vec<provider::signed::UnsignedValue> {
+/// no source, route filters and ordering keys that read unsigned values.
+fn warn_about_setup(cfg: &Config, sources: &[&Source]) {
     if cfg.admin.token.is_none() {
         tracing::warn!(
             listen = %cfg.admin.listen,
@@ -574,7 +429,6 @@ fn warn_about_setup(cfg: &Config, sources: &[Source]) -> Vec<provider::signed::U
     for w in &unsigned {
         tracing::warn!(source = %w.source, route = %w.route, "{}", w.warning());
     }
-    unsigned
 }
 
 /// What the store's configuration deserves a warning about (`serve` logs them,
@@ -585,41 +439,6 @@ pub fn store_warnings(cfg: &Config) -> Vec<store::PostgresUrlWarning> {
         StoreConfig::Postgres(p) => store::postgres_url_warnings(&p.url),
         StoreConfig::Embedded(_) | StoreConfig::Redis(_) => Vec::new(),
     }
-}
-
-/// What the admin API tells about each source.
-fn admin_sources(sources: &[Source]) -> Vec<crate::admin::AdminSource> {
-    sources
-        .iter()
-        .map(|s| crate::admin::AdminSource {
-            name: s.name.clone(),
-            signature_header: s
-                .verifier
-                .spec
-                .signature_header()
-                .map(|h| h.as_str().to_string())
-                .unwrap_or_default(),
-            routes: s.routes.iter().map(|r| r.name.clone()).collect(),
-            index: s.index.clone(),
-            established: s.established.clone(),
-            public_url: s.public_url.clone(),
-        })
-        .collect()
-}
-
-/// What the forwarder needs to know of each source's provider, by source name.
-fn provider_facts(sources: &[Source]) -> HashMap<String, forward::ProviderFacts> {
-    sources
-        .iter()
-        .map(|s| {
-            let facts = forward::ProviderFacts {
-                credential_headers: s.verifier.spec.credential_headers.clone(),
-                body_signed: s.verifier.spec.signs_whole_body(),
-                event_type_signed: s.verifier.spec.event_type_is_signed(),
-            };
-            (s.name.clone(), facts)
-        })
-        .collect()
 }
 
 /// The connection limits of the ingest, admin and probe listeners.
@@ -673,22 +492,23 @@ async fn serve_until_shutdown(
     let Gateway {
         store,
         clock,
-        sources,
+        tables,
+        reloader,
+        worker,
         ingest,
         ingest_limits,
         admin,
         admin_limits,
         probes,
         probe_limits,
-        routes,
         alerts,
         on_dead,
         pressure,
         unverified,
         rejections,
         traces,
-        allowlists,
     } = gateway;
+    let sources = tables.load().ingest.len();
     tracing::info!(
         ingest = %listeners.ingest.local_addr()?,
         admin = %listeners.admin.local_addr()?,
@@ -721,23 +541,27 @@ async fn serve_until_shutdown(
     ));
     let throttle_task = tokio::spawn(telemetry::throttle::run(shutdown.clone()));
     let allowlist_task = tokio::spawn(crate::allowlist::refresh::run(
-        allowlists,
+        tables.live(|t| t.allowlists.clone()),
         store.clone(),
         clock.clone(),
         cfg.server.allowlist_refresh,
         shutdown.clone(),
     ));
-    let alerts_task = tokio::spawn(alerts::run(alerts, cfg.alerts.clone(), shutdown.clone()));
+    let alerts_task = tokio::spawn(alerts::run(
+        alerts,
+        tables.live(|t| t.alerts.clone()),
+        shutdown.clone(),
+    ));
+    let sighup_task = tokio::spawn(reload::on_sighup(reloader, shutdown.clone()));
     let pressure_task = tokio::spawn(crate::pressure::run(pressure.clone(), shutdown.clone()));
     let forward_task = tokio::spawn(forward::run(
         store.clone(),
-        routes,
-        cfg.forwarder.clone(),
-        cfg.retention.clone(),
+        tables.live(|t| t.forward.clone()),
+        worker,
         clock,
         forward::Neighbours {
             pressure,
-            on_dead,
+            on_dead: Some(on_dead),
             traces: traces.clone(),
         },
         shutdown.clone(),
@@ -757,6 +581,7 @@ async fn serve_until_shutdown(
     }
     let _ = forward_task.await;
     let _ = alerts_task.await;
+    let _ = sighup_task.await;
     let _ = throttle_task.await;
     let _ = allowlist_task.await;
     let _ = pressure_task.await;
@@ -806,16 +631,16 @@ fn watch_store(
 }
 
 /// What the console's overview asks of this process's circuit breakers: the state
-/// of a route's breaker, from the forwarder's routes.
-fn breaker_states(routes: &[forward::Route]) -> console::BreakerStates {
+/// of a route's breaker, from the forwarder's routes in force.
+fn breaker_states(plan: crate::live::Live<forward::Plan>) -> console::BreakerStates {
     use forward::breaker::BreakerState;
-    let breakers: HashMap<(String, String), Arc<forward::breaker::Breaker>> = routes
-        .iter()
-        .map(|r| ((r.source.clone(), r.name.clone()), r.breaker.clone()))
-        .collect();
     Arc::new(move |source: &str, route: &str| {
-        let b = breakers.get(&(source.to_string(), route.to_string()))?;
-        Some(match b.state() {
+        let plan = plan.load();
+        let r = plan
+            .routes
+            .iter()
+            .find(|r| r.source == source && r.name == route)?;
+        Some(match r.breaker.state() {
             BreakerState::Closed => console::BreakerView::Closed,
             BreakerState::HalfOpen => console::BreakerView::HalfOpen,
             BreakerState::Open => console::BreakerView::Open,
