@@ -75,7 +75,7 @@ pub(super) fn compile_sources(
             let hook_secret = spec.handshake == Some(provider::spec::Handshake::HookSecret);
             if s.secrets.is_empty() && !hook_secret {
                 anyhow::bail!(
-                    "sources[{i}].secret: source {:?} has no secret; set secret, secrets or secret_env",
+                    "sources[{i}].secret: source {:?} has no secret; set secret, secrets, secret_env or secret_file",
                     s.name
                 );
             }

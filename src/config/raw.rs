@@ -160,6 +160,10 @@ pub struct RawSource {
     pub secrets: Option<Vec<String>>,
     #[serde(default)]
     pub secret_env: Option<OneOrMany>,
+    /// Files that each hold one secret (a mounted secret volume): read at start and
+    /// at every reload, so that a rotation needs no restart.
+    #[serde(default)]
+    pub secret_file: Option<OneOrMany>,
     #[serde(default)]
     pub destination: Option<String>,
     /// The URL the provider is configured to call, for providers that sign it

@@ -241,6 +241,26 @@ pub(super) fn validate_source(
             }
         }
     }
+    for path in raw.secret_file.map(OneOrMany::into_vec).unwrap_or_default() {
+        // The file's text, without the line end an editor or `echo` leaves.
+        match std::fs::read_to_string(&path) {
+            Ok(text) if !text.trim_end_matches(['\n', '\r']).is_empty() => {
+                secrets.push(Secret::new(text.trim_end_matches(['\n', '\r'])));
+            }
+            Ok(_) => {
+                return Err(ConfigError::invalid(
+                    key("secret_file"),
+                    format!("{path} is empty"),
+                ));
+            }
+            Err(e) => {
+                return Err(ConfigError::invalid(
+                    key("secret_file"),
+                    format!("cannot read {path}: {e}"),
+                ));
+            }
+        }
+    }
     if secrets.iter().any(|s| s.expose().is_empty()) {
         return Err(ConfigError::invalid(key("secrets"), "a secret is empty"));
     }
@@ -516,6 +536,28 @@ destination = "http://127.0.0.1:3000/"
             err.contains("sources[0].secret_env") && err.contains("NOPE"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn secrets_from_files_lose_their_line_end_and_a_missing_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, "from-a-file\n").unwrap();
+        let text = format!(
+            "[[sources]]\nname = \"s\"\nprovider = \"github\"\nsecret_file = [{:?}]\ndestination = \"http://127.0.0.1:3000/\"\n",
+            a.display().to_string()
+        );
+        let cfg = from_toml_str(&text, &no_env).unwrap();
+        assert_eq!(cfg.sources[0].secrets[0].expose(), "from-a-file");
+        let missing = text.replace(&a.display().to_string(), "/nonexistent/secret");
+        let err = from_toml_str(&missing, &no_env).unwrap_err().to_string();
+        assert!(
+            err.contains("sources[0].secret_file") && err.contains("/nonexistent/secret"),
+            "{err}"
+        );
+        std::fs::write(&a, "\n").unwrap();
+        let err = from_toml_str(&text, &no_env).unwrap_err().to_string();
+        assert!(err.contains("is empty"), "{err}");
     }
 
     #[test]

@@ -52,6 +52,7 @@ mod redis_preconditions;
 mod redis_replicas;
 mod redis_store;
 mod rejections;
+mod reload;
 mod routes;
 mod search;
 mod stalled;
