@@ -53,6 +53,7 @@ mod redis_replicas;
 mod redis_store;
 mod rejections;
 mod reload;
+mod reload_load;
 mod routes;
 mod search;
 mod stalled;
