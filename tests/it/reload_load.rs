@@ -145,7 +145,7 @@ async fn under_load(backend: Backend, seconds: u64) {
     let started = Instant::now();
     let mut reloads = 0u32;
     while started.elapsed() < Duration::from_secs(seconds) {
-        let with_b = reloads % 2 == 0;
+        let with_b = reloads.is_multiple_of(2);
         std::fs::write(&cfg, files.text(with_b)).unwrap();
         let r = c
             .post(format!("{}/admin/config/reload", gw.admin))
@@ -173,7 +173,7 @@ async fn under_load(backend: Backend, seconds: u64) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     // End on the first file, where route `audit` exists again.
-    if reloads % 2 == 1 {
+    if !reloads.is_multiple_of(2) {
         std::fs::write(&cfg, files.text(false)).unwrap();
         let r = c
             .post(format!("{}/admin/config/reload", gw.admin))
