@@ -17,10 +17,9 @@ use crate::config::{Config, StoreConfig};
 use crate::console::{self, ConsoleState};
 use crate::error;
 use crate::forward;
-use crate::header_policy::HeaderPolicy;
 use crate::ingest::{self, IngestState, Source};
 use crate::operations::Operations;
-use crate::provider::{self, Registry};
+use crate::provider;
 
 mod reload;
 mod sources;
@@ -246,7 +245,9 @@ async fn build(
     ));
 
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
-    let rejections = Arc::new(rejection_log(&registry));
+    let rejections = Arc::new(ingest::rejections::RejectionLog::live(
+        tables.live(|t| t.redaction.clone()),
+    ));
     let readiness = Arc::new(crate::store::Readiness::new());
     let pressure = Arc::new(crate::pressure::IngestPressure::new(
         cfg.forwarder.ingest_first,
@@ -354,29 +355,6 @@ async fn build(
         rejections,
         traces,
     })
-}
-
-/// The rejection log, redacting every provider's signature header and the secret of
-/// a secret handshake (`X-Hook-Secret`), and keeping no provider's credential of a
-/// request to a name that is not a source.
-fn rejection_log(registry: &Registry) -> ingest::rejections::RejectionLog {
-    let mut signatures: Vec<String> = Vec::new();
-    let mut credentials = Vec::new();
-    for spec in registry.iter() {
-        let handshake_secret = (spec.handshake == Some(provider::spec::Handshake::HookSecret))
-            .then_some(ingest::hook_secret::HEADER);
-        for h in spec
-            .signature_headers()
-            .map(|h| h.as_str())
-            .chain(handshake_secret)
-        {
-            if !signatures.iter().any(|s| s == h) {
-                signatures.push(h.to_string());
-            }
-        }
-        credentials.extend(spec.credential_headers.iter().cloned());
-    }
-    ingest::rejections::RejectionLog::new(signatures, HeaderPolicy::new(&[], &credentials))
 }
 
 /// Warn about what the operator may not have meant: no admin token or a short one,

@@ -269,3 +269,26 @@ pub(super) fn provider_facts(sources: &[Source]) -> HashMap<String, forward::Pro
         })
         .collect()
 }
+
+/// What the rejection log redacts: every provider's signature header and the secret of
+/// a secret handshake (`X-Hook-Secret`), and keeping no provider's credential of a
+/// request to a name that is not a source.
+pub(super) fn redaction(registry: &Registry) -> ingest::rejections::Redaction {
+    let mut signatures: Vec<String> = Vec::new();
+    let mut credentials = Vec::new();
+    for spec in registry.iter() {
+        let handshake_secret = (spec.handshake == Some(provider::spec::Handshake::HookSecret))
+            .then_some(ingest::hook_secret::HEADER);
+        for h in spec
+            .signature_headers()
+            .map(|h| h.as_str())
+            .chain(handshake_secret)
+        {
+            if !signatures.iter().any(|s| s == h) {
+                signatures.push(h.to_string());
+            }
+        }
+        credentials.extend(spec.credential_headers.iter().cloned());
+    }
+    ingest::rejections::Redaction::new(signatures, HeaderPolicy::new(&[], &credentials))
+}

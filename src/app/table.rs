@@ -55,6 +55,9 @@ pub struct Table {
     pub allowlists: Arc<Vec<Arc<crate::allowlist::Published>>>,
     /// Where dead-letter alerts go.
     pub alerts: Arc<AlertsConfig>,
+    /// What the rejection log redacts: every known provider's signature and
+    /// credential headers.
+    pub redaction: Arc<ingest::rejections::Redaction>,
     /// The routes' programs, and the transforms that run them.
     programs: Vec<(String, String, TransformConfig)>,
     transforms: Arc<Transforms>,
@@ -174,6 +177,7 @@ impl Compiler {
             console: Arc::new(console),
             allowlists: Arc::new(allowlists),
             alerts: Arc::new(cfg.alerts.clone()),
+            redaction: Arc::new(sources::redaction(&registry)),
             config: cfg,
             programs,
             transforms,

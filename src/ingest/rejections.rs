@@ -34,6 +34,14 @@ const UNKNOWN_NAME_CHARS: usize = 64;
 #[derive(Debug)]
 pub struct RejectionLog {
     pending: Mutex<Pending>,
+    /// What every row redacts, from the providers of the route table in force (a
+    /// reload may bring a provider of `providers_dir` with headers of its own).
+    redaction: crate::live::Live<Redaction>,
+}
+
+/// What the rows of the rejection log redact, from every provider the gateway knows.
+#[derive(Debug)]
+pub struct Redaction {
     /// Every provider's signature header, and the header a secret handshake brings
     /// its secret in (`X-Hook-Secret`), lower-case: redacted in every row, since a
     /// request to a name that is not configured may carry a genuine signature.
@@ -41,6 +49,20 @@ pub struct RejectionLog {
     /// The headers kept of a request to a name that is not configured: no
     /// credential of any provider.
     unknown: HeaderPolicy,
+}
+
+impl Redaction {
+    /// Rows redact `signatures` (header names) and keep of a request to a name
+    /// that is not configured what `unknown` keeps.
+    pub fn new(signatures: Vec<String>, unknown: HeaderPolicy) -> Redaction {
+        Redaction {
+            signatures: signatures
+                .into_iter()
+                .map(|s| s.to_ascii_lowercase())
+                .collect(),
+            unknown,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -79,13 +101,16 @@ impl RejectionLog {
     /// A log whose rows redact `signatures` (header names) and keep of a request to
     /// a name that is not configured what `unknown` keeps.
     pub fn new(signatures: Vec<String>, unknown: HeaderPolicy) -> RejectionLog {
+        RejectionLog::live(crate::live::Live::fixed(std::sync::Arc::new(
+            Redaction::new(signatures, unknown),
+        )))
+    }
+
+    /// A log whose rows redact what the route table in force says.
+    pub fn live(redaction: crate::live::Live<Redaction>) -> RejectionLog {
         RejectionLog {
             pending: Mutex::default(),
-            signatures: signatures
-                .into_iter()
-                .map(|s| s.to_ascii_lowercase())
-                .collect(),
-            unknown,
+            redaction,
         }
     }
 
@@ -139,13 +164,14 @@ impl RejectionLog {
     /// its body's digest; its body only when the source keeps them.
     fn row(&self, r: Refused<'_>) -> Rejection {
         let known = r.policy.is_some();
-        let policy = r.policy.unwrap_or(&self.unknown);
+        let redaction = self.redaction.load();
+        let policy = r.policy.unwrap_or(&redaction.unknown);
         let headers = r
             .headers
             .iter()
             .filter(|(n, _)| policy.keeps(n.as_str()))
             .map(|(n, v)| {
-                let value = if self.signatures.iter().any(|s| s == n.as_str()) {
+                let value = if redaction.signatures.iter().any(|s| s == n.as_str()) {
                     "[redacted]".to_string()
                 } else {
                     redact_token(&String::from_utf8_lossy(v.as_bytes())).into_owned()

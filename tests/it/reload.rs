@@ -391,3 +391,65 @@ for_each_store!(
     a_removed_route_keeps_its_deliveries_until_it_comes_back,
     super::removed_route
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_a_reload_brings_has_its_signature_redacted_in_the_rejection_log() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let up = Upstream::ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("providers");
+    std::fs::create_dir(&specs).unwrap();
+    let base = format!(
+        "providers_dir = {:?}\n{}",
+        specs.display().to_string(),
+        file(&h, &source("stripe", &up.url, ""))
+    );
+    let cfg = write_config(dir.path(), &base);
+    let mut gw = ChildGateway::spawn(&cfg, &[], &dir.path().join("stderr.log"));
+    // A provider of the operator's own, signing in a header no built-in one uses.
+    let stripe = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("providers/stripe.toml"),
+    )
+    .unwrap();
+    let spec = stripe
+        .replacen("name = \"stripe\"", "name = \"acme\"", 1)
+        .replace("Stripe-Signature", "X-Acme-Signature");
+    assert!(spec.contains("X-Acme-Signature"));
+    std::fs::write(specs.join("acme.toml"), spec).unwrap();
+    write(
+        &cfg,
+        &format!(
+            "{base}{}",
+            source("acme", &up.url, "").replacen("provider = \"stripe\"", "provider = \"acme\"", 1)
+        ),
+    );
+    let (status, body) = admin_post(&gw, "/admin/config/reload").await;
+    assert_eq!(status, 200, "{body}");
+    // A request to a name that is no source, carrying a genuine-looking signature
+    // in the new provider's header.
+    let r = http()
+        .post(format!("{}/ingest/not-a-source", gw.ingest))
+        .header("content-type", "application/json")
+        .header("x-acme-signature", "t=1,v1=deadbeefsecretlooking")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let row = wait_until_ok(
+        "the refusal in the log",
+        Duration::from_secs(10),
+        async || {
+            let page = get_json(&http(), &format!("{}/admin/rejections", gw.admin)).await;
+            page["rejections"]
+                .as_array()
+                .and_then(|rows| rows.first().cloned())
+                .ok_or_else(|| page.to_string())
+        },
+    )
+    .await;
+    let shown = row.to_string();
+    assert!(!shown.contains("deadbeefsecretlooking"), "{shown}");
+    assert!(shown.contains("[redacted]"), "{shown}");
+    gw.kill();
+}
