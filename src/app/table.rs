@@ -153,9 +153,11 @@ impl Compiler {
                     .with_unsigned(mine.map(|w| (w.route.clone(), w.warning())).collect())
             })
             .collect();
+        let redaction = sources::redaction(&registry);
         let catalog = Catalog {
             sources: sources::admin_sources(&built),
             transforms: Some(transforms.clone()),
+            signature_headers: redaction.signatures().to_vec(),
         };
         let allowlists = sources::published_lists(&built);
         let version = version(&cfg, &built, &self.salt);
@@ -177,7 +179,7 @@ impl Compiler {
             console: Arc::new(console),
             allowlists: Arc::new(allowlists),
             alerts: Arc::new(cfg.alerts.clone()),
-            redaction: Arc::new(sources::redaction(&registry)),
+            redaction: Arc::new(redaction),
             config: cfg,
             programs,
             transforms,

@@ -63,6 +63,11 @@ impl Redaction {
             unknown,
         }
     }
+
+    /// The signature headers redacted, lower case.
+    pub fn signatures(&self) -> &[String] {
+        &self.signatures
+    }
 }
 
 #[derive(Debug, Default)]

@@ -25,12 +25,18 @@ pub async fn entry_detail(ops: &Operations, id: &str) -> Result<EntryDetail, OpE
         .source(&entry.source)
         .map(|s| s.signature_header.clone())
         .unwrap_or_default();
+    let catalog = ops.catalog.load();
     let headers = entry
         .headers
         .iter()
         .map(|h| dto::Header {
             name: h.name.clone(),
-            value: if is_sensitive(&h.name, &sig_header) {
+            value: if is_sensitive(&h.name, &sig_header)
+                || catalog
+                    .signature_headers
+                    .iter()
+                    .any(|s| s.eq_ignore_ascii_case(&h.name))
+            {
                 "[redacted]".to_string()
             } else {
                 String::from_utf8_lossy(&h.value).into_owned()

@@ -55,6 +55,10 @@ pub struct Catalog {
     pub sources: Vec<SourceFacts>,
     /// The routes' transforms, when the gateway runs them.
     pub transforms: Option<Arc<Transforms>>,
+    /// Every known provider's signature header (and a secret handshake's), lower
+    /// case: redacted in any entry shown, its source's or not (an entry of a source
+    /// a reload removed has none in force).
+    pub signature_headers: Vec<String>,
 }
 
 impl Operations {
