@@ -22,6 +22,7 @@ mod postgres;
 mod readiness;
 mod redis;
 pub mod rejection;
+mod routes;
 pub mod search;
 mod secrets;
 mod signal;
@@ -54,6 +55,7 @@ pub(crate) use redis::{entry_from_map as redis_entry_from_map, pack_record as re
 pub use rejection::{
     REJECTIONS_KEEP, Rejection, RejectionBatch, RejectionCount, RejectionPage, RejectionQuery,
 };
+pub use routes::KnownRoute;
 pub use search::{IndexLookup, IndexUse, IndexedValue, SearchPage, SearchQuery};
 pub use secrets::{
     Establish, EstablishedSecret, HandshakeToken, MAX_ESTABLISHED_SECRETS, TOKEN_PARAM, TokenHash,
@@ -595,6 +597,17 @@ pub trait Records: Send + Sync + 'static {
 
     /// The last good list kept for `url`, if any.
     async fn saved_ranges(&self, url: &str) -> Result<Option<SavedRanges>, StoreError>;
+
+    /// Every route of the route registry (`store::routes`), in no order.
+    async fn known_routes(&self) -> Result<Vec<KnownRoute>, StoreError>;
+
+    /// Put `routes` in the registry, each replacing what it said of its (source,
+    /// route). Durable.
+    async fn remember_routes(&self, routes: &[KnownRoute]) -> Result<(), StoreError>;
+
+    /// Take `route` of `source` out of the registry (a retired route whose
+    /// deliveries are all gone). Forgetting one it does not hold changes nothing.
+    async fn forget_route(&self, source: &str, route: &str) -> Result<(), StoreError>;
 
     /// Arm `source`'s secret handshake until `until` (unix ms) for the token whose
     /// hash is `token`, replacing an arming in place (its token with it): the next

@@ -614,6 +614,21 @@ impl Records for PostgresStore {
             .await
     }
 
+    async fn known_routes(&self) -> Result<Vec<crate::store::KnownRoute>, StoreError> {
+        self.relaxed(async |conn| records::known_routes(&*conn).await)
+            .await
+    }
+
+    async fn remember_routes(&self, routes: &[crate::store::KnownRoute]) -> Result<(), StoreError> {
+        self.durable(async |conn| records::remember_routes(&*conn, routes).await)
+            .await
+    }
+
+    async fn forget_route(&self, source: &str, route: &str) -> Result<(), StoreError> {
+        self.durable(async |conn| records::forget_route(&*conn, source, route).await)
+            .await
+    }
+
     async fn arm_handshake(
         &self,
         source: &str,

@@ -237,6 +237,54 @@ pub(super) async fn saved_ranges(
     }))
 }
 
+pub(super) async fn known_routes(
+    c: &impl GenericClient,
+) -> Result<Vec<crate::store::KnownRoute>, StoreError> {
+    Ok(c.query_cached(
+        "SELECT source, route, destination, retired_at FROM known_routes",
+        &[],
+    )
+    .await?
+    .into_iter()
+    .map(|row| crate::store::KnownRoute {
+        source: row.get(0),
+        route: row.get(1),
+        destination: row.get(2),
+        retired_at: row.get(3),
+    })
+    .collect())
+}
+
+pub(super) async fn remember_routes(
+    c: &impl GenericClient,
+    routes: &[crate::store::KnownRoute],
+) -> Result<(), StoreError> {
+    for r in routes {
+        c.execute_cached(
+            "INSERT INTO known_routes (source, route, destination, retired_at)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (source, route) DO UPDATE
+                 SET destination = excluded.destination, retired_at = excluded.retired_at",
+            &[&r.source, &r.route, &r.destination, &r.retired_at],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn forget_route(
+    c: &impl GenericClient,
+    source: &str,
+    route: &str,
+) -> Result<(), StoreError> {
+    c.execute_cached(
+        "DELETE FROM known_routes WHERE source = $1 AND route = $2",
+        &[&source, &route],
+    )
+    .await?;
+    Ok(())
+}
+
 pub(super) async fn arm_handshake(
     c: &impl GenericClient,
     source: &str,

@@ -19,7 +19,20 @@ use crate::store::{Backend, StoreError};
 /// 4. The providers' last good address ranges ([`V4`]).
 /// 5. The armed secret handshakes and the secrets they established ([`V5`]).
 /// 6. An armed handshake's token ([`V6`]).
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+/// 7. The route registry ([`V7`]).
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+
+/// The route registry (`store::routes`): every route a gateway on the store had
+/// in force, its destination's fingerprint, and when it was retired.
+const V7: &str = r#"
+CREATE TABLE known_routes (
+    source      TEXT NOT NULL,
+    route       TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    retired_at  BIGINT,
+    PRIMARY KEY (source, route)
+);
+"#;
 
 /// An armed handshake takes only the handshake that presents its token
 /// (`store::secrets`): `armed_handshakes` keeps each arming with the SHA-256 of its

@@ -19,6 +19,8 @@ use crate::store::{
 const CONSOLE: &str = "console";
 /// The hash tag of the providers' last good address ranges.
 const RANGES: &str = "ranges";
+/// The route registry's hash (`store::routes`).
+const KNOWN_ROUTES: &str = "known_routes";
 
 impl RedisStore {
     fn control_audit_key(&self) -> String {
@@ -115,6 +117,56 @@ impl RedisStore {
         use sha2::Digest as _;
         let digest = hex::encode(sha2::Sha256::digest(url.as_bytes()));
         self.key(RANGES, &digest[..32])
+    }
+
+    /// The route registry: one hash, a field per `source/route` (names hold no
+    /// `/`) whose value is the route's JSON.
+    fn known_routes_key(&self) -> String {
+        self.key(KNOWN_ROUTES, "all")
+    }
+
+    pub(super) async fn get_known_routes(
+        &self,
+    ) -> Result<Vec<crate::store::KnownRoute>, StoreError> {
+        let mut c = self.conn();
+        let all: Vec<String> = self
+            .timed(c.hvals::<_, Vec<String>>(self.known_routes_key()))
+            .await?;
+        // A record that does not parse is skipped, as in the control audit.
+        Ok(all
+            .iter()
+            .filter_map(|v| serde_json::from_str(v).ok())
+            .collect())
+    }
+
+    pub(super) async fn put_known_routes(
+        &self,
+        routes: &[crate::store::KnownRoute],
+    ) -> Result<(), StoreError> {
+        if routes.is_empty() {
+            return Ok(());
+        }
+        let mut fields = Vec::with_capacity(routes.len());
+        for r in routes {
+            let json = serde_json::to_string(r).map_err(|source| StoreError::Encode {
+                what: "a known route",
+                source,
+            })?;
+            fields.push((format!("{}/{}", r.source, r.route), json));
+        }
+        let mut c = self.conn();
+        self.timed(c.hset_multiple::<_, _, _, ()>(self.known_routes_key(), &fields))
+            .await
+    }
+
+    pub(super) async fn drop_known_route(
+        &self,
+        source: &str,
+        route: &str,
+    ) -> Result<(), StoreError> {
+        let mut c = self.conn();
+        self.timed(c.hdel::<_, _, ()>(self.known_routes_key(), format!("{source}/{route}")))
+            .await
     }
 
     pub(super) async fn put_ranges(

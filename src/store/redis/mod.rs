@@ -709,6 +709,18 @@ impl Records for RedisStore {
         self.get_ranges(url).await
     }
 
+    async fn known_routes(&self) -> Result<Vec<crate::store::KnownRoute>, StoreError> {
+        self.get_known_routes().await
+    }
+
+    async fn remember_routes(&self, routes: &[crate::store::KnownRoute]) -> Result<(), StoreError> {
+        self.put_known_routes(routes).await
+    }
+
+    async fn forget_route(&self, source: &str, route: &str) -> Result<(), StoreError> {
+        self.drop_known_route(source, route).await
+    }
+
     async fn arm_handshake(
         &self,
         source: &str,

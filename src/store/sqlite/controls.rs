@@ -8,7 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::store::{
     Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, Establish, EstablishedSecret,
-    MAX_ESTABLISHED_SECRETS, StoreError, TokenHash,
+    KnownRoute, MAX_ESTABLISHED_SECRETS, StoreError, TokenHash,
 };
 
 /// The `console_settings` row holding the "sessions issued until then are revoked"
@@ -150,6 +150,38 @@ pub(super) fn saved_ranges(
             })
         })
         .optional()?)
+}
+
+pub(super) fn known_routes(conn: &Connection) -> Result<Vec<KnownRoute>, StoreError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT source, route, destination, retired_at FROM known_routes")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(KnownRoute {
+            source: r.get(0)?,
+            route: r.get(1)?,
+            destination: r.get(2)?,
+            retired_at: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+pub(super) fn remember_routes(conn: &Connection, routes: &[KnownRoute]) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO known_routes (source, route, destination, retired_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT(source, route) DO UPDATE
+             SET destination = excluded.destination, retired_at = excluded.retired_at",
+    )?;
+    for r in routes {
+        stmt.execute(params![r.source, r.route, r.destination, r.retired_at])?;
+    }
+    Ok(())
+}
+
+pub(super) fn forget_route(conn: &Connection, source: &str, route: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM known_routes WHERE source = ?1 AND route = ?2")?
+        .execute(params![source, route])?;
+    Ok(())
 }
 
 pub(super) fn arm_handshake(

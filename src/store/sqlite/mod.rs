@@ -606,6 +606,26 @@ impl Records for SqliteStore {
             .await
     }
 
+    async fn known_routes(&self) -> Result<Vec<crate::store::KnownRoute>, StoreError> {
+        self.read(controls::known_routes).await
+    }
+
+    async fn remember_routes(&self, routes: &[crate::store::KnownRoute]) -> Result<(), StoreError> {
+        let routes = routes.to_vec();
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::remember_routes(conn, &routes)
+        })
+        .await
+    }
+
+    async fn forget_route(&self, source: &str, route: &str) -> Result<(), StoreError> {
+        let (source, route) = (source.to_string(), route.to_string());
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            controls::forget_route(conn, &source, &route)
+        })
+        .await
+    }
+
     async fn arm_handshake(
         &self,
         source: &str,

@@ -314,10 +314,18 @@ const INDEXES: &[(&str, &str)] = &[(
 /// hold the console's records (`controls`); `rejections` and `rejection_counts` the
 /// requests ingest refused (`rejections`); `entry_index` the values of the sources'
 /// indexed pointers, one row per entry and index (`search`); `provider_ranges` the
-/// last good address ranges fetched per URL (`crate::allowlist`);
+/// last good address ranges fetched per URL (`crate::allowlist`); `known_routes`
+/// the route registry (`store::routes`);
 /// `armed_handshakes` and `established_secrets` the armed secret handshakes (each
 /// with the hash of its token) and the secrets they gave (`store::secrets`).
 const TABLES: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS known_routes (
+        source      TEXT NOT NULL,
+        route       TEXT NOT NULL,
+        destination TEXT NOT NULL,
+        retired_at  INTEGER,
+        PRIMARY KEY (source, route)
+    ) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS activity (
         source    TEXT NOT NULL,
         minute    INTEGER NOT NULL,

@@ -1,14 +1,14 @@
 //! The `Records` part of the store contract, on every backend: revoked console
 //! sessions (one, or every one issued until a time), the control audit of pauses
-//! and resumes, the providers' last good address ranges, and the secrets providers
-//! establish in armed handshakes.
+//! and resumes, the providers' last good address ranges, the route registry, and
+//! the secrets providers establish in armed handshakes.
 
 use std::time::Duration;
 
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
     Actor, CONTROL_AUDIT_KEEP, ControlAction, ControlEvent, Establish, EstablishedSecret,
-    HousekeepingPass, MAX_ESTABLISHED_SECRETS, SavedRanges, Store, TokenHash,
+    HousekeepingPass, KnownRoute, MAX_ESTABLISHED_SECRETS, SavedRanges, Store, TokenHash,
 };
 
 use crate::support::{Backend, StoreHandle, wait_until};
@@ -154,6 +154,57 @@ async fn saved_ranges(backend: Backend) {
 for_each_store!(
     a_providers_last_good_ranges_are_kept_per_url,
     super::saved_ranges
+);
+
+/// The route registry: each (source, route) once, replaced by the next word on it,
+/// forgotten on request, there for a second process on the store.
+async fn known_routes(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let store = h.open().await;
+    assert!(store.known_routes().await.unwrap().is_empty());
+    let route =
+        |source: &str, route: &str, destination: &str, retired_at: Option<i64>| KnownRoute {
+            source: source.into(),
+            route: route.into(),
+            destination: destination.into(),
+            retired_at,
+        };
+    store
+        .remember_routes(&[
+            route("stripe", "main", "d1", None),
+            route("stripe", "audit", "d2", None),
+            route("github", "main", "d3", None),
+        ])
+        .await
+        .unwrap();
+    // Retired, then back with another destination.
+    store
+        .remember_routes(&[route("stripe", "audit", "d2", Some(1_700_000_000_000))])
+        .await
+        .unwrap();
+    store
+        .remember_routes(&[route("github", "main", "d4", None)])
+        .await
+        .unwrap();
+    store.forget_route("stripe", "main").await.unwrap();
+    store.forget_route("nope", "nothing").await.unwrap();
+    let sorted = |mut v: Vec<KnownRoute>| {
+        v.sort_by(|a, b| (&a.source, &a.route).cmp(&(&b.source, &b.route)));
+        v
+    };
+    let want = vec![
+        route("github", "main", "d4", None),
+        route("stripe", "audit", "d2", Some(1_700_000_000_000)),
+    ];
+    assert_eq!(sorted(store.known_routes().await.unwrap()), want);
+    store.close().await;
+    let again = h.open().await;
+    assert_eq!(sorted(again.known_routes().await.unwrap()), want);
+    again.close().await;
+}
+for_each_store!(
+    the_route_registry_keeps_each_route_once,
+    super::known_routes
 );
 
 /// Secrets established in handshakes: only while armed and only with the arming's
