@@ -121,9 +121,10 @@ pub enum ApiError {
     /// key only a restart changes. The text says which.
     #[error("{0}")]
     Unprocessable(String),
-    /// A reload of a gateway whose configuration was not read from a file.
+    /// An operation the state of the gateway refuses: a reload of a gateway whose
+    /// configuration was not read from a file, a bulk discard of a route in force.
     #[error("{0}")]
-    NotReloadable(String),
+    Conflict(String),
     /// The operating system's random source failed (an arming's token). Logged
     /// when answered.
     #[error("cannot draw a random token now, retry later")]
@@ -173,7 +174,7 @@ impl ApiError {
             ApiError::NotReplayable { .. }
             | ApiError::NotDiscardable { .. }
             | ApiError::NoHandshake(_)
-            | ApiError::NotReloadable(_) => StatusCode::CONFLICT,
+            | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Refused(_) | ApiError::IpNotAllowed => StatusCode::FORBIDDEN,
             ApiError::Throttled { .. } | ApiError::RateLimited { .. } => {
@@ -219,7 +220,7 @@ impl ApiError {
             ApiError::NotReplayable { .. }
             | ApiError::NotDiscardable { .. }
             | ApiError::NoHandshake(_)
-            | ApiError::NotReloadable(_) => RequestOutcome::Conflict,
+            | ApiError::Conflict(_) => RequestOutcome::Conflict,
             ApiError::Refused(_) => RequestOutcome::Refused,
             ApiError::NotJson => RequestOutcome::NotJson,
         }

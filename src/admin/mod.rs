@@ -37,6 +37,7 @@ mod entries;
 mod handshakes;
 pub mod probes;
 mod rejections;
+mod routes;
 mod sources;
 pub mod throttle;
 
@@ -161,6 +162,11 @@ pub fn router(state: Arc<AdminState>) -> Router {
         )
         .route("/admin/stats", get(sources::stats))
         .route("/admin/audit", get(audit::list))
+        .route("/admin/routes", get(routes::list))
+        .route(
+            "/admin/routes/{source}/{route}/discard",
+            post(routes::discard),
+        )
         .route("/admin/config", get(config::show))
         .route("/admin/config/reload", post(config::reload))
         // Auth wraps only the routes above: the fallbacks answer 404 and 405 alike.
@@ -381,9 +387,10 @@ impl From<OpError> for ApiError {
             OpError::TransformUnavailable => ApiError::TransformUnavailable,
             OpError::Random(cause) => ApiError::RandomUnavailable(cause),
             OpError::Reload(refused @ crate::operations::config::ReloadRefused::NoFile) => {
-                ApiError::NotReloadable(refused.to_string())
+                ApiError::Conflict(refused.to_string())
             }
-            OpError::NoControl => ApiError::NotReloadable(OpError::NoControl.to_string()),
+            OpError::NoControl => ApiError::Conflict(OpError::NoControl.to_string()),
+            refused @ OpError::RouteInForce { .. } => ApiError::Conflict(refused.to_string()),
             OpError::Reload(refused) => ApiError::Unprocessable(refused.to_string()),
         }
     }

@@ -22,6 +22,7 @@ use crate::operations::Operations;
 use crate::provider;
 
 mod reload;
+mod retire;
 mod sources;
 mod table;
 
@@ -235,6 +236,7 @@ async fn build(
         .collect();
     warn_about_setup(cfg, &sources);
     tracing::info!(version = %first.version, "configuration in force");
+    retire::settle(store.as_ref(), &first, &compiler.salt, clock.now_ms()).await;
     let tables = Tables::new(first);
     let reloader = Arc::new(Reloader::new(
         tables.clone(),

@@ -143,6 +143,9 @@ impl Reloader {
             crate::allowlist::refresh::register_metrics(&new_lists);
             crate::allowlist::refresh::load_saved(&new_lists, self.store.as_ref()).await;
             super::register_metric_families(&table.config);
+            // Before the swap: a route back with another destination is paused
+            // before its loop can claim.
+            super::retire::settle(self.store.as_ref(), &table, &self.compiler.salt, at_ms).await;
             self.tables.swap(table);
         }
         Ok(answer)

@@ -155,6 +155,17 @@ impl Compiler {
             .collect();
         let redaction = sources::redaction(&registry);
         let catalog = Catalog {
+            routes: cfg
+                .sources
+                .iter()
+                .flat_map(|s| {
+                    s.routes.iter().map(|r| crate::operations::CatalogRoute {
+                        source: s.name.clone(),
+                        route: r.name.clone(),
+                        destination: crate::config::redact_url(&r.destination),
+                    })
+                })
+                .collect(),
             sources: sources::admin_sources(&built),
             transforms: Some(transforms.clone()),
             signature_headers: redaction.signatures().to_vec(),

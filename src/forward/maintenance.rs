@@ -79,6 +79,7 @@ pub(super) async fn run(
             metrics::gauge!("hookgate_oldest_pending_age_seconds", "source" => s.clone()).set(age);
         }
     }
+    retired_gauges(fwd, routes).await;
     for (s, r) in routes {
         if let Ok(stats) = fwd.store.route_stats(s, r).await {
             metrics::gauge!("hookgate_route_dead_deliveries", "source" => s.clone(), "route" => r.clone())
@@ -95,4 +96,32 @@ pub(super) async fn run(
                 .set(age);
         }
     }
+}
+
+/// `hookgate_route_retired_pending` of every retired route (one the route registry
+/// holds that the table in force lacks): the deliveries it keeps, unsent. A route
+/// back in the table, or forgotten, has its series set to 0.
+pub(super) async fn retired_gauges(fwd: &Forwarder, routes: &[(String, String)]) {
+    let Ok(known) = fwd.store.known_routes().await else {
+        return;
+    };
+    let mut now_retired = std::collections::HashSet::new();
+    for k in known {
+        if routes.iter().any(|(s, r)| *s == k.source && *r == k.route) {
+            continue;
+        }
+        if let Ok(stats) = fwd.store.route_stats(&k.source, &k.route).await {
+            metrics::gauge!("hookgate_route_retired_pending", "source" => k.source.clone(), "route" => k.route.clone())
+                .set(stats.pending as f64);
+            now_retired.insert((k.source, k.route));
+        }
+    }
+    let Ok(mut reported) = fwd.retired.lock() else {
+        return;
+    };
+    for (source, route) in reported.difference(&now_retired) {
+        metrics::gauge!("hookgate_route_retired_pending", "source" => source.clone(), "route" => route.clone())
+            .set(0.0);
+    }
+    *reported = now_retired;
 }

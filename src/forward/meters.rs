@@ -157,6 +157,8 @@ pub fn register_metrics(sources: &[SourceRoutes], destinations: &[String]) {
                 .increment(0.0);
             gauge!("hookgate_route_blocked_keys", "source" => s.clone(), "route" => route())
                 .increment(0.0);
+            gauge!("hookgate_route_retired_pending", "source" => s.clone(), "route" => route())
+                .increment(0.0);
             gauge!("hookgate_route_oldest_pending_age_seconds", "source" => s.clone(), "route" => route()).increment(0.0);
         }
     }

@@ -89,6 +89,8 @@ struct Forwarder {
     on_dead: Option<OnDead>,
     /// Each attempt's span, and its `traceparent`, when traces are on.
     traces: Traces,
+    /// The retired routes whose `hookgate_route_retired_pending` was last set.
+    retired: Mutex<HashSet<(String, String)>>,
 }
 
 impl Forwarder {
@@ -174,6 +176,7 @@ pub async fn run(
         abort: CancellationToken::new(),
         on_dead,
         traces,
+        retired: Mutex::new(HashSet::new()),
     });
     refresh_paused(&fwd).await;
     if let Err(e) = fwd

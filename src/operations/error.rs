@@ -43,6 +43,11 @@ pub enum OpError {
     /// No transform worker could be started to run a preview.
     #[error("cannot run the route's transform now, retry later")]
     TransformUnavailable,
+    /// A route of the table in force, where an operation takes only a retired one.
+    #[error(
+        "route {route:?} of source {name:?} is in force: pause it, or discard its deliveries one by one"
+    )]
+    RouteInForce { name: String, route: String },
     /// A configuration reload was refused.
     #[error(transparent)]
     Reload(#[from] super::config::ReloadRefused),

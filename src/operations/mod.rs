@@ -16,6 +16,7 @@ mod error;
 pub mod handshakes;
 pub mod preview;
 pub mod rejections;
+pub mod routes;
 pub mod search;
 pub mod sources;
 
@@ -55,6 +56,8 @@ pub struct Catalog {
     pub sources: Vec<SourceFacts>,
     /// The routes' transforms, when the gateway runs them.
     pub transforms: Option<Arc<Transforms>>,
+    /// Every route of the table in force, in configuration order.
+    pub routes: Vec<CatalogRoute>,
     /// Every known provider's signature header (and a secret handshake's), lower
     /// case: redacted in any entry shown, its source's or not (an entry of a source
     /// a reload removed has none in force).
@@ -115,6 +118,15 @@ impl Operations {
     pub fn transforms(&self) -> Option<Arc<Transforms>> {
         self.catalog.load().transforms.clone()
     }
+}
+
+/// A route of the table in force, as the operations show it.
+#[derive(Debug, Clone)]
+pub struct CatalogRoute {
+    pub source: String,
+    pub route: String,
+    /// Its destination, userinfo and query redacted.
+    pub destination: String,
 }
 
 /// What the operations know of a configured source.

@@ -275,6 +275,10 @@ fn describe() {
         "hookgate_route_blocked_keys",
         "Ordering keys of a route held by a dead head (on_dead = block) until an operator replays or discards it"
     );
+    describe_gauge!(
+        "hookgate_route_retired_pending",
+        "Pending deliveries a retired route keeps unsent (a reload removed the route; they go when it comes back), by source and route; 0 for a route in force"
+    );
     describe_gauge!("hookgate_connections_open", "Open connections, by listener");
     describe_gauge!(
         "hookgate_connections_idle",

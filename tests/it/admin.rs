@@ -515,6 +515,8 @@ async fn the_server_and_its_openapi_document_agree() {
         ("GET", "/admin/audit"),
         ("GET", "/admin/config"),
         ("POST", "/admin/config/reload"),
+        ("GET", "/admin/routes"),
+        ("POST", "/admin/routes/{source}/{route}/discard"),
         ("GET", "/admin/rejections"),
         ("GET", "/admin/rejections/groups"),
     ]
@@ -672,6 +674,23 @@ async fn the_server_and_its_openapi_document_agree() {
         ("GET", "/admin/audit".into(), None),
         ("GET", "/admin/audit?limit=2".into(), None),
         ("GET", "/admin/config".into(), None),
+        ("GET", "/admin/routes".into(), None),
+        (
+            "POST",
+            "/admin/routes/oa/default/discard".into(),
+            Some(json!({"note": "in force"})),
+        ),
+        (
+            "POST",
+            "/admin/routes/oa/gone/discard".into(),
+            Some(json!({"note": "never was"})),
+        ),
+        ("POST", "/admin/routes/oa/gone/discard".into(), None),
+        (
+            "POST",
+            "/admin/routes/oa/gone/discard".into(),
+            Some(json!({"note": "n", "other": 1})),
+        ),
         // Handed its configuration in process: nothing to read again (409).
         ("POST", "/admin/config/reload".into(), None),
         ("POST", "/admin/config/reload?dry_run=maybe".into(), None),

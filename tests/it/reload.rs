@@ -23,7 +23,7 @@ const OTHER_SECRET: &str = "whsec_other_secret";
 /// cooldown, whatever the route becomes).
 fn file(h: &StoreHandle, sources: &str) -> String {
     format!(
-        "{}\n[forwarder]\npoll_interval = \"50ms\"\nbreaker_failures = 1000\n[log]\nformat = \"json\"\n{sources}",
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"200ms\"\nbreaker_failures = 1000\n[log]\nformat = \"json\"\n{sources}",
         h.toml()
     )
 }
@@ -298,28 +298,39 @@ async fn sighup_reloads_the_file() {
     gw.kill();
 }
 
-/// A route removed by a reload keeps its pending deliveries (not sent, not lost);
-/// when a route of the same name and destination comes back, they go.
-async fn removed_route(backend: Backend) {
+/// How a removed route ends in [`removed_route`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Back {
+    /// A route of the same name and destination comes back: the kept deliveries go.
+    Same,
+    /// It comes back with another destination: paused until an operator resumes it.
+    Elsewhere,
+    /// Never: the operator discards what it kept, with a note.
+    Discarded,
+}
+
+/// A route removed by a reload keeps its pending deliveries (not sent, not lost),
+/// listed as retired and counted; then it ends as `back` says.
+async fn removed_route(backend: Backend, back: Back) {
     let h = StoreHandle::new(backend);
     let main = Upstream::ok().await;
     let (audit, fixed) = Upstream::failing_until_fixed(503).await;
+    let elsewhere = Upstream::ok().await;
     let dir = tempfile::tempdir().unwrap();
-    let routes = |with_audit: bool| {
+    let routes = |audit_at: Option<&str>| {
         let mut s = format!(
             "[[sources]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
              [[sources.routes]]\nname = \"main\"\ndestination = \"{}\"\n",
             main.url
         );
-        if with_audit {
+        if let Some(url) = audit_at {
             s.push_str(&format!(
-                "[[sources.routes]]\nname = \"audit\"\ndestination = \"{}\"\n[sources.routes.retry]\nbase = \"100ms\"\ncap = \"200ms\"\nmax_attempts = 1000\n",
-                audit.url
+                "[[sources.routes]]\nname = \"audit\"\ndestination = \"{url}\"\n[sources.routes.retry]\nbase = \"100ms\"\ncap = \"200ms\"\nmax_attempts = 1000\n"
             ));
         }
         s
     };
-    let cfg = write_config(dir.path(), &file(&h, &routes(true)));
+    let cfg = write_config(dir.path(), &file(&h, &routes(Some(&audit.url))));
     let mut gw = ChildGateway::spawn(&cfg, &[], &dir.path().join("stderr.log"));
     for i in 0..5 {
         assert_eq!(
@@ -332,7 +343,7 @@ async fn removed_route(backend: Backend) {
             r.len() >= 5
         })
         .await;
-    write(&cfg, &file(&h, &routes(false)));
+    write(&cfg, &file(&h, &routes(None)));
     let (status, body) = admin_post(&gw, "/admin/config/reload").await;
     assert_eq!(status, 200, "{body}");
     assert!(
@@ -359,37 +370,123 @@ async fn removed_route(backend: Backend) {
     // per delivery in flight.
     let settled = audit.count();
     assert!(settled <= tried + 5, "{tried} → {settled}");
-    // Back with the same name and destination: the kept deliveries go.
-    write(&cfg, &file(&h, &routes(true)));
-    let (status, body) = admin_post(&gw, "/admin/config/reload").await;
-    assert_eq!(status, 200, "{body}");
-    let delivered = async || {
-        audit
-            .received()
-            .iter()
-            .filter(|x| x.answered == 200)
-            .count()
-            >= 5
-    };
-    if tokio::time::timeout(Duration::from_secs(15), async {
-        while !delivered().await {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    let kept = 5 - audit
+        .received()
+        .iter()
+        .filter(|x| x.answered == 200)
+        .count() as u64;
+    // Listed as retired, with what it keeps, and counted.
+    let listed = get_json(&http(), &format!("{}/admin/routes", gw.admin)).await;
+    let retired = listed
+        .as_array()
+        .and_then(|l| l.iter().find(|r| r["route"] == "audit").cloned())
+        .unwrap_or_else(|| panic!("audit not listed: {listed}"));
+    assert_eq!(retired["state"], "retired", "{listed}");
+    assert_eq!(retired["pending"], kept, "{listed}");
+    assert!(
+        listed.to_string().contains("\"state\":\"active\""),
+        "{listed}"
+    );
+    let series = "hookgate_route_retired_pending{source=\"stripe\",route=\"audit\"}";
+    wait_until(
+        "the retired route counted",
+        Duration::from_secs(10),
+        async || metric(&gw, series).await == kept as f64,
+    )
+    .await;
+    let ok_at = |up: &Upstream| up.received().iter().filter(|x| x.answered == 200).count();
+    match back {
+        Back::Same => {
+            // Back with the same name and destination: the kept deliveries go.
+            write(&cfg, &file(&h, &routes(Some(&audit.url))));
+            let (status, body) = admin_post(&gw, "/admin/config/reload").await;
+            assert_eq!(status, 200, "{body}");
+            audit
+                .wait_for(Duration::from_secs(15), "the kept deliveries", |r| {
+                    r.iter().filter(|x| x.answered == 200).count() >= 5
+                })
+                .await;
         }
-    })
-    .await
-    .is_err()
-    {
-        let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
-        panic!(
-            "the kept deliveries did not go: {} received\n{log}",
-            audit.count()
-        );
+        Back::Elsewhere => {
+            write(&cfg, &file(&h, &routes(Some(&elsewhere.url))));
+            let (status, body) = admin_post(&gw, "/admin/config/reload").await;
+            assert_eq!(status, 200, "{body}");
+            let sources = get_json(&http(), &format!("{}/admin/sources", gw.admin)).await;
+            let paused = sources[0]["routes"]
+                .as_array()
+                .and_then(|r| r.iter().find(|r| r["route"] == "audit"))
+                .map(|r| r["paused"].clone());
+            assert_eq!(
+                paused,
+                Some(Value::Bool(true)),
+                "paused until an operator resumes it: {sources}"
+            );
+            let audited = get_json(&http(), &format!("{}/admin/audit", gw.admin)).await;
+            assert_eq!(audited[0]["action"], "pause", "{audited}");
+            assert_eq!(audited[0]["actor"], "reload", "{audited}");
+            // The forwarder goes on (a new webhook reaches main) and the new
+            // destination gets nothing.
+            assert_eq!(post_with(&gw, "stripe", STRIPE_SECRET, "evt_8").await, 200);
+            main.wait_for(Duration::from_secs(10), "the main route's 9", |r| {
+                r.len() >= 9
+            })
+            .await;
+            assert_eq!(elsewhere.count(), 0, "sent to another app unasked");
+            let (status, body) = admin_post(&gw, "/admin/sources/stripe/routes/audit/resume").await;
+            assert_eq!(status, 200, "{body}");
+            elsewhere
+                .wait_for(
+                    Duration::from_secs(15),
+                    "the kept deliveries, once resumed",
+                    |r| r.len() as u64 >= kept + 1,
+                )
+                .await;
+        }
+        Back::Discarded => {
+            let r = http()
+                .post(format!("{}/admin/routes/stripe/audit/discard", gw.admin))
+                .json(&serde_json::json!({"note": "audit moved to the warehouse"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            let done: Value = r.json().await.unwrap();
+            assert_eq!(done["discarded"], kept, "{done}");
+            assert_eq!(done["forgotten"], true, "{done}");
+            let listed = get_json(&http(), &format!("{}/admin/routes", gw.admin)).await;
+            assert!(!listed.to_string().contains("audit"), "{listed}");
+            let gone = get_json(
+                &http(),
+                &format!("{}/admin/entries?route=audit&status=discarded", gw.admin),
+            )
+            .await;
+            assert_eq!(
+                gone["entries"].as_array().map(Vec::len),
+                Some(kept as usize),
+                "{gone}"
+            );
+            wait_until(
+                "the retired count back to 0",
+                Duration::from_secs(10),
+                async || metric(&gw, series).await == 0.0,
+            )
+            .await;
+            assert_eq!(ok_at(&audit) as u64, 5 - kept, "nothing more sent");
+        }
     }
     gw.kill();
 }
 for_each_store!(
     a_removed_route_keeps_its_deliveries_until_it_comes_back,
-    super::removed_route
+    async |b| super::removed_route(b, super::Back::Same).await
+);
+for_each_store!(
+    a_retired_route_back_with_another_destination_waits_for_a_resume,
+    async |b| super::removed_route(b, super::Back::Elsewhere).await
+);
+for_each_store!(
+    a_retired_routes_deliveries_are_discarded_with_a_note,
+    async |b| super::removed_route(b, super::Back::Discarded).await
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
