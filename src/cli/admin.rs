@@ -284,7 +284,7 @@ fn filter_query(f: &FilterArgs) -> Vec<(&'static str, String)> {
 }
 
 /// Print rows as aligned columns.
-pub(super) fn table(header: &[&str], rows: Vec<Vec<String>>) -> std::io::Result<()> {
+pub(crate) fn table(header: &[&str], rows: Vec<Vec<String>>) -> std::io::Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (i, c) in r.iter().enumerate() {

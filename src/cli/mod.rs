@@ -10,6 +10,7 @@ pub mod admin;
 pub mod out;
 pub mod rejections;
 pub mod reload;
+pub mod routes;
 pub mod sign;
 pub mod transform;
 
@@ -88,6 +89,14 @@ pub enum Command {
         #[command(subcommand)]
         cmd: SourcesCmd,
     },
+    /// Every route in force and every retired one (a reload removed it) with the
+    /// deliveries it keeps; discard what a retired route keeps.
+    Routes {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        cmd: routes::RoutesCmd,
+    },
     /// Reload a running gateway's configuration (its file and the files it
     /// names) without a restart; a refused reload changes nothing and exits 1.
     Reload {
@@ -150,6 +159,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dlq { api, cmd } => admin::dlq(&api, cmd).await,
         Command::Sources { api, cmd } => admin::sources(&api, cmd).await,
         Command::Stats { api } => admin::stats(&api).await,
+        Command::Routes { api, cmd } => routes::run(&api, cmd).await,
         Command::Reload { api, dry_run } => reload::reload(&api, dry_run).await,
         Command::Config { api } => reload::show(&api).await,
         Command::Rejections { api, args } => rejections::rejections(&api, args).await,

@@ -27,6 +27,7 @@ use super::{ConsoleError, ConsoleState, Visitor, format};
 use crate::admin::{dto::ControlEvent, dto::SourceState};
 use crate::config::{OrderBy, RateLimit, SourceConfig, redact_url};
 use crate::operations::OpError;
+use crate::operations::routes::{RouteInfo, RouteStateKind};
 
 /// Where the page is.
 const PATH: &str = "/console/sources";
@@ -121,6 +122,11 @@ pub async fn show(
     let states = crate::operations::sources::source_states(&console.admin.ops).await?;
     let controls =
         crate::operations::audit::control_events(&console.admin.ops, CONTROLS_SHOWN).await?;
+    let retired: Vec<RouteInfo> = crate::operations::routes::routes(&console.admin.ops)
+        .await?
+        .into_iter()
+        .filter(|r| r.state == RouteStateKind::Retired)
+        .collect();
     let token = console.form_token(&visitor);
     let chrome = console.chrome(&visitor, Nav::Sources);
     Ok(page::html(page::page(
@@ -128,6 +134,7 @@ pub async fn show(
         &chrome,
         html! {
             (render(&console.sources.load(), &states, &token))
+            (retired_routes(&retired))
             (control_audit(&controls))
         },
     )))
@@ -199,6 +206,38 @@ fn anchor(source: &str) -> String {
 const CONTROLS_SHOWN: usize = 20;
 
 /// The newest pauses and resumes, with who made them.
+/// The routes a reload retired that still keep deliveries, unsent.
+fn retired_routes(routes: &[RouteInfo]) -> Markup {
+    html! {
+        @if !routes.is_empty() {
+            section.card #retired-routes aria-labelledby="retired-routes-heading" {
+                h2 #retired-routes-heading { "Retired routes" }
+                p.muted {
+                    "A reload removed these routes. Their pending deliveries are kept, unsent: "
+                    "they go when a route of the same name and destination comes back "
+                    "(with another destination, once the route is resumed), or are discarded "
+                    "with a note (hookgate routes discard)."
+                }
+                div.table-wrap {
+                    table {
+                        thead { tr { th { "Source / route" } th { "Retired (UTC)" } th { "Pending" } th { "Dead" } } }
+                        tbody {
+                            @for r in routes {
+                                tr {
+                                    td { (r.source) " / " (r.route) }
+                                    td { @match &r.retired_at { Some(at) => (at), None => span.muted { "—" } } }
+                                    td { (r.pending) }
+                                    td { (r.dead) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn control_audit(events: &[ControlEvent]) -> Markup {
     html! {
         section.card #control-audit aria-labelledby="control-audit-heading" {

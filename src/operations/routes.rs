@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{OpError, Operations};
-use crate::store::{Actor, ListQuery, MAX_PAGE, Status};
+use crate::store::{Actor, ListQuery, MAX_PAGE, Status, StoreError};
 
 /// One route and what it holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -47,7 +47,7 @@ pub struct RetiredDiscarded {
 
 /// Every route of the table in force, in configuration order, then every retired
 /// one the registry holds.
-pub async fn routes(ops: &Operations) -> Result<Vec<RouteInfo>, OpError> {
+pub async fn routes(ops: &Operations) -> Result<Vec<RouteInfo>, StoreError> {
     let catalog = ops.catalog.load();
     let mut out = Vec::new();
     for r in &catalog.routes {

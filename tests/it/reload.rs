@@ -397,6 +397,11 @@ async fn removed_route(backend: Backend, back: Back) {
     let ok_at = |up: &Upstream| up.received().iter().filter(|x| x.answered == 200).count();
     match back {
         Back::Same => {
+            let page = get_text(&http(), &format!("{}/console/sources", gw.admin)).await;
+            assert!(
+                page.contains("Retired routes") && page.contains("stripe / audit"),
+                "the console lists the retired route: {page}"
+            );
             // Back with the same name and destination: the kept deliveries go.
             write(&cfg, &file(&h, &routes(Some(&audit.url))));
             let (status, body) = admin_post(&gw, "/admin/config/reload").await;
@@ -443,6 +448,13 @@ async fn removed_route(backend: Backend, back: Back) {
                 .await;
         }
         Back::Discarded => {
+            let (code, out, err) = cli(&gw, &["routes", "list"]);
+            assert_eq!(code, 0, "{err}");
+            let line = out
+                .lines()
+                .find(|l| l.contains("audit"))
+                .unwrap_or_else(|| panic!("{out}"));
+            assert!(line.contains("retired"), "{out}");
             let r = http()
                 .post(format!("{}/admin/routes/stripe/audit/discard", gw.admin))
                 .json(&serde_json::json!({"note": "audit moved to the warehouse"}))
