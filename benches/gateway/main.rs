@@ -23,8 +23,9 @@
 //! Redis processes), [`sink`] (the forward scenarios' destination), [`measure`] (CPU,
 //! disk, medians), [`scenarios`] (one function per scenario), [`console`] (the
 //! console's pages with a large store behind them), [`flood`] (genuine webhooks
-//! while forgeries flood in) and [`traces`] (what the trace exporter costs, off
-//! and on, against the build before traces).
+//! while forgeries flood in), [`traces`] (what the trace exporter costs, off
+//! and on, against the build before traces) and [`reload`] (a configuration
+//! reload every second under load).
 
 mod console;
 mod flood;
@@ -33,6 +34,7 @@ mod measure;
 mod open;
 mod pgserver;
 mod procs;
+mod reload;
 mod scenarios;
 mod search;
 mod sink;
@@ -62,6 +64,7 @@ const SCENARIOS: &[&str] = &[
     "rejection-flood",
     "search",
     "traces",
+    "reload",
     "profile-embedded",
     "profile-redis",
 ];
@@ -184,6 +187,7 @@ fn main() {
                         }
                     }
                 }
+                "reload" => reload::reload(&mut report, settings).await,
                 "traces" => {
                     // `HOOKGATE_BENCH_TRACES_STORES=embedded,redis,postgres` picks the
                     // stores (embedded when unset); `HOOKGATE_BENCH_TODAY_BIN` adds

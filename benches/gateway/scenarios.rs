@@ -138,6 +138,11 @@ impl Subject {
         }
     }
 
+    /// The gateway's configuration file (a reload reads it again).
+    pub(crate) fn config_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("hookgate.toml")
+    }
+
     /// The processes whose CPU a round reports: the gateway, the load generator
     /// (this process), then Redis and the sink where there are.
     pub(crate) fn pids(&self) -> Vec<u32> {
