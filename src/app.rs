@@ -276,12 +276,27 @@ pub async fn run(
     listeners: Listeners,
     outer: CancellationToken,
 ) -> anyhow::Result<()> {
+    run_version(cfg, listeners, outer, UNKNOWN_VERSION.to_string()).await
+}
+
+/// The configuration version of a gateway whose caller named none.
+pub const UNKNOWN_VERSION: &str = "unknown";
+
+/// [`run`], the gateway running the configuration `version` (what its heartbeat
+/// and `hookgate_config_version_info` say).
+pub async fn run_version(
+    cfg: Config,
+    listeners: Listeners,
+    outer: CancellationToken,
+    version: String,
+) -> anyhow::Result<()> {
     // Everything below stops on the caller's shutdown or on a stopped store.
     let shutdown = outer.child_token();
     let gateway = build(
         &cfg,
         listeners.probes.is_some(),
         crate::clock::Clock::system(),
+        version,
     )
     .await?;
     serve_until_shutdown(&cfg, gateway, listeners, shutdown).await
@@ -294,7 +309,7 @@ pub(crate) async fn routers(
     cfg: &Config,
     clock: crate::clock::Clock,
 ) -> anyhow::Result<(axum::Router, axum::Router)> {
-    let gateway = build(cfg, false, clock).await?;
+    let gateway = build(cfg, false, clock, UNKNOWN_VERSION.to_string()).await?;
     Ok((gateway.ingest, gateway.admin))
 }
 
@@ -332,6 +347,8 @@ struct Gateway {
     traces: telemetry::traces::Traces,
     /// The providers' published ranges to keep up to date.
     allowlists: Vec<Arc<crate::allowlist::Published>>,
+    /// Who this gateway is on the store (its heartbeat, its leases).
+    identity: forward::GatewayIdentity,
 }
 
 /// Build every part of the gateway: the metrics, the sources, the store, the
@@ -341,9 +358,14 @@ async fn build(
     cfg: &Config,
     with_probes: bool,
     clock: crate::clock::Clock,
+    version: String,
 ) -> anyhow::Result<Gateway> {
     telemetry::install_metrics();
     register_metric_families(cfg);
+    // One id per run: the heartbeat's, and the name this gateway's leases are held
+    // under.
+    let identity = forward::GatewayIdentity::new(version, clock.now_ms());
+    forward::register_gateway_metrics(&identity);
     telemetry::traces::register_metrics();
     let traces = match &cfg.telemetry.traces {
         Some(settings) => {
@@ -497,6 +519,7 @@ async fn build(
         rejections,
         traces,
         allowlists,
+        identity,
     })
 }
 
@@ -688,12 +711,15 @@ async fn serve_until_shutdown(
         rejections,
         traces,
         allowlists,
+        identity,
     } = gateway;
     tracing::info!(
         ingest = %listeners.ingest.local_addr()?,
         admin = %listeners.admin.local_addr()?,
         store = cfg.store.kind(),
         sources,
+        gateway = %identity.id,
+        version = %identity.version,
         "hookgate listening"
     );
     let ingest_task = tokio::spawn(serve(
@@ -739,6 +765,7 @@ async fn serve_until_shutdown(
             pressure,
             on_dead,
             traces: traces.clone(),
+            identity,
         },
         shutdown.clone(),
     ));

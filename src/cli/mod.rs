@@ -149,8 +149,19 @@ fn load(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
     config::load(path.as_deref()).context(InvalidConfiguration)
 }
 
+/// The configuration version a gateway reports: the hex SHA-256 of its file's bytes
+/// (`unknown` without a file, or one that cannot be read again).
+fn file_version(path: Option<&std::path::Path>) -> String {
+    use sha2::Digest as _;
+    config::config_path(path)
+        .and_then(|p| std::fs::read(p).ok())
+        .map(|bytes| hex::encode(sha2::Sha256::digest(&bytes)))
+        .unwrap_or_else(|| app::UNKNOWN_VERSION.to_string())
+}
+
 async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let mut cfg = load(a.config.config.as_deref())?;
+    let version = file_version(a.config.config.as_deref());
     match a.log_format.as_deref() {
         Some("json") => cfg.log.format = LogFormat::Json,
         Some("human") => cfg.log.format = LogFormat::Human,
@@ -168,7 +179,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         shutdown::signal().await;
         on_signal.cancel();
     });
-    app::run(cfg, listeners, token).await
+    app::run_version(cfg, listeners, token, version).await
 }
 
 async fn healthcheck(url: &str) -> anyhow::Result<()> {

@@ -20,6 +20,7 @@ mod admission;
 mod ahead;
 pub mod breaker;
 mod deliver;
+mod heartbeat;
 mod maintenance;
 mod meters;
 pub mod pace;
@@ -41,6 +42,7 @@ use crate::store::{Claim, Control, HousekeepingPass, PauseTarget, Store, StoreEr
 use crate::telemetry::traces::Traces;
 use admission::{Admission, InFlightMap, ProbePermit};
 use ahead::Place;
+pub use heartbeat::{FENCE_AFTER, GatewayIdentity, register_metrics as register_gateway_metrics};
 pub use meters::{DeliveryOutcome, DeliveryResult, register_metrics};
 use pace::Pace;
 pub use route::{ProviderFacts, Route, client, origin, routes};
@@ -76,8 +78,12 @@ struct Forwarder {
     cfg: ForwarderConfig,
     retention: RetentionConfig,
     clock: Clock,
-    /// This process's consumer name: unique per run.
+    /// This process's consumer name: unique per run, its heartbeat id.
     worker: String,
+    /// Who this gateway is, as its heartbeat says.
+    identity: GatewayIdentity,
+    /// Whether it may claim and send: only while its heartbeat reaches the store.
+    fence: heartbeat::Fence,
     /// What is paused, as this process last saw it.
     paused: RwLock<HashSet<PauseTarget>>,
     /// The attempts in flight, by (entry id, route): cancelled when that delivery is
@@ -113,6 +119,8 @@ pub struct Neighbours {
     pub on_dead: Option<OnDead>,
     /// Where attempts are traced.
     pub traces: Traces,
+    /// Who this gateway is: its heartbeat, and the name its leases are held under.
+    pub identity: GatewayIdentity,
 }
 
 /// Run the forwarder until `shutdown` is cancelled, then drain.
@@ -129,20 +137,18 @@ pub async fn run(
         pressure,
         on_dead,
         traces,
+        identity,
     } = with;
-    let worker = format!(
-        "{}-{}-{}",
-        std::env::var("HOSTNAME").unwrap_or_else(|_| "hookgate".into()),
-        std::process::id(),
-        uuid::Uuid::now_v7().simple()
-    );
+    let fence = heartbeat::Fence::new(store.takes_over());
     let fwd = Arc::new(Forwarder {
         store,
         pressure,
         cfg,
         retention,
         clock,
-        worker,
+        worker: identity.id.clone(),
+        identity,
+        fence,
         paused: RwLock::new(HashSet::new()),
         in_flight: Mutex::new(HashMap::new()),
         abort: CancellationToken::new(),
@@ -163,6 +169,8 @@ pub async fn run(
     {
         tracing::warn!(error = %e, "store housekeeping failed at start");
     }
+    // Its heartbeat first: the route loops claim nothing before one succeeded.
+    let beating = tokio::spawn(heartbeat::run(fwd.clone(), shutdown.clone()));
     let deliveries = TaskTracker::new();
     let mut loops = Vec::new();
     for route in routes {
@@ -187,6 +195,7 @@ pub async fn run(
     }
     let _ = control.await;
     let _ = operator.await;
+    let _ = beating.await;
     deliveries.close();
     if tokio::time::timeout(fwd.cfg.shutdown_grace, deliveries.wait())
         .await
@@ -376,6 +385,14 @@ async fn route_loop(
         }
         if fwd.is_paused(&route) {
             idle(&mut signal, poll, &shutdown).await;
+            continue;
+        }
+        // Nothing is claimed while this gateway's heartbeat does not reach the store
+        // (see `heartbeat`): others may take its leases over.
+        if !fwd.fence.held() {
+            if !fwd.fence.wait_held(&shutdown).await {
+                return;
+            }
             continue;
         }
         if let Some(at) = next_claim.take()

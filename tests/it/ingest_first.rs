@@ -100,6 +100,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
             pressure: pressure.clone(),
             on_dead: None,
             traces: hookgate::telemetry::traces::Traces::off(),
+            identity: hookgate::forward::GatewayIdentity::new("test".into(), 0),
         },
         shutdown.clone(),
     ));
