@@ -164,8 +164,18 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
             | "hookgate_store_unsafe"
             | "hookgate_store_sync_standbys"
             | "hookgate_ingest_storing"
-            | "hookgate_ingest_saturated_windows_total" => {
+            | "hookgate_ingest_saturated_windows_total"
+            | "hookgate_gateway_fenced"
+            | "hookgate_heartbeat_failures_total"
+            | "hookgate_leases_taken_over_total" => {
                 assert!(s.samples.contains_key(family), "{family}");
+            }
+            // One series per version this process's gateways run.
+            "hookgate_config_version_info" => {
+                assert!(
+                    s.value(family, "version", "unknown") == Some(1.0),
+                    "{family}"
+                );
             }
             "hookgate_store_write_wait_seconds" => {
                 for k in ["accept", "claim", "complete", "other"] {
