@@ -108,7 +108,16 @@ impl RedisStore {
             .arg(ms(FORGET_AFTER))
             .arg(by);
         let mut c = self.conn();
-        let gateways: Vec<String> = self.timed(inv.invoke_async(&mut c)).await?;
+        let dead: Vec<String> = self.timed(inv.invoke_async(&mut c)).await?;
+        // The dead this process already handed over: once each, while they stay
+        // dead (one heard from again is forgotten, and looked at anew should it die).
+        let gateways: Vec<String> = match self.taken_over.lock() {
+            Ok(mut done) => {
+                done.retain(|g| dead.contains(g));
+                dead.into_iter().filter(|g| !done.contains(g)).collect()
+            }
+            Err(_) => dead,
+        };
         if gateways.is_empty() {
             return Ok(TakeOver::default());
         }
@@ -118,6 +127,7 @@ impl RedisStore {
             .map(|r| r.iter().cloned().collect())
             .unwrap_or_default();
         let mut leases = 0u64;
+        let mut unfinished = 0u64;
         for (source, route) in routes {
             let mut inv = self.scripts.take_over.prepare_invoke();
             inv.key(self.route_key(&source, "work", &route))
@@ -127,8 +137,14 @@ impl RedisStore {
             for g in &gateways {
                 inv.arg(g);
             }
-            let moved: u64 = self.timed(inv.invoke_async(&mut c)).await?;
+            let (moved, left): (u64, u64) = self.timed(inv.invoke_async(&mut c)).await?;
             leases += moved;
+            unfinished += left;
+        }
+        if unfinished == 0
+            && let Ok(mut done) = self.taken_over.lock()
+        {
+            done.extend(gateways.iter().cloned());
         }
         Ok(TakeOver { gateways, leases })
     }

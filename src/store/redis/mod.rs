@@ -140,6 +140,9 @@ pub struct RedisStore {
     work: Arc<WorkSignals>,
     /// Pauses and discards made through this store.
     controls: Controls,
+    /// The dead gateways whose stream messages this process handed over (see
+    /// `membership`).
+    taken_over: Mutex<BTreeSet<String>>,
 }
 
 /// The key `rest` of `source`: `<prefix>:{<source>}:<rest>`.
@@ -177,6 +180,7 @@ impl RedisStore {
             epoch: Mutex::new(String::new()),
             work: Arc::new(WorkSignals::default()),
             controls: Controls::new(),
+            taken_over: Mutex::new(BTreeSet::new()),
         };
         store
             .check_preconditions(preconditions::Phase::Open)

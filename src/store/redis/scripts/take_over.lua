@@ -4,10 +4,12 @@
 -- with none is removed from the group.
 -- KEYS: work:<route>. ARGV: group, the asking consumer, idle time to set (ms, more
 -- than any lease), then the dead consumers.
--- Returns how many messages were handed over.
+-- Returns {how many messages were handed over, how many dead consumers still hold
+-- some (the next pass goes on)}.
 local work, group, taker, idle = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local BATCH = 100
 local moved = 0
+local unfinished = 0
 for i = 4, #ARGV do
   local dead = ARGV[i]
   local done = false
@@ -22,10 +24,14 @@ for i = 4, #ARGV do
       done = true
       break
     end
-    local ids = {}
-    for _, p in ipairs(pending) do ids[#ids + 1] = p[1] end
-    redis.call('XCLAIM', work, group, taker, 0, unpack(ids), 'IDLE', idle, 'JUSTID')
-    moved = moved + #ids
+    -- (`unpack` expands only as the last argument: the options go first.)
+    local args = {'XCLAIM', work, group, taker, 0}
+    for _, p in ipairs(pending) do args[#args + 1] = p[1] end
+    args[#args + 1] = 'IDLE'
+    args[#args + 1] = idle
+    args[#args + 1] = 'JUSTID'
+    redis.call(unpack(args))
+    moved = moved + #pending
     if #pending < BATCH then
       done = true
       break
@@ -33,6 +39,8 @@ for i = 4, #ARGV do
   end
   if done then
     redis.pcall('XGROUP', 'DELCONSUMER', work, group, dead)
+  else
+    unfinished = unfinished + 1
   end
 end
-return moved
+return {moved, unfinished}
