@@ -11,6 +11,10 @@
 //! ([`Store::claim_probe`]). A paced route takes its send slots from the store
 //! first.
 //!
+//! The gateway's heartbeat (`heartbeat`) holds the fence: nothing is claimed or
+//! sent while it does not reach the store, and it ends the leases of gateways
+//! silent for 10 s.
+//!
 //! Paused sources and routes are not claimed. A maintenance loop runs retention, store
 //! housekeeping and the gauges. On shutdown the loops stop claiming, in-flight
 //! deliveries get `shutdown_grace` to finish, and whatever is left gives its lease

@@ -7,6 +7,10 @@
 //! returns the original entry id and stores nothing new (only the `duplicates`
 //! counter moves).
 //!
+//! The gateways sharing a store know each other through it ([`Membership`],
+//! `gateways`): heartbeats stamped with the store's clock, the takeover of a dead
+//! gateway's leases, and the salt of the configuration versions.
+//!
 //! [`open`] is the only place that chooses a backend; everything else sees
 //! `Arc<dyn Store>`. Both backends pass the same conformance suite
 //! (`tests/it/conformance/`, one file per part of the contract).
