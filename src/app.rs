@@ -719,7 +719,7 @@ async fn serve_until_shutdown(
         store = cfg.store.kind(),
         sources,
         gateway = %identity.id,
-        version = %identity.version,
+        version = %identity.version(),
         "hookgate listening"
     );
     let ingest_task = tokio::spawn(serve(

@@ -38,13 +38,14 @@ const BEAT_TIMEOUT: Duration = Duration::from_secs(4);
 const _: () = assert!(FENCE_AFTER.as_millis() * 2 <= DEAD_AFTER.as_millis());
 
 /// Who this gateway is: its id (also the name its leases are held under), host,
-/// configuration version and start time.
+/// the configuration version it runs, and its start time. Cheap to clone; clones
+/// share the version, which a reload changes ([`GatewayIdentity::set_version`]).
 #[derive(Debug, Clone)]
 pub struct GatewayIdentity {
     pub id: String,
     pub host: String,
-    /// The version of the configuration it runs.
-    pub version: String,
+    /// The version of the configuration it runs now.
+    version: Arc<watch::Sender<String>>,
     /// Unix ms.
     pub started: i64,
 }
@@ -64,8 +65,24 @@ impl GatewayIdentity {
         GatewayIdentity {
             id,
             host,
-            version,
+            version: Arc::new(watch::channel(version).0),
             started,
+        }
+    }
+
+    /// The version of the configuration it runs now.
+    pub fn version(&self) -> String {
+        self.version.borrow().clone()
+    }
+
+    /// It runs the configuration `version` from now on: its next heartbeat says so,
+    /// and `hookgate_config_version_info` moves to it (the series of the version
+    /// before drops to 0, which the drift rule does not count).
+    pub fn set_version(&self, version: String) {
+        let before = self.version.send_replace(version.clone());
+        if before != version {
+            metrics::gauge!("hookgate_config_version_info", "version" => before).set(0.0);
+            metrics::gauge!("hookgate_config_version_info", "version" => version).set(1.0);
         }
     }
 
@@ -73,7 +90,7 @@ impl GatewayIdentity {
         Heartbeat {
             id: self.id.clone(),
             host: self.host.clone(),
-            version: self.version.clone(),
+            version: self.version(),
             started: self.started,
         }
     }
@@ -145,7 +162,7 @@ impl Fence {
 /// Register this gateway's metric families: the version it runs, and whether it is
 /// fenced.
 pub fn register_metrics(identity: &GatewayIdentity) {
-    metrics::gauge!("hookgate_config_version_info", "version" => identity.version.clone()).set(1.0);
+    metrics::gauge!("hookgate_config_version_info", "version" => identity.version()).set(1.0);
     metrics::gauge!("hookgate_gateway_fenced").set(0.0);
     metrics::counter!("hookgate_heartbeat_failures_total").increment(0);
     metrics::counter!("hookgate_leases_taken_over_total").increment(0);
@@ -153,7 +170,6 @@ pub fn register_metrics(identity: &GatewayIdentity) {
 
 /// Beat, take over the dead, and keep the fence, until `shutdown`.
 pub(super) async fn run(fwd: Arc<Forwarder>, shutdown: CancellationToken) {
-    let beat = fwd.identity.beat();
     let mut tick = tokio::time::interval(BEAT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Watches the fence, to log and count when it is lost.
@@ -163,6 +179,8 @@ pub(super) async fn run(fwd: Arc<Forwarder>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
+        // Read at each beat: a reload may have changed the version.
+        let beat = fwd.identity.beat();
         let sent = Instant::now();
         let answered = tokio::time::timeout(BEAT_TIMEOUT, fwd.store.heartbeat(&beat)).await;
         let ack = match answered {
@@ -238,5 +256,49 @@ async fn watch_fence(fwd: Arc<Forwarder>, shutdown: CancellationToken) {
         }
         metrics::gauge!("hookgate_gateway_fenced").set(0.0);
         tracing::info!("the heartbeat reaches the store again: claiming and sending resume");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_fence_holds_from_a_heartbeat_until_its_deadline() {
+        let fence = Fence::new(true);
+        assert!(!fence.held(), "nothing is claimed before a first heartbeat");
+        let t0 = Instant::now();
+        fence.extend(t0 + FENCE_AFTER);
+        assert!(fence.held());
+        // An older heartbeat's deadline never shortens it.
+        fence.extend(t0 + Duration::from_secs(1));
+        fence.lost().await;
+        assert_eq!(Instant::now() - t0, FENCE_AFTER);
+        assert!(!fence.held());
+        // A heartbeat heard again holds it again; waiting for it ends then.
+        let shutdown = CancellationToken::new();
+        let waiting = fence.wait_held(&shutdown);
+        fence.extend(Instant::now() + FENCE_AFTER);
+        assert!(waiting.await);
+        assert!(fence.held());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unenforced_fence_always_holds() {
+        let fence = Fence::new(false);
+        assert!(fence.held());
+        let lost = tokio::time::timeout(Duration::from_secs(3600), fence.lost()).await;
+        assert!(lost.is_err(), "never lost");
+    }
+
+    #[test]
+    fn the_next_heartbeat_says_the_version_set_last() {
+        let identity = GatewayIdentity::new("v1".into(), 5);
+        assert_eq!(identity.beat().version, "v1");
+        identity.clone().set_version("v2".into());
+        let beat = identity.beat();
+        assert_eq!(beat.version, "v2");
+        assert_eq!(beat.id, identity.id);
+        assert_eq!(beat.started, 5);
     }
 }

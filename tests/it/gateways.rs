@@ -183,6 +183,17 @@ async fn gateways_list_their_versions_and_drift_fires_after_10_minutes() {
             ],
             "alert_rule_test": [at(12, true), at(25, false)],
         }),
+        // Or a reload brings it there: the version it ran before stays exported at
+        // 0, which is not counted.
+        serde_json::json!({
+            "interval": "1m",
+            "input_series": [
+                {"series": format!("hookgate_config_version_info{{instance=\"a\",job=\"hookgate\",version=\"{v_first}\"}}"), "values": "1+0x40"},
+                {"series": format!("hookgate_config_version_info{{instance=\"b\",job=\"hookgate\",version=\"{v_other}\"}}"), "values": "1+0x14 0+0x25"},
+                {"series": format!("hookgate_config_version_info{{instance=\"b\",job=\"hookgate\",version=\"{v_first}\"}}"), "values": "_x15 1+0x25"},
+            ],
+            "alert_rule_test": [at(12, true), at(16, false), at(30, false)],
+        }),
     ]);
     drop((a, b, a2));
 }
