@@ -173,8 +173,11 @@ pub async fn run(
     {
         tracing::warn!(error = %e, "store housekeeping failed at start");
     }
-    // Its heartbeat first: the route loops claim nothing before one succeeded.
-    let beating = tokio::spawn(heartbeat::run(fwd.clone(), shutdown.clone()));
+    // Its heartbeat first: the route loops claim nothing before one succeeded. It
+    // beats on until the deliveries in flight at shutdown have drained: they must
+    // not lose the fence meanwhile.
+    let beat_until = CancellationToken::new();
+    let beating = tokio::spawn(heartbeat::run(fwd.clone(), beat_until.clone()));
     let deliveries = TaskTracker::new();
     let mut loops = Vec::new();
     for route in routes {
@@ -199,7 +202,6 @@ pub async fn run(
     }
     let _ = control.await;
     let _ = operator.await;
-    let _ = beating.await;
     deliveries.close();
     if tokio::time::timeout(fwd.cfg.shutdown_grace, deliveries.wait())
         .await
@@ -212,6 +214,8 @@ pub async fn run(
         fwd.abort.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), deliveries.wait()).await;
     }
+    beat_until.cancel();
+    let _ = beating.await;
     tracing::info!("forwarder stopped");
 }
 

@@ -335,3 +335,35 @@ async fn a_gateway_cut_off_from_redis_stops_sending_before_its_leases_are_taken(
 async fn a_gateway_cut_off_from_postgres_stops_sending_before_its_leases_are_taken() {
     cut_off_gateway_stops_first(Backend::Postgres).await;
 }
+
+/// A gateway shutting down keeps its heartbeat until its deliveries have drained: a
+/// send longer than the fence's 5 s finishes within `forwarder.shutdown_grace` and
+/// is recorded delivered, not abandoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_gateway_keeps_its_fence_until_its_sends_end() {
+    let h = StoreHandle::new(Backend::Redis);
+    let slow = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_secs(7))).await;
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nshutdown_grace = \"15s\"\n{}",
+        h.toml(),
+        source(
+            "stripe",
+            &slow.url,
+            "[sources.delivery]\ntimeout = \"30s\"\n"
+        )
+    );
+    let gw = Gateway::start(hookgate::config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let (st, json) = post_stripe(&http(), &gw.ingest, "evt_drain_fence").await;
+    assert_eq!(st, 200, "{json}");
+    let id = json["id"].as_str().unwrap().to_string();
+    slow.wait_for(Duration::from_secs(10), "the send", |r| r.len() == 1)
+        .await;
+    gw.stop().await;
+    let store = h.open().await;
+    let entry = store.get(&id).await.unwrap().expect("the entry");
+    assert_eq!(entry.status, hookgate::store::Status::Delivered);
+    let attempts = store.attempts(&id).await.unwrap();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].status_code, Some(200));
+    store.close().await;
+}
