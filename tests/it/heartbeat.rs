@@ -15,6 +15,8 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use tokio::net::TcpListener;
 
+use hookgate::store::Status;
+
 use crate::forward::source;
 use crate::support::*;
 use crate::upstream::{Reply, Upstream};
@@ -361,9 +363,83 @@ async fn a_draining_gateway_keeps_its_fence_until_its_sends_end() {
     gw.stop().await;
     let store = h.open().await;
     let entry = store.get(&id).await.unwrap().expect("the entry");
-    assert_eq!(entry.status, hookgate::store::Status::Delivered);
+    assert_eq!(entry.status, Status::Delivered);
     let attempts = store.attempts(&id).await.unwrap();
     assert_eq!(attempts.len(), 1, "{attempts:?}");
     assert_eq!(attempts[0].status_code, Some(200));
     store.close().await;
+}
+
+/// Redis away for longer than a silent gateway's leases last, then back with its
+/// data: every heartbeat stopped at once, so no gateway takes another's leases
+/// over when they resume. Both gateways stop sending while Redis is away, and every
+/// webhook is delivered once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_away_for_longer_than_the_takeover_hands_no_lease_over() {
+    let mut h = StoreHandle::new(Backend::Redis);
+    let dir = tempfile::tempdir().unwrap();
+    let slow = Upstream::scripted(|_, _| Reply::Slow(200, Duration::from_secs(2))).await;
+    let cfg = gateway_file(
+        dir.path(),
+        "gw.toml",
+        &h.toml(),
+        &slow.url,
+        "[sources.delivery]\nconcurrency = 2\ntimeout = \"30s\"\n",
+    );
+    let logs = [dir.path().join("one.log"), dir.path().join("two.log")];
+    let one = ChildGateway::spawn(&cfg, &[], &logs[0]);
+    let two = ChildGateway::spawn(&cfg, &[], &logs[1]);
+    let c = http();
+    let mut acked = BTreeSet::new();
+    for n in 0..12 {
+        let base = if n % 2 == 0 { &one.ingest } else { &two.ingest };
+        let (st, json) = post_stripe(&c, base, &format!("evt_away_{n}")).await;
+        assert_eq!(st, 200, "{json}");
+        acked.insert(json["id"].as_str().unwrap().to_string());
+    }
+    slow.wait_for(Duration::from_secs(10), "sends in flight", |r| r.len() >= 2)
+        .await;
+    h.redis_mut().stop();
+    let away = Instant::now();
+    let read = |p: &PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+    wait_until(
+        "both gateways to stop sending",
+        Duration::from_secs(15),
+        async || {
+            logs.iter()
+                .all(|l| read(l).contains("stops claiming and sending"))
+        },
+    )
+    .await;
+    // The outage itself lasts 12 s: longer than the 10 s of silence after which a
+    // gateway's leases are taken over.
+    tokio::time::sleep_until((away + Duration::from_secs(12)).into()).await;
+    h.redis_mut().restart();
+    // Delivered as the store records it (the destination also saw the sends
+    // abandoned while Redis was away).
+    let store = h.open().await;
+    let n = acked.len() as u64;
+    wait_until_ok(
+        "every webhook delivered",
+        Duration::from_secs(60),
+        async || match store.count_status("stripe", Status::Delivered).await {
+            Ok(got) if got == n => Ok(()),
+            Ok(got) => Err(format!("{got} of {n}")),
+            Err(e) => Err(e.to_string()),
+        },
+    )
+    .await;
+    store.close().await;
+    for l in &logs {
+        let text = read(l);
+        assert!(
+            !text.contains("took over the leases"),
+            "a store that was away handed leases over:\n{text}"
+        );
+        assert!(
+            text.contains("claiming and sending resume"),
+            "the gateway resumed:\n{text}"
+        );
+    }
+    drop((one, two));
 }
