@@ -1,8 +1,9 @@
 //! Gateways sharing a store (Redis, PostgreSQL) watch each other's heartbeats: a
 //! SIGKILLed gateway's claimed deliveries are delivered by the other within 15 s of
-//! the kill, not a lease later; and a gateway cut off from the store stops sending
+//! the kill, not a lease later; a gateway cut off from the store stops sending
 //! before its leases can be taken, so an ordered route never has two deliveries of
-//! one key in flight.
+//! one key in flight; a store away for longer than that hands no lease over; and a
+//! draining gateway keeps its fence until its sends end.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
