@@ -4,6 +4,7 @@
 //! selects, paced), `dead_letters` (dead deliveries grouped by failure, and a
 //! group's paced replay), `sources` (pause and resume sources and routes, stats),
 //! `handshakes` (a source's secret handshake: arm it, its secrets, forget one),
+//! `gateways` (the gateways sharing the store, with their configuration versions),
 //! `audit` and `rejections` (the requests ingest refused); each reads its request, calls the operation (`crate::operations`, which
 //! the console calls too) and answers JSON, an [`OpError`] becoming an [`ApiError`]
 //! in one place. The wire types are [`dto`] (`operations::dto`), which is all the
@@ -34,6 +35,7 @@ mod bulk_replay;
 mod config;
 mod dead_letters;
 mod entries;
+mod gateways;
 mod handshakes;
 pub mod probes;
 mod rejections;
@@ -161,6 +163,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
             delete(handshakes::forget),
         )
         .route("/admin/stats", get(sources::stats))
+        .route("/admin/gateways", get(gateways::list))
         .route("/admin/audit", get(audit::list))
         .route("/admin/routes", get(routes::list))
         .route(

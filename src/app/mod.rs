@@ -160,8 +160,6 @@ struct Gateway {
     /// The route table in force, and its reload.
     tables: Arc<Tables>,
     reloader: Arc<Reloader>,
-    /// This process's name as the holder of its leases.
-    worker: String,
     ingest: axum::Router,
     ingest_limits: HttpLimits,
     /// Telemetry, the admin API and the console.
@@ -176,11 +174,8 @@ struct Gateway {
     unverified: Arc<ingest::UnverifiedCounts>,
     rejections: Arc<ingest::rejections::RejectionLog>,
     traces: telemetry::traces::Traces,
-}
-
-/// The salt of this store's configuration versions.
-async fn config_salt(_store: &dyn store::Store) -> anyhow::Result<[u8; 32]> {
-    Ok([0; 32])
+    /// Who this gateway is on the store (its heartbeat, its leases).
+    identity: forward::GatewayIdentity,
 }
 
 /// Build every part of the gateway: the metrics, the route table, the store, the
@@ -216,7 +211,10 @@ async fn build(
     let compiler = Arc::new(Compiler {
         budget: body_budget.clone(),
         worker: transform_worker(cfg)?,
-        salt: config_salt(store.as_ref()).await?,
+        salt: store
+            .config_salt()
+            .await
+            .context("the store's configuration salt")?,
     });
     let loaded = Loaded {
         at_ms: clock.now_ms(),
@@ -237,6 +235,10 @@ async fn build(
     warn_about_setup(cfg, &sources);
     tracing::info!(version = %first.version, "configuration in force");
     retire::settle(store.as_ref(), &first, &compiler.salt, clock.now_ms()).await;
+    // One id per run: the heartbeat's, and the name this gateway's leases are held
+    // under; its version is the table's in force.
+    let identity = forward::GatewayIdentity::new(first.version.clone(), clock.now_ms());
+    forward::register_gateway_metrics(&identity);
     let tables = Tables::new(first);
     let reloader = Arc::new(Reloader::new(
         tables.clone(),
@@ -244,6 +246,7 @@ async fn build(
         origin,
         store.clone(),
         clock.clone(),
+        identity.clone(),
     ));
 
     let unverified = Arc::new(ingest::UnverifiedCounts::default());
@@ -332,18 +335,11 @@ async fn build(
         let alerts = alerts.clone();
         Arc::new(move |source: &str, route: &str, reason: &str| alerts.dead(source, route, reason))
     };
-    let worker = format!(
-        "{}-{}-{}",
-        std::env::var("HOSTNAME").unwrap_or_else(|_| "hookgate".into()),
-        std::process::id(),
-        uuid::Uuid::now_v7().simple()
-    );
     Ok(Gateway {
         store,
         clock,
         tables,
         reloader,
-        worker,
         ingest,
         ingest_limits,
         admin,
@@ -356,6 +352,7 @@ async fn build(
         unverified,
         rejections,
         traces,
+        identity,
     })
 }
 
@@ -474,7 +471,6 @@ async fn serve_until_shutdown(
         clock,
         tables,
         reloader,
-        worker,
         ingest,
         ingest_limits,
         admin,
@@ -487,6 +483,7 @@ async fn serve_until_shutdown(
         unverified,
         rejections,
         traces,
+        identity,
     } = gateway;
     let sources = tables.load().ingest.len();
     tracing::info!(
@@ -494,6 +491,8 @@ async fn serve_until_shutdown(
         admin = %listeners.admin.local_addr()?,
         store = cfg.store.kind(),
         sources,
+        gateway = %identity.id,
+        version = %identity.version(),
         "hookgate listening"
     );
     let ingest_task = tokio::spawn(serve(
@@ -537,12 +536,12 @@ async fn serve_until_shutdown(
     let forward_task = tokio::spawn(forward::run(
         store.clone(),
         tables.live(|t| t.forward.clone()),
-        worker,
         clock,
         forward::Neighbours {
             pressure,
             on_dead: Some(on_dead),
             traces: traces.clone(),
+            identity,
         },
         shutdown.clone(),
     ));

@@ -37,6 +37,8 @@ pub struct Reloader {
     origin: Origin,
     store: Arc<dyn Store>,
     clock: Clock,
+    /// This gateway on the store: its heartbeat names the version in force.
+    identity: crate::forward::GatewayIdentity,
     /// One reload at a time: two at once would both compile against the same
     /// table in force.
     one: tokio::sync::Mutex<()>,
@@ -55,6 +57,7 @@ impl Reloader {
         origin: Origin,
         store: Arc<dyn Store>,
         clock: Clock,
+        identity: crate::forward::GatewayIdentity,
     ) -> Reloader {
         Reloader {
             tables,
@@ -62,6 +65,7 @@ impl Reloader {
             origin,
             store,
             clock,
+            identity,
             one: tokio::sync::Mutex::new(()),
         }
     }
@@ -146,6 +150,7 @@ impl Reloader {
             // Before the swap: a route back with another destination is paused
             // before its loop can claim.
             super::retire::settle(self.store.as_ref(), &table, &self.compiler.salt, at_ms).await;
+            self.identity.set_version(table.version.clone());
             self.tables.swap(table);
         }
         Ok(answer)

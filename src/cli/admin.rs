@@ -1,4 +1,4 @@
-//! The CLI's side of the admin API: `hookgate entries|dlq|sources|stats`.
+//! The CLI's side of the admin API: `hookgate entries|dlq|sources|stats|gateways`.
 //!
 //! Talks HTTP to a running gateway (the admin URL and token come from flags or
 //! `HOOKGATE_ADMIN_URL` / `HOOKGATE_ADMIN_TOKEN`), prints readable tables by default
@@ -13,7 +13,7 @@ use super::out::outln;
 use serde::de::DeserializeOwned;
 
 use crate::admin::dto::{
-    ArmedHandshake, EntryDetail, EntryList, EntrySummary, HandshakeState, ReplayFilter,
+    ArmedHandshake, EntryDetail, EntryList, EntrySummary, Gateways, HandshakeState, ReplayFilter,
     ReplayResult, SourceState, Stats, TransitionResult,
 };
 use crate::operations::search::PredicateKind;
@@ -775,6 +775,36 @@ pub async fn stats(api: &ApiArgs) -> anyhow::Result<()> {
             "oldest pending",
             "blocked keys",
         ],
+        rows,
+    )?;
+    Ok(())
+}
+
+/// `hookgate gateways`: the gateways sharing the store, one row each.
+pub async fn gateways(api: &ApiArgs) -> anyhow::Result<()> {
+    let c = Client::new(api)?;
+    let (list, raw): (Gateways, _) = c
+        .call(reqwest::Method::GET, "/admin/gateways", &[], None)
+        .await?;
+    if api.json {
+        return print_json(&raw);
+    }
+    let rows = list
+        .gateways
+        .iter()
+        .map(|g| {
+            vec![
+                g.id.clone(),
+                g.host.clone(),
+                g.version.clone(),
+                g.started.clone(),
+                g.last_seen.clone(),
+                if g.alive { "yes" } else { "no" }.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &["id", "host", "version", "started", "last seen", "alive"],
         rows,
     )?;
     Ok(())

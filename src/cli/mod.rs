@@ -1,7 +1,7 @@
 //! The command line: its parser, and the commands that run in this process
 //! (`serve`, `healthcheck`, `check-config`, `providers`). `sign` is in [`sign`]; the
 //! commands that talk to a running gateway's admin API (`entries`, `dlq`, `sources`,
-//! `stats`) are in [`admin`].
+//! `stats`, `gateways`) are in [`admin`].
 //!
 //! The binary owns presentation: errors are rendered with their whole chain by
 //! `main`, and exit codes are documented there.
@@ -117,6 +117,12 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// The gateways sharing the store: id, host, configuration version, started,
+    /// last heartbeat, alive.
+    Gateways {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Requests ingest refused: counts per source and reason, and the newest ones.
     Rejections {
         #[command(flatten)]
@@ -162,6 +168,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Routes { api, cmd } => routes::run(&api, cmd).await,
         Command::Reload { api, dry_run } => reload::reload(&api, dry_run).await,
         Command::Config { api } => reload::show(&api).await,
+        Command::Gateways { api } => admin::gateways(&api).await,
         Command::Rejections { api, args } => rejections::rejections(&api, args).await,
     }
 }

@@ -35,6 +35,7 @@ pub(crate) use entry::json_indented;
 mod error;
 mod form;
 mod format;
+mod gateways;
 mod headers;
 mod login;
 mod overview;

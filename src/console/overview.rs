@@ -1,7 +1,8 @@
 //! The overview (`GET /console/`): every source and each of its routes at a glance,
 //! from the same counters `/admin/stats` answers (`crate::operations::sources::current_stats`): what
 //! arrived, what waits and since when, what was delivered, what died, what is paused
-//! and which ordering keys are blocked.
+//! and which ordering keys are blocked; and the gateways sharing the store, with the
+//! configuration version each runs (`gateways`).
 
 use axum::Extension;
 use axum::extract::State;
@@ -22,6 +23,7 @@ pub async fn show(
     Extension(visitor): Extension<Visitor>,
 ) -> Result<Response, ConsoleError> {
     let stats = crate::operations::sources::current_stats(&console.admin.ops).await?;
+    let gateways = crate::operations::gateways::gateways(&console.admin.ops).await?;
     let now_ms = console.admin.ops.clock.now_ms();
     let breakers: Breakers = stats
         .sources
@@ -47,7 +49,10 @@ pub async fn show(
     Ok(page::html(page::page(
         "Overview",
         &chrome,
-        render(&stats, &breakers, &activity, now_ms),
+        html! {
+            (render(&stats, &breakers, &activity, now_ms))
+            (super::gateways::card(&gateways))
+        },
     )))
 }
 

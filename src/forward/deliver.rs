@@ -277,12 +277,29 @@ pub(super) async fn deliver(
         give_back(permit, in_flight, now).await;
         return;
     }
+    // Fenced since the claim (the heartbeat does not reach the store): nothing is
+    // sent; the lease goes back if the store hears it, else others take it over.
+    if !fwd.fence.held() {
+        drop(sending);
+        give_back(permit, in_flight, now).await;
+        return;
+    }
     let started = Instant::now();
     let wall = fwd.traces.is_on().then(SystemTime::now);
     let outcome = tokio::select! {
         o = send(route, &claim, attempt_no, now, transformed, &fwd.traces) => Some(o),
         _ = discarded.cancelled() => None,
         _ = fwd.abort.cancelled() => {
+            give_back(permit, in_flight, fwd.clock.now_ms()).await;
+            return;
+        }
+        // Fenced while it was sent: the attempt is abandoned before another gateway
+        // may take the lease, so an ordered key never has two in flight.
+        _ = fwd.fence.lost() => {
+            tracing::warn!(
+                source = %route.source, route = %route.name, entry_id = %entry.id,
+                "attempt abandoned: this gateway's heartbeat does not reach the store"
+            );
             give_back(permit, in_flight, fwd.clock.now_ms()).await;
             return;
         }

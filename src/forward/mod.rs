@@ -11,6 +11,10 @@
 //! ([`Store::claim_probe`]). A paced route takes its send slots from the store
 //! first.
 //!
+//! The gateway's heartbeat (`heartbeat`) holds the fence: nothing is claimed or
+//! sent while it does not reach the store, and it ends the leases of gateways
+//! silent for 10 s.
+//!
 //! Paused sources and routes are not claimed. A maintenance loop runs retention, store
 //! housekeeping and the gauges. On shutdown the loops stop claiming, in-flight
 //! deliveries get `shutdown_grace` to finish, and whatever is left gives its lease
@@ -20,6 +24,7 @@ mod admission;
 mod ahead;
 pub mod breaker;
 mod deliver;
+mod heartbeat;
 mod maintenance;
 mod meters;
 pub mod pace;
@@ -42,6 +47,7 @@ use crate::store::{Claim, Control, HousekeepingPass, PauseTarget, Store, StoreEr
 use crate::telemetry::traces::Traces;
 use admission::{Admission, InFlightMap, ProbePermit};
 use ahead::Place;
+pub use heartbeat::{FENCE_AFTER, GatewayIdentity, register_metrics as register_gateway_metrics};
 pub use meters::{DeliveryOutcome, DeliveryResult, register_metrics};
 use pace::Pace;
 pub use route::{ProviderFacts, Route, client, origin, routes};
@@ -77,8 +83,12 @@ struct Forwarder {
     /// The forwarder's part of the route table in force: its routes and settings.
     plan: Live<Plan>,
     clock: Clock,
-    /// This process's consumer name: unique per run.
+    /// This process's consumer name: unique per run, its heartbeat id.
     worker: String,
+    /// Who this gateway is, as its heartbeat says.
+    identity: GatewayIdentity,
+    /// Whether it may claim and send: only while its heartbeat reaches the store.
+    fence: heartbeat::Fence,
     /// What is paused, as this process last saw it.
     paused: RwLock<HashSet<PauseTarget>>,
     /// The attempts in flight, by (entry id, route): cancelled when that delivery is
@@ -148,14 +158,15 @@ pub struct Neighbours {
     pub on_dead: Option<OnDead>,
     /// Where attempts are traced.
     pub traces: Traces,
+    /// Who this gateway is: its heartbeat, and the name its leases are held under.
+    pub identity: GatewayIdentity,
 }
 
-/// Run the forwarder until `shutdown` is cancelled, then drain. `worker` names
-/// this process as the holder of its leases.
+/// Run the forwarder until `shutdown` is cancelled, then drain. The identity in
+/// `with` names this process as the holder of its leases.
 pub async fn run(
     store: Arc<dyn Store>,
     plan: Live<Plan>,
-    worker: String,
     clock: Clock,
     with: Neighbours,
     shutdown: CancellationToken,
@@ -164,13 +175,17 @@ pub async fn run(
         pressure,
         on_dead,
         traces,
+        identity,
     } = with;
+    let fence = heartbeat::Fence::new(store.takes_over());
     let fwd = Arc::new(Forwarder {
         store,
         pressure,
         plan,
         clock,
-        worker,
+        worker: identity.id.clone(),
+        identity,
+        fence,
         paused: RwLock::new(HashSet::new()),
         in_flight: Mutex::new(HashMap::new()),
         abort: CancellationToken::new(),
@@ -186,6 +201,11 @@ pub async fn run(
     {
         tracing::warn!(error = %e, "store housekeeping failed at start");
     }
+    // Its heartbeat first: the route loops claim nothing before one succeeded. It
+    // beats on until the deliveries in flight at shutdown have drained: they must
+    // not lose the fence meanwhile.
+    let beat_until = CancellationToken::new();
+    let beating = tokio::spawn(heartbeat::run(fwd.clone(), beat_until.clone()));
     let deliveries = TaskTracker::new();
     let loops = tokio::spawn(supervise(fwd.clone(), deliveries.clone(), shutdown.clone()));
     let control = tokio::spawn(control_loop(fwd.clone(), shutdown.clone()));
@@ -207,6 +227,8 @@ pub async fn run(
         fwd.abort.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), deliveries.wait()).await;
     }
+    beat_until.cancel();
+    let _ = beating.await;
     tracing::info!("forwarder stopped");
 }
 
@@ -450,6 +472,14 @@ async fn route_loop(
         }
         if fwd.is_paused(&route) {
             idle(&mut signal, poll, &shutdown).await;
+            continue;
+        }
+        // Nothing is claimed while this gateway's heartbeat does not reach the store
+        // (see `heartbeat`): others may take its leases over.
+        if !fwd.fence.held() {
+            if !fwd.fence.wait_held(&shutdown).await {
+                return;
+            }
             continue;
         }
         if let Some(at) = next_claim.take()

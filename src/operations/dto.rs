@@ -462,3 +462,25 @@ pub struct EstablishedSecret {
     pub id: String,
     pub established_at: String,
 }
+
+/// The gateways on the store (`GET /admin/gateways`), by id.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Gateways {
+    pub gateways: Vec<GatewayState>,
+}
+
+/// One gateway on the store, as its last heartbeat left it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GatewayState {
+    /// Unique per run; the name its leases are held under.
+    pub id: String,
+    pub host: String,
+    /// The version of the configuration it runs.
+    pub version: String,
+    /// When it started (RFC 3339, its own clock).
+    pub started: String,
+    /// Its last heartbeat (RFC 3339, the store's clock).
+    pub last_seen: String,
+    /// Seen within the last 10 s by the store's clock.
+    pub alive: bool,
+}

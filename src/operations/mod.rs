@@ -1,7 +1,8 @@
 //! The operations an operator performs on the gateway's stored webhooks, shared by
 //! the two front ends: the admin API (JSON) and the console (HTML). Inspect an entry,
 //! replay or discard it, replay what a filter selects or a dead-letter group (paced),
-//! pause and resume sources and routes, read the counters and the control audit.
+//! pause and resume sources and routes, read the counters, the control audit and
+//! the gateways sharing the store.
 //! Each checks what it is given against the configuration, acts through the store,
 //! and answers a value of [`dto`] (the admin API's wire types, which the console
 //! renders too) or an [`OpError`], which each front end turns into its own answer.
@@ -13,6 +14,7 @@ pub mod dead_letters;
 pub mod dto;
 pub mod entries;
 mod error;
+pub mod gateways;
 pub mod handshakes;
 pub mod preview;
 pub mod rejections;

@@ -7,6 +7,10 @@
 //! returns the original entry id and stores nothing new (only the `duplicates`
 //! counter moves).
 //!
+//! The gateways sharing a store know each other through it ([`Membership`],
+//! `gateways`): heartbeats stamped with the store's clock, the takeover of a dead
+//! gateway's leases, and the salt of the configuration versions.
+//!
 //! [`open`] is the only place that chooses a backend; everything else sees
 //! `Arc<dyn Store>`. Both backends pass the same conformance suite
 //! (`tests/it/conformance/`, one file per part of the contract).
@@ -15,6 +19,7 @@ mod activity;
 mod audit;
 mod entry;
 mod error;
+pub mod gateways;
 mod headers;
 mod listing;
 pub(crate) mod pace;
@@ -45,6 +50,7 @@ pub use entry::{
     RouteOrder, Status,
 };
 pub use error::{Backend, Cause, StoreError, Unsafe};
+pub use gateways::{GatewayInfo, Heartbeat, HeartbeatAck, Membership, TakeOver};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{DeadLetter, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
 pub use postgres::{UrlWarning as PostgresUrlWarning, url_warnings as postgres_url_warnings};
@@ -272,7 +278,7 @@ pub struct Purged {
 
 /// The store contract: every part below, as one trait object (`Arc<dyn Store>`).
 /// A backend implements the parts ([`Queue`], [`Reads`], [`Records`], [`Pacing`],
-/// [`Lifecycle`]) and is a `Store` by the blanket impl; the conformance suite
+/// [`Membership`], [`Lifecycle`]) and is a `Store` by the blanket impl; the conformance suite
 /// (`tests/it/conformance/`, by the same parts) holds each promise below:
 ///
 /// * `accept` is durable when it answers, and atomic: no dedupe key without its
@@ -299,9 +305,18 @@ pub struct Purged {
 /// * A source's indexed values are found by lookup, newest first, and leave with
 ///   their entry.
 /// * Pending entries are never purged.
-pub trait Store: Queue + Reads + Search + Records + Rejections + Pacing + Lifecycle {}
+/// * A gateway's heartbeat is stamped with the store's clock; a gateway silent for
+///   [`gateways::DEAD_AFTER`] loses its leases, and the configuration salt is one
+///   value per store ([`Membership`]).
+pub trait Store:
+    Queue + Reads + Search + Records + Rejections + Pacing + Membership + Lifecycle
+{
+}
 
-impl<T: Queue + Reads + Search + Records + Rejections + Pacing + Lifecycle + ?Sized> Store for T {}
+impl<T: Queue + Reads + Search + Records + Rejections + Pacing + Membership + Lifecycle + ?Sized>
+    Store for T
+{
+}
 
 /// The queue: what makes a webhook delivered at least once. Entries are accepted
 /// (deduped, durable), their deliveries claimed under leases and completed, replayed,
@@ -327,7 +342,8 @@ pub trait Queue: Send + Sync + 'static {
 
     /// Claim up to `limit` due, pending deliveries through `route` of `source` for
     /// `worker`, leased for `lease` (a crashed worker's deliveries are claimed again
-    /// once it expires). A paused source or route yields nothing, whoever paused it.
+    /// once it expires, or once its gateway's leases are taken over as dead:
+    /// [`Membership::take_over_dead`]; `worker` is the gateway's heartbeat id). A paused source or route yields nothing, whoever paused it.
     ///
     /// Ordered deliveries (those with a [`DeliveryOrder`]) form one line per key of
     /// a route, in the order their entries arrived (entry id order): only the head

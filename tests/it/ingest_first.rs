@@ -99,12 +99,12 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
     let forwarder = tokio::spawn(hookgate::forward::run(
         store.clone(),
         hookgate::live::Live::fixed(std::sync::Arc::new(plan)),
-        "ingest-first-test".to_string(),
         clock,
         hookgate::forward::Neighbours {
             pressure: pressure.clone(),
             on_dead: None,
             traces: hookgate::telemetry::traces::Traces::off(),
+            identity: hookgate::forward::GatewayIdentity::new("test".into(), 0),
         },
         shutdown.clone(),
     ));

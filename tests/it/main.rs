@@ -27,6 +27,8 @@ mod embedded;
 mod faults;
 mod fetch_flood;
 mod forward;
+mod gateways;
+mod heartbeat;
 mod hook_secret;
 mod hostile;
 mod ingest;

@@ -164,8 +164,18 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
             | "hookgate_store_unsafe"
             | "hookgate_store_sync_standbys"
             | "hookgate_ingest_storing"
-            | "hookgate_ingest_saturated_windows_total" => {
+            | "hookgate_ingest_saturated_windows_total"
+            | "hookgate_gateway_fenced"
+            | "hookgate_heartbeat_failures_total"
+            | "hookgate_leases_taken_over_total" => {
                 assert!(s.samples.contains_key(family), "{family}");
+            }
+            // One series per version this process's gateways run.
+            "hookgate_config_version_info" => {
+                assert!(
+                    s.value(family, "version", "unknown") == Some(1.0),
+                    "{family}"
+                );
             }
             "hookgate_store_write_wait_seconds" => {
                 for k in ["accept", "claim", "complete", "other"] {
@@ -225,7 +235,7 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
 /// The install command named when promtool is missing (CI runs it, see .ci/run).
 const PROMTOOL_INSTALL: &str = "apt-get install -y --no-install-recommends prometheus";
 
-fn promtool() -> std::path::PathBuf {
+pub(crate) fn promtool() -> std::path::PathBuf {
     let found = Command::new("promtool").arg("--version").output();
     match found {
         Ok(out) if out.status.success() => "promtool".into(),
@@ -271,7 +281,7 @@ fn rules_without_annotations() -> (serde_json::Value, Vec<String>) {
 }
 
 /// Run `promtool test rules` on `tests` (JSON is YAML) against the shipped rules.
-fn promtool_test(tests: Vec<serde_json::Value>) {
+pub(crate) fn promtool_test(tests: Vec<serde_json::Value>) {
     let promtool = promtool();
     let dir = tempfile::tempdir().unwrap();
     let (rules, _) = rules_without_annotations();

@@ -38,12 +38,14 @@ macro_rules! claimable {
 }
 
 /// Lease up to `$4` claimable deliveries, due first, until `$5`, each under a token
-/// of its own; locked rows (another gateway's claim in flight) are skipped.
+/// of its own, for gateway `$6`; locked rows (another gateway's claim in flight) are
+/// skipped.
 const CLAIM: &str = concat!(
     "WITH c AS (SELECT d.entry_id FROM deliveries d WHERE ",
     claimable!(),
     " ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
-     UPDATE deliveries t SET lease_owner = gen_random_uuid()::text, lease_until = $5
+     UPDATE deliveries t SET lease_owner = gen_random_uuid()::text, lease_until = $5,
+         lease_holder = $6
      FROM c WHERE t.entry_id = c.entry_id AND t.route = $2
      RETURNING t.entry_id, t.lease_owner"
 );
@@ -54,23 +56,24 @@ const CLAIM_RETRIED: &str = concat!(
     "WITH c AS (SELECT d.entry_id FROM deliveries d WHERE ",
     claimable!(),
     " AND d.attempts > 0 ORDER BY d.next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-     UPDATE deliveries t SET lease_owner = gen_random_uuid()::text, lease_until = $4
+     UPDATE deliveries t SET lease_owner = gen_random_uuid()::text, lease_until = $4,
+         lease_holder = $5
      FROM c WHERE t.entry_id = c.entry_id AND t.route = $2
      RETURNING t.entry_id, t.lease_owner"
 );
 
 /// Lease up to `limit` due, pending deliveries through `route` of `source` until
-/// `until` (`Store::claim`). One statement; the entries are read after it.
+/// `until` for gateway `holder` (`Store::claim`). One statement; the entries are
+/// read after it.
 pub(super) async fn claim(
     c: &impl GenericClient,
-    source: &str,
-    route: &str,
+    (source, route, holder): (&str, &str, &str),
     now: i64,
     until: i64,
     limit: i64,
 ) -> Result<Vec<Claim>, StoreError> {
     let leased: Vec<(String, String)> = c
-        .query_cached(CLAIM, &[&source, &route, &now, &limit, &until])
+        .query_cached(CLAIM, &[&source, &route, &now, &limit, &until, &holder])
         .await?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
@@ -81,13 +84,12 @@ pub(super) async fn claim(
 /// Lease the delivery a half-open breaker's probe sends (`Store::claim_probe`).
 pub(super) async fn claim_probe(
     c: &impl GenericClient,
-    source: &str,
-    route: &str,
+    (source, route, holder): (&str, &str, &str),
     now: i64,
     until: i64,
 ) -> Result<Option<Claim>, StoreError> {
     let leased: Vec<(String, String)> = c
-        .query_cached(CLAIM_RETRIED, &[&source, &route, &now, &until])
+        .query_cached(CLAIM_RETRIED, &[&source, &route, &now, &until, &holder])
         .await?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
@@ -95,7 +97,9 @@ pub(super) async fn claim_probe(
     if !leased.is_empty() {
         return Ok(claims(c, route, leased).await?.pop());
     }
-    Ok(claim(c, source, route, now, until, 1).await?.pop())
+    Ok(claim(c, (source, route, holder), now, until, 1)
+        .await?
+        .pop())
 }
 
 /// The claims of the leased deliveries (entry id, token), due first.

@@ -18,6 +18,7 @@ mod connect;
 mod delivery;
 mod finish;
 mod lines;
+mod membership;
 mod notify;
 mod preconditions;
 mod reads;
@@ -42,10 +43,11 @@ use self::preconditions::Verdict;
 use super::activity::minute_of;
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
-    Controls, DeadLetter, Entry, Finished, HousekeepingPass, IdPage, IndexLookup, Lifecycle,
-    ListQuery, MAX_PAGE, MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads,
-    Records, RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats,
-    Search, SourceStats, Status, StoreError, Transition, Unsafe, Wake, WorkSignals, encode_headers,
+    Controls, DeadLetter, Entry, Finished, GatewayInfo, Heartbeat, HeartbeatAck, HousekeepingPass,
+    IdPage, IndexLookup, Lifecycle, ListQuery, MAX_PAGE, Membership, MinuteActivity, NewEntry,
+    Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RejectionBatch, RejectionCount,
+    RejectionPage, RejectionQuery, Rejections, RouteStats, Search, SourceStats, Status, StoreError,
+    TakeOver, Transition, Unsafe, Wake, WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::PostgresConfig;
@@ -279,28 +281,32 @@ impl Queue for PostgresStore {
         &self,
         source: &str,
         route: &str,
-        _worker: &str,
+        worker: &str,
         now: i64,
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
         let until = lease_until(now, lease);
         let limit = i64::try_from(limit.max(1)).unwrap_or(1);
-        self.relaxed(async |conn| delivery::claim(&*conn, source, route, now, until, limit).await)
-            .await
+        self.relaxed(async |conn| {
+            delivery::claim(&*conn, (source, route, worker), now, until, limit).await
+        })
+        .await
     }
 
     async fn claim_probe(
         &self,
         source: &str,
         route: &str,
-        _worker: &str,
+        worker: &str,
         now: i64,
         lease: Duration,
     ) -> Result<Option<Claim>, StoreError> {
         let until = lease_until(now, lease);
-        self.relaxed(async |conn| delivery::claim_probe(&*conn, source, route, now, until).await)
-            .await
+        self.relaxed(async |conn| {
+            delivery::claim_probe(&*conn, (source, route, worker), now, until).await
+        })
+        .await
     }
 
     async fn complete(
@@ -675,6 +681,31 @@ impl Records for PostgresStore {
 
     async fn session_revoked(&self, id: &str, issued_at: i64) -> Result<bool, StoreError> {
         self.relaxed(async |conn| records::session_revoked(&*conn, id, issued_at).await)
+            .await
+    }
+}
+
+#[async_trait]
+impl Membership for PostgresStore {
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<HeartbeatAck, StoreError> {
+        self.relaxed(async |conn| transaction!(conn, |tx| membership::heartbeat(&tx, beat).await?))
+            .await
+    }
+
+    async fn gateways(&self) -> Result<Vec<GatewayInfo>, StoreError> {
+        self.relaxed(async |conn| membership::gateways(&*conn).await)
+            .await
+    }
+
+    async fn take_over_dead(&self, by: &str) -> Result<TakeOver, StoreError> {
+        self.relaxed(async |conn| {
+            transaction!(conn, |tx| membership::take_over_dead(&tx, by).await?)
+        })
+        .await
+    }
+
+    async fn config_salt(&self) -> Result<[u8; 32], StoreError> {
+        self.durable(async |conn| membership::config_salt(&*conn).await)
             .await
     }
 }

@@ -19,12 +19,13 @@ use crate::store::{Backend, StoreError};
 /// 4. The providers' last good address ranges ([`V4`]).
 /// 5. The armed secret handshakes and the secrets they established ([`V5`]).
 /// 6. An armed handshake's token ([`V6`]).
-/// 7. The route registry ([`V7`]).
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+/// 7. The gateways' heartbeats, who holds a lease, the configuration salt ([`V7`]).
+/// 8. The route registry ([`V8`]).
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The route registry (`store::routes`): every route a gateway on the store had
 /// in force, its destination's fingerprint, and when it was retired.
-const V7: &str = r#"
+const V8: &str = r#"
 CREATE TABLE known_routes (
     source      TEXT NOT NULL,
     route       TEXT NOT NULL,
@@ -32,6 +33,34 @@ CREATE TABLE known_routes (
     retired_at  BIGINT,
     PRIMARY KEY (source, route)
 );
+"#;
+
+/// The gateways sharing the database (`store::gateways`): one row per gateway with
+/// its last heartbeat by the server's clock; `heartbeat_clock` the time of the
+/// newest heartbeat and when heartbeats last resumed after a silence of them all (a
+/// failover), from which a gateway's silence is counted. `deliveries.lease_holder`
+/// names the gateway a lease was taken by, so that a dead gateway's leases are
+/// ended in one statement; no index names it, so a claim stays a HOT update.
+/// `store_settings` keeps the configuration salt.
+const V7: &str = r#"
+CREATE TABLE gateways (
+    id         TEXT PRIMARY KEY,
+    host       TEXT NOT NULL,
+    version    TEXT NOT NULL,
+    started    BIGINT NOT NULL,
+    last_seen  BIGINT NOT NULL,
+    taken_over BOOLEAN NOT NULL DEFAULT false
+);
+CREATE TABLE heartbeat_clock (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    last_beat  BIGINT NOT NULL,
+    resumed_at BIGINT NOT NULL
+);
+CREATE TABLE store_settings (
+    name  TEXT PRIMARY KEY,
+    value BYTEA NOT NULL
+);
+ALTER TABLE deliveries ADD COLUMN lease_holder TEXT;
 "#;
 
 /// An armed handshake takes only the handshake that presents its token

@@ -33,6 +33,11 @@
 //! | `hg:control_audit` | list of JSON, newest first | pauses and resumes with their actor (the newest 1000) |
 //! | `hg:{console}:session_revoked:<id>` | string, `PX` = until the session expires | a revoked console session (`id`: a hash of its nonce) |
 //! | `hg:{console}:sessions_revoked_until` | string | unix ms: every console session issued until then is revoked ("log out every session") |
+//! | `hg:{gateways}:seen` | sorted set, score = last heartbeat (ms, Redis's clock) | the gateways on the store, by id (`membership`) |
+//! | `hg:{gateways}:info` | hash, id → JSON | each gateway's host, configuration version and start time |
+//! | `hg:{gateways}:clock` | hash `last_beat`, `resumed_at` | the newest heartbeat, and when heartbeats resumed after a silence of them all |
+//! | `hg:{gateways}:taken` | set | the gateways whose leases were taken over since their last heartbeat |
+//! | `hg:config_salt` | string | the random salt of the configuration versions |
 //! | `hg:{ranges}:<digest>` | hash `url`, `ranges`, `fetched_at` | a provider's last good address ranges, by a digest of the URL they came from (`allowlist`) |
 //!
 //! # Accept
@@ -72,6 +77,7 @@ mod controls;
 mod delivery;
 mod housekeeping;
 mod listing;
+mod membership;
 mod migrate;
 mod preconditions;
 mod rejections;
@@ -97,10 +103,11 @@ use self::scripts::Scripts;
 use self::transition::{Action, audit_event};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, ControlEvent, Controls,
-    DeadLetter, Entry, HousekeepingPass, IdPage, IndexLookup, Lifecycle, ListQuery, MinuteActivity,
-    NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RejectionBatch,
-    RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats, Search, SourceStats,
-    Status, StoreError, Transition, WorkSignals,
+    DeadLetter, Entry, GatewayInfo, Heartbeat, HeartbeatAck, HousekeepingPass, IdPage, IndexLookup,
+    Lifecycle, ListQuery, Membership, MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged,
+    Queue, Reads, Records, RejectionBatch, RejectionCount, RejectionPage, RejectionQuery,
+    Rejections, RouteStats, Search, SourceStats, Status, StoreError, TakeOver, Transition,
+    WorkSignals,
 };
 use crate::config::RedisConfig;
 
@@ -133,6 +140,9 @@ pub struct RedisStore {
     work: Arc<WorkSignals>,
     /// Pauses and discards made through this store.
     controls: Controls,
+    /// The dead gateways whose stream messages this process handed over (see
+    /// `membership`).
+    taken_over: Mutex<BTreeSet<String>>,
 }
 
 /// The key `rest` of `source`: `<prefix>:{<source>}:<rest>`.
@@ -170,6 +180,7 @@ impl RedisStore {
             epoch: Mutex::new(String::new()),
             work: Arc::new(WorkSignals::default()),
             controls: Controls::new(),
+            taken_over: Mutex::new(BTreeSet::new()),
         };
         store
             .check_preconditions(preconditions::Phase::Open)
@@ -753,6 +764,25 @@ impl Records for RedisStore {
 
     async fn forget_secret(&self, source: &str, id: &str) -> Result<bool, StoreError> {
         self.drop_secret(source, id).await
+    }
+}
+
+#[async_trait]
+impl Membership for RedisStore {
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<HeartbeatAck, StoreError> {
+        self.beat(beat).await
+    }
+
+    async fn gateways(&self) -> Result<Vec<GatewayInfo>, StoreError> {
+        self.list_gateways().await
+    }
+
+    async fn take_over_dead(&self, by: &str) -> Result<TakeOver, StoreError> {
+        self.take_over(by).await
+    }
+
+    async fn config_salt(&self) -> Result<[u8; 32], StoreError> {
+        self.salt().await
     }
 }
 

@@ -52,6 +52,12 @@ pub(super) struct Scripts {
     pub raise: Script,
     /// Keep a secret established in an armed handshake, disarming it.
     pub establish: Script,
+    /// Record a gateway's heartbeat with Redis's clock.
+    pub heartbeat: Script,
+    /// The gateways dead by Redis's clock.
+    pub dead: Script,
+    /// Hand a route's messages held by dead consumers over, expired.
+    pub take_over: Script,
     /// Migration to routes: a source's work stream and schedule.
     pub migrate_queues: Script,
     /// Migration to routes: a batch of a source's entries.
@@ -94,6 +100,9 @@ impl Scripts {
             hold: plain(include_str!("scripts/hold.lua")),
             raise: plain(include_str!("scripts/raise.lua")),
             establish: plain(include_str!("scripts/establish.lua")),
+            heartbeat: plain(include_str!("scripts/heartbeat.lua")),
+            dead: plain(include_str!("scripts/dead.lua")),
+            take_over: plain(include_str!("scripts/take_over.lua")),
             // Refused while out of memory, as the accept.
             reject: Script::new(include_str!("scripts/reject.lua")),
             migrate_queues: Script::new(include_str!("scripts/migrate_queues.lua")),

@@ -16,6 +16,7 @@ mod checkpoint;
 mod controls;
 mod delivery;
 mod lines;
+mod membership;
 mod private;
 mod queries;
 mod rejections;
@@ -42,10 +43,11 @@ use self::writer::{Syncing, WriteKind, Writer};
 use super::pace::{self, ceil_ms};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
-    Controls, DeadLetter, Entry, HousekeepingPass, IdPage, IndexLookup, Lifecycle, ListQuery,
-    MAX_PAGE, MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged, Queue, Reads, Records,
-    RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats, Search,
-    SourceStats, Status, StoreError, Transition, Wake, WorkSignals, encode_headers,
+    Controls, DeadLetter, Entry, GatewayInfo, Heartbeat, HeartbeatAck, HousekeepingPass, IdPage,
+    IndexLookup, Lifecycle, ListQuery, MAX_PAGE, Membership, MinuteActivity, NewEntry, Pacing,
+    Page, PauseTarget, Purged, Queue, Reads, Records, RejectionBatch, RejectionCount,
+    RejectionPage, RejectionQuery, Rejections, RouteStats, Search, SourceStats, Status, StoreError,
+    Transition, Wake, WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::EmbeddedConfig;
@@ -83,6 +85,8 @@ pub struct SqliteStore {
     stopped: watch::Receiver<bool>,
     /// The free space kept for the deliveries of acknowledged entries.
     space: DiskSpace,
+    /// The store's clock: the serving process's.
+    clock: Clock,
 }
 
 impl SqliteStore {
@@ -159,11 +163,18 @@ impl SqliteStore {
             })?;
         let sync = Syncing::new(wal, work.clone(), stopped_tx);
         let space = DiskSpace::new(dir.clone(), cfg.min_free_bytes, clock.clone());
-        let writer = Writer::start(writer, sync, batch_max, checkpointer, clock, cfg.timeout)
-            .map_err(|e| StoreError::Task {
-                what: "cannot start the writer thread",
-                source: e.into(),
-            })?;
+        let writer = Writer::start(
+            writer,
+            sync,
+            batch_max,
+            checkpointer,
+            clock.clone(),
+            cfg.timeout,
+        )
+        .map_err(|e| StoreError::Task {
+            what: "cannot start the writer thread",
+            source: e.into(),
+        })?;
         Ok(SqliteStore {
             writer,
             reader: Arc::new(tokio::sync::Mutex::new(reader)),
@@ -173,6 +184,7 @@ impl SqliteStore {
             paces: std::sync::Mutex::new(std::collections::HashMap::new()),
             stopped: stopped_rx,
             space,
+            clock,
         })
     }
 
@@ -672,6 +684,34 @@ impl Records for SqliteStore {
         let (source, id) = (source.to_string(), id.to_string());
         self.write_durable(WriteKind::Other, None, move |conn, _| {
             controls::forget_secret(conn, &source, &id)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Membership for SqliteStore {
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<HeartbeatAck, StoreError> {
+        let beat = beat.clone();
+        self.write_answered_at_commit(WriteKind::Other, None, move |conn, now| {
+            membership::heartbeat(conn, &beat, now)
+        })
+        .await
+    }
+
+    async fn gateways(&self) -> Result<Vec<GatewayInfo>, StoreError> {
+        let now = self.clock.now_ms();
+        self.read(move |conn| membership::gateways(conn, now)).await
+    }
+
+    fn takes_over(&self) -> bool {
+        false
+    }
+
+    async fn config_salt(&self) -> Result<[u8; 32], StoreError> {
+        let fresh = super::gateways::new_salt()?;
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            membership::config_salt(conn, &fresh)
         })
         .await
     }

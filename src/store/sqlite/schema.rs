@@ -317,7 +317,9 @@ const INDEXES: &[(&str, &str)] = &[(
 /// last good address ranges fetched per URL (`crate::allowlist`); `known_routes`
 /// the route registry (`store::routes`);
 /// `armed_handshakes` and `established_secrets` the armed secret handshakes (each
-/// with the hash of its token) and the secrets they gave (`store::secrets`).
+/// with the hash of its token) and the secrets they gave (`store::secrets`);
+/// `gateways` the heartbeats of the serving processes and `store_settings` the
+/// configuration salt (`store::gateways`).
 const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS known_routes (
         source      TEXT NOT NULL,
@@ -325,6 +327,17 @@ const TABLES: &[&str] = &[
         destination TEXT NOT NULL,
         retired_at  INTEGER,
         PRIMARY KEY (source, route)
+    ) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS gateways (
+        id        TEXT PRIMARY KEY,
+        host      TEXT NOT NULL,
+        version   TEXT NOT NULL,
+        started   INTEGER NOT NULL,
+        last_seen INTEGER NOT NULL
+    ) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS store_settings (
+        name  TEXT PRIMARY KEY,
+        value BLOB NOT NULL
     ) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS activity (
         source    TEXT NOT NULL,

@@ -1,5 +1,5 @@
 //! The integration tests' harness, one concern per module: free ports, waiting on
-//! conditions, Redis servers and clusters, PostgreSQL servers, stores of each backend, configurations,
+//! conditions, a TCP proxy a test can blackhole, Redis servers and clusters, PostgreSQL servers, stores of each backend, configurations,
 //! signed webhooks, HTTP, the gateway in process and as a child process, and the
 //! lock for timed tests. Everything is re-exported here, so a test needs only
 //! `use crate::support::*`.
@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 mod backends;
+mod blackhole;
 mod child_gateway;
 mod configs;
 mod gateway;
@@ -22,6 +23,7 @@ mod timing;
 mod waits;
 
 pub use backends::*;
+pub use blackhole::*;
 pub use child_gateway::*;
 pub use configs::*;
 pub use gateway::*;
