@@ -200,7 +200,8 @@ impl Compiler {
 
 /// The version of `cfg`, whose sources compiled into `sources`, under `salt`: hex
 /// of the first 8 bytes of an HMAC-SHA256 over the resolved configuration (its
-/// rendering, secrets redacted), every secret, and each source's provider spec.
+/// rendering, secrets redacted, the listeners' addresses left out), every secret,
+/// and each source's provider spec.
 pub fn version(cfg: &Config, sources: &[Source], salt: &[u8; 32]) -> String {
     // Infallible for HMAC, whose key may be of any length.
     let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(salt) else {
@@ -209,6 +210,12 @@ pub fn version(cfg: &Config, sources: &[Source], salt: &[u8; 32]) -> String {
     let mut resolved = cfg.clone();
     // Not a configuration key: the path of this process's executable.
     resolved.transform_worker = None;
+    // Where each process listens is its own (several gateways on one host are told
+    // their ports apart): not what makes two configurations differ.
+    let nowhere = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    resolved.server.listen = nowhere;
+    resolved.admin.listen = nowhere;
+    resolved.admin.probe_listen = None;
     mac.update(format!("{resolved:?}").as_bytes());
     for secret in cfg.secrets() {
         // Each framed by its length: ("ab", "c") is not ("a", "bc").

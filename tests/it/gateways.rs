@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use sha2::Digest as _;
-
 use crate::forward::source;
 use crate::observe::promtool_test;
 use crate::support::*;
@@ -25,11 +23,6 @@ fn file(dir: &Path, name: &str, store: &str, destination: &str) -> PathBuf {
     )
     .unwrap();
     path
-}
-
-/// The hex SHA-256 of the file at `path`: the version its gateway reports.
-fn version_of(path: &Path) -> String {
-    hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap()))
 }
 
 /// The `hookgate_config_version_info` series of one scrape, by version.
@@ -87,12 +80,25 @@ async fn gateways_list_their_versions_and_drift_fires_after_10_minutes() {
     // The same file in another place: the same version.
     let same = dir.path().join("same.toml");
     std::fs::copy(&first, &same).unwrap();
-    let (v_first, v_other) = (version_of(&first), version_of(&other));
-    assert_ne!(v_first, v_other);
     let a = ChildGateway::spawn(&first, &[], &dir.path().join("a.log"));
     let b = ChildGateway::spawn(&other, &[], &dir.path().join("b.log"));
     let a2 = ChildGateway::spawn(&same, &[], &dir.path().join("a2.log"));
     let c = http();
+    // The version each runs, as it says (`GET /admin/config`): one per file, the
+    // same for the same file on another process with listeners of its own.
+    let version_of = async |gw: &ChildGateway| -> String {
+        get_json(&c, &format!("{}/admin/config", gw.admin)).await["version"]
+            .as_str()
+            .expect("a version")
+            .to_string()
+    };
+    let (v_first, v_other) = (version_of(&a).await, version_of(&b).await);
+    assert_ne!(v_first, v_other);
+    assert_eq!(
+        version_of(&a2).await,
+        v_first,
+        "the same file, the same version"
+    );
 
     // Each gateway writes its heartbeat before it claims: all three are listed.
     let listed = wait_until_ok(
