@@ -230,15 +230,9 @@ fn blank(c: char) -> bool {
     c.is_whitespace() || c == '\u{feff}'
 }
 
-/// Discard entry `id`'s delivery through `route`, or every pending or dead one, as
-/// `actor`, with `note` (required: why it will never be delivered).
-pub async fn discard_entry(
-    ops: &Operations,
-    id: &str,
-    route: Option<&str>,
-    by: &Actor,
-    note: &str,
-) -> Result<TransitionResult, OpError> {
+/// A discard's note, trimmed of blanks (Unicode whitespace and U+FEFF): refused
+/// when nothing is left or it is longer than [`MAX_NOTE_CHARS`].
+pub(crate) fn checked_note(note: &str) -> Result<&str, OpError> {
     let note = note.trim_matches(blank);
     if note.is_empty() {
         return Err(OpError::Invalid("note must not be empty".into()));
@@ -248,6 +242,19 @@ pub async fn discard_entry(
             "note is longer than {MAX_NOTE_CHARS} characters"
         )));
     }
+    Ok(note)
+}
+
+/// Discard entry `id`'s delivery through `route`, or every pending or dead one, as
+/// `actor`, with `note` (required: why it will never be delivered).
+pub async fn discard_entry(
+    ops: &Operations,
+    id: &str,
+    route: Option<&str>,
+    by: &Actor,
+    note: &str,
+) -> Result<TransitionResult, OpError> {
+    let note = checked_note(note)?;
     let started = std::time::SystemTime::now();
     let done = ops
         .store

@@ -101,9 +101,7 @@ pub async fn discard_retired(
     note: &str,
     by: &Actor,
 ) -> Result<RetiredDiscarded, OpError> {
-    if note.trim().is_empty() {
-        return Err(OpError::Invalid("note must not be empty".into()));
-    }
+    let note = super::entries::checked_note(note)?;
     if ops
         .catalog
         .load()
