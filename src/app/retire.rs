@@ -75,12 +75,11 @@ async fn try_settle(
             .any(|r| r.source == k.source && r.name == k.route);
         if !in_force && k.retired_at.is_none() {
             let pending = store.route_stats(&k.source, &k.route).await?.pending;
-            tracing::warn!(
-                source = %k.source,
-                route = %k.route,
-                pending,
-                "route retired: its pending deliveries wait, unsent, until a route of that name comes back (or they are discarded)"
-            );
+            const MSG: &str = "route retired: its pending deliveries wait, unsent, until a route of that name comes back (or they are discarded)";
+            match pending {
+                0 => tracing::info!(source = %k.source, route = %k.route, pending, "{MSG}"),
+                _ => tracing::warn!(source = %k.source, route = %k.route, pending, "{MSG}"),
+            }
             remember.push(KnownRoute {
                 retired_at: Some(now),
                 ..k
