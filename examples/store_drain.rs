@@ -115,6 +115,7 @@ async fn main() {
                             n: 1,
                             at: now,
                             status_code: Some(200),
+                            failure: None,
                             error: None,
                             latency_ms: 1,
                         };

@@ -3,9 +3,10 @@
 //!
 //! The forwarder reports each dead delivery through [`Alerts::dead`], which only
 //! counts under a lock (it never blocks delivery). Every `interval`, [`run`] sends one
-//! message per route (of a source) that had dead deliveries, with the count and the
-//! first reasons, and
-//! retries a failed send a few times. Messages that still fail are logged and counted;
+//! message per route (of a source) that had dead deliveries, with the count, the
+//! count per failure kind (`HTTP 503`, `timeout`, `transform: runtime`: the kind the
+//! forwarder recorded) and the first reason of each, and retries a failed send a
+//! few times. Messages that still fail are logged and counted;
 //! the counts roll into the next interval's message.
 
 use std::collections::BTreeMap;
@@ -15,15 +16,37 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AlertsConfig;
+use crate::failure::Failure;
 use crate::live::Live;
 
-/// Reasons kept per route and interval.
+/// Failure kinds kept apart per route and interval (the rest count as `other`).
 const MAX_REASONS: usize = 5;
 
 #[derive(Debug, Default, Clone)]
 struct Batch {
     count: u64,
-    reasons: Vec<String>,
+    /// Per failure kind (its name, `unknown` when none was recorded; `other` past
+    /// [`MAX_REASONS`] kinds): how many, and the first reason given.
+    failures: Vec<(String, u64, String)>,
+}
+
+impl Batch {
+    fn add(&mut self, kind: String, count: u64, reason: &str) {
+        self.count += count;
+        let kind = if self.failures.len() >= MAX_REASONS
+            && !self.failures.iter().any(|(k, _, _)| *k == kind)
+        {
+            "other".to_string()
+        } else {
+            kind
+        };
+        match self.failures.iter_mut().find(|(k, _, _)| *k == kind) {
+            Some((_, n, _)) => *n += count,
+            None => self
+                .failures
+                .push((kind, count, reason.chars().take(300).collect())),
+        }
+    }
 }
 
 /// A route of a source: (source, route).
@@ -36,16 +59,17 @@ pub struct Alerts {
 }
 
 impl Alerts {
-    /// Count a dead delivery. Cheap and non-blocking.
-    pub fn dead(&self, source: &str, route: &str, reason: &str) {
+    /// Count a dead delivery that last failed with `kind`, for `reason`. Cheap and
+    /// non-blocking.
+    pub fn dead(&self, source: &str, route: &str, kind: Option<Failure>, reason: &str) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let b = p
-            .entry((source.to_string(), route.to_string()))
-            .or_default();
-        b.count += 1;
-        if b.reasons.len() < MAX_REASONS && !b.reasons.iter().any(|r| r == reason) {
-            b.reasons.push(reason.chars().take(300).collect());
-        }
+        p.entry((source.to_string(), route.to_string()))
+            .or_default()
+            .add(
+                kind.map_or_else(|| "unknown".into(), |k| k.name()),
+                1,
+                reason,
+            );
     }
 
     fn take(&self) -> BTreeMap<RouteKey, Batch> {
@@ -55,11 +79,8 @@ impl Alerts {
     fn put_back(&self, key: RouteKey, batch: Batch) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let b = p.entry(key).or_default();
-        b.count += batch.count;
-        for r in batch.reasons {
-            if b.reasons.len() < MAX_REASONS && !b.reasons.contains(&r) {
-                b.reasons.push(r);
-            }
+        for (kind, n, reason) in batch.failures {
+            b.add(kind, n, &reason);
         }
     }
 }
@@ -78,16 +99,22 @@ fn message(source: &str, route: &str, batch: &Batch, interval: Duration) -> serd
         route,
         humantime::format_duration(interval)
     );
-    if !batch.reasons.is_empty() {
-        text.push_str("\nFirst reasons:");
-        for r in &batch.reasons {
-            text.push_str(&format!("\n• {r}"));
+    if !batch.failures.is_empty() {
+        text.push_str("\nBy failure:");
+        for (kind, n, reason) in &batch.failures {
+            text.push_str(&format!("\n• {kind} ×{n}: {reason}"));
         }
     }
     text.push_str(&format!(
         "\nInspect with `hookgate dlq list --source {source} --route {route}`; replay with `hookgate dlq replay --source {source} --route {route}`."
     ));
-    serde_json::json!({ "text": text, "source": source, "route": route, "dead": batch.count, "reasons": batch.reasons })
+    let failures: serde_json::Map<String, serde_json::Value> = batch
+        .failures
+        .iter()
+        .map(|(kind, n, _)| (kind.clone(), (*n).into()))
+        .collect();
+    let reasons: Vec<&str> = batch.failures.iter().map(|(_, _, r)| r.as_str()).collect();
+    serde_json::json!({ "text": text, "source": source, "route": route, "dead": batch.count, "failures": failures, "reasons": reasons })
 }
 
 /// Send the batched alerts every interval until shutdown (then once more).
@@ -191,14 +218,32 @@ mod tests {
     fn batches_count_every_route_apart_and_keep_the_first_distinct_reasons() {
         let a = Alerts::default();
         for i in 0..20 {
-            a.dead("stripe", "billing", &format!("HTTP {}", 400 + (i % 7)));
+            let code = 400 + (i % 7);
+            a.dead(
+                "stripe",
+                "billing",
+                Some(Failure::Status(code)),
+                &format!("not retryable: HTTP {code}"),
+            );
         }
-        a.dead("stripe", "analytics", "HTTP 503");
-        a.dead("github", "default", "HTTP 404");
+        a.dead(
+            "stripe",
+            "analytics",
+            Some(Failure::Status(503)),
+            "HTTP 503",
+        );
+        a.dead("github", "default", None, "no attempt");
         let taken = a.take();
         let key = |s: &str, r: &str| (s.to_string(), r.to_string());
         assert_eq!(taken[&key("stripe", "billing")].count, 20);
-        assert_eq!(taken[&key("stripe", "billing")].reasons.len(), MAX_REASONS);
+        let billing = &taken[&key("stripe", "billing")];
+        // Five kinds apart, the two others together, every one counted.
+        assert_eq!(billing.failures.len(), MAX_REASONS + 1);
+        assert_eq!(billing.failures.iter().map(|f| f.1).sum::<u64>(), 20);
+        assert_eq!(billing.failures[0].0, "HTTP 400");
+        assert_eq!(billing.failures[0].1, 3);
+        assert_eq!(billing.failures[MAX_REASONS].0, "other");
+        assert_eq!(taken[&key("github", "default")].failures[0].0, "unknown");
         assert_eq!(taken[&key("stripe", "analytics")].count, 1);
         assert_eq!(taken[&key("github", "default")].count, 1);
         assert!(a.take().is_empty());
@@ -214,9 +259,11 @@ mod tests {
                 && text.contains("`stripe`")
                 && text.contains("route `billing`")
                 && text.contains("--route billing")
-                && text.contains("HTTP 400"),
+                && text.contains("HTTP 400 ×3: not retryable: HTTP 400"),
             "{text}"
         );
         assert_eq!(m["route"], "billing");
+        assert_eq!(m["failures"]["HTTP 401"], 3);
+        assert_eq!(m["failures"]["other"], 5);
     }
 }

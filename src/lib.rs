@@ -14,8 +14,12 @@
 //!   route filters).
 //! * [`transform`]: a route's jq program (jaq), run in worker processes the
 //!   gateway kills at the deadline.
-//! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::retry`]
-//!   is the pure policy, [`forward::breaker`] the per-destination circuit breaker.
+//! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::sender`]
+//!   is the delivery seam (a sender per destination scheme, a typed outcome),
+//!   [`forward::retry`] the pure policy, [`forward::breaker`] the per-destination
+//!   circuit breaker.
+//! * [`failure`]: the one failure kind of every delivery attempt, which dead-letter
+//!   groups, metrics, the console and the API read.
 //! * [`pressure`]: ingest first: how saturated ingest is, which holds the
 //!   forwarder to a small share during a burst.
 //! * [`serve`]: the hyper accept loop with connection limits and graceful drain.
@@ -50,6 +54,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod error;
+pub mod failure;
 pub mod forward;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;

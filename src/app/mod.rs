@@ -333,7 +333,9 @@ async fn build(
     // Counted whether or not a webhook is set now: a reload may set one.
     let on_dead: forward::OnDead = {
         let alerts = alerts.clone();
-        Arc::new(move |source: &str, route: &str, reason: &str| alerts.dead(source, route, reason))
+        Arc::new(move |source: &str, route: &str, kind, reason: &str| {
+            alerts.dead(source, route, kind, reason)
+        })
     };
     Ok(Gateway {
         store,

@@ -136,11 +136,15 @@ impl Compiler {
             )),
         };
         let facts = sources::provider_facts(&built);
+        let connections = previous
+            .map(|t| t.forward.connections.clone())
+            .unwrap_or_default();
         let routes = forward::routes(
             &cfg.sources,
             &cfg.forwarder,
             &facts,
             &transforms,
+            &connections,
             previous.map(|t| t.forward.as_ref()),
         )
         .context("routes")?;
@@ -179,6 +183,7 @@ impl Compiler {
                 routes,
                 cfg: cfg.forwarder.clone(),
                 retention: cfg.retention.clone(),
+                connections,
             }),
             ingest: Arc::new(
                 built

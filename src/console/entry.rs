@@ -294,6 +294,9 @@ fn render(
                                         @match &x.next_attempt_at { Some(t) => (format::rfc3339(t)), None => span.muted { "—" } }
                                     }
                                     td.clip data-label="Last error" {
+                                        @if let Some(k) = &x.last_failure {
+                                            span.badge.failure { (k) } " "
+                                        }
                                         @match &x.last_error { Some(e) => (format::untrusted(e)), None => span.muted { "—" } }
                                     }
                                     td data-label="Ordering key" {
@@ -321,12 +324,17 @@ fn render(
             } @else {
                 ol.timeline {
                     @for a in &d.attempt_log {
-                        @let ok = a.error.is_none() && a.status_code.is_some_and(|c| (200..300).contains(&c));
+                        // Failed: a kind was recorded (or, for an attempt recorded before
+                        // kinds were, an error or a status outside 2xx).
+                        @let ok = a.failure.is_none() && a.error.is_none() && a.status_code.is_some_and(|c| (200..300).contains(&c));
                         li class={ "event " (if ok { "ok" } else { "failed" }) } {
                             span.when { (format::rfc3339(&a.at)) }
                             span.what {
                                 strong { (a.route) " #" (a.n) }
                                 " "
+                                @if let Some(k) = &a.failure {
+                                    span.badge.failure { (k) } " "
+                                }
                                 @match (a.status_code, &a.error) {
                                     (_, Some(e)) => span.result { (e) },
                                     (Some(c), None) => span.result { "HTTP " (c) },

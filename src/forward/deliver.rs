@@ -1,7 +1,7 @@
-//! One delivery: send a claimed entry to its destination, turn the answer into an
-//! attempt, let the retry policy decide what follows, and record it in the store.
+//! One delivery: send a claimed entry through its route's sender, turn the outcome
+//! into an attempt, let the retry policy decide what follows, and record it in the store.
 //!
-//! A delivery holds one destination slot only for the HTTP exchange: a route's
+//! A delivery holds one destination slot only while it is sent: a route's
 //! transform runs before the slot is taken (a slow program never holds slots other
 //! routes to the destination need), within the same part of the lease as a wait for
 //! a slot (see `ahead`): a delivery whose transform no worker started by then, or
@@ -18,9 +18,11 @@ use super::admission::{self, Admission, InFlight, ProbePermit};
 use super::ahead::{NotSent, Place};
 use super::meters::DeliveryOutcome;
 use super::pace::Answer;
-use super::retry::{self, Decision, Outcome};
+use super::retry::Decision;
 use super::route::{Route, origin};
+use super::sender::{Message, Outcome};
 use super::{Forwarder, meters, request};
+use crate::failure::Failure;
 use crate::store::{Attempt, Claim, Completion};
 use crate::telemetry::traces::{AttemptOutcome, AttemptSpan, Traces};
 use crate::transform::{Ran, Shaped, TransformError, Transforms};
@@ -34,7 +36,7 @@ pub(super) fn breaker_gauge(route: &Route) {
 }
 
 /// Send one attempt (the stored body, or what the route's transform made of it)
-/// and turn the result into an [`Outcome`].
+/// through the route's sender.
 async fn send(
     route: &Route,
     claim: &Claim,
@@ -65,65 +67,14 @@ async fn send(
         Some(t) => bytes::Bytes::from(t.body),
         None => entry.body.clone(),
     };
-    let req = route
-        .client
-        .post(route.url.clone())
-        .timeout(route.timeout)
-        .headers(headers)
-        .body(body);
-    match req.send().await {
-        Ok(mut resp) => {
-            let code = resp.status().as_u16();
-            let retry_after = resp
-                .headers()
-                .get(http::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| retry::parse_retry_after(v, now_ms));
-            // Read (a bounded part of) the body so the connection can be reused. The
-            // status is the answer: a body that fails to arrive does not change it.
-            let mut read = 0usize;
-            while read < 64 * 1024 {
-                match resp.chunk().await {
-                    Ok(Some(c)) => read += c.len(),
-                    Ok(None) | Err(_) => break,
-                }
-            }
-            Outcome::Status { code, retry_after }
-        }
-        Err(e) if e.is_timeout() => Outcome::Timeout,
-        Err(e) if e.is_connect() => Outcome::Connect(root_cause(&e)),
-        Err(e) => Outcome::Io(root_cause(&e)),
-    }
-}
-
-/// The innermost error message (e.g. "Connection refused (os error 111)"). It never
-/// holds request data, nor a URL's `user:password@` should an error quote its URL.
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    let text = without_userinfo(&cur.to_string());
-    text.chars().take(200).collect()
-}
-
-/// `text` with the userinfo of every URL in it removed.
-fn without_userinfo(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        let end = tail
-            .find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace() || c == ')')
-            .unwrap_or(tail.len());
-        match tail[..end].rfind('@') {
-            Some(at) => rest = &tail[at + 1..],
-            None => rest = tail,
-        }
-    }
-    out.push_str(rest);
-    out
+    route
+        .sender
+        .send(Message {
+            headers,
+            body,
+            now_ms,
+        })
+        .await
 }
 
 /// Where a claimed delivery waits for its destination slot (see `ahead`).
@@ -137,7 +88,7 @@ pub(super) struct Queued {
 }
 
 /// Deliver one claimed entry: wait for a destination slot (see `ahead`), send,
-/// record. The slot is given back as soon as the HTTP exchange ends, so recording
+/// record. The slot is given back as soon as the send ends, so recording
 /// the outcome never holds it.
 pub(super) async fn deliver(
     fwd: &Forwarder,
@@ -313,6 +264,7 @@ pub(super) async fn deliver(
         // it was one, goes back without a verdict), the attempt recorded against the
         // discarded entry (its status stays discarded).
         drop(permit);
+        route.meters.attempt(meters::DeliveryResult::Cancelled);
         tracing::info!(
             source = %route.source,
             route = %route.name,
@@ -325,6 +277,7 @@ pub(super) async fn deliver(
             n: attempt_no,
             at: now,
             status_code: None,
+            failure: Some(Failure::Cancelled),
             error: Some("cancelled: the entry was discarded".into()),
             latency_ms,
         };
@@ -426,6 +379,7 @@ fn transform_failed(
 ) -> Completion {
     let entry = &claim.entry;
     let reason = e.to_string();
+    let kind = e.failure().map(Failure::Transform);
     route.meters.attempt(meters::DeliveryResult::Transform);
     route.meters.outcome(DeliveryOutcome::Dead);
     route.meters.dead_lettered.increment(1);
@@ -437,9 +391,11 @@ fn transform_failed(
         "delivery failed; dead: the route's transform failed"
     );
     if let Some(notify) = &fwd.on_dead {
+        // The kind only: a program's error may quote the body.
         notify(
             &route.source,
             &route.name,
+            kind,
             &format!("transform: {}", e.kind()),
         );
     }
@@ -448,6 +404,7 @@ fn transform_failed(
         n: claim.delivery.attempts + 1,
         at: now,
         status_code: None,
+        failure: kind,
         error: Some(reason.clone()),
         latency_ms: 0,
     };
@@ -477,7 +434,7 @@ async fn record(
     route.meters.attempt(meters::result_of(outcome));
     route.meters.delivery_seconds.record(elapsed.as_secs_f64());
     share_hold(fwd, route, outcome, done_at).await;
-    let healthy = !retry::is_destination_failure(outcome);
+    let healthy = !outcome.is_destination_failure();
     let opened = match permit {
         Some(probe) => probe.record(healthy, done_at),
         None => route.breaker.record(healthy, done_at),
@@ -491,28 +448,21 @@ async fn record(
             "circuit breaker opened: deliveries to this destination wait"
         );
     }
-    let (status_code, error) = match outcome {
-        Outcome::Status { code, .. } => (Some(*code), None),
-        Outcome::Timeout => (
-            None,
-            Some(format!(
-                "timeout after {}",
-                humantime::format_duration(route.timeout)
-            )),
-        ),
-        other => (None, Some(retry::describe(other))),
-    };
-    // What the log says went wrong: the error, or the HTTP status of a refusal.
-    let failure = match (&error, status_code) {
-        (Some(e), _) => Some(e.clone()),
-        (None, Some(code)) if !(200..300).contains(&code) => Some(format!("HTTP {code}")),
-        _ => None,
-    };
+    // The status is detail of the outcome; an error's text is kept when there is
+    // no status to say what went wrong.
+    let status_code = outcome.status();
+    let error = outcome
+        .failed()
+        .filter(|f| f.kind.status().is_none())
+        .map(|f| f.detail.clone());
+    // What the log says went wrong.
+    let failure = outcome.failed().map(|f| f.detail.clone());
     let attempt = Attempt {
         route: claim_delivery.route.clone(),
         n: attempt_no,
         at: now,
         status_code,
+        failure: outcome.kind(),
         error,
         latency_ms,
     };
@@ -544,7 +494,7 @@ async fn record(
             );
             route.meters.dead_lettered.increment(1);
             if let Some(notify) = &fwd.on_dead {
-                notify(&route.source, &route.name, &reason);
+                notify(&route.source, &route.name, outcome.kind(), &reason);
             }
             Completion::Dead {
                 attempt: Some(attempt),
@@ -614,12 +564,15 @@ fn log_attempt(
     }
 }
 
-/// A paced route told to slow down (429 or 503 with `Retry-After`) holds its send
+/// A paced route told to slow down (a 429 or a 503, maybe with `Retry-After`) holds its send
 /// slots, in the store, so every process sharing it holds the route too.
 async fn share_hold(fwd: &Forwarder, route: &Route, outcome: &Outcome, done_at: i64) {
     if let Some(pace) = &route.pace {
         let answer = match outcome {
-            Outcome::Status { code, retry_after } => Answer::of_status(*code, *retry_after),
+            Outcome::Delivered { .. } => Answer::Delivered,
+            Outcome::SlowDown { retry_after, .. } => Answer::SlowDown {
+                retry_after: *retry_after,
+            },
             _ => Answer::Other,
         };
         let hold = pace.lock().ok().and_then(|mut pace| {
@@ -690,22 +643,4 @@ async fn complete(fwd: &Forwarder, claim: &Claim, completion: Completion) {
         entry_id = %claim.entry.id,
         "could not record the delivery; the entry will be delivered again when its lease expires"
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_texts_lose_url_userinfo() {
-        assert_eq!(
-            without_userinfo("error sending request for url (http://u:S3cretPW@h:81/x): boom"),
-            "error sending request for url (http://h:81/x): boom"
-        );
-        assert_eq!(
-            without_userinfo("Connection refused (os error 111)"),
-            "Connection refused (os error 111)"
-        );
-        assert_eq!(without_userinfo("a https://h/x@y b"), "a https://h/x@y b");
-    }
 }

@@ -8,7 +8,9 @@
 
 use metrics::{Counter, Gauge, Histogram};
 
-use super::retry::{Decision, Outcome};
+use super::retry::Decision;
+use super::sender::Outcome;
+use crate::failure::Failure;
 use crate::telemetry::SourceRoutes;
 
 crate::telemetry::label_values! {
@@ -23,9 +25,21 @@ crate::telemetry::label_values! {
         OtherStatus => "other",
         Timeout => "timeout",
         Connect => "connect",
+        Tls => "tls",
         Io => "io",
+        /// Delivered to a destination that answers no HTTP status (a broker's
+        /// acknowledgement).
+        Delivered => "delivered",
+        AuthRefused => "auth_refused",
+        NotFound => "not_found",
+        TooLarge => "too_large",
         /// The route's transform failed; nothing was sent.
         Transform => "transform",
+        LeaseExpired => "lease_expired",
+        Nacked => "nacked",
+        Erased => "erased",
+        /// An operator discarded the entry while it was sent.
+        Cancelled => "cancelled",
     }
 }
 
@@ -100,19 +114,44 @@ impl RouteMeters {
     }
 }
 
-/// What one attempt got, as label `result` of `hookgate_delivery_attempts_total`.
+/// What one attempt got, as label `result` of `hookgate_delivery_attempts_total`:
+/// the HTTP status class of a delivery, or its failure's kind.
 pub fn result_of(outcome: &Outcome) -> DeliveryResult {
     match outcome {
-        Outcome::Status { code, .. } => match code {
-            200..=299 => DeliveryResult::Status2xx,
-            300..=399 => DeliveryResult::Status3xx,
-            400..=499 => DeliveryResult::Status4xx,
-            500..=599 => DeliveryResult::Status5xx,
-            _ => DeliveryResult::OtherStatus,
-        },
-        Outcome::Timeout => DeliveryResult::Timeout,
-        Outcome::Connect(_) => DeliveryResult::Connect,
-        Outcome::Io(_) => DeliveryResult::Io,
+        Outcome::Delivered { status: Some(code) } => status_class(*code),
+        Outcome::Delivered { status: None } => DeliveryResult::Delivered,
+        failed => failed
+            .kind()
+            .map_or(DeliveryResult::OtherStatus, result_of_kind),
+    }
+}
+
+fn status_class(code: u16) -> DeliveryResult {
+    match code {
+        200..=299 => DeliveryResult::Status2xx,
+        300..=399 => DeliveryResult::Status3xx,
+        400..=499 => DeliveryResult::Status4xx,
+        500..=599 => DeliveryResult::Status5xx,
+        _ => DeliveryResult::OtherStatus,
+    }
+}
+
+/// The `result` label of an attempt that failed with `kind`.
+pub fn result_of_kind(kind: Failure) -> DeliveryResult {
+    match kind {
+        Failure::Status(code) => status_class(code),
+        Failure::Timeout => DeliveryResult::Timeout,
+        Failure::Connect => DeliveryResult::Connect,
+        Failure::Tls => DeliveryResult::Tls,
+        Failure::Io => DeliveryResult::Io,
+        Failure::AuthRefused => DeliveryResult::AuthRefused,
+        Failure::NotFound => DeliveryResult::NotFound,
+        Failure::TooLarge => DeliveryResult::TooLarge,
+        Failure::Transform(_) => DeliveryResult::Transform,
+        Failure::LeaseExpired => DeliveryResult::LeaseExpired,
+        Failure::Nacked => DeliveryResult::Nacked,
+        Failure::Erased => DeliveryResult::Erased,
+        Failure::Cancelled => DeliveryResult::Cancelled,
     }
 }
 
@@ -173,15 +212,24 @@ mod tests {
 
     #[test]
     fn delivery_results_cover_every_status_class() {
-        let status = |code| Outcome::Status {
-            code,
-            retry_after: None,
-        };
+        let status = |code| super::super::sender::http::of_status(code, None);
         assert_eq!(result_of(&status(204)).label(), "2xx");
         assert_eq!(result_of(&status(302)).label(), "3xx");
         assert_eq!(result_of(&status(429)).label(), "4xx");
         assert_eq!(result_of(&status(503)).label(), "5xx");
         assert_eq!(result_of(&status(700)).label(), "other");
-        assert_eq!(result_of(&Outcome::Timeout).label(), "timeout");
+        assert_eq!(result_of_kind(Failure::Timeout).label(), "timeout");
+        assert_eq!(result_of_kind(Failure::Tls).label(), "tls");
+        assert_eq!(
+            result_of(&Outcome::Delivered { status: None }).label(),
+            "delivered"
+        );
+        assert_eq!(
+            result_of_kind(Failure::Transform(
+                crate::failure::TransformFailure::Runtime
+            ))
+            .label(),
+            "transform"
+        );
     }
 }

@@ -3,8 +3,8 @@
 //! One loop per route (of each source) claims the route's due deliveries from the
 //! store under a lease, and hands each to a delivery task, at most `concurrency` at
 //! a time per destination, so a slow or hanging destination only ever holds its own
-//! permits, and one route failing never delays another. A delivery POSTs the
-//! original bytes, records the attempt, and completes the claim as delivered, retry
+//! permits, and one route failing never delays another. A delivery hands the
+//! original bytes to the route's sender (`sender`: HTTP today), records the attempt, and completes the claim as delivered, retry
 //! at (backoff with full jitter) or dead. A circuit breaker per destination stops
 //! claims while the destination is down, so waiting deliveries burn no attempts;
 //! after its cooldown one probe goes out, preferably a delivery that failed before
@@ -31,6 +31,7 @@ pub mod pace;
 pub mod request;
 pub mod retry;
 mod route;
+pub mod sender;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -50,11 +51,11 @@ use ahead::Place;
 pub use heartbeat::{FENCE_AFTER, GatewayIdentity, register_metrics as register_gateway_metrics};
 pub use meters::{DeliveryOutcome, DeliveryResult, register_metrics};
 use pace::Pace;
-pub use route::{ProviderFacts, Route, client, origin, routes};
+pub use route::{ProviderFacts, Route, RouteError, origin, routes};
 
-/// Told about every delivery that goes dead: (source, route, reason). Must not
-/// block.
-pub type OnDead = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
+/// Told about every delivery that goes dead: (source, route, the kind of its last
+/// failure, the dead letter's reason). Must not block.
+pub type OnDead = Arc<dyn Fn(&str, &str, Option<crate::failure::Failure>, &str) + Send + Sync>;
 
 /// Most entries one claim takes.
 const CLAIM_BATCH: usize = 64;
@@ -131,6 +132,8 @@ pub struct Plan {
     pub routes: Vec<Arc<Route>>,
     pub cfg: ForwarderConfig,
     pub retention: RetentionConfig,
+    /// The connections the routes' senders share, handed on to the next table.
+    pub connections: sender::Connections,
 }
 
 impl Plan {

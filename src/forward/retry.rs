@@ -1,8 +1,11 @@
 //! The retry policy: whether an attempt's outcome is retried (classify) and when
 //! (schedule), kept apart and pure: no clock, no randomness of its own.
 //!
-//! Success is a 2xx. Retryable: connection refused or reset, DNS failure, timeout,
-//! 408, 429 and 5xx. Everything else (3xx, other 4xx) is final and goes to the DLQ.
+//! It reads the sender's typed [`Outcome`]: delivered is a success, refused is final
+//! and goes to the DLQ, and everything else (slow down, unavailable, unreachable,
+//! timed out) is retried. (For HTTP: a 2xx delivers; 408, 429, 5xx, refused or reset
+//! connections, DNS and TLS failures and timeouts are retried; 3xx and other 4xx are
+//! final: see `sender::http`.)
 //! Backoff is exponential with full jitter: the n-th retry waits a uniform random
 //! time in `[0, min(cap, base·2^(n-1))]`; a `Retry-After` from the destination sets a
 //! floor, bounded by the cap. The budget is attempts AND age: an entry is dead after
@@ -10,21 +13,7 @@
 
 use std::time::Duration;
 
-/// What one attempt produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// The destination answered with this status (and maybe a `Retry-After`).
-    Status {
-        code: u16,
-        retry_after: Option<Duration>,
-    },
-    /// No answer in time.
-    Timeout,
-    /// Could not connect: refused, DNS failure, TLS handshake.
-    Connect(String),
-    /// The connection broke during the exchange (reset, malformed response).
-    Io(String),
-}
+use super::sender::Outcome;
 
 /// What to make of an outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,23 +24,15 @@ pub enum Verdict {
     Fail,
 }
 
+/// Delivered is a success, refused is final, every other outcome is retried.
 pub fn classify(outcome: &Outcome) -> Verdict {
     match outcome {
-        Outcome::Status { code, .. } => match code {
-            200..=299 => Verdict::Success,
-            408 | 429 | 500..=599 => Verdict::Retry,
-            _ => Verdict::Fail,
-        },
-        Outcome::Timeout | Outcome::Connect(_) | Outcome::Io(_) => Verdict::Retry,
-    }
-}
-
-/// Whether a failure says the destination itself is unhealthy (counts for the
-/// circuit breaker). A 4xx is the destination refusing one entry, not being down.
-pub fn is_destination_failure(outcome: &Outcome) -> bool {
-    match outcome {
-        Outcome::Status { code, .. } => matches!(code, 429 | 500..=599),
-        Outcome::Timeout | Outcome::Connect(_) | Outcome::Io(_) => true,
+        Outcome::Delivered { .. } => Verdict::Success,
+        Outcome::Refused(_) => Verdict::Fail,
+        Outcome::SlowDown { .. }
+        | Outcome::Unavailable { .. }
+        | Outcome::Unreachable(_)
+        | Outcome::TimedOut(_) => Verdict::Retry,
     }
 }
 
@@ -125,11 +106,7 @@ impl RetryPolicy {
                         describe(outcome)
                     ));
                 }
-                let retry_after = match outcome {
-                    Outcome::Status { retry_after, .. } => *retry_after,
-                    _ => None,
-                };
-                let delay = self.delay(attempt, retry_after, jitter);
+                let delay = self.delay(attempt, outcome.retry_after(), jitter);
                 let at = now.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
                 // The last attempt happens at the deadline at the latest.
                 Decision::RetryAt(at.min(deadline))
@@ -138,13 +115,11 @@ impl RetryPolicy {
     }
 }
 
-/// A short, log-safe description of an outcome.
+/// A short, log-safe description of an outcome: its failure's detail.
 pub fn describe(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Status { code, .. } => format!("HTTP {code}"),
-        Outcome::Timeout => "timeout".into(),
-        Outcome::Connect(e) => format!("connect: {e}"),
-        Outcome::Io(e) => format!("io: {e}"),
+    match outcome.failed() {
+        Some(f) => f.detail.clone(),
+        None => "delivered".into(),
     }
 }
 
@@ -183,6 +158,8 @@ fn httpdate_to_ms(v: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::failure::Failure;
+    use crate::forward::sender::Failed;
 
     fn policy() -> RetryPolicy {
         RetryPolicy {
@@ -194,10 +171,11 @@ mod tests {
     }
 
     fn status(code: u16) -> Outcome {
-        Outcome::Status {
-            code,
-            retry_after: None,
-        }
+        super::super::sender::http::of_status(code, None)
+    }
+
+    fn timeout() -> Outcome {
+        Outcome::TimedOut(Failed::new(Failure::Timeout, "timeout after 10s"))
     }
 
     #[test]
@@ -211,14 +189,20 @@ mod tests {
         for code in [100, 301, 302, 307, 400, 401, 403, 404, 410, 422] {
             assert_eq!(classify(&status(code)), Verdict::Fail, "{code}");
         }
-        assert_eq!(classify(&Outcome::Timeout), Verdict::Retry);
+        assert_eq!(classify(&timeout()), Verdict::Retry);
         assert_eq!(
-            classify(&Outcome::Connect("refused".into())),
+            classify(&Outcome::Unreachable(Failed::new(
+                Failure::Connect,
+                "connect: refused"
+            ))),
             Verdict::Retry
         );
-        assert_eq!(classify(&Outcome::Io("reset".into())), Verdict::Retry);
-        assert!(!is_destination_failure(&status(404)));
-        assert!(is_destination_failure(&status(503)));
+        assert_eq!(
+            classify(&Outcome::Unreachable(Failed::new(Failure::Io, "io: reset"))),
+            Verdict::Retry
+        );
+        assert!(!status(404).is_destination_failure());
+        assert!(status(503).is_destination_failure());
     }
 
     #[test]
@@ -249,10 +233,7 @@ mod tests {
         let decision = p.decide(
             1,
             0,
-            &Outcome::Status {
-                code: 429,
-                retry_after: Some(Duration::from_secs(2)),
-            },
+            &super::super::sender::http::of_status(429, Some(Duration::from_secs(2))),
             1_000,
             0.0,
         );
@@ -280,7 +261,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let day = 24 * 3600 * 1000;
-        match policy().decide(2, 0, &Outcome::Timeout, day, 0.5) {
+        match policy().decide(2, 0, &timeout(), day, 0.5) {
             Decision::DeadLetter(r) => {
                 assert!(r.contains("older than") && r.contains("timeout"), "{r}")
             }

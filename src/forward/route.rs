@@ -1,5 +1,5 @@
-//! Where each source's entries go: its routes (each a destination, retry policy,
-//! timeout, headers, signing key and rate limit), and what routes sharing a
+//! Where each source's entries go: its routes (each a destination and its sender,
+//! retry policy, headers, signing key and rate limit), and what routes sharing a
 //! destination share (one breaker, one concurrency limit per destination origin,
 //! `scheme://host:port`).
 
@@ -15,6 +15,7 @@ use super::meters::RouteMeters;
 use super::pace::Pace;
 use super::request;
 use super::retry::RetryPolicy;
+use super::sender::{self, Connections, Sender, SenderError, Settings};
 use crate::config::ForwarderConfig;
 use crate::header_policy::HeaderPolicy;
 use crate::transform::Transforms;
@@ -25,10 +26,12 @@ pub struct Route {
     /// The route's name (`default` for a source configured with `destination`).
     pub name: String,
     pub destination: String,
-    /// `destination` parsed once, not at every attempt.
-    pub url: reqwest::Url,
+    /// What sends to `destination` (chosen by its scheme).
+    pub sender: Arc<dyn Sender>,
     pub signing_key: Option<Vec<u8>>,
     pub policy: RetryPolicy,
+    /// How long one send may take: the sender holds to it, and a claim's lease
+    /// leaves room for it.
     pub timeout: Duration,
     pub concurrency: usize,
     /// Which stored headers go to the destination.
@@ -39,7 +42,6 @@ pub struct Route {
     /// Whether the signature covers the event type; when it does not, deliveries say
     /// so (`hookgate-event-type-signed: false`).
     pub event_type_signed: bool,
-    pub client: reqwest::Client,
     /// Attempts in flight to the destination origin, shared by every source that
     /// delivers there.
     pub permits: Arc<Semaphore>,
@@ -61,29 +63,12 @@ pub struct Route {
 
 /// Why the routes could not be built.
 #[derive(Debug, thiserror::Error)]
-pub enum RouteError {
-    #[error("cannot build the delivery client")]
-    Client(#[source] reqwest::Error),
-    /// (The message names no URL: it may hold a password.)
-    #[error("route {source_name}/{route}: the destination is not a URL")]
-    Destination {
-        source_name: String,
-        route: String,
-        #[source]
-        cause: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
-
-/// Build the HTTP client of a route: no redirects (a 3xx is a final answer), the
-/// connect timeout, and keep-alive.
-pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
-    crate::tls::install_provider();
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(connect_timeout)
-        .pool_idle_timeout(Duration::from_secs(60))
-        .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
-        .build()
+#[error("route {source_name}/{route}")]
+pub struct RouteError {
+    source_name: String,
+    route: String,
+    #[source]
+    cause: SenderError,
 }
 
 /// The key of a destination's breaker, and how logs and metrics name a destination:
@@ -133,12 +118,14 @@ impl Default for ProviderFacts {
 /// changed is kept: a route whose configuration, provider facts, breaker, limit and
 /// transforms are as before is the same [`Route`] (its loop goes on undisturbed), a
 /// destination keeps its breaker (an open breaker stays open) and its slots when
-/// its limit is unchanged, and the HTTP clients their connections.
+/// its limit is unchanged, and the senders the connections they share
+/// (`connections`, carried from one table to the next).
 pub fn routes(
     sources: &[crate::config::SourceConfig],
     cfg: &ForwarderConfig,
     facts: &HashMap<String, ProviderFacts>,
     transforms: &Arc<Transforms>,
+    connections: &Connections,
     previous: Option<&Plan>,
 ) -> Result<Vec<Arc<Route>>, RouteError> {
     let all = || {
@@ -161,7 +148,6 @@ pub fn routes(
             && p.cfg.breaker_cooldown == cfg.breaker_cooldown
     });
     let mut shared: HashMap<String, (Arc<Breaker>, Arc<Semaphore>)> = HashMap::new();
-    let mut clients: HashMap<Duration, reqwest::Client> = HashMap::new();
     all()
         .map(|(s, r)| {
             let key = origin(&r.destination);
@@ -198,30 +184,24 @@ pub fn routes(
             {
                 return Ok(Arc::clone(old));
             }
-            let client = match clients.get(&r.delivery.connect_timeout) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = match before
-                        .iter()
-                        .find(|o| o.config.delivery.connect_timeout == r.delivery.connect_timeout)
-                    {
-                        Some(o) => o.client.clone(),
-                        None => client(r.delivery.connect_timeout).map_err(RouteError::Client)?,
-                    };
-                    clients.insert(r.delivery.connect_timeout, c.clone());
-                    c
-                }
+            let settings = Settings {
+                timeout: r.delivery.timeout,
+                connect_timeout: r.delivery.connect_timeout,
             };
+            let sender =
+                sender::sender(&r.destination, settings, connections).map_err(|cause| {
+                    RouteError {
+                        source_name: s.name.clone(),
+                        route: r.name.clone(),
+                        cause,
+                    }
+                })?;
             Ok(Arc::new(Route {
                 meters: RouteMeters::new(&s.name, &r.name, origin(&r.destination)),
                 source: s.name.clone(),
                 name: r.name.clone(),
                 destination: r.destination.clone(),
-                url: reqwest::Url::parse(&r.destination).map_err(|e| RouteError::Destination {
-                    source_name: s.name.clone(),
-                    route: r.name.clone(),
-                    cause: Box::new(e),
-                })?,
+                sender,
                 signing_key: r
                     .destination_secret
                     .as_ref()
@@ -240,7 +220,6 @@ pub fn routes(
                 ),
                 body_signed: source_facts.body_signed,
                 event_type_signed: source_facts.event_type_signed,
-                client,
                 permits,
                 breaker,
                 pace: r
@@ -263,7 +242,7 @@ mod tests {
     async fn https_destinations_have_a_tls_provider() {
         // A refused HTTPS connection is an ordinary connect error, not a panic for
         // want of a crypto provider.
-        let c = client(Duration::from_secs(1)).unwrap();
+        let c = sender::http::client(Duration::from_secs(1)).unwrap();
         let err = c.post("https://127.0.0.1:1/").send().await.unwrap_err();
         assert!(err.is_connect(), "{err}");
     }

@@ -1,7 +1,13 @@
 //! Dead letters grouped by failure: the dead deliveries of each route, grouped by
-//! what killed them (the HTTP status a destination answered, or the kind of error),
-//! with a count, when the group was first and last seen, and a sample; and a group's
-//! replay, paced as a bulk replay ([`super::bulk::replay_paced`]).
+//! the kind of their last failed attempt ([`Failure`], as the store recorded it:
+//! the HTTP status a destination answered, a timeout, a refused connection, the
+//! transform's kind), with a count, when the group was first and last seen, and a
+//! sample; and a group's replay, paced as a bulk replay
+//! ([`super::bulk::replay_paced`]).
+//!
+//! A group is named by its kind's canonical name; deliveries that died with no
+//! kind recorded (dead before kinds were stored) are the `unknown` group. Nothing
+//! here reads an error's text.
 //!
 //! Each route's newest [`GROUPED_MAX`] dead deliveries are grouped (the store reads
 //! no body for them); a route with more says so (`scanned` < `dead`), and a replayed
@@ -13,38 +19,33 @@ use super::bulk::replay_paced;
 use super::dto::{DeadLetterGroup, DeadLetterGroups, DeadLetterSample, ReplayResult};
 use super::entries::rfc3339;
 use super::{OpError, Operations};
+use crate::failure::Failure;
 use crate::store::{Actor, DeadLetter};
 
 /// Most dead deliveries of one route that are grouped.
 pub const GROUPED_MAX: usize = 10_000;
 
-/// What a failure is grouped by: the last attempt's outcome, without what the dead
-/// letter's reason says around it (`not retryable: HTTP 422`, `retry budget
-/// exhausted: 5 attempts; last: timeout`): `HTTP 422` for a destination's answer,
-/// `timeout`, `connect: …` or `io: …` for an error, `transform: <kind>` when the
-/// route's transform failed, `unknown` when none was recorded.
-pub fn failure_of(last_error: Option<&str>) -> String {
-    let Some(mut e) = last_error.map(str::trim).filter(|e| !e.is_empty()) else {
-        return "unknown".to_string();
-    };
-    if let Some(group) = crate::transform::group_of(e) {
-        return group;
+/// The group of dead deliveries with no failure kind recorded.
+pub const UNKNOWN: &str = "unknown";
+
+/// The name of the group of a dead letter whose last failure was `kind`.
+pub fn group_name(kind: Option<Failure>) -> String {
+    kind.map_or_else(|| UNKNOWN.to_string(), |k| k.name())
+}
+
+/// Which dead letters a group name selects: the deliveries of one kind (see
+/// [`Failure::of_group`], which also takes the names groups had before kinds
+/// were stored), or those with none (`unknown`).
+fn selected(group: &str) -> Result<Option<Failure>, OpError> {
+    if group.trim() == UNKNOWN {
+        return Ok(None);
     }
-    if let Some((_, last)) = e.rsplit_once("; last: ") {
-        e = last;
-    }
-    e = e.strip_prefix("not retryable: ").unwrap_or(e);
-    // "HTTP 422", and nothing said after the status.
-    if let Some(code) = e.strip_prefix("HTTP ")
-        && let Some(code) = code.get(..3)
-        && code.bytes().all(|b| b.is_ascii_digit())
-    {
-        return format!("HTTP {code}");
-    }
-    if e.starts_with("timeout") {
-        return "timeout".to_string();
-    }
-    e.chars().take(200).collect()
+    Failure::of_group(group).map(Some).ok_or_else(|| {
+        OpError::Invalid(format!(
+            "failure {:?} names no dead-letter group: give a group's failure as `GET /admin/dead-letters/groups` lists it (`HTTP 422`, `timeout`, `connect`, `transform: runtime`, `unknown`, …)",
+            group.chars().take(100).collect::<String>()
+        ))
+    })
 }
 
 /// The dead deliveries of every configured route (of `source`, and only `route`,
@@ -95,10 +96,11 @@ pub async fn replay_group(
     by: &Actor,
 ) -> Result<ReplayResult, OpError> {
     check(ops, Some(source), Some(route))?;
+    let kind = selected(failure)?;
     let letters = ops.store.dead_letters(source, route, GROUPED_MAX).await?;
     let ids: Vec<String> = letters
         .into_iter()
-        .filter(|d| failure_of(d.last_error.as_deref()) == failure)
+        .filter(|d| d.failure == kind)
         .map(|d| d.id)
         .collect();
     tracing::info!(source, route, count = ids.len(), "dead-letter group replay");
@@ -125,11 +127,9 @@ fn check(ops: &Operations, source: Option<&str>, route: Option<&str>) -> Result<
 
 /// Group `letters` (newest first) of one route by failure, largest group first.
 fn group(source: &str, route: &str, letters: &[DeadLetter]) -> Vec<DeadLetterGroup> {
-    let mut by: HashMap<String, (u64, i64, i64, &DeadLetter)> = HashMap::new();
+    let mut by: HashMap<Option<Failure>, (u64, i64, i64, &DeadLetter)> = HashMap::new();
     for d in letters {
-        let g = by
-            .entry(failure_of(d.last_error.as_deref()))
-            .or_insert((0, d.dead_at, d.dead_at, d));
+        let g = by.entry(d.failure).or_insert((0, d.dead_at, d.dead_at, d));
         g.0 += 1;
         g.1 = g.1.min(d.dead_at);
         if d.dead_at > g.2 {
@@ -139,10 +139,10 @@ fn group(source: &str, route: &str, letters: &[DeadLetter]) -> Vec<DeadLetterGro
     }
     let mut out: Vec<DeadLetterGroup> = by
         .into_iter()
-        .map(|(failure, (count, first, last, sample))| DeadLetterGroup {
+        .map(|(kind, (count, first, last, sample))| DeadLetterGroup {
             source: source.to_string(),
             route: route.to_string(),
-            failure,
+            failure: group_name(kind),
             count,
             first_seen: rfc3339(first),
             last_seen: rfc3339(last),
@@ -168,40 +168,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn failures_group_by_status_or_error() {
-        assert_eq!(failure_of(Some("HTTP 422")), "HTTP 422");
-        assert_eq!(failure_of(Some("not retryable: HTTP 422")), "HTTP 422");
+    fn group_names_select_their_kind_and_refuse_the_rest() {
+        assert_eq!(selected("HTTP 422").unwrap(), Some(Failure::Status(422)));
+        assert_eq!(selected("unknown").unwrap(), None);
         assert_eq!(
-            failure_of(Some("retry budget exhausted: 5 attempts; last: HTTP 503")),
-            "HTTP 503"
+            selected("connect: Connection refused (os error 111)").unwrap(),
+            Some(Failure::Connect)
         );
-        assert_eq!(
-            failure_of(Some(
-                "retry budget exhausted: older than 1day; last: timeout"
-            )),
-            "timeout"
-        );
-        assert_eq!(failure_of(Some("timeout after 10s")), "timeout");
-        assert_eq!(
-            failure_of(Some(
-                "retry budget exhausted: 3 attempts; last: connect: Connection refused (os error 111)"
-            )),
-            "connect: Connection refused (os error 111)"
-        );
-        assert_eq!(failure_of(Some("HTTP x")), "HTTP x");
-        assert_eq!(failure_of(None), "unknown");
-        assert_eq!(
-            failure_of(Some("transform: runtime: \"card 4242\" is not valid")),
-            "transform: runtime"
-        );
-        assert_eq!(
-            failure_of(Some("transform: timeout after 50ms")),
-            "transform: timeout"
-        );
-        assert_eq!(failure_of(Some("  ")), "unknown");
+        assert!(matches!(selected("HTTP x"), Err(OpError::Invalid(_))));
+        assert_eq!(group_name(None), "unknown");
+        assert_eq!(group_name(Some(Failure::Timeout)), "timeout");
     }
 
-    fn letter(id: &str, dead_at: i64, error: &str) -> DeadLetter {
+    fn letter(id: &str, dead_at: i64, kind: Failure, error: &str) -> DeadLetter {
         DeadLetter {
             id: id.to_string(),
             event_id: Some(format!("evt_{id}")),
@@ -210,26 +189,34 @@ mod tests {
             dead_at,
             attempts: 1,
             last_error: Some(error.to_string()),
+            failure: Some(kind),
         }
     }
 
     #[test]
     fn groups_count_and_date_their_letters_and_sample_the_newest() {
+        // Grouped by the recorded kind, whatever the texts say.
         let letters = [
-            letter("c", 300, "HTTP 422"),
+            letter("c", 300, Failure::Status(422), "not retryable: HTTP 422"),
             letter(
                 "b",
                 200,
-                "retry budget exhausted: 2 attempts; last: timeout",
+                Failure::Timeout,
+                "retry budget exhausted: 2 attempts; last: HTTP 422",
             ),
-            letter("a", 100, "HTTP 422"),
+            letter("a", 100, Failure::Status(422), "something else"),
+            DeadLetter {
+                failure: None,
+                ..letter("z", 50, Failure::Io, "HTTP 422")
+            },
         ];
         let g = group("s", "r", &letters);
-        assert_eq!(g.len(), 2);
+        assert_eq!(g.len(), 3);
         assert_eq!((g[0].failure.as_str(), g[0].count), ("HTTP 422", 2));
         assert_eq!(g[0].sample.id, "c");
         assert_eq!(g[0].first_seen, rfc3339(100));
         assert_eq!(g[0].last_seen, rfc3339(300));
         assert_eq!((g[1].failure.as_str(), g[1].count), ("timeout", 1));
+        assert_eq!((g[2].failure.as_str(), g[2].count), ("unknown", 1));
     }
 }

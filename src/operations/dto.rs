@@ -57,6 +57,9 @@ pub struct Delivery {
     pub attempts: u32,
     pub next_attempt_at: Option<String>,
     pub last_error: Option<String>,
+    /// The kind of its last failed attempt (`HTTP 503`, `timeout`, `connect`, …).
+    #[serde(default)]
+    pub last_failure: Option<String>,
     /// On an ordered route: the delivery's ordering key and the route's policy.
     #[serde(default)]
     pub order: Option<DeliveryOrder>,
@@ -90,6 +93,9 @@ pub struct Attempt {
     pub n: u32,
     pub at: String,
     pub status_code: Option<u16>,
+    /// The kind of failure, when it failed (`HTTP 503`, `timeout`, `connect`, …).
+    #[serde(default)]
+    pub failure: Option<String>,
     pub error: Option<String>,
     pub latency_ms: u64,
 }
@@ -268,8 +274,9 @@ pub struct DeadLetterRoute {
 pub struct DeadLetterGroup {
     pub source: String,
     pub route: String,
-    /// `HTTP 422`, `timeout`, `connect: …`, `io: …` or `transform: <kind>`: the
-    /// last attempt's outcome.
+    /// The kind of the last failed attempt, by its name (`HTTP 422`, `timeout`,
+    /// `connect`, `tls`, `io`, `transform: <kind>`, …), or `unknown` when none was
+    /// recorded.
     pub failure: String,
     pub count: u64,
     /// When the first and the last of them went dead (RFC 3339).

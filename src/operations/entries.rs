@@ -64,6 +64,7 @@ pub async fn entry_detail(ops: &Operations, id: &str) -> Result<EntryDetail, OpE
                     _ => None,
                 },
                 last_error: d.last_error.clone(),
+                last_failure: d.last_failure.map(|f| f.name()),
                 order: d.order.as_ref().map(|o| dto::DeliveryOrder {
                     key: o.key.clone(),
                     on_dead: o.on_dead().into(),
@@ -77,6 +78,7 @@ pub async fn entry_detail(ops: &Operations, id: &str) -> Result<EntryDetail, OpE
                 n: a.n,
                 at: rfc3339(a.at),
                 status_code: a.status_code,
+                failure: a.failure.map(|f| f.name()),
                 error: a.error,
                 latency_ms: a.latency_ms,
             })

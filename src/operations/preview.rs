@@ -91,7 +91,8 @@ pub fn of_run(route: String, ran: Result<Ran, TransformError>) -> Result<Preview
         Err(e) if !e.is_final() => Err(e),
         Err(e) => Ok(unsent(
             PreviewOutcome::Failed,
-            Some(format!("transform: {}", e.kind())),
+            e.failure()
+                .map(|k| crate::failure::Failure::Transform(k).name()),
             e.to_string(),
         )),
     }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 use super::{DEFAULT_ROUTE, ListedEntry};
+use crate::failure::Failure;
 
 /// The life of a delivery, and of an entry (derived from its deliveries: see
 /// [`Status::of_entry`]).
@@ -179,6 +180,8 @@ pub struct Delivery {
     /// Unix milliseconds of the next attempt, while pending.
     pub next_attempt_at: Option<i64>,
     pub last_error: Option<String>,
+    /// The kind of its last failed attempt (what its dead letter is grouped by).
+    pub last_failure: Option<Failure>,
     /// When the current retry budget started (unix ms): arrival, or the last replay.
     pub budget_start: i64,
     /// Attempts made before the current budget started.
@@ -281,7 +284,15 @@ pub struct Attempt {
     pub at: i64,
     /// The destination's HTTP status, when it answered.
     pub status_code: Option<u16>,
-    /// The error kind when it did not answer (or why the answer failed).
+    /// The kind of failure, when it failed (what groups, metrics and the console
+    /// go by). `None` when it delivered, and for attempts recorded before kinds were.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::failure::lenient"
+    )]
+    pub failure: Option<Failure>,
+    /// What went wrong, for people, when there was no status to say it.
     pub error: Option<String>,
     pub latency_ms: u64,
 }

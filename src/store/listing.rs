@@ -61,6 +61,9 @@ pub struct DeadLetter {
     pub attempts: u32,
     /// The delivery's last error (the dead letter's reason).
     pub last_error: Option<String>,
+    /// The kind of its last failed attempt: its dead-letter group. `None` when it
+    /// died without an attempt, or before kinds were recorded.
+    pub failure: Option<crate::failure::Failure>,
 }
 
 /// A page of listed entries (no headers, no bodies) and the cursor of the next page.

@@ -28,6 +28,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::failure::TransformFailure;
+
 pub use pool::{Pool, Ran, Run};
 pub use program::ProgramError;
 pub use shape::Shaped;
@@ -257,21 +259,25 @@ impl TransformError {
         }
     }
 
+    /// The delivery's failure kind, when the delivery fails for good (every kind
+    /// but `Unavailable` and `Late`).
+    pub fn failure(&self) -> Option<TransformFailure> {
+        Some(match self {
+            TransformError::Timeout(_) => TransformFailure::Timeout,
+            TransformError::Runtime(_) => TransformFailure::Runtime,
+            TransformError::NotJson => TransformFailure::NotJson,
+            TransformError::TooLarge(_) => TransformFailure::TooLarge,
+            TransformError::BadOutput(_) => TransformFailure::BadOutput,
+            TransformError::Crashed => TransformFailure::Crashed,
+            TransformError::Unavailable(_) | TransformError::Late => return None,
+        })
+    }
+
     /// Whether the delivery fails for good (every kind but `Unavailable` and
     /// `Late`).
     pub fn is_final(&self) -> bool {
         !matches!(self, TransformError::Unavailable(_) | TransformError::Late)
     }
-}
-
-/// The dead-letter group of a failure text that starts `transform: <kind>`.
-pub fn group_of(error: &str) -> Option<String> {
-    let rest = error.strip_prefix("transform: ")?;
-    let kind: String = rest
-        .chars()
-        .take_while(|c| c.is_ascii_lowercase() || *c == '-')
-        .collect();
-    (!kind.is_empty()).then(|| format!("transform: {kind}"))
 }
 
 #[cfg(test)]
@@ -288,8 +294,9 @@ mod tests {
             TransformError::BadOutput("x".into()),
             TransformError::Crashed,
         ] {
+            let kind = e.failure().map(crate::failure::Failure::Transform);
             assert_eq!(
-                group_of(&e.to_string()),
+                kind.map(|k| k.name()),
                 Some(format!("transform: {}", e.kind())),
                 "{e}"
             );
@@ -300,7 +307,8 @@ mod tests {
             "transform: timeout after 50ms"
         );
         assert!(!TransformError::Unavailable("x".into()).is_final());
-        assert_eq!(group_of("HTTP 500"), None);
+        assert_eq!(TransformError::Unavailable("x".into()).failure(), None);
+        assert_eq!(TransformError::Late.failure(), None);
     }
 
     #[test]

@@ -67,6 +67,7 @@ async fn listings_and_id_pages_agree(store: &dyn Store) {
                 n: 1,
                 at: now_ms(),
                 status_code: Some(404),
+                failure: Some(hookgate::failure::Failure::Status(404)),
                 error: None,
                 latency_ms: 3,
             }),

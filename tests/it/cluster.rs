@@ -140,6 +140,7 @@ fn answered(c: &hookgate::store::Claim, code: u16) -> Attempt {
         n: c.delivery.attempts + 1,
         at: now_ms(),
         status_code: Some(code),
+        failure: None,
         error: None,
         latency_ms: 3,
     }

@@ -63,11 +63,18 @@ fn history(now: i64) -> Vec<(i64, End)> {
 }
 
 fn attempt(at: i64, code: Option<u16>, error: Option<&str>) -> Attempt {
+    use hookgate::failure::Failure;
     Attempt {
         route: "default".into(),
         n: 1,
         at,
         status_code: code,
+        // What the forwarder records: the status's kind, or a timeout's.
+        failure: match (code, error) {
+            (Some(c), _) if !(200..300).contains(&c) => Some(Failure::Status(c)),
+            (None, Some(_)) => Some(Failure::Timeout),
+            _ => None,
+        },
         error: error.map(str::to_string),
         latency_ms: 40,
     }

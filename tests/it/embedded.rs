@@ -506,6 +506,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
             attempts,
             next_attempt_at: next,
             last_error: last_error.map(str::to_string),
+            last_failure: None,
             budget_start,
             budget_attempts: budget_n,
             order: None,
@@ -590,6 +591,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
                 n: u32::try_from(i + 1).unwrap(),
                 at: fx.dead.received_at + 1_000 * (i as i64 + 1),
                 status_code: Some(500),
+                failure: None,
                 error: None,
                 latency_ms: 7,
             }
@@ -680,6 +682,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
                 n: c.delivery.attempts + 1,
                 at: t,
                 status_code: Some(200),
+                failure: None,
                 error: None,
                 latency_ms: 3,
             },

@@ -23,6 +23,7 @@ fn delivered(n: u32) -> Completion {
             n,
             at: hookgate::clock::system_now_ms(),
             status_code: Some(200),
+            failure: None,
             error: None,
             latency_ms: 1,
         },

@@ -78,6 +78,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
             .unwrap();
         assert!(matches!(accepted, Accepted::New(_)));
     }
+    let connections = hookgate::forward::sender::Connections::default();
     let routes = hookgate::forward::routes(
         &cfg.sources,
         &cfg.forwarder,
@@ -88,6 +89,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
             cfg.server.max_body_bytes,
             cfg.forwarder.transform_memory_bytes,
         )),
+        &connections,
         None,
     )
     .unwrap();
@@ -95,6 +97,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
         routes,
         cfg: cfg.forwarder.clone(),
         retention: cfg.retention.clone(),
+        connections,
     };
     let forwarder = tokio::spawn(hookgate::forward::run(
         store.clone(),

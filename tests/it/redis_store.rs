@@ -505,6 +505,7 @@ pub(crate) async fn deliver_old_pending(
                 n: claim.delivery.attempts + 1,
                 at: t,
                 status_code: Some(200),
+                failure: None,
                 error: None,
                 latency_ms: 1,
             };

@@ -213,6 +213,7 @@ pub(super) async fn complete_row(
     let at = attempt.map(|a| a.at);
     let code = attempt.and_then(|a| a.status_code.map(i32::from));
     let error = attempt.and_then(|a| a.error.clone());
+    let failure = attempt.and_then(|a| a.failure).map(|f| f.name());
     let latency = attempt.map(|a| i64::try_from(a.latency_ms).unwrap_or(i64::MAX));
     let row = c
         .query_one_cached(
@@ -220,7 +221,8 @@ pub(super) async fn complete_row(
                  UPDATE deliveries SET status = $1, next_attempt_at = $2,
                      last_error = coalesce($3, last_error), attempts = attempts + $4,
                      lease_owner = NULL, lease_until = NULL, updated_at = $5,
-                     behind = behind AND $1 = 'pending'
+                     behind = behind AND $1 = 'pending',
+                     last_failure = coalesce($19, last_failure)
                  WHERE entry_id = $6 AND route = $7 AND lease_owner = $8 AND status = 'pending'
                  RETURNING 1),
              disc AS (
@@ -230,8 +232,9 @@ pub(super) async fn complete_row(
                    AND status = 'discarded'
                  RETURNING 1),
              att AS (
-                 INSERT INTO attempts (entry_id, route, n, at, status_code, error, latency_ms)
-                 SELECT $6, $7, $9, $10, $11, $12, $13
+                 INSERT INTO attempts (entry_id, route, n, at, status_code, error, latency_ms,
+                                       failure)
+                 SELECT $6, $7, $9, $10, $11, $12, $13, $19
                  WHERE $9::int4 IS NOT NULL
                    AND (EXISTS (SELECT 1 FROM upd) OR EXISTS (SELECT 1 FROM disc))
                  ON CONFLICT DO NOTHING),
@@ -262,6 +265,7 @@ pub(super) async fn complete_row(
                 &minute_of(now),
                 &delivered,
                 &failed,
+                &failure,
             ],
         )
         .await?;

@@ -189,7 +189,7 @@ pub(super) async fn count_status(
 
 pub(super) async fn attempts(c: &impl GenericClient, id: &str) -> Result<Vec<Attempt>, StoreError> {
     Ok(c.query_cached(
-        "SELECT route, n, at, status_code, error, latency_ms FROM attempts
+        "SELECT route, n, at, status_code, error, latency_ms, failure FROM attempts
              WHERE entry_id = $1 ORDER BY at, route, n",
         &[&id],
     )
@@ -202,6 +202,7 @@ pub(super) async fn attempts(c: &impl GenericClient, id: &str) -> Result<Vec<Att
         status_code: r
             .get::<_, Option<i32>>(3)
             .and_then(|c| u16::try_from(c).ok()),
+        failure: crate::failure::stored(r.get::<_, Option<String>>(6).as_deref()),
         error: r.get(4),
         latency_ms: r
             .get::<_, Option<i64>>(5)
@@ -240,7 +241,7 @@ pub(super) async fn dead_letters(
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     Ok(c.query_cached(
         "SELECT d.entry_id, e.event_id, e.event_type, e.received_at, d.updated_at,
-                    d.attempts, d.last_error
+                    d.attempts, d.last_error, d.last_failure
              FROM deliveries d JOIN entries e ON e.id = d.entry_id
              WHERE d.source = $1 AND d.route = $2 AND d.status = 'dead'
              ORDER BY d.entry_id DESC LIMIT $3",
@@ -256,6 +257,7 @@ pub(super) async fn dead_letters(
         dead_at: r.get(4),
         attempts: u32::try_from(r.get::<_, i32>(5)).unwrap_or(0),
         last_error: r.get(6),
+        failure: crate::failure::stored(r.get::<_, Option<String>>(7).as_deref()),
     })
     .collect())
 }

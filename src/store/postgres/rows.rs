@@ -17,7 +17,7 @@ const ENTRY_COLUMNS: &str =
 
 /// The columns [`row_to_delivery`] reads, after the entry id.
 const DELIVERY_COLUMNS: &str = "entry_id, route, status, attempts, next_attempt_at, last_error, \
-     budget_start, budget_attempts, order_key, order_block";
+     budget_start, budget_attempts, order_key, order_block, last_failure";
 
 pub(super) fn parse_status(id: &str, status: &str) -> Result<Status, StoreError> {
     Status::parse(status).ok_or_else(|| StoreError::Corrupt {
@@ -40,6 +40,7 @@ fn row_to_delivery(r: &Row) -> Result<(String, Delivery), StoreError> {
         attempts: u32::try_from(r.get::<_, i32>(3)).unwrap_or(0),
         next_attempt_at: r.get(4),
         last_error: r.get(5),
+        last_failure: crate::failure::stored(r.get::<_, Option<String>>(10).as_deref()),
         budget_start: r.get(6),
         budget_attempts: u32::try_from(r.get::<_, i32>(7)).unwrap_or(0),
         order: r.get::<_, Option<String>>(8).map(|key| DeliveryOrder {

@@ -21,7 +21,16 @@ use crate::store::{Backend, StoreError};
 /// 6. An armed handshake's token ([`V6`]).
 /// 7. The gateways' heartbeats, who holds a lease, the configuration salt ([`V7`]).
 /// 8. The route registry ([`V8`]).
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
+/// 9. The failure kind of each attempt and of a delivery's last ([`V9`]).
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+
+/// The kind of a failed attempt (`crate::failure`, by its canonical name), and of
+/// the last failed attempt of a delivery, which its dead letter is grouped by.
+/// Attempts recorded before have none. (Adding a nullable column rewrites no row.)
+const V9: &str = r#"
+ALTER TABLE attempts ADD COLUMN failure TEXT;
+ALTER TABLE deliveries ADD COLUMN last_failure TEXT;
+"#;
 
 /// The route registry (`store::routes`): every route a gateway on the store had
 /// in force, its destination's fingerprint, and when it was retired.

@@ -172,6 +172,9 @@ fn read_deliveries(
                     _ => None,
                 },
                 last_error: field_str(map, &field("last_error")).filter(|s| !s.is_empty()),
+                last_failure: crate::failure::stored(
+                    field_str(map, &field("last_failure")).as_deref(),
+                ),
                 budget_start: int_field(id, map, &field("budget_start"))?.unwrap_or(received_at),
                 budget_attempts: count(int_field(id, map, &field("budget_attempts"))?),
                 order: field_str(map, &field("okey")).map(|key| DeliveryOrder {

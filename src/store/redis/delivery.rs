@@ -288,7 +288,13 @@ impl RedisStore {
                 Some(Counted::Delivered) => "d",
                 Some(Counted::Failed) => "f",
                 None => "",
-            });
+            })
+            .arg(
+                attempt
+                    .and_then(|a| a.failure)
+                    .map(|f| f.name())
+                    .unwrap_or_default(),
+            );
         let mut c = self.conn();
         let applied: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         if matches!(completion, Completion::Release { .. }) {

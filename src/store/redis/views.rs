@@ -122,7 +122,8 @@ fn dead_letter(id: &str, fields: Vec<String>) -> Result<DeadLetter, StoreError> 
         dead_at,
         attempts,
         last_error,
-    ]: [String; 6] = fields
+        last_failure,
+    ]: [String; 7] = fields
         .try_into()
         .map_err(|f: Vec<String>| corrupt(format!("dead-letter row of {} fields", f.len())))?;
     let int = |name: &str, v: &str| -> Result<i64, StoreError> {
@@ -146,5 +147,6 @@ fn dead_letter(id: &str, fields: Vec<String>) -> Result<DeadLetter, StoreError> 
         },
         attempts: u32::try_from(int("attempts", &attempts)?).unwrap_or(0),
         last_error: non_empty(last_error),
+        failure: crate::failure::stored(Some(&last_failure)),
     })
 }

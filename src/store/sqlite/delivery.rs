@@ -195,8 +195,9 @@ fn lease(
 
 fn insert_attempt(conn: &Connection, id: &str, route: &str, a: &Attempt) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT OR IGNORE INTO attempts (entry_id, route, n, at, status_code, error, latency_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT OR IGNORE INTO attempts (entry_id, route, n, at, status_code, error, latency_ms,
+                                         failure)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
     .execute(params![
         id,
@@ -205,7 +206,8 @@ fn insert_attempt(conn: &Connection, id: &str, route: &str, a: &Attempt) -> Resu
         a.at,
         a.status_code,
         a.error,
-        i64::try_from(a.latency_ms).unwrap_or(i64::MAX)
+        i64::try_from(a.latency_ms).unwrap_or(i64::MAX),
+        a.failure.map(|f| f.name())
     ])?;
     Ok(())
 }
@@ -241,7 +243,8 @@ pub(super) fn complete(
             "UPDATE deliveries SET status = ?1, next_attempt_at = ?2,
                  last_error = coalesce(?3, last_error), attempts = attempts + ?4,
                  lease_owner = NULL, lease_until = NULL, updated_at = ?5,
-                 behind = behind AND ?1 = 'pending'
+                 behind = behind AND ?1 = 'pending',
+                 last_failure = coalesce(?9, last_failure)
              WHERE entry_id = ?6 AND route = ?7 AND lease_owner = ?8 AND status = 'pending'",
         )?
         .execute(params![
@@ -252,7 +255,8 @@ pub(super) fn complete(
             now,
             id,
             route,
-            token
+            token,
+            attempt.and_then(|a| a.failure).map(|f| f.name())
         ])? == 1;
     // Only the lease holder's attempt is recorded: a completion that lost its lease
     // (or is repeated after a lost reply) changes nothing. But a delivery discarded

@@ -255,7 +255,7 @@ pub(super) fn dead_letters(
     let rows = conn
         .prepare_cached(
             "SELECT d.entry_id, e.event_id, e.event_type, e.received_at, d.updated_at,
-                    d.attempts, d.last_error
+                    d.attempts, d.last_error, d.last_failure
              FROM deliveries d JOIN entries e ON e.id = d.entry_id
              WHERE d.source = ?1 AND d.route = ?2 AND d.status = 'dead'
                AND d.next_attempt_at IS NULL
@@ -272,6 +272,7 @@ pub(super) fn dead_letters(
                     dead_at: r.get(4)?,
                     attempts: r.get(5)?,
                     last_error: r.get(6)?,
+                    failure: crate::failure::stored(r.get::<_, Option<String>>(7)?.as_deref()),
                 })
             },
         )?
@@ -381,7 +382,7 @@ pub(super) fn paused(conn: &Connection) -> Result<Vec<PauseTarget>, StoreError> 
 /// number).
 pub(super) fn attempts(conn: &Connection, id: &str) -> Result<Vec<Attempt>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT route, n, at, status_code, error, latency_ms FROM attempts
+        "SELECT route, n, at, status_code, error, latency_ms, failure FROM attempts
          WHERE entry_id = ?1 ORDER BY at, route, n",
     )?;
     let rows = stmt
@@ -391,6 +392,7 @@ pub(super) fn attempts(conn: &Connection, id: &str) -> Result<Vec<Attempt>, Stor
                 n: r.get(1)?,
                 at: r.get(2)?,
                 status_code: r.get(3)?,
+                failure: crate::failure::stored(r.get::<_, Option<String>>(6)?.as_deref()),
                 error: r.get(4)?,
                 latency_ms: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
             })
@@ -598,6 +600,7 @@ mod tests {
                 n: 1,
                 at: 2_000,
                 status_code: Some(200),
+                failure: None,
                 error: None,
                 latency_ms: 1,
             },

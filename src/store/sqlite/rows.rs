@@ -17,7 +17,7 @@ pub(super) const ENTRY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type
 
 /// What a delivery row holds, in route order: the columns [`row_to_delivery`] reads.
 const DELIVERY_COLUMNS: &str = "route, status, attempts, next_attempt_at, last_error, \
-     budget_start, budget_attempts, order_key, order_block";
+     budget_start, budget_attempts, order_key, order_block, last_failure";
 
 /// A delivery's status (`filtered` when its route's transform skipped it).
 pub(super) fn parse_status(id: &str, status: &str) -> Result<Status, StoreError> {
@@ -35,6 +35,7 @@ fn row_to_delivery(id: &str, r: &rusqlite::Row<'_>) -> Result<Delivery, StoreErr
         attempts: u32::try_from(r.get::<_, i64>(2)?).unwrap_or(u32::MAX),
         next_attempt_at: r.get(3)?,
         last_error: r.get(4)?,
+        last_failure: crate::failure::stored(r.get::<_, Option<String>>(9)?.as_deref()),
         budget_start: r.get(5)?,
         budget_attempts: u32::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
         order: r

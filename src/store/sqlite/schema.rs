@@ -23,6 +23,8 @@ pub(super) const DB_FILE: &str = "hookgate.db";
 /// 4. Payloads in a table of their own ([`PAYLOADS`]).
 /// 5. The session and client of an audit event ([`AUDIT_ORIGIN`]).
 /// 6. Only the heads of ordered lines are scheduled ([`LINES`]).
+/// 7. Leaner line indexes ([`LEAN_LINES`]).
+/// 8. The failure kind of each attempt, and of a delivery's last ([`FAILURE_KINDS`]).
 const MIGRATIONS: &[&str] = &[
     V1_ENTRIES,
     ROUTES,
@@ -31,7 +33,16 @@ const MIGRATIONS: &[&str] = &[
     AUDIT_ORIGIN,
     LINES,
     LEAN_LINES,
+    FAILURE_KINDS,
 ];
+
+/// The kind of a failed attempt (`crate::failure`, by its canonical name), and of
+/// the last failed attempt of a delivery, which its dead letter is grouped by.
+/// Attempts recorded before have none.
+const FAILURE_KINDS: &str = r#"
+ALTER TABLE attempts ADD COLUMN failure TEXT;
+ALTER TABLE deliveries ADD COLUMN last_failure TEXT;
+"#;
 
 /// Where an operator action came from: the console session (a hash of its nonce)
 /// and the client address. Older events have neither.

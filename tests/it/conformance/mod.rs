@@ -140,6 +140,7 @@ pub(crate) fn attempt(n: u32, at: i64, status_code: Option<u16>) -> Attempt {
         n,
         at,
         status_code,
+        failure: None,
         error: None,
         latency_ms: 12,
     }
@@ -281,6 +282,7 @@ pub(crate) fn route_attempt(route: &str, n: u32, at: i64, status_code: Option<u1
         n,
         at,
         status_code,
+        failure: None,
         error: None,
         latency_ms: 9,
     }

@@ -45,6 +45,7 @@ fn attempt(c: &Claim, at: i64, status_code: u16) -> Attempt {
         n: c.delivery.attempts + 1,
         at,
         status_code: Some(status_code),
+        failure: None,
         error: None,
         latency_ms: 3,
     }

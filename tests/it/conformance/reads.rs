@@ -5,13 +5,14 @@
 
 use bytes::Bytes;
 use hookgate::clock::system_now_ms as now_ms;
+use hookgate::failure::Failure;
 use hookgate::store::{
     Accepted, Actor, Attempt, AuditEvent, Completion, Header, ListQuery, SourceStats, Status,
     Store, Transition,
 };
 
 use super::{
-    accept_new, claim_at, claim_one, delivered_at, discard_done, entry, entry_at,
+    accept_new, attempt, claim_at, claim_one, delivered_at, discard_done, entry, entry_at,
     entry_with_status, page_through, refused_at, stored,
 };
 use crate::for_each_fresh_store;
@@ -387,6 +388,7 @@ async fn attempts_in_order(store: &dyn Store) {
             n: 1,
             at: t,
             status_code: None,
+            failure: Some(Failure::Connect),
             error: Some("connect timeout".into()),
             latency_ms: 5_000,
         },
@@ -395,6 +397,7 @@ async fn attempts_in_order(store: &dyn Store) {
             n: 2,
             at: t + 1_000,
             status_code: Some(502),
+            failure: Some(Failure::Status(502)),
             error: None,
             latency_ms: 40,
         },
@@ -403,6 +406,7 @@ async fn attempts_in_order(store: &dyn Store) {
             n: 3,
             at: t + 3_000,
             status_code: Some(500),
+            failure: Some(Failure::Status(500)),
             error: Some("body read failed".into()),
             latency_ms: 7,
         },
@@ -427,10 +431,98 @@ async fn attempts_in_order(store: &dyn Store) {
     assert_eq!(store.attempts(&id).await.unwrap(), recorded);
     let e = stored(store, &id).await;
     assert_eq!((e.status, e.attempts), (Status::Dead, 3));
+    assert_eq!(e.deliveries[0].last_failure, Some(Failure::Status(500)));
 }
 for_each_fresh_store!(
     attempts_come_oldest_first_as_recorded,
     super::attempts_in_order
+);
+
+/// Every failure kind is kept with its attempt, the last one as the delivery's
+/// (and its dead letter's): a completion without a kind leaves it as it was.
+async fn failure_kinds_are_kept(store: &dyn Store) {
+    use hookgate::failure::TransformFailure;
+    let id = accept_new(store, entry("s", "evt_kinds")).await;
+    let kinds = [
+        Failure::Timeout,
+        Failure::Connect,
+        Failure::Tls,
+        Failure::Io,
+        Failure::AuthRefused,
+        Failure::NotFound,
+        Failure::TooLarge,
+        Failure::Transform(TransformFailure::BadOutput),
+        Failure::LeaseExpired,
+        Failure::Nacked,
+        Failure::Erased,
+        Failure::Cancelled,
+        Failure::Status(418),
+    ];
+    let mut now = now_ms();
+    let mut recorded = Vec::new();
+    for (i, kind) in kinds.iter().enumerate() {
+        let c = claim_one(store, "s", "w", now).await;
+        let a = Attempt {
+            failure: Some(*kind),
+            error: Some(format!("attempt {i}")),
+            ..attempt(u32::try_from(i + 1).unwrap(), now, kind.status())
+        };
+        recorded.push(a.clone());
+        now += 10;
+        let retry = Completion::Retry {
+            attempt: a,
+            at: now,
+        };
+        assert!(store.complete(&c, "w", retry, now).await.unwrap());
+        let e = stored(store, &id).await;
+        assert_eq!(e.deliveries[0].last_failure, Some(*kind), "after {kind}");
+    }
+    assert_eq!(store.attempts(&id).await.unwrap(), recorded);
+    // Released without an attempt, then dead without one: the kind stays the last
+    // attempt's, and the dead letter is grouped by it.
+    let c = claim_one(store, "s", "w", now).await;
+    let release = Completion::Release { at: now };
+    assert!(store.complete(&c, "w", release, now).await.unwrap());
+    let c = claim_one(store, "s", "w", now).await;
+    let dead = Completion::Dead {
+        attempt: None,
+        reason: "gave up".into(),
+    };
+    assert!(store.complete(&c, "w", dead, now).await.unwrap());
+    let e = stored(store, &id).await;
+    assert_eq!(e.status, Status::Dead);
+    assert_eq!(e.deliveries[0].last_failure, Some(Failure::Status(418)));
+    let letters = store.dead_letters("s", "default", 10).await.unwrap();
+    let letter = letters
+        .iter()
+        .find(|d| d.id == id)
+        .expect("its dead letter");
+    assert_eq!(letter.failure, Some(Failure::Status(418)));
+    assert_eq!(letter.last_error.as_deref(), Some("gave up"));
+    // Replayed and delivered: the attempt has no kind, the last failure stays.
+    assert_eq!(
+        store
+            .replay(&id, None, now, &"alice".into(), now)
+            .await
+            .unwrap(),
+        Transition::Done
+    );
+    let c = claim_one(store, "s", "w", now).await;
+    let done = Completion::Delivered {
+        attempt: attempt(u32::try_from(kinds.len() + 1).unwrap(), now, Some(200)),
+    };
+    assert!(store.complete(&c, "w", done, now).await.unwrap());
+    let e = stored(store, &id).await;
+    assert_eq!(e.status, Status::Delivered);
+    assert_eq!(e.deliveries[0].last_failure, Some(Failure::Status(418)));
+    assert_eq!(
+        store.attempts(&id).await.unwrap().last().unwrap().failure,
+        None
+    );
+}
+for_each_fresh_store!(
+    failure_kinds_are_kept_with_attempts_deliveries_and_dead_letters,
+    super::failure_kinds_are_kept
 );
 
 async fn audit_trail_oldest_first(store: &dyn Store) {

@@ -18,6 +18,7 @@ fn failed(route: &str, at: i64, code: u16) -> Attempt {
         n: 1,
         at,
         status_code: Some(code),
+        failure: None,
         error: None,
         latency_ms: 3,
     }

@@ -43,6 +43,8 @@ pub struct MDelivery {
     pub attempts: u32,
     pub next: Option<i64>,
     pub last_error: Option<String>,
+    /// The kind of its last failed attempt.
+    pub last_failure: Option<hookgate::failure::Failure>,
     pub budget_start: i64,
     pub budget_attempts: u32,
     pub key: Option<usize>,
@@ -117,6 +119,8 @@ pub fn attempt(route: usize, n: u32, at: i64, status_code: u16) -> hookgate::sto
         n,
         at,
         status_code: Some(status_code),
+        failure: (!(200..300).contains(&status_code))
+            .then_some(hookgate::failure::Failure::Status(status_code)),
         error: None,
         latency_ms: 1,
     }
@@ -218,6 +222,7 @@ impl Model {
                     attempts: 0,
                     next: Some(self.now),
                     last_error: None,
+                    last_failure: None,
                     budget_start: self.now,
                     budget_attempts: 0,
                     key: *k,
@@ -456,8 +461,12 @@ impl Model {
             Outcome::Retry { after } => {
                 d.next = Some(now + after);
                 d.last_error = Some("HTTP 503".to_string());
+                d.last_failure = Some(hookgate::failure::Failure::Status(503));
             }
-            Outcome::Dead { .. } => {
+            Outcome::Dead { attempted } => {
+                if attempted {
+                    d.last_failure = Some(hookgate::failure::Failure::Status(400));
+                }
                 d.status = Status::Dead;
                 d.next = None;
                 d.last_error = Some("refused".to_string());
@@ -653,6 +662,7 @@ impl Model {
                     _ => None,
                 },
                 last_error: d.last_error.clone(),
+                last_failure: d.last_failure,
                 budget_start: d.budget_start,
                 budget_attempts: d.budget_attempts,
                 order: d.key.map(|k| DeliveryOrder {
@@ -795,6 +805,7 @@ impl Model {
                     dead_at: d.dead_at.expect("a dead delivery's time"),
                     attempts: d.attempts,
                     last_error: d.last_error.clone(),
+                    failure: d.last_failure,
                 })
             })
             .collect()

@@ -3,7 +3,8 @@
 -- ARGV: msg id ('' for a probe taken from the schedule: see probe.lua), group, new
 -- status, next_at, attempt JSON, last_error, now, entry id, reason, lease token,
 -- route, key base (`hg:{src}:`), the audit JSON of a skip (see below), the activity
--- counter the completion moves ('d' delivered, 'f' failed, '': none).
+-- counter the completion moves ('d' delivered, 'f' failed, '': none), the failure
+-- kind of the attempt ('' when it has none: `R:last_failure` keeps its value).
 -- Only the holder of the delivery's current lease completes (returns 1). Anything
 -- else returns 0 and changes nothing the current holder relies on (so a retried call
 -- after a lost reply is harmless): a message claimed again by another worker after
@@ -62,6 +63,10 @@ end
 if ARGV[6] ~= '' then
   set[#set + 1] = p .. 'last_error'
   set[#set + 1] = ARGV[6]
+end
+if ARGV[15] ~= '' then
+  set[#set + 1] = p .. 'last_failure'
+  set[#set + 1] = ARGV[15]
 end
 if ARGV[3] == 'pending' then
   set[#set + 1] = p .. 'next'

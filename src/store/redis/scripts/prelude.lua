@@ -6,7 +6,7 @@
 -- derived `status` and `updated_at`, and per route R the fields `R:status` (absent:
 -- pending), `R:next` (absent: received at), `R:attempts`, `R:lease` (the lease
 -- token) and `R:lease_until` (when the lease ends), `R:msg`,
--- `R:budget_start`, `R:budget_attempts`, `R:last_error`, and on an ordered route
+-- `R:budget_start`, `R:budget_attempts`, `R:last_error`, `R:last_failure`, and on an ordered route
 -- `R:okey` (the ordering key) and `R:oblock` ('1': a dead head blocks its line).
 --
 -- Ordered routes: the deliveries of one key wait in the key's line,

@@ -177,6 +177,7 @@ fn only_a_lease_that_holds_a_line_back_is_kept_apart() {
             n: 1,
             at: 2_000,
             status_code: Some(200),
+            failure: None,
             error: None,
             latency_ms: 1,
         },
