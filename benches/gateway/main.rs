@@ -7,6 +7,7 @@
 //! cargo bench --bench gateway -- --smoke           # about two minutes: proves the harness works
 //! cargo bench --bench gateway -- forward-drain --drain-entries 20000  # a shorter drain
 //! cargo bench --bench gateway -- ingest-postgres latency-postgres forward-drain-postgres
+//! HOOKGATE_BENCH_BEFORE_BIN=… cargo bench --bench gateway -- drain-ab  # an A/B of two builds
 //! ```
 //!
 //! Layout: the gateway (`hookgate serve`, release build) and the baseline (this binary
@@ -24,10 +25,12 @@
 //! disk, medians), [`scenarios`] (one function per scenario), [`console`] (the
 //! console's pages with a large store behind them), [`flood`] (genuine webhooks
 //! while forgeries flood in), [`traces`] (what the trace exporter costs, off
-//! and on, against the build before traces) and [`reload`] (a configuration
-//! reload every second under load).
+//! and on, against the build before traces), [`reload`] (a configuration
+//! reload every second under load) and [`drain_ab`] (the drain of this build against
+//! another, alternated in one run).
 
 mod console;
+mod drain_ab;
 mod flood;
 mod load;
 mod measure;
@@ -65,6 +68,7 @@ const SCENARIOS: &[&str] = &[
     "search",
     "traces",
     "reload",
+    "drain-ab",
     "profile-embedded",
     "profile-redis",
 ];
@@ -188,6 +192,8 @@ fn main() {
                     }
                 }
                 "reload" => reload::reload(&mut report, settings).await,
+                // `HOOKGATE_BENCH_BEFORE_BIN` names the other build.
+                "drain-ab" => drain_ab::drain_ab(&mut report, settings).await,
                 "traces" => {
                     // `HOOKGATE_BENCH_TRACES_STORES=embedded,redis,postgres` picks the
                     // stores (embedded when unset); `HOOKGATE_BENCH_TODAY_BIN` adds

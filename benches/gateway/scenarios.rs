@@ -547,10 +547,10 @@ pub async fn forward_drain(report: &mut Report, s: Settings) {
 const SMALL_TRANSFORM: &str =
     "{id: .data.object.id, amount: (.data.object.amount / 100), kind: .type}";
 
-struct Drained {
-    secs: f64,
+pub(crate) struct Drained {
+    pub(crate) secs: f64,
     /// The gateway's CPU time during the drain.
-    cpu_secs: f64,
+    pub(crate) cpu_secs: f64,
     /// Its store writer's, the one thread every delivery's writes go through.
     writer_secs: f64,
     rss_mib: f64,
@@ -582,6 +582,18 @@ async fn drain(
     // rather than the source's own destination.
     route: Option<&str>,
 ) -> Drained {
+    drain_with(s, routes, ordered, store, route, None).await
+}
+
+/// [`drain`] with the gateway binary `bin` when given (another build, for an A/B).
+pub(crate) async fn drain_with(
+    s: Settings,
+    routes: usize,
+    ordered: bool,
+    store: Store,
+    route: Option<&str>,
+    bin: Option<&std::path::Path>,
+) -> Drained {
     let sink = start_sink(None, false).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let pg = store.is_postgres().then(|| start_postgres(false));
@@ -593,7 +605,7 @@ async fn drain(
         } else {
             format!("transform = '{program}'\n")
         };
-        start_gateway(
+        start_gateway_with(
             dir.path(),
             &store_section,
             "",
@@ -602,6 +614,7 @@ async fn drain(
                 "[sources.delivery]\nconcurrency = 64\n\
                  [[sources.routes]]\nname = \"t\"\ndestination = \"{target}\"\n{transform}"
             ),
+            bin,
         )
     } else if routes == 1 {
         let order = if ordered {
@@ -609,11 +622,13 @@ async fn drain(
         } else {
             ""
         };
-        forwarding_gateway(
+        start_gateway_with(
             dir.path(),
             &store_section,
-            sink.port,
+            &format!("http://127.0.0.1:{}/hook", sink.port),
+            "[forwarder]\npoll_interval = \"100ms\"\n",
             &format!("[sources.delivery]\nconcurrency = 64\n{order}"),
+            bin,
         )
     } else {
         let mut extra = String::from("[sources.delivery]\nconcurrency = 64\n");
@@ -622,12 +637,13 @@ async fn drain(
                 "[[sources.routes]]\nname = \"r{r}\"\ndestination = \"{target}/{r}\"\n"
             ));
         }
-        start_gateway(
+        start_gateway_with(
             dir.path(),
             &store_section,
             "",
             "[forwarder]\npoll_interval = \"100ms\"\n",
             &extra,
+            bin,
         )
     };
     let admin = format!("http://127.0.0.1:{}", gw.admin);

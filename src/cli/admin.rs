@@ -154,10 +154,22 @@ pub enum DlqCmd {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Replay every dead entry matching the filter (spread at admin.replay_rate).
+    /// Replay every dead entry matching the filter (spread at admin.replay_rate);
+    /// with --failure, one dead-letter group of --source and --route.
     Replay {
         #[command(flatten)]
         filter: FilterArgs,
+        /// Only the deliveries that died of this failure kind, as `dlq groups`
+        /// lists it (`HTTP 422`, `timeout`, `connect`, `transform: runtime`, …).
+        #[arg(long, requires_all = ["source", "route"], conflicts_with_all = ["event_type", "since", "until"])]
+        failure: Option<String>,
+    },
+    /// The dead letters of each route grouped by failure kind, largest first.
+    Groups {
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long)]
+        route: Option<String>,
     },
 }
 
@@ -538,7 +550,17 @@ pub async fn dlq(api: &ApiArgs, cmd: DlqCmd) -> anyhow::Result<()> {
             let search = SearchArgs::default();
             list(api, Some("dead".into()), &filter, limit, cursor, &search).await
         }
-        DlqCmd::Replay { filter } => {
+        DlqCmd::Groups { source, route } => super::dead_letters::groups(api, source, route).await,
+        DlqCmd::Replay {
+            filter:
+                FilterArgs {
+                    source: Some(source),
+                    route: Some(route),
+                    ..
+                },
+            failure: Some(failure),
+        } => super::dead_letters::replay_group(api, source, route, failure).await,
+        DlqCmd::Replay { filter, .. } => {
             let c = Client::new(api)?;
             let body = ReplayFilter {
                 source: filter.source,

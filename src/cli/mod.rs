@@ -7,6 +7,7 @@
 //! `main`, and exit codes are documented there.
 
 pub mod admin;
+mod dead_letters;
 pub mod out;
 pub mod rejections;
 pub mod reload;

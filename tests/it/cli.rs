@@ -292,6 +292,45 @@ async fn the_cli_drives_a_running_gateway() {
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["entries"].as_array().unwrap().is_empty());
+    // The dead letters by failure kind: one group, both entries in it.
+    let (code, out, err) = cli(vec!["dlq", "groups", "--source", "cli"]).await;
+    assert_eq!(code, 0, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("cli"))
+        .unwrap_or_else(|| panic!("a group row: {out}"));
+    assert!(
+        row.contains("default") && row.contains("HTTP 404") && row.contains(" 2 "),
+        "{out}"
+    );
+    // A name that is no group's is refused, and says what a group's name is.
+    let (code, _, err) = cli(vec![
+        "dlq",
+        "replay",
+        "--source",
+        "cli",
+        "--route",
+        "default",
+        "--failure",
+        "HTTP x",
+    ])
+    .await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("400") && err.contains("names no dead-letter group"),
+        "{err}"
+    );
+    // --failure needs the route it is a group of.
+    let (code, _, _) = cli(vec![
+        "dlq",
+        "replay",
+        "--source",
+        "cli",
+        "--failure",
+        "HTTP 404",
+    ])
+    .await;
+    assert_eq!(code, 2);
     let (code, _, err) = cli(vec!["entries", "replay", &a, "--route", "nope"]).await;
     assert_eq!(code, 1);
     assert!(err.contains("404") && err.contains("nope"), "{err}");

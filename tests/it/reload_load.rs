@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -142,9 +142,10 @@ async fn under_load(backend: Backend, seconds: u64) {
         })
     };
 
-    let started = Instant::now();
+    // A reload a second, `seconds` of them: counted, not timed, so that a loaded
+    // machine makes the run longer, not the reloads fewer.
     let mut reloads = 0u32;
-    while started.elapsed() < Duration::from_secs(seconds) {
+    while u64::from(reloads) < seconds {
         let with_b = reloads.is_multiple_of(2);
         std::fs::write(&cfg, files.text(with_b)).unwrap();
         let r = c
@@ -184,7 +185,6 @@ async fn under_load(backend: Backend, seconds: u64) {
     }
     stop.store(true, Ordering::SeqCst);
     let results = load.await.unwrap();
-    assert!(reloads as u64 >= seconds / 2, "{reloads} reloads");
 
     let refused: Vec<_> = results.iter().filter(|r| r.2 != 200).take(10).collect();
     assert!(
