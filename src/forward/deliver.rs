@@ -322,6 +322,7 @@ fn trace_attempt(
     outcome: AttemptOutcome,
 ) {
     let Some(start) = wall else { return };
+    let failure = attempt.failure.map(|f| f.name());
     fwd.traces.attempt(AttemptSpan {
         entry_id: &claim.entry.id,
         source: &route.source,
@@ -331,6 +332,7 @@ fn trace_attempt(
         start,
         elapsed,
         status_code: attempt.status_code,
+        failure: failure.as_deref(),
         error: attempt.error.as_deref(),
         outcome,
     });

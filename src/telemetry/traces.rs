@@ -285,13 +285,16 @@ impl Traces {
         if let Some(code) = a.status_code {
             attributes.push(KeyValue::new("http.response.status_code", i64::from(code)));
         }
-        let status = match a.error {
-            Some(e) => {
-                attributes.push(KeyValue::new("error.type", bounded(e)));
-                Status::error(bounded(e))
-            }
-            None if a.outcome == AttemptOutcome::Delivered => Status::Ok,
-            None => Status::error(a.outcome.label()),
+        // `error.type` is the failure's kind (few values: `HTTP 503`, `timeout`,
+        // `connect`); the status says what happened in words.
+        if let Some(kind) = a.failure {
+            attributes.push(KeyValue::new("error.type", kind.to_string()));
+        }
+        let status = match (a.error, a.failure) {
+            (Some(e), _) => Status::error(bounded(e)),
+            (None, Some(kind)) => Status::error(kind.to_string()),
+            (None, None) if a.outcome == AttemptOutcome::Delivered => Status::Ok,
+            (None, None) => Status::error(a.outcome.label()),
         };
         // A retry follows the attempt before it: a link, not a child of that span.
         let links = match a.attempt {
@@ -411,6 +414,8 @@ pub struct AttemptSpan<'a> {
     pub start: SystemTime,
     pub elapsed: Duration,
     pub status_code: Option<u16>,
+    /// The kind of failure, by its name, when it failed (`HTTP 503`, `timeout`).
+    pub failure: Option<&'a str>,
     /// What went wrong, when something did (never request data).
     pub error: Option<&'a str>,
     pub outcome: AttemptOutcome,

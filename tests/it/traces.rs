@@ -302,6 +302,13 @@ async fn one_webhook_is_one_trace(backend: Backend) {
             g.attr("http.response.status_code").as_deref(),
             Some(want_status)
         );
+        // The failure's kind, on the failed attempt only.
+        let want_error = if n == 0 { Some("HTTP 500") } else { None };
+        assert_eq!(
+            g.attr("error.type").as_deref(),
+            want_error,
+            "attempt {attempt}"
+        );
         let request = received
             .iter()
             .find(|r| r.header("hookgate-attempt").as_deref() == Some(attempt.as_str()))
