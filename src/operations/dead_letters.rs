@@ -42,7 +42,7 @@ fn selected(group: &str) -> Result<Option<Failure>, OpError> {
     }
     Failure::of_group(group).map(Some).ok_or_else(|| {
         OpError::Invalid(format!(
-            "failure {:?} names no dead-letter group: give a group's failure as `GET /admin/dead-letters/groups` lists it (`HTTP 422`, `timeout`, `connect`, `transform: runtime`, `unknown`, …)",
+            "failure {:?} names no dead-letter group: give a group's failure as `GET /admin/dead-letters` lists it (`HTTP 422`, `timeout`, `connect`, `transform: runtime`, `unknown`, …)",
             group.chars().take(100).collect::<String>()
         ))
     })
