@@ -112,77 +112,21 @@ pub(super) async fn deliver(
     };
     // The route's program, from the stored body, at every attempt; before the slot
     // is taken, and given up with the lease when it has not run in time.
-    let transformed = match &route.transforms {
-        None => None,
-        Some(t) => {
-            if fwd.is_paused(route) {
-                give_back(permit, in_flight, fwd.clock.now_ms()).await;
-                return;
+    let transformed = match shape(fwd, route, &claim, &queued, &discarded).await {
+        Shaping::Send(t) => t,
+        Shaping::GiveBack(at) => {
+            give_back(permit, in_flight, at).await;
+            return;
+        }
+        Shaping::End(completion) => {
+            drop(permit);
+            drop(in_flight);
+            if let Some((attempt, outcome)) = completion_attempt(&completion) {
+                let wall = fwd.traces.is_on().then(SystemTime::now);
+                trace_attempt(fwd, route, &claim, wall, Duration::ZERO, attempt, outcome);
             }
-            let deadline = queued.place.deadline(queued.leased_at);
-            let ran = tokio::select! {
-                biased;
-                _ = queued.shutdown.cancelled() => None,
-                _ = discarded.cancelled() => None,
-                r = transform(t, route, entry, deadline) => Some(r),
-            };
-            let Some(ran) = ran else {
-                give_back(permit, in_flight, fwd.clock.now_ms()).await;
-                return;
-            };
-            // A run that started in time may end after the deadline: what it made is
-            // not sent then (the lease left may be too short to record the send).
-            let late = match &ran {
-                Err(TransformError::Late) => true,
-                Ok(Ran::Send(_)) => tokio::time::Instant::now() >= deadline,
-                _ => false,
-            };
-            if late {
-                route.meters.slot_waits_expired.increment(1);
-                tracing::debug!(
-                    source = %route.source, route = %route.name, entry_id = %entry.id,
-                    "the transform did not run within the lease; the delivery is claimed again"
-                );
-                give_back(permit, in_flight, fwd.clock.now_ms()).await;
-                return;
-            }
-            match ran {
-                Ok(Ran::Send(shaped)) => Some(shaped),
-                Ok(Ran::Empty) => {
-                    drop(permit);
-                    drop(in_flight);
-                    route.meters.transform_skipped.increment(1);
-                    tracing::info!(
-                        source = %route.source, route = %route.name, entry_id = %entry.id,
-                        "delivery skipped: the route's transform gave no output"
-                    );
-                    let reason = crate::transform::EMPTY_REASON.to_string();
-                    complete(fwd, &claim, Completion::Filtered { reason }).await;
-                    return;
-                }
-                Err(e) if e.is_final() => {
-                    drop(permit);
-                    drop(in_flight);
-                    let now = fwd.clock.now_ms();
-                    let completion = transform_failed(fwd, route, &claim, &e, now);
-                    if let Some((attempt, outcome)) = completion_attempt(&completion) {
-                        let wall = fwd.traces.is_on().then(SystemTime::now);
-                        trace_attempt(fwd, route, &claim, wall, Duration::ZERO, attempt, outcome);
-                    }
-                    complete(fwd, &claim, completion).await;
-                    return;
-                }
-                Err(e) => {
-                    // No worker: the program is not at fault; the delivery waits.
-                    const MSG: &str = "cannot run the route's transform; the delivery waits";
-                    let kind = format!("{}/{}", route.source, route.name);
-                    if crate::telemetry::throttle::hit(MSG, &kind) {
-                        tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
-                    }
-                    give_back(permit, in_flight, fwd.clock.now_ms() + 1_000).await;
-                    return;
-                }
-            }
+            complete(fwd, &claim, completion).await;
+            return;
         }
     };
     let sending = queued
@@ -258,40 +202,11 @@ pub(super) async fn deliver(
     drop(in_flight);
     drop(sending);
     let elapsed = started.elapsed();
-    let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let Some(outcome) = outcome else {
         // Discarded while it was being sent: the request is abandoned (the probe, if
-        // it was one, goes back without a verdict), the attempt recorded against the
-        // discarded entry (its status stays discarded).
+        // it was one, goes back without a verdict).
         drop(permit);
-        route.meters.attempt(meters::DeliveryResult::Cancelled);
-        tracing::info!(
-            source = %route.source,
-            route = %route.name,
-            entry_id = %entry.id,
-            attempt = attempt_no,
-            "delivery cancelled: the entry was discarded"
-        );
-        let attempt = Attempt {
-            route: claim_delivery.route.clone(),
-            n: attempt_no,
-            at: now,
-            status_code: None,
-            failure: Some(Failure::Cancelled),
-            error: Some("cancelled: the entry was discarded".into()),
-            latency_ms,
-        };
-        trace_attempt(
-            fwd,
-            route,
-            &claim,
-            wall,
-            elapsed,
-            &attempt,
-            AttemptOutcome::Cancelled,
-        );
-        let at = fwd.clock.now_ms();
-        complete(fwd, &claim, Completion::Retry { attempt, at }).await;
+        cancelled(fwd, route, &claim, now, wall, elapsed).await;
         return;
     };
     let completion = record(fwd, route, &claim, permit, &outcome, now, elapsed).await;
@@ -299,6 +214,126 @@ pub(super) async fn deliver(
         trace_attempt(fwd, route, &claim, wall, elapsed, attempt, outcome);
     }
     complete(fwd, &claim, completion).await;
+}
+
+/// An attempt abandoned because the entry was discarded while it was sent: recorded
+/// against the discarded entry (its status stays discarded).
+async fn cancelled(
+    fwd: &Forwarder,
+    route: &Route,
+    claim: &Claim,
+    now: i64,
+    wall: Option<SystemTime>,
+    elapsed: Duration,
+) {
+    let attempt_no = claim.delivery.attempts + 1;
+    route.meters.attempt(meters::DeliveryResult::Cancelled);
+    tracing::info!(
+        source = %route.source,
+        route = %route.name,
+        entry_id = %claim.entry.id,
+        attempt = attempt_no,
+        "delivery cancelled: the entry was discarded"
+    );
+    let attempt = Attempt {
+        route: claim.delivery.route.clone(),
+        n: attempt_no,
+        at: now,
+        status_code: None,
+        failure: Some(Failure::Cancelled),
+        error: Some("cancelled: the entry was discarded".into()),
+        latency_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+    };
+    trace_attempt(
+        fwd,
+        route,
+        claim,
+        wall,
+        elapsed,
+        &attempt,
+        AttemptOutcome::Cancelled,
+    );
+    let at = fwd.clock.now_ms();
+    complete(fwd, claim, Completion::Retry { attempt, at }).await;
+}
+
+/// What the route's transform made of a claimed delivery, before it is sent.
+enum Shaping {
+    /// Send it: what the transform made, or the stored body (no transform).
+    Send(Option<Shaped>),
+    /// Give the lease back untouched, due again at this time (unix ms): paused,
+    /// shut down or discarded meanwhile, not run within the lease, or no worker.
+    GiveBack(i64),
+    /// The delivery ends here: skipped (no output), or dead (the program failed).
+    End(Completion),
+}
+
+/// Run the route's transform, if it has one, within the part of the lease a
+/// delivery may wait (see `ahead`).
+async fn shape(
+    fwd: &Forwarder,
+    route: &Route,
+    claim: &Claim,
+    queued: &Queued,
+    discarded: &CancellationToken,
+) -> Shaping {
+    let Some(t) = &route.transforms else {
+        return Shaping::Send(None);
+    };
+    let entry = &claim.entry;
+    if fwd.is_paused(route) {
+        return Shaping::GiveBack(fwd.clock.now_ms());
+    }
+    let deadline = queued.place.deadline(queued.leased_at);
+    let ran = tokio::select! {
+        biased;
+        _ = queued.shutdown.cancelled() => None,
+        _ = discarded.cancelled() => None,
+        r = transform(t, route, entry, deadline) => Some(r),
+    };
+    let Some(ran) = ran else {
+        return Shaping::GiveBack(fwd.clock.now_ms());
+    };
+    // A run that started in time may end after the deadline: what it made is not
+    // sent then (the lease left may be too short to record the send).
+    let late = match &ran {
+        Err(TransformError::Late) => true,
+        Ok(Ran::Send(_)) => tokio::time::Instant::now() >= deadline,
+        _ => false,
+    };
+    if late {
+        route.meters.slot_waits_expired.increment(1);
+        tracing::debug!(
+            source = %route.source, route = %route.name, entry_id = %entry.id,
+            "the transform did not run within the lease; the delivery is claimed again"
+        );
+        return Shaping::GiveBack(fwd.clock.now_ms());
+    }
+    match ran {
+        Ok(Ran::Send(shaped)) => Shaping::Send(Some(shaped)),
+        Ok(Ran::Empty) => {
+            route.meters.transform_skipped.increment(1);
+            tracing::info!(
+                source = %route.source, route = %route.name, entry_id = %entry.id,
+                "delivery skipped: the route's transform gave no output"
+            );
+            let reason = crate::transform::EMPTY_REASON.to_string();
+            Shaping::End(Completion::Filtered { reason })
+        }
+        Err(e) if e.is_final() => {
+            let now = fwd.clock.now_ms();
+            Shaping::End(transform_failed(fwd, route, claim, &e, now))
+        }
+        Err(e) => {
+            // No worker: the program is not at fault; the delivery waits.
+            const MSG: &str = "cannot run the route's transform; the delivery waits";
+            let kind = format!("{}/{}", route.source, route.name);
+            if crate::telemetry::throttle::hit(MSG, &kind) {
+                tracing::warn!(source = %route.source, route = %route.name, error = %e, "{MSG}");
+            }
+            Shaping::GiveBack(fwd.clock.now_ms() + 1_000)
+        }
+    }
 }
 
 /// The attempt a completion records, and what became of the delivery.
