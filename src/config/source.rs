@@ -205,24 +205,22 @@ fn valid_source_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
-/// Validate the source at `index` of `[[sources]]`, reading the secrets its `*_env`
-/// keys name through `env`.
-pub(super) fn validate_source(
-    index: usize,
-    raw: RawSource,
+/// A source's secrets as the file gives them: inline, several, from the
+/// environment, from files.
+struct Given {
+    secret: Option<String>,
+    secrets: Option<Vec<String>>,
+    secret_env: Option<OneOrMany>,
+    secret_file: Option<OneOrMany>,
+}
+
+/// Every secret of a source, in order: `secret`, `secrets`, each `secret_env`
+/// variable, each `secret_file` (without its trailing line end); none empty.
+fn validate_secrets(
+    key: &dyn Fn(&str) -> String,
+    raw: Given,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<SourceConfig, ConfigError> {
-    let key_prefix = format!("sources[{index}]");
-    let key = |field: &str| format!("{key_prefix}.{field}");
-    if !valid_source_name(&raw.name) {
-        return Err(ConfigError::invalid(
-            key("name"),
-            format!(
-                "{:?} is not a valid source name; use 1-64 characters from [A-Za-z0-9._-]",
-                raw.name
-            ),
-        ));
-    }
+) -> Result<Vec<Secret>, ConfigError> {
     let mut secrets = Vec::new();
     if let Some(v) = raw.secret {
         secrets.push(Secret::new(v));
@@ -264,7 +262,15 @@ pub(super) fn validate_source(
     if secrets.iter().any(|s| s.expose().is_empty()) {
         return Err(ConfigError::invalid(key("secrets"), "a secret is empty"));
     }
-    let public_url = match raw.public_url {
+    Ok(secrets)
+}
+
+/// A source's `public_url`: an absolute http(s) URL without query or fragment.
+fn validate_public_url(
+    key: &dyn Fn(&str) -> String,
+    public_url: Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    Ok(match public_url {
         None => None,
         Some(url) => {
             let valid = url.parse::<http::Uri>().is_ok_and(|uri| {
@@ -291,7 +297,69 @@ pub(super) fn validate_source(
             }
             Some(url)
         }
-    };
+    })
+}
+
+/// A source's `verify_token` (or `verify_token_env`): one of them, not empty.
+fn validate_verify_token(
+    key: &dyn Fn(&str) -> String,
+    token: Option<String>,
+    token_env: Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Secret>, ConfigError> {
+    Ok(match (token, token_env) {
+        (Some(v), None) if !v.is_empty() => Some(Secret::new(v)),
+        (None, Some(var)) => match env(&var) {
+            Some(v) if !v.is_empty() => Some(Secret::new(v)),
+            _ => {
+                return Err(ConfigError::invalid(
+                    key("verify_token_env"),
+                    format!("environment variable {var} is not set or empty"),
+                ));
+            }
+        },
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(ConfigError::invalid(key("verify_token"), "is empty"));
+        }
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                key("verify_token"),
+                "set verify_token or verify_token_env, not both",
+            ));
+        }
+    })
+}
+
+/// Validate the source at `index` of `[[sources]]`, reading the secrets its `*_env`
+/// keys name through `env`.
+pub(super) fn validate_source(
+    index: usize,
+    raw: RawSource,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<SourceConfig, ConfigError> {
+    let key_prefix = format!("sources[{index}]");
+    let key = |field: &str| format!("{key_prefix}.{field}");
+    if !valid_source_name(&raw.name) {
+        return Err(ConfigError::invalid(
+            key("name"),
+            format!(
+                "{:?} is not a valid source name; use 1-64 characters from [A-Za-z0-9._-]",
+                raw.name
+            ),
+        ));
+    }
+    let secrets = validate_secrets(
+        &key,
+        Given {
+            secret: raw.secret,
+            secrets: raw.secrets,
+            secret_env: raw.secret_env,
+            secret_file: raw.secret_file,
+        },
+        env,
+    )?;
+    let public_url = validate_public_url(&key, raw.public_url)?;
     let source_secret = route::secret(
         &key_prefix,
         raw.destination_secret,
@@ -357,28 +425,7 @@ pub(super) fn validate_source(
     let index = validate_index(&key, raw.index)?;
     let (request_limit, unverified_per_client) = validate_limits(&key, raw.limits)?;
     let allow_ips = validate_allow_ips(&key, raw.allow_ips)?;
-    let verify_token = match (raw.verify_token, raw.verify_token_env) {
-        (Some(v), None) if !v.is_empty() => Some(Secret::new(v)),
-        (None, Some(var)) => match env(&var) {
-            Some(v) if !v.is_empty() => Some(Secret::new(v)),
-            _ => {
-                return Err(ConfigError::invalid(
-                    key("verify_token_env"),
-                    format!("environment variable {var} is not set or empty"),
-                ));
-            }
-        },
-        (None, None) => None,
-        (Some(_), None) => {
-            return Err(ConfigError::invalid(key("verify_token"), "is empty"));
-        }
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                key("verify_token"),
-                "set verify_token or verify_token_env, not both",
-            ));
-        }
-    };
+    let verify_token = validate_verify_token(&key, raw.verify_token, raw.verify_token_env, env)?;
     Ok(SourceConfig {
         name: raw.name,
         provider: raw.provider,

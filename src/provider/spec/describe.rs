@@ -9,6 +9,22 @@ use super::{
 
 /// What a provider verifies and what a source using it needs, one line per aspect.
 pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
+    vec![
+        ("signature", signature(spec)),
+        ("timestamp", timestamp(spec)),
+        ("event id", event_id(spec)),
+        ("event type", event_type(spec)),
+        ("object", object(spec)),
+        ("handshake", handshake(spec)),
+        ("ranges", ranges(spec)),
+        ("config", config(spec)),
+        ("sign", sign(spec)),
+    ]
+}
+
+/// How the signature is made and where it is: algorithms, encoding, location, the
+/// signed content.
+fn signature(spec: &Spec) -> String {
     let algorithms: Vec<&str> = spec.algorithms.iter().map(|a| a.name()).collect();
     let location = match &spec.signature_from {
         ValueSource::Header(_) => {
@@ -32,7 +48,7 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             format!(" as {} of a key/value list", signature_keys.join("/"))
         }
     };
-    let signature = if spec.algorithm() == Algorithm::Token {
+    if spec.algorithm() == Algorithm::Token {
         format!("token: {location} equals the secret (constant time)")
     } else {
         let mut s = format!(
@@ -49,8 +65,12 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             s.push_str(&format!("; a body digest in {src} stands in for the form"));
         }
         s
-    };
-    let timestamp = match &spec.timestamp {
+    }
+}
+
+/// The signed timestamp and its replay window.
+fn timestamp(spec: &Spec) -> String {
+    match &spec.timestamp {
         Some(t) => format!(
             "{}, {}, within {} either way",
             t.from,
@@ -58,14 +78,20 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             humantime::format_duration(t.tolerance)
         ),
         None => "none signed (no replay window)".into(),
-    };
-    let templates = |ts: &[ValueTemplate]| {
-        ts.iter()
-            .map(|t| t.text.as_str())
-            .collect::<Vec<_>>()
-            .join(", else ")
-    };
-    let event_id = if spec.event_id.is_empty() && spec.content.contains(&Segment::FormSorted) {
+    }
+}
+
+/// The templates a value is taken from, in the order they are tried.
+fn templates(ts: &[ValueTemplate]) -> String {
+    ts.iter()
+        .map(|t| t.text.as_str())
+        .collect::<Vec<_>>()
+        .join(", else ")
+}
+
+/// Where the event id comes from, and whether the signature covers it.
+fn event_id(spec: &Spec) -> String {
+    if spec.event_id.is_empty() && spec.content.contains(&Segment::FormSorted) {
         "none: the hash of the signed form parameters dedupes".to_string()
     } else if spec.event_id.is_empty() {
         "none: the body hash dedupes".to_string()
@@ -76,25 +102,41 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             "{} (unsigned: dedupes together with the body hash)",
             templates(&spec.event_id)
         )
-    };
-    let signed_or_not = |ts: &[ValueTemplate]| match spec.all_signed(ts) {
+    }
+}
+
+/// Values taken from `ts`, and whether the signature covers them.
+fn signed_or_not(spec: &Spec, ts: &[ValueTemplate]) -> String {
+    match spec.all_signed(ts) {
         true => format!("{} (signed)", templates(ts)),
         false => format!(
             "{} (unsigned: a replay can change it; route filters and ordering keys on it are warned about)",
             templates(ts)
         ),
-    };
-    let event_type = if spec.event_type.is_empty() {
+    }
+}
+
+/// Where the event type comes from.
+fn event_type(spec: &Spec) -> String {
+    if spec.event_type.is_empty() {
         "none".to_string()
     } else {
-        signed_or_not(&spec.event_type)
-    };
-    let object = if spec.event_object.is_empty() {
+        signed_or_not(spec, &spec.event_type)
+    }
+}
+
+/// Where the event's object (an ordering key) comes from.
+fn object(spec: &Spec) -> String {
+    if spec.event_object.is_empty() {
         "none (order.by = \"provider\" is refused)".to_string()
     } else {
-        signed_or_not(&spec.event_object)
-    };
-    let handshake = match spec.handshake {
+        signed_or_not(spec, &spec.event_object)
+    }
+}
+
+/// The handshake the provider makes, and how it is answered.
+fn handshake(spec: &Spec) -> String {
+    match spec.handshake {
         Some(h @ Handshake::HookSecret) => format!(
             "{} (taken only while an operator armed it, from the handshake whose URL carries the arming's token: `hookgate sources handshake` prints the target URL; its secret is kept in the store)",
             h.name()
@@ -104,8 +146,12 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             h.name()
         ),
         None => "none".into(),
-    };
-    let secret = match (spec.algorithm(), &spec.jwk) {
+    }
+}
+
+/// What a source's `secret` is for this provider.
+fn secret(spec: &Spec) -> String {
+    match (spec.algorithm(), &spec.jwk) {
         (_, Some(j)) => format!(
             "secret = client_id:secret, the API credentials the JWS's key is asked for by kid at {} (https on {})",
             j.url.text,
@@ -135,23 +181,36 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             SecretEncoding::WhsecBase64 => "secret (whsec_ and base64, decoded)".to_string(),
             other => format!("secret ({}, decoded)", other.name()),
         },
-    };
+    }
+}
+
+/// What a source of this provider configures.
+fn config(spec: &Spec) -> String {
+    let secret = secret(spec);
     let secret = if spec.handshake == Some(Handshake::HookSecret) {
         format!("nothing: the key comes in the handshake; a configured {secret} verifies as well")
     } else {
         secret
     };
-    let config = if spec.signs_url() {
+    if spec.signs_url() {
         format!("{secret}; public_url = the URL the provider calls")
     } else {
         secret
-    };
-    let sign = if spec.algorithm().is_public_key() {
+    }
+}
+
+/// Whether `hookgate sign` can sign for this provider.
+fn sign(spec: &Spec) -> String {
+    if spec.algorithm().is_public_key() {
         "no: signatures need the provider's private key".to_string()
     } else {
         format!("yes ({})", spec.algorithm().name())
-    };
-    let ranges = match &spec.ranges {
+    }
+}
+
+/// The address ranges the provider publishes.
+fn ranges(spec: &Spec) -> String {
+    match &spec.ranges {
         Some(r) if r.url != r.published => format!(
             "{} at {} (fetched from {}: fetch_base, for tests)",
             r.published, r.pointer, r.url
@@ -161,16 +220,5 @@ pub fn describe(spec: &Spec) -> Vec<(&'static str, String)> {
             r.published, r.pointer
         ),
         None => "none published (allow_ips takes a list)".into(),
-    };
-    vec![
-        ("signature", signature),
-        ("timestamp", timestamp),
-        ("event id", event_id),
-        ("event type", event_type),
-        ("object", object),
-        ("handshake", handshake),
-        ("ranges", ranges),
-        ("config", config),
-        ("sign", sign),
-    ]
+    }
 }
