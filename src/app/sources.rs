@@ -64,21 +64,8 @@ pub(super) fn compile_sources(
             let spec = registry
                 .resolve(&s.provider, s.provider_options.as_ref())
                 .with_context(|| format!("sources[{i}].provider"))?;
-            if spec.signs_url() && s.public_url.is_none() {
-                anyhow::bail!(
-                    "sources[{i}].public_url: provider {:?} signs the URL it calls; set public_url to that URL (e.g. https://hooks.example.com/ingest/{})",
-                    s.provider,
-                    s.name
-                );
-            }
-            // A provider whose secret arrives in a handshake (Asana) needs none here.
             let hook_secret = spec.handshake == Some(provider::spec::Handshake::HookSecret);
-            if s.secrets.is_empty() && !hook_secret {
-                anyhow::bail!(
-                    "sources[{i}].secret: source {:?} has no secret; set secret, secrets, secret_env or secret_file",
-                    s.name
-                );
-            }
+            check_secrets(i, s, &spec)?;
             let verifier =
                 Verifier::new(spec, &s.secrets).with_context(|| format!("sources[{i}].secret"))?;
             let established = hook_secret.then(|| {
@@ -88,64 +75,10 @@ pub(super) fn compile_sources(
                     s.secrets.clone(),
                 ))
             });
-            let headers =
-                HeaderPolicy::new(&s.pass_headers(), &verifier.spec.credential_headers);
-            let routes = s
-                .routes
-                .iter()
-                .enumerate()
-                .map(|(r, route)| {
-                    let order = route
-                        .order
-                        .as_ref()
-                        .map(|o| ingest::RouteOrdering::new(o, &verifier.spec, &s.provider))
-                        .transpose()
-                        .with_context(|| format!("sources[{i}].routes[{r}].order.by"))?;
-                    Ok(ingest::RouteFilter {
-                        name: route.name.clone(),
-                        filter: route.filter.clone(),
-                        order,
-                    })
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            let allowlist = match &s.allow_ips {
-                None => None,
-                Some(crate::config::AllowIps::List(list)) => {
-                    Some(crate::allowlist::Allowlist::Fixed(list.clone().into()))
-                }
-                Some(crate::config::AllowIps::Provider) => {
-                    let Some(ranges) = verifier.spec.ranges.clone() else {
-                        anyhow::bail!(
-                            "sources[{i}].allow_ips: provider {:?} publishes no address ranges (its spec has no [ranges]); list the ranges instead",
-                            s.provider
-                        );
-                    };
-                    let list = published
-                        .entry(ranges.url.clone())
-                        .or_insert_with(|| {
-                            Arc::new(crate::allowlist::Published::new(&s.provider, ranges))
-                        })
-                        .clone();
-                    Some(crate::allowlist::Allowlist::Published(list))
-                }
-            };
-            if verifier.spec.handshake == Some(provider::spec::Handshake::MetaSubscribe)
-                && s.verify_token.is_none()
-            {
-                anyhow::bail!(
-                    "sources[{i}].verify_token: provider {:?} checks the endpoint with the verify token set in its dashboard; set verify_token_env to it",
-                    s.provider
-                );
-            }
-            if s.confirm_subscriptions
-                && (verifier.spec.handshake != Some(provider::spec::Handshake::SnsSubscription)
-                    || verifier.spec.certificate.is_none())
-            {
-                anyhow::bail!(
-                    "sources[{i}].confirm_subscriptions: provider {:?} has no subscriptions the gateway can confirm (only aws-sns)",
-                    s.provider
-                );
-            }
+            let headers = HeaderPolicy::new(&s.pass_headers(), &verifier.spec.credential_headers);
+            let routes = route_filters(i, s, &verifier.spec)?;
+            let allowlist = allowlist(i, s, &verifier.spec, &mut published)?;
+            check_handshake(i, s, &verifier.spec)?;
             let before = kept.and_then(|k| {
                 let old = k.config.sources.iter().find(|o| o.name == s.name)?;
                 Some((old, k.sources.get(&s.name)?))
@@ -196,6 +129,113 @@ pub(super) fn compile_sources(
             })
         })
         .collect()
+}
+
+/// What the route filters of source `s` (`sources[i]`) take: each route's filter
+/// and ordering key.
+fn route_filters(
+    i: usize,
+    s: &crate::config::SourceConfig,
+    spec: &provider::spec::Spec,
+) -> anyhow::Result<Vec<ingest::RouteFilter>> {
+    s.routes
+        .iter()
+        .enumerate()
+        .map(|(r, route)| {
+            let order = route
+                .order
+                .as_ref()
+                .map(|o| ingest::RouteOrdering::new(o, spec, &s.provider))
+                .transpose()
+                .with_context(|| format!("sources[{i}].routes[{r}].order.by"))?;
+            Ok(ingest::RouteFilter {
+                name: route.name.clone(),
+                filter: route.filter.clone(),
+                order,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()
+}
+
+/// The address allowlist of source `s` (`sources[i]`): its own list, or its
+/// provider's published one, shared by every source that takes it (`published`).
+fn allowlist(
+    i: usize,
+    s: &crate::config::SourceConfig,
+    spec: &provider::spec::Spec,
+    published: &mut HashMap<String, Arc<crate::allowlist::Published>>,
+) -> anyhow::Result<Option<crate::allowlist::Allowlist>> {
+    Ok(match &s.allow_ips {
+        None => None,
+        Some(crate::config::AllowIps::List(list)) => {
+            Some(crate::allowlist::Allowlist::Fixed(list.clone().into()))
+        }
+        Some(crate::config::AllowIps::Provider) => {
+            let Some(ranges) = spec.ranges.clone() else {
+                anyhow::bail!(
+                    "sources[{i}].allow_ips: provider {:?} publishes no address ranges (its spec has no [ranges]); list the ranges instead",
+                    s.provider
+                );
+            };
+            let list = published
+                .entry(ranges.url.clone())
+                .or_insert_with(|| Arc::new(crate::allowlist::Published::new(&s.provider, ranges)))
+                .clone();
+            Some(crate::allowlist::Allowlist::Published(list))
+        }
+    })
+}
+
+/// What source `s` (`sources[i]`) must configure for its provider to verify: the
+/// URL it signs, a secret unless a handshake brings it.
+fn check_secrets(
+    i: usize,
+    s: &crate::config::SourceConfig,
+    spec: &provider::spec::Spec,
+) -> anyhow::Result<()> {
+    if spec.signs_url() && s.public_url.is_none() {
+        anyhow::bail!(
+            "sources[{i}].public_url: provider {:?} signs the URL it calls; set public_url to that URL (e.g. https://hooks.example.com/ingest/{})",
+            s.provider,
+            s.name
+        );
+    }
+    // A provider whose secret arrives in a handshake (Asana) needs none here.
+    let hook_secret = spec.handshake == Some(provider::spec::Handshake::HookSecret);
+    if s.secrets.is_empty() && !hook_secret {
+        anyhow::bail!(
+            "sources[{i}].secret: source {:?} has no secret; set secret, secrets, secret_env or secret_file",
+            s.name
+        );
+    }
+    Ok(())
+}
+
+/// What source `s` (`sources[i]`) must configure for its provider's handshake: the
+/// verify token it checks the endpoint with, and subscriptions only where the
+/// gateway can confirm them.
+fn check_handshake(
+    i: usize,
+    s: &crate::config::SourceConfig,
+    spec: &provider::spec::Spec,
+) -> anyhow::Result<()> {
+    if spec.handshake == Some(provider::spec::Handshake::MetaSubscribe) && s.verify_token.is_none()
+    {
+        anyhow::bail!(
+            "sources[{i}].verify_token: provider {:?} checks the endpoint with the verify token set in its dashboard; set verify_token_env to it",
+            s.provider
+        );
+    }
+    if s.confirm_subscriptions
+        && (spec.handshake != Some(provider::spec::Handshake::SnsSubscription)
+            || spec.certificate.is_none())
+    {
+        anyhow::bail!(
+            "sources[{i}].confirm_subscriptions: provider {:?} has no subscriptions the gateway can confirm (only aws-sns)",
+            s.provider
+        );
+    }
+    Ok(())
 }
 
 /// The providers' published lists the sources take (`allow_ips = "provider"`), each

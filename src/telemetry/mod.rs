@@ -19,6 +19,7 @@ pub mod traces;
 
 use std::sync::OnceLock;
 
+use metrics::Unit;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
@@ -188,159 +189,252 @@ pub fn install_metrics() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
-fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(
+/// What a metric family is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every family this process exports, with its unit and help text: (kind, name,
+/// unit, help).
+const FAMILIES: &[(Kind, &str, Option<Unit>, &str)] = &[
+    (
+        Kind::Counter,
         "hookgate_ingest_requests_total",
-        "Ingest requests by source and outcome (accepted, duplicate, handshake, unverified, too_large, body_timeout, body_read, busy, rate_limited, ip_not_allowed, certificate_unavailable, subscription_unconfirmed, store_error; unknown_source under source _unknown)"
-    );
-    describe_counter!(
+        None,
+        "Ingest requests by source and outcome (accepted, duplicate, handshake, unverified, too_large, body_timeout, body_read, busy, rate_limited, ip_not_allowed, certificate_unavailable, subscription_unconfirmed, store_error; unknown_source under source _unknown)",
+    ),
+    (
+        Kind::Counter,
         "hookgate_ingest_unverified_total",
-        "Ingest requests refused by verification, by source and reason"
-    );
-    describe_histogram!(
+        None,
+        "Ingest requests refused by verification, by source and reason",
+    ),
+    (
+        Kind::Histogram,
         "hookgate_ingest_ack_seconds",
-        Unit::Seconds,
-        "Time from request to 2xx for stored (or duplicate) webhooks"
-    );
-    describe_counter!(
+        Some(Unit::Seconds),
+        "Time from request to 2xx for stored (or duplicate) webhooks",
+    ),
+    (
+        Kind::Counter,
         "hookgate_delivery_attempts_total",
-        "Delivery attempts by source, route and result (2xx, 3xx, 4xx, 5xx, other, timeout, connect, io, transform: the route's transform failed)"
-    );
-    describe_counter!(
+        None,
+        "Delivery attempts by source, route and result: the attempt's failure kind (2xx, 3xx, 4xx, 5xx, other, timeout, connect, tls, io, delivered, auth_refused, not_found, too_large, transform, lease_expired, nacked, erased, cancelled)",
+    ),
+    (
+        Kind::Counter,
         "hookgate_deliveries_total",
-        "Attempt outcomes by source and route: delivered, retry, dead"
-    );
-    describe_counter!(
+        None,
+        "Attempt outcomes by source and route: delivered, retry, dead",
+    ),
+    (
+        Kind::Counter,
         "hookgate_retries_scheduled_total",
-        "Retries scheduled after a failed attempt, by source and route"
-    );
-    describe_counter!(
+        None,
+        "Retries scheduled after a failed attempt, by source and route",
+    ),
+    (
+        Kind::Counter,
         "hookgate_dead_lettered_total",
-        "Deliveries moved to the dead-letter queue, by source and route"
-    );
-    describe_counter!(
+        None,
+        "Deliveries moved to the dead-letter queue, by source and route",
+    ),
+    (
+        Kind::Counter,
         "hookgate_slot_waits_expired_total",
-        "Claimed deliveries given back unsent because no destination slot (or no transform worker) came within their lease, by source and route"
-    );
-    describe_counter!(
+        None,
+        "Claimed deliveries given back unsent because no destination slot (or no transform worker) came within their lease, by source and route",
+    ),
+    (
+        Kind::Counter,
         "hookgate_transform_skipped_total",
-        "Deliveries a route's transform skipped (no output; recorded filtered), by source and route"
-    );
-    describe_histogram!(
+        None,
+        "Deliveries a route's transform skipped (no output; recorded filtered), by source and route",
+    ),
+    (
+        Kind::Histogram,
         "hookgate_transform_seconds",
-        Unit::Seconds,
-        "Duration of transform runs (waiting for a worker included), by source and route"
-    );
-    describe_counter!(
+        Some(Unit::Seconds),
+        "Duration of transform runs (waiting for a worker included), by source and route",
+    ),
+    (
+        Kind::Counter,
         "hookgate_entries_filtered_total",
-        "Entries stored that no route's filter selected (answered 200, never delivered), by source"
-    );
-    describe_histogram!(
+        None,
+        "Entries stored that no route's filter selected (answered 200, never delivered), by source",
+    ),
+    (
+        Kind::Histogram,
         "hookgate_delivery_seconds",
-        Unit::Seconds,
-        "Duration of delivery attempts, by source and route"
-    );
-    describe_gauge!(
+        Some(Unit::Seconds),
+        "Duration of delivery attempts, by source and route",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_route_pending_deliveries",
-        "Deliveries waiting, by source and route"
-    );
-    describe_gauge!(
+        None,
+        "Deliveries waiting, by source and route",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_route_dead_deliveries",
-        "Deliveries in the dead-letter queue, by source and route"
-    );
-    describe_gauge!(
+        None,
+        "Deliveries in the dead-letter queue, by source and route",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_route_oldest_pending_age_seconds",
-        Unit::Seconds,
-        "Arrival age of the oldest entry whose delivery through the route waits, by source and route (0 when none)"
-    );
-    describe_gauge!(
+        Some(Unit::Seconds),
+        "Arrival age of the oldest entry whose delivery through the route waits, by source and route (0 when none)",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_pending_entries",
-        "Entries with a delivery waiting, by source"
-    );
-    describe_gauge!(
+        None,
+        "Entries with a delivery waiting, by source",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_dead_entries",
-        "Entries with a dead delivery and none waiting, by source"
-    );
-    describe_gauge!(
+        None,
+        "Entries with a dead delivery and none waiting, by source",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_oldest_pending_age_seconds",
-        Unit::Seconds,
-        "Age of the oldest pending entry, by source (0 when none)"
-    );
-    describe_gauge!(
+        Some(Unit::Seconds),
+        "Age of the oldest pending entry, by source (0 when none)",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_circuit_breaker_state",
-        "Circuit breaker per destination: 0 closed, 1 half-open, 2 open"
-    );
-    describe_gauge!(
+        None,
+        "Circuit breaker per destination: 0 closed, 1 half-open, 2 open",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_route_blocked_keys",
-        "Ordering keys of a route held by a dead head (on_dead = block) until an operator replays or discards it"
-    );
-    describe_gauge!(
+        None,
+        "Ordering keys of a route held by a dead head (on_dead = block) until an operator replays or discards it",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_route_retired_pending",
-        "Pending deliveries a retired route keeps unsent (a reload removed the route; they go when it comes back), by source and route; 0 for a route in force"
-    );
-    describe_gauge!("hookgate_connections_open", "Open connections, by listener");
-    describe_gauge!(
+        None,
+        "Pending deliveries a retired route keeps unsent (a reload removed the route; they go when it comes back), by source and route; 0 for a route in force",
+    ),
+    (
+        Kind::Gauge,
+        "hookgate_connections_open",
+        None,
+        "Open connections, by listener",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_connections_idle",
-        "Open connections with no request in progress (no complete request head yet, or between keep-alive requests), by listener"
-    );
-    describe_counter!(
+        None,
+        "Open connections with no request in progress (no complete request head yet, or between keep-alive requests), by listener",
+    ),
+    (
+        Kind::Counter,
         "hookgate_connections_refused_total",
-        "Connections closed at accept before a byte was read, by listener and reason (per_client: the client held server.max_connections_per_client)"
-    );
-    describe_counter!(
+        None,
+        "Connections closed at accept before a byte was read, by listener and reason (per_client: the client held server.max_connections_per_client)",
+    ),
+    (
+        Kind::Counter,
         "hookgate_connections_shed_total",
-        "Idle connections closed to make room for a new one near server.max_connections, by listener"
-    );
-    describe_counter!(
+        None,
+        "Idle connections closed to make room for a new one near server.max_connections, by listener",
+    ),
+    (
+        Kind::Counter,
         "hookgate_ingest_bodies_shed_total",
-        "Request bodies shed (answered 503, connection closed) because the source's share of server.body_budget_bytes was full and they had been reading longest, by source"
-    );
-    describe_counter!(
+        None,
+        "Request bodies shed (answered 503, connection closed) because the source's share of server.body_budget_bytes was full and they had been reading longest, by source",
+    ),
+    (
+        Kind::Counter,
         "hookgate_request_bodies_cut_total",
-        "Request bodies ended before they were complete, by listener and reason (first_byte, too_slow: under server.min_body_rate, total: admin.request_timeout, shed: stalled when every connection slot was busy)"
-    );
-    describe_gauge!(
+        None,
+        "Request bodies ended before they were complete, by listener and reason (first_byte, too_slow: under server.min_body_rate, total: admin.request_timeout, shed: stalled when every connection slot was busy)",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_store_ready",
-        "1 while /readyz says ready, 0 while the store refuses writes"
-    );
-    describe_gauge!(
+        None,
+        "1 while /readyz says ready, 0 while the store refuses writes",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_store_unsafe",
-        "PostgreSQL store: 1 while the server cannot keep an acknowledged webhook safe (fsync off, synchronous_commit off, in recovery, or no synchronous standby while store.require_sync_standby is set): new webhooks are refused"
-    );
-    describe_gauge!(
+        None,
+        "PostgreSQL store: 1 while the server cannot keep an acknowledged webhook safe (fsync off, synchronous_commit off, in recovery, or no synchronous standby while store.require_sync_standby is set): new webhooks are refused",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_store_sync_standbys",
-        "PostgreSQL store: synchronous standbys streaming (sync or quorum), as last checked"
-    );
-    describe_counter!(
+        None,
+        "PostgreSQL store: synchronous standbys streaming (sync or quorum), as last checked",
+    ),
+    (
+        Kind::Counter,
         "hookgate_store_readiness_changes_total",
-        "Changes of readiness (ready=true: the store takes writes again; false: it refuses them)"
-    );
-    describe_histogram!(
+        None,
+        "Changes of readiness (ready=true: the store takes writes again; false: it refuses them)",
+    ),
+    (
+        Kind::Histogram,
         "hookgate_store_write_wait_seconds",
-        Unit::Seconds,
-        "Embedded store: how long a write waited in the writer's queue before its batch began, by kind (accept, claim, complete, other)"
-    );
-    describe_gauge!(
+        Some(Unit::Seconds),
+        "Embedded store: how long a write waited in the writer's queue before its batch began, by kind (accept, claim, complete, other)",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_ingest_storing",
-        "Verified webhooks waiting for their write at once, on average over the last 100 ms (ingest first compares it with forwarder.ingest_first)"
-    );
-    describe_counter!(
+        None,
+        "Verified webhooks waiting for their write at once, on average over the last 100 ms (ingest first compares it with forwarder.ingest_first)",
+    ),
+    (
+        Kind::Counter,
         "hookgate_ingest_saturated_windows_total",
-        "100 ms windows in which ingest was saturated and deliveries were held to their share (forwarder.ingest_first)"
-    );
-    describe_counter!(
+        None,
+        "100 ms windows in which ingest was saturated and deliveries were held to their share (forwarder.ingest_first)",
+    ),
+    (
+        Kind::Counter,
         "hookgate_store_early_purged_total",
-        "Delivered entries purged before their retention ended because Redis was short of memory"
-    );
-    describe_counter!(
+        None,
+        "Delivered entries purged before their retention ended because Redis was short of memory",
+    ),
+    (
+        Kind::Counter,
         "hookgate_log_lines_dropped_total",
-        "Log lines dropped because stderr could not keep up (logging never blocks a request)"
-    );
-    describe_counter!(
+        None,
+        "Log lines dropped because stderr could not keep up (logging never blocks a request)",
+    ),
+    (
+        Kind::Counter,
         "hookgate_alerts_sent_total",
-        "Alert webhook messages, by result (sent, failed)"
-    );
+        None,
+        "Alert webhook messages, by result (sent, failed)",
+    ),
+];
+
+fn describe() {
+    for &(kind, name, unit, help) in FAMILIES {
+        match (kind, unit) {
+            (Kind::Counter, Some(u)) => metrics::describe_counter!(name, u, help),
+            (Kind::Counter, None) => metrics::describe_counter!(name, help),
+            (Kind::Gauge, Some(u)) => metrics::describe_gauge!(name, u, help),
+            (Kind::Gauge, None) => metrics::describe_gauge!(name, help),
+            (Kind::Histogram, Some(u)) => metrics::describe_histogram!(name, u, help),
+            (Kind::Histogram, None) => metrics::describe_histogram!(name, help),
+        }
+    }
 }
 
 #[cfg(test)]
