@@ -4,7 +4,9 @@
 The `verify` seeds are every published test vector of every built-in provider
 (providers/*.toml); `config` takes the built-in specs and the example
 configurations; the others are requests and records written here. Re-running it
-rewrites only the seed-* files; what the fuzzer added stays.
+rewrites only the seed-* files; what the fuzzer added stays. The folders are the
+unpacked corpora, which git ignores: `python3 fuzz/corpus.py unpack` first, then
+this, then `python3 fuzz/corpus.py pack` (git keeps fuzz/corpus/<target>.tar.gz).
 """
 import pathlib
 import tomllib

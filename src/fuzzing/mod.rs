@@ -7,8 +7,9 @@
 //! `cargo fuzz` sets), so that they reach the crate's internals without widening its
 //! API, and so that `cargo test` replays every committed corpus and regression input
 //! through the same code as the fuzzer (`replay` below). `fuzz/` holds the
-//! `cargo fuzz` crate (one thin binary per target), the seed corpora and the inputs
-//! that once crashed; FUZZING.md says what each target covers and what was found.
+//! `cargo fuzz` crate (one thin binary per target), the corpora (one archive per
+//! target) and the inputs that once failed; FUZZING.md says what each target covers
+//! and what was found.
 //!
 //! Inputs are text where they can be, so that seeds are written by hand or taken from
 //! the providers' vectors: a head of lines, an empty line, then the rest (a body).
@@ -75,34 +76,121 @@ pub(crate) fn pick(bytes: &[u8], n: usize) -> usize {
 #[cfg(test)]
 mod replay {
     //! Every committed corpus and regression input, replayed through its target:
-    //! fast, and run by `cargo test` on every change.
+    //! fast, and run by `cargo test` on every change. A corpus is one archive per
+    //! target, `fuzz/corpus/<target>.tar.gz` (`fuzz/corpus.py pack` writes it), read
+    //! here without unpacking; `fuzz/corpus/counts` says how many inputs, and how many
+    //! bytes, each holds, so that an archive read short fails the test instead of
+    //! passing it. The inputs that once failed are plain files,
+    //! `fuzz/regressions/<target>/<name>`.
 
+    use std::collections::BTreeMap;
+    use std::io::Read;
     use std::path::Path;
+
+    use super::Target;
+
+    /// The value of a file operation on `path`, or a panic naming the path.
+    fn ok<T>(result: std::io::Result<T>, path: &Path) -> T {
+        result.unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// `fuzz/corpus/counts`: each target's inputs and bytes.
+    fn counts(corpus: &Path) -> BTreeMap<String, (usize, u64)> {
+        let path = corpus.join("counts");
+        let text = ok(std::fs::read_to_string(&path), &path);
+        text.lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                let (Some(inputs), Some(bytes)) = (
+                    fields.get(1).and_then(|n| n.parse::<usize>().ok()),
+                    fields.get(2).and_then(|n| n.parse::<u64>().ok()),
+                ) else {
+                    panic!("{}: {l:?} is not `target inputs bytes`", path.display());
+                };
+                assert_eq!(fields.len(), 3, "{}: {l:?}", path.display());
+                (fields[0].to_string(), (inputs, bytes))
+            })
+            .collect()
+    }
+
+    /// Runs `target` on one input; a broken property names the input it broke on.
+    fn replay_one(target: Target, data: &[u8], what: impl FnOnce() -> String) {
+        if std::panic::catch_unwind(|| target(data)).is_err() {
+            panic!("a fuzz target's property broke on {}", what());
+        }
+    }
+
+    /// Every input of an archive, replayed through `target`: the inputs and bytes
+    /// replayed.
+    fn replay_archive(archive: &Path, target: Target) -> (usize, u64) {
+        let file = ok(std::fs::File::open(archive), archive);
+        let mut tar = tar::Archive::new(flate2::read::MultiGzDecoder::new(file));
+        let (mut inputs, mut bytes) = (0, 0);
+        for entry in ok(tar.entries(), archive) {
+            let mut entry = ok(entry, archive);
+            let name = ok(entry.path().map(|p| p.display().to_string()), archive);
+            assert!(
+                entry.header().entry_type().is_file(),
+                "{}: {name} is not an input file",
+                archive.display()
+            );
+            let mut data = Vec::new();
+            ok(entry.read_to_end(&mut data), archive);
+            replay_one(target, &data, || format!("{name} in {}", archive.display()));
+            inputs += 1;
+            bytes += data.len() as u64;
+        }
+        // The rest of the stream, so that gzip's checksum and length are checked too.
+        ok(
+            std::io::copy(&mut tar.into_inner(), &mut std::io::sink()),
+            archive,
+        );
+        (inputs, bytes)
+    }
+
+    /// Every file of a target's regression folder (none when there is no folder),
+    /// replayed through `target`: how many.
+    fn replay_folder(folder: &Path, target: Target) -> usize {
+        let entries = match std::fs::read_dir(folder) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+            Err(e) => panic!("{}: {e}", folder.display()),
+        };
+        let mut paths: Vec<_> = entries.map(|e| ok(e, folder).path()).collect();
+        paths.sort();
+        for path in &paths {
+            let data = ok(std::fs::read(path), path);
+            replay_one(target, &data, || path.display().to_string());
+        }
+        paths.len()
+    }
 
     #[test]
     fn every_committed_fuzz_input_still_holds() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
-        let mut replayed = 0usize;
+        let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+        let corpus = fuzz.join("corpus");
+        let counts = counts(&corpus);
+        let mut names: Vec<&str> = super::TARGETS.iter().map(|(name, _)| *name).collect();
+        names.sort_unstable();
+        assert_eq!(
+            counts.keys().map(String::as_str).collect::<Vec<_>>(),
+            names,
+            "fuzz/corpus/counts names every target, and only them"
+        );
+        let mut regressions = 0;
         for (name, target) in super::TARGETS {
-            let mut files = 0usize;
-            for dir in ["corpus", "regressions"] {
-                let Ok(entries) = std::fs::read_dir(root.join(dir).join(name)) else {
-                    continue;
-                };
-                let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-                paths.sort();
-                for path in paths {
-                    // A running fuzzer may replace files while this reads them.
-                    let Ok(data) = std::fs::read(&path) else {
-                        continue;
-                    };
-                    target(&data);
-                    files += 1;
-                }
-            }
-            assert!(files > 0, "fuzz target {name} has no committed corpus");
-            replayed += files;
+            let archive = corpus.join(format!("{name}.tar.gz"));
+            let (inputs, bytes) = replay_archive(&archive, *target);
+            assert_eq!(
+                (inputs, bytes),
+                counts[*name],
+                "{name}: the inputs and bytes replayed from {}, against fuzz/corpus/counts",
+                archive.display()
+            );
+            assert!(inputs > 0, "fuzz target {name} has no committed corpus");
+            regressions += replay_folder(&fuzz.join("regressions").join(name), *target);
         }
-        assert!(replayed > 0);
+        assert!(regressions > 0, "no regression input replayed");
     }
 }
