@@ -18,7 +18,7 @@ use super::AdminState;
 use super::actor::ApiActor;
 use super::dto::{ReplayFilter, ReplayResult};
 use super::entries::{json_object, parse_status, parse_time};
-use crate::error::ApiError;
+use crate::error::{ApiError, OpError};
 use crate::store::{ListQuery, Status};
 
 pub(super) async fn bulk_replay(
@@ -50,16 +50,17 @@ pub(super) async fn bulk_replay(
     if let Some(s) = &source
         && !admin.ops.has_source(s)
     {
-        return Err(ApiError::NoSuchSource(s.clone()));
+        return Err(OpError::NoSuchSource(s.clone()).into());
     }
     // A route without a source: that route of every source that has one.
     if let (Some(s), Some(r)) = (&source, &route)
         && !admin.ops.source(s).is_some_and(|s| s.has_route(r))
     {
-        return Err(ApiError::NoSuchRoute {
+        return Err(OpError::NoSuchRoute {
             name: s.clone(),
             route: r.clone(),
-        });
+        }
+        .into());
     }
     let mut query = ListQuery {
         source,

@@ -6,8 +6,8 @@
 //! `handshakes` (a source's secret handshake: arm it, its secrets, forget one),
 //! `gateways` (the gateways sharing the store, with their configuration versions),
 //! `audit` and `rejections` (the requests ingest refused); each reads its request, calls the operation (`crate::operations`, which
-//! the console calls too) and answers JSON, an [`OpError`] becoming an [`ApiError`]
-//! in one place. The wire types are [`dto`] (`operations::dto`), which is all the
+//! the console calls too) and answers JSON; a refused operation is an
+//! [`ApiError::Op`], answered in `crate::error` with every other error. The wire types are [`dto`] (`operations::dto`), which is all the
 //! CLI uses of this module.
 //!
 //! Every `/admin/*` route, the OpenAPI document included, needs `Authorization:
@@ -59,7 +59,7 @@ use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
 use crate::error::{ApiError, Refusal};
-use crate::operations::{OpError, Operations};
+use crate::operations::Operations;
 use crate::serve::Peer;
 
 use throttle::{LockedOut, Throttle};
@@ -367,36 +367,6 @@ fn is_json(headers: &HeaderMap) -> bool {
 fn path_param<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     p.map(|Path(v)| v)
         .map_err(|e| ApiError::BadRequest(format!("invalid path: {e}")))
-}
-
-/// How the API answers a refused operation.
-impl From<OpError> for ApiError {
-    fn from(e: OpError) -> ApiError {
-        match e {
-            OpError::Invalid(why) => ApiError::BadRequest(why),
-            OpError::NoSuchEntry(id) => ApiError::NoSuchEntry(id),
-            OpError::NoSuchSource(name) => ApiError::NoSuchSource(name),
-            OpError::NoSuchRoute { name, route } => ApiError::NoSuchRoute { name, route },
-            OpError::NoHandshake(name) => ApiError::NoHandshake(name),
-            OpError::NoSuchSecret { name, id } => ApiError::NoSuchSecret { name, id },
-            OpError::NoDelivery { id, route } => ApiError::NoDelivery { id, route },
-            OpError::NotReplayable { id, route, status } => {
-                ApiError::NotReplayable { id, route, status }
-            }
-            OpError::NotDiscardable { id, route, status } => {
-                ApiError::NotDiscardable { id, route, status }
-            }
-            OpError::Store(cause) => ApiError::StoreUnavailable(cause),
-            OpError::TransformUnavailable => ApiError::TransformUnavailable,
-            OpError::Random(cause) => ApiError::RandomUnavailable(cause),
-            OpError::Reload(refused @ crate::operations::config::ReloadRefused::NoFile) => {
-                ApiError::Conflict(refused.to_string())
-            }
-            OpError::NoControl => ApiError::Conflict(OpError::NoControl.to_string()),
-            refused @ OpError::RouteInForce { .. } => ApiError::Conflict(refused.to_string()),
-            OpError::Reload(refused) => ApiError::Unprocessable(refused.to_string()),
-        }
-    }
 }
 
 #[cfg(test)]

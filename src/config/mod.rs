@@ -23,11 +23,13 @@ pub mod diff;
 mod durations;
 mod rate_limit;
 pub mod raw;
+mod reload;
 mod route;
 mod source;
 mod validate;
 
 use defaults::DEFAULTS;
+pub use reload::ReloadRefused;
 pub use defaults::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,

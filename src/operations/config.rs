@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::config::ReloadRefused;
+
 /// The configuration in force: never a secret.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConfigInfo {
@@ -32,20 +34,6 @@ pub struct Reloaded {
     pub version: String,
     /// What changes, one line each (names, never values).
     pub changes: Vec<String>,
-}
-
-/// Why a reload was refused; nothing of it was applied.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ReloadRefused {
-    /// The configuration cannot run: the message `check-config` prints.
-    #[error("{0}")]
-    Invalid(String),
-    /// Keys only a restart can change.
-    #[error("{} changed: {} a restart; nothing was applied", .0.join(", "), if .0.len() == 1 { "needs" } else { "need" })]
-    NeedsRestart(Vec<String>),
-    /// The gateway was handed its configuration, not a file to read again.
-    #[error("this gateway's configuration was not read from a file: nothing to reload")]
-    NoFile,
 }
 
 /// The configuration's control: what the admin API asks of it.

@@ -13,7 +13,6 @@ pub mod config;
 pub mod dead_letters;
 pub mod dto;
 pub mod entries;
-mod error;
 pub mod gateways;
 pub mod handshakes;
 pub mod preview;
@@ -30,7 +29,7 @@ use crate::store::Store;
 use crate::telemetry::traces::Traces;
 use crate::transform::Transforms;
 
-pub use error::OpError;
+pub use crate::error::OpError;
 
 /// What the operations need: the store, the configured sources (from the route
 /// table in force), the pace of bulk replays, and the clock replays and discards

@@ -10,8 +10,13 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+mod op;
+
+pub use op::OpError;
+
+use crate::config::ReloadRefused;
 use crate::provider::VerifyError;
-use crate::store::{Status, StoreError};
+use crate::store::StoreError;
 
 /// Why a request to either listener failed. The `Display` text is what the client
 /// reads in `{"error": "..."}`.
@@ -71,64 +76,14 @@ pub enum ApiError {
     /// token was not checked.
     #[error("too many failed attempts from this client; retry in {retry_after_secs} s")]
     Throttled { retry_after_secs: u64 },
-    #[error("no entry {0:?}")]
-    NoSuchEntry(String),
-    #[error("no source {0:?}")]
-    NoSuchSource(String),
-    #[error("source {name:?} has no route {route:?}")]
-    NoSuchRoute { name: String, route: String },
-    #[error(
-        "source {0:?} has no secret handshake: its provider's spec has no [handshake] kind = \"hook-secret\""
-    )]
-    NoHandshake(String),
-    #[error("source {name:?} keeps no established secret {id:?}")]
-    NoSuchSecret { name: String, id: String },
-    #[error("entry {id:?} has no delivery through route {route:?}")]
-    NoDelivery { id: String, route: String },
-    #[error(
-        "{} is {}; only delivered, dead or discarded deliveries can be replayed",
-        what(.id, .route),
-        .status.as_str()
-    )]
-    NotReplayable {
-        id: String,
-        route: Option<String>,
-        status: Status,
-    },
-    #[error(
-        "{} is {}; only pending or dead deliveries can be discarded",
-        what(.id, .route),
-        .status.as_str()
-    )]
-    NotDiscardable {
-        id: String,
-        route: Option<String>,
-        status: Status,
-    },
+    /// An operation refused (`crate::operations`): the status follows its variant.
+    #[error(transparent)]
+    Op(#[from] OpError),
     /// The admin listener has no token and the request may come from a web page.
     #[error(transparent)]
     Refused(#[from] Refusal),
     #[error("unsupported media type: a request body must be JSON (Content-Type: application/json)")]
     NotJson,
-    /// A store call of an admin handler failed. Logged when answered: the admin API
-    /// has no per-request log line to carry it.
-    #[error("store unavailable, retry later")]
-    StoreUnavailable(#[from] StoreError),
-    /// A preview needed a transform worker and none could be started.
-    #[error("cannot run the route's transform now, retry later")]
-    TransformUnavailable,
-    /// A configuration reload refused: the configuration cannot run, or changes a
-    /// key only a restart changes. The text says which.
-    #[error("{0}")]
-    Unprocessable(String),
-    /// An operation the state of the gateway refuses: a reload of a gateway whose
-    /// configuration was not read from a file, a bulk discard of a route in force.
-    #[error("{0}")]
-    Conflict(String),
-    /// The operating system's random source failed (an arming's token). Logged
-    /// when answered.
-    #[error("cannot draw a random token now, retry later")]
-    RandomUnavailable(#[source] getrandom::Error),
 }
 
 /// What a replay or discard applied to: an entry, or one route's delivery of it
@@ -159,23 +114,13 @@ pub enum Refusal {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::NotFound
-            | ApiError::UnknownSource(_)
-            | ApiError::NoSuchEntry(_)
-            | ApiError::NoSuchSource(_)
-            | ApiError::NoSuchRoute { .. }
-            | ApiError::NoSuchSecret { .. }
-            | ApiError::NoDelivery { .. } => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::UnknownSource(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unverified(_) | ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::BodyRead | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotReplayable { .. }
-            | ApiError::NotDiscardable { .. }
-            | ApiError::NoHandshake(_)
-            | ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Op(op) => op_status(op),
             ApiError::Refused(_) | ApiError::IpNotAllowed => StatusCode::FORBIDDEN,
             ApiError::Throttled { .. } | ApiError::RateLimited { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -184,43 +129,30 @@ impl ApiError {
             ApiError::Busy
             | ApiError::CertificateUnavailable(_)
             | ApiError::SubscriptionUnconfirmed(_)
-            | ApiError::NotStored(_)
-            | ApiError::StoreUnavailable(_)
-            | ApiError::TransformUnavailable
-            | ApiError::RandomUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::NotStored(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
     /// The outcome label of this error, for metrics and logs (a small fixed set).
     pub fn outcome(&self) -> RequestOutcome {
         match self {
-            ApiError::NotFound
-            | ApiError::NoSuchEntry(_)
-            | ApiError::NoSuchSource(_)
-            | ApiError::NoSuchRoute { .. }
-            | ApiError::NoSuchSecret { .. }
-            | ApiError::NoDelivery { .. } => RequestOutcome::NotFound,
+            ApiError::NotFound => RequestOutcome::NotFound,
+            ApiError::Op(op) => op_outcome(op),
             ApiError::MethodNotAllowed => RequestOutcome::MethodNotAllowed,
             ApiError::UnknownSource(_) => RequestOutcome::UnknownSource,
             ApiError::Unverified(_) => RequestOutcome::Unverified,
             ApiError::TooLarge { .. } => RequestOutcome::TooLarge,
             ApiError::BodyTimeout => RequestOutcome::BodyTimeout,
             ApiError::BodyRead => RequestOutcome::BodyRead,
-            ApiError::Busy | ApiError::TransformUnavailable | ApiError::RandomUnavailable(_) => {
-                RequestOutcome::Busy
-            }
-            ApiError::NotStored(_) | ApiError::StoreUnavailable(_) => RequestOutcome::StoreError,
-            ApiError::BadRequest(_) | ApiError::Unprocessable(_) => RequestOutcome::BadRequest,
+            ApiError::Busy => RequestOutcome::Busy,
+            ApiError::NotStored(_) => RequestOutcome::StoreError,
+            ApiError::BadRequest(_) => RequestOutcome::BadRequest,
             ApiError::Unauthorized => RequestOutcome::Unauthorized,
             ApiError::Throttled { .. } => RequestOutcome::Throttled,
             ApiError::RateLimited { .. } => RequestOutcome::RateLimited,
             ApiError::IpNotAllowed => RequestOutcome::IpNotAllowed,
             ApiError::CertificateUnavailable(_) => RequestOutcome::CertificateUnavailable,
             ApiError::SubscriptionUnconfirmed(_) => RequestOutcome::SubscriptionUnconfirmed,
-            ApiError::NotReplayable { .. }
-            | ApiError::NotDiscardable { .. }
-            | ApiError::NoHandshake(_)
-            | ApiError::Conflict(_) => RequestOutcome::Conflict,
             ApiError::Refused(_) => RequestOutcome::Refused,
             ApiError::NotJson => RequestOutcome::NotJson,
         }
@@ -241,12 +173,63 @@ impl ApiError {
     }
 }
 
+/// The status of a refused operation.
+fn op_status(op: &OpError) -> StatusCode {
+    match op {
+        OpError::Invalid(_) => StatusCode::BAD_REQUEST,
+        OpError::NoSuchEntry(_)
+        | OpError::NoSuchSource(_)
+        | OpError::NoSuchRoute { .. }
+        | OpError::NoSuchSecret { .. }
+        | OpError::NoDelivery { .. } => StatusCode::NOT_FOUND,
+        OpError::NotReplayable { .. }
+        | OpError::NotDiscardable { .. }
+        | OpError::NoHandshake(_)
+        | OpError::RouteInForce { .. }
+        | OpError::NoControl
+        | OpError::Reload(ReloadRefused::NoFile) => StatusCode::CONFLICT,
+        OpError::Reload(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        OpError::Store(_) | OpError::TransformUnavailable | OpError::Random(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    }
+}
+
+/// The outcome label of a refused operation.
+fn op_outcome(op: &OpError) -> RequestOutcome {
+    match op {
+        OpError::Invalid(_) | OpError::Reload(ReloadRefused::Invalid(_))
+        | OpError::Reload(ReloadRefused::NeedsRestart(_)) => RequestOutcome::BadRequest,
+        OpError::NoSuchEntry(_)
+        | OpError::NoSuchSource(_)
+        | OpError::NoSuchRoute { .. }
+        | OpError::NoSuchSecret { .. }
+        | OpError::NoDelivery { .. } => RequestOutcome::NotFound,
+        OpError::NotReplayable { .. }
+        | OpError::NotDiscardable { .. }
+        | OpError::NoHandshake(_)
+        | OpError::RouteInForce { .. }
+        | OpError::NoControl
+        | OpError::Reload(ReloadRefused::NoFile) => RequestOutcome::Conflict,
+        OpError::Store(_) => RequestOutcome::StoreError,
+        OpError::TransformUnavailable | OpError::Random(_) => RequestOutcome::Busy,
+    }
+}
+
+/// A store call of an admin handler that failed: a refused operation (503, logged
+/// when answered: the admin API has no per-request log line to carry it).
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        ApiError::Op(OpError::Store(e))
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::StoreUnavailable(cause) = &self {
+        if let ApiError::Op(OpError::Store(cause)) = &self {
             tracing::error!(error = %cause, "admin: store error");
         }
-        if let ApiError::RandomUnavailable(cause) = &self {
+        if let ApiError::Op(OpError::Random(cause)) = &self {
             tracing::error!(error = %cause, "admin: the operating system's random source failed");
         }
         let mut resp = (

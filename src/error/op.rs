@@ -1,7 +1,11 @@
-//! Why an operation was refused: the front ends turn each into their own answer
-//! (the admin API's status and JSON error, the console's page).
+//! Why an operation (`crate::operations`) was refused: one type for every front
+//! end. The admin API answers it through [`super::ApiError::Op`] (its status and
+//! JSON error are decided in `error`), the console renders its own page for it.
+//! It lives with the HTTP errors, below the operations, so that `ApiError` wraps it
+//! instead of restating its variants.
 
-use crate::error::what;
+use super::what;
+use crate::config::ReloadRefused;
 use crate::store::{Status, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +54,7 @@ pub enum OpError {
     RouteInForce { name: String, route: String },
     /// A configuration reload was refused.
     #[error(transparent)]
-    Reload(#[from] super::config::ReloadRefused),
+    Reload(#[from] ReloadRefused),
     /// The gateway has no configuration control (it was built without one).
     #[error("this gateway cannot reload its configuration")]
     NoControl,
