@@ -7,6 +7,10 @@
 //! the async workers), answer a handshake if it is one, extract the event id and
 //! type, then dedupe and persist through [`Store::accept`]. Only a durable entry gets
 //! a 2xx. Ingest never delivers: the forwarder picks entries up from the store.
+//!
+//! The entry goes to the routes whose filters take it, each ordered one with the
+//! entry's ordering key; an entry no route takes is stored all the same, as
+//! `filtered`.
 
 pub mod body;
 mod handshake;
@@ -591,24 +595,12 @@ async fn certified_key(
     };
     // Nothing is fetched for a request that would fail whatever the key.
     source.verifier.precheck(req, now)?;
-    if let Some(asked) = source.verifier.jwk_request(req) {
-        let asked = asked.map_err(|_| ApiError::Unverified(VerifyError::CertificateUrl))?;
-        let credentials = source.verifier.credentials().unwrap_or_default();
-        return match ingest
-            .fetched_keys
-            .jwk_key(&asked, credentials, asker)
-            .await
-        {
-            Ok(key) => Ok(Some(key)),
-            Err(e) => Err(no_key(e)),
-        };
-    }
-    let named = match source.verifier.certificate_url(req) {
+    let asked = match source.verifier.key_request(req) {
         None => return Ok(None),
-        Some(Ok(named)) => named,
+        Some(Ok(asked)) => asked,
         Some(Err(_)) => return Err(ApiError::Unverified(VerifyError::CertificateUrl)),
     };
-    match ingest.fetched_keys.key(&named, asker).await {
+    match ingest.fetched_keys.key_for(&asked, asker).await {
         Ok(key) => Ok(Some(key)),
         Err(e) => Err(no_key(e)),
     }

@@ -283,9 +283,23 @@ impl FetchedKeys {
         &self.client
     }
 
+    /// The key `req` asks for, whichever the scheme (see `key` and `jwk_key`).
+    pub async fn key_for(
+        &self,
+        req: &super::KeyRequest<'_>,
+        asker: Asker<'_>,
+    ) -> Result<(Key, KeyName), FetchedKeyError> {
+        match req {
+            super::KeyRequest::Certificate(url) => self.key(url, asker).await,
+            super::KeyRequest::Jwk { asked, credentials } => {
+                self.jwk_key(asked, credentials, asker).await
+            }
+        }
+    }
+
     /// The key of the certificate at `url` (checked by [`check_url`]): kept, or
     /// fetched now on `asker`'s budgets.
-    pub async fn key(
+    async fn key(
         &self,
         url: &CertificateUrl,
         asker: Asker<'_>,
@@ -300,7 +314,7 @@ impl FetchedKeys {
     /// The key a `[jwk]` scheme's API gives for `req` (checked by
     /// [`super::jwk::check`]), asked with the source's `credentials`: kept, or
     /// fetched now on `asker`'s budgets.
-    pub async fn jwk_key(
+    async fn jwk_key(
         &self,
         req: &super::jwk::JwkRequest,
         credentials: &str,

@@ -6,9 +6,14 @@
 //! provider is configured for senders that have no spec of their own.
 //!
 //! The parts: [`spec`] is the format and its compiled form, [`verify`] the one
-//! verification engine, [`sign`] the engine run backwards. This file holds the
-//! registry and the per-source [`Verifier`]. Reading `providers_dir` here is the only
-//! I/O in `provider`, and nothing in it reads the clock: the caller passes `now`.
+//! verification engine, [`sign`] the engine run backwards, [`signed`] which values a
+//! signature covers, and [`certificate`] and [`jwk`] the keys some schemes fetch.
+//! This file holds the registry and the per-source [`Verifier`].
+//!
+//! The I/O in `provider` is in two places: this file reads `providers_dir`, and
+//! [`certificate`] fetches the keys of certificate and `[jwk]` schemes over HTTPS
+//! and keeps them by the process's clock. The rest (the specs, the engine, the
+//! signer) does no I/O and reads no clock: the caller passes `now` and the key.
 
 pub mod certificate;
 pub mod jwk;
@@ -372,9 +377,24 @@ impl Verifier {
         self.spec.certificate.is_some() || self.spec.jwk.is_some()
     }
 
+    /// What a request of a fetched-key scheme asks for (see [`KeyRequest`]),
+    /// checked against the spec's `[certificate]` or `[jwk]`; `None` for the
+    /// other schemes. An `Err` names a key the spec does not allow.
+    pub fn key_request(
+        &self,
+        req: Request<'_>,
+    ) -> Option<Result<KeyRequest<'_>, certificate::FetchedKeyError>> {
+        if let Some(asked) = self.jwk_request(req) {
+            let credentials = self.credentials().unwrap_or_default();
+            return Some(asked.map(|asked| KeyRequest::Jwk { asked, credentials }));
+        }
+        self.certificate_url(req)
+            .map(|named| named.map(KeyRequest::Certificate))
+    }
+
     /// The certificate URL a request of a certificate scheme names, checked against
     /// the spec's `[certificate]`; `None` for other schemes.
-    pub fn certificate_url(
+    pub(crate) fn certificate_url(
         &self,
         req: Request<'_>,
     ) -> Option<Result<certificate::CertificateUrl, certificate::FetchedKeyError>> {
@@ -389,7 +409,7 @@ impl Verifier {
     /// What a request of a `[jwk]` scheme asks the provider's API for: the key its
     /// JWS names, at the URL the spec builds, checked against its hosts; `None` for
     /// other schemes.
-    pub fn jwk_request(
+    pub(crate) fn jwk_request(
         &self,
         req: Request<'_>,
     ) -> Option<Result<jwk::JwkRequest, certificate::FetchedKeyError>> {
@@ -407,12 +427,26 @@ impl Verifier {
 
     /// The credentials a `[jwk]` scheme asks the provider's API with: the source's
     /// first secret.
-    pub fn credentials(&self) -> Option<&str> {
+    fn credentials(&self) -> Option<&str> {
         self.keys.iter().find_map(|k| match k {
             Key::Bound(value) => Some(&**value),
             _ => None,
         })
     }
+}
+
+/// The key a request of a fetched-key scheme needs, as one request to the fetched
+/// keys ([`certificate::FetchedKeys::key_for`]), whichever the scheme.
+#[derive(Debug)]
+pub enum KeyRequest<'a> {
+    /// The key of the certificate at a URL the request names (AWS SNS, PayPal).
+    Certificate(certificate::CertificateUrl),
+    /// The key a provider's API gives for the JWS's key id (Plaid), asked with the
+    /// source's credentials.
+    Jwk {
+        asked: jwk::JwkRequest,
+        credentials: &'a str,
+    },
 }
 
 #[cfg(test)]
