@@ -15,9 +15,18 @@
 pub mod body;
 mod handshake;
 pub mod hook_secret;
+mod keys;
 pub mod limit;
+mod meters;
 pub mod rejections;
+mod source;
 pub mod subscription;
+
+use keys::certified_key;
+pub use meters::{SourceMetrics, UnverifiedCounts, register_metrics};
+pub use rejections::flush_refused;
+pub use source::{OrderingError, RouteFilter, RouteOrdering, Source};
+use source::{matching_routes, order_key};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,18 +43,12 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 
 use crate::clock::Clock;
-use crate::config::{OrderBy, OrderConfig};
 use crate::error::ApiError;
 use crate::error::RequestOutcome;
 use crate::header_policy::HeaderPolicy;
-use crate::provider::Verifier;
-use crate::provider::certificate::KeyName;
-use crate::provider::spec::{Spec, ValueTemplate, parse_value_template};
 use crate::provider::verify::{self, HandshakeReply, VerifyError};
-use crate::routing::filter::{Filter, Subject};
-use crate::store::{
-    Accepted, Header, MAX_ORDER_KEY, NewEntry, Readiness, RouteOrder, Store, StoreError,
-};
+use crate::routing::filter::Subject;
+use crate::store::{Accepted, Header, NewEntry, Readiness, RouteOrder, Store, StoreError};
 use crate::telemetry;
 use crate::telemetry::traces::{IngestEnd, IngestPhase, IngestTrace, Traces};
 use body::BodyBudget;
@@ -54,201 +57,8 @@ use hook_secret::Refresh;
 /// Bodies larger than this are verified on the blocking pool.
 pub const OFFLOAD_BODY_BYTES: usize = 64 * 1024;
 
-/// A configured source, ready to verify requests.
-#[derive(Debug, Clone)]
-pub struct Source {
-    pub name: String,
-    pub verifier: Verifier,
-    pub dedupe_ttl: Duration,
-    /// The URL the provider calls, for providers that sign it.
-    pub public_url: Option<String>,
-    /// Which received headers are stored (credentials only when named).
-    pub headers: HeaderPolicy,
-    /// The source's routes, in configuration order, with their filters.
-    pub routes: Vec<RouteFilter>,
-    /// The part of the body budget this source's requests may hold.
-    pub body_share: body::SourceShare,
-    pub metrics: SourceMetrics,
-    /// Keep the bodies (their first bytes) of refused requests in the rejection log.
-    pub keep_rejected_bodies: bool,
-    /// Indexed JSON pointers of the body, (name, pointer): their values are stored
-    /// with each entry (`store::search`).
-    pub index: Vec<(String, String)>,
-    /// `[sources.limits] requests`: over it, 429 before the body is read.
-    pub request_limit: Option<Arc<limit::RequestLimit>>,
-    /// `allow_ips`: from any other address, 403 before the body is read.
-    pub allowlist: Option<crate::allowlist::Allowlist>,
-    /// The token of the provider's endpoint check (Meta's `hub.verify_token`).
-    pub verify_token: Option<crate::config::Secret>,
-    /// AWS SNS (`confirm_subscriptions`): visit a verified confirmation's
-    /// `SubscribeURL` before storing it (`subscription`).
-    pub confirm_subscriptions: bool,
-    /// A provider whose secret arrives in a handshake (`hook-secret`): the keys,
-    /// configured and established (`hook_secret`).
-    pub established: Option<Arc<hook_secret::Established>>,
-}
-
 /// The configured sources by name: ingest's part of the route table.
 pub type Sources = HashMap<String, Arc<Source>>;
-
-/// A route as ingest sees it: its name, which entries it takes, and where an
-/// ordered route finds an entry's ordering key.
-#[derive(Debug, Clone)]
-pub struct RouteFilter {
-    pub name: String,
-    pub filter: Filter,
-    pub order: Option<RouteOrdering>,
-}
-
-/// Where an ordered route finds an entry's key (alternatives, tried in order), and
-/// its policy for a dead head.
-#[derive(Debug, Clone)]
-pub struct RouteOrdering {
-    pub by: Vec<ValueTemplate>,
-    pub block: bool,
-}
-
-/// Why an `order.by` cannot be used with a source's provider.
-#[derive(Debug, thiserror::Error)]
-pub enum OrderingError {
-    #[error("{0}")]
-    Template(String),
-    #[error(
-        "provider {0:?} names no object id (event.object in its spec); order by json:/pointer or header:Name"
-    )]
-    NoProviderObject(String),
-}
-
-impl RouteOrdering {
-    /// The ordering of a route of a source whose provider is `spec` (`provider` by
-    /// name, for the error).
-    pub fn new(
-        cfg: &OrderConfig,
-        spec: &Spec,
-        provider: &str,
-    ) -> Result<RouteOrdering, OrderingError> {
-        let by = match &cfg.by {
-            OrderBy::Provider if spec.event_object.is_empty() => {
-                return Err(OrderingError::NoProviderObject(provider.to_string()));
-            }
-            OrderBy::Provider => spec.event_object.clone(),
-            OrderBy::Value(text) => {
-                vec![parse_value_template(text).map_err(OrderingError::Template)?]
-            }
-        };
-        Ok(RouteOrdering {
-            by,
-            block: cfg.block,
-        })
-    }
-}
-
-/// An ordering key as stored: as found, or its SHA-256 when longer than
-/// [`MAX_ORDER_KEY`] (a webhook decides how long it is).
-fn order_key(found: String) -> String {
-    if found.len() > MAX_ORDER_KEY {
-        use sha2::Digest as _;
-        format!(
-            "sha256:{}",
-            hex::encode(sha2::Sha256::digest(found.as_bytes()))
-        )
-    } else {
-        found
-    }
-}
-
-/// The routes whose filters take this entry, in configuration order. Runs once per
-/// entry, after verification; a filter that takes everything costs nothing.
-fn matching_routes(routes: &[RouteFilter], subject: &Subject<'_>) -> Vec<String> {
-    routes
-        .iter()
-        .filter(|r| r.filter.takes_everything() || r.filter.matches(subject))
-        .map(|r| r.name.clone())
-        .collect()
-}
-
-/// A source's ingest metrics for the outcomes every accepted request has, registered
-/// once: the hot path bumps a handle instead of building a labelled key and looking
-/// it up in the registry on every request. Rarer outcomes use the macros.
-#[derive(Debug, Clone)]
-pub struct SourceMetrics {
-    accepted: metrics::Counter,
-    duplicate: metrics::Counter,
-    handshake: metrics::Counter,
-    /// Entries stored that no route's filter selected.
-    filtered: metrics::Counter,
-    ack_seconds: metrics::Histogram,
-}
-
-impl SourceMetrics {
-    /// Register the handles of `source` with the installed recorder (install it
-    /// first: handles taken before are no-ops).
-    pub fn new(source: &str) -> Self {
-        let requests = |outcome: RequestOutcome| metrics::counter!("hookgate_ingest_requests_total", "source" => source.to_string(), "outcome" => outcome.label());
-        SourceMetrics {
-            accepted: requests(RequestOutcome::Accepted),
-            duplicate: requests(RequestOutcome::Duplicate),
-            handshake: requests(RequestOutcome::Handshake),
-            filtered: metrics::counter!("hookgate_entries_filtered_total", "source" => source.to_string()),
-            ack_seconds: metrics::histogram!("hookgate_ingest_ack_seconds", "source" => source.to_string()),
-        }
-    }
-}
-
-/// Verification failures per source, counted in memory and added to the store's
-/// counters by [`flush_unverified`] once a second, so that a flood of forged requests
-/// never turns into a flood of store writes.
-#[derive(Debug, Default)]
-pub struct UnverifiedCounts(std::sync::Mutex<HashMap<String, u64>>);
-
-impl UnverifiedCounts {
-    fn bump(&self, source: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            *m.entry(source.to_string()).or_default() += 1;
-        }
-    }
-
-    fn take(&self) -> HashMap<String, u64> {
-        self.0
-            .lock()
-            .map(|mut m| std::mem::take(&mut *m))
-            .unwrap_or_default()
-    }
-}
-
-/// Every second until shutdown, add the counted verification failures to the
-/// store's counters and hand it the rejection log's rows and counts.
-pub async fn flush_refused(
-    counts: Arc<UnverifiedCounts>,
-    rejections: Arc<rejections::RejectionLog>,
-    store: Arc<dyn Store>,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    loop {
-        let stop = tokio::select! {
-            _ = shutdown.cancelled() => true,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
-        };
-        for (source, n) in counts.take() {
-            if let Err(e) = store.record_unverified(&source, n).await {
-                tracing::debug!(source, error = %e, "cannot record verification failures");
-            }
-        }
-        let batch = rejections.take();
-        if !batch.rows.is_empty() || !batch.counts.is_empty() {
-            // Lost when the store refuses it: the log is a clue, not a record.
-            if let Err(e) = store.record_rejections(&batch).await {
-                const MSG: &str = "cannot record rejected requests";
-                if telemetry::throttle::hit(MSG, e.kind()) {
-                    tracing::warn!(error = %e, rows = batch.rows.len(), "{MSG}");
-                }
-            }
-        }
-        if stop {
-            return;
-        }
-    }
-}
 
 /// What the ingest handlers share. Built once by `app`.
 pub struct IngestState {
@@ -569,54 +379,6 @@ fn refuse_early(
     Ok(())
 }
 
-/// For a source whose provider signs with a fetched key (a certificate's, a key an
-/// API gives by id): that key and the name it is kept under, once the request's
-/// unsigned claims could verify at `now` (unix seconds) and the URL it names is one
-/// the spec allows; fetched on the budgets of `asker`. `None` for every other
-/// scheme.
-async fn certified_key(
-    ingest: &IngestState,
-    source: &Source,
-    head: Head<'_>,
-    url: Option<&str>,
-    body: &[u8],
-    now: i64,
-    asker: crate::provider::certificate::Asker<'_>,
-) -> Result<Option<(crate::provider::Key, KeyName)>, ApiError> {
-    if !source.verifier.fetches_keys() {
-        return Ok(None);
-    }
-    let req = verify::Request {
-        method: head.method.as_str(),
-        path: head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
-        url,
-        headers: head.headers,
-        body,
-    };
-    // Nothing is fetched for a request that would fail whatever the key.
-    source.verifier.precheck(req, now)?;
-    let asked = match source.verifier.key_request(req) {
-        None => return Ok(None),
-        Some(Ok(asked)) => asked,
-        Some(Err(_)) => return Err(ApiError::Unverified(VerifyError::CertificateUrl)),
-    };
-    match ingest.fetched_keys.key_for(&asked, asker).await {
-        Ok(key) => Ok(Some(key)),
-        Err(e) => Err(no_key(e)),
-    }
-}
-
-/// The answer to a request whose signing key could not be had: 401 when the
-/// request named one it may not, 503 (retry) when it could not be fetched now.
-fn no_key(e: crate::provider::certificate::FetchedKeyError) -> ApiError {
-    use crate::provider::certificate::FetchedKeyError;
-    match e {
-        FetchedKeyError::Refused => ApiError::Unverified(VerifyError::CertificateUrl),
-        FetchedKeyError::Invalid(_) => ApiError::Unverified(VerifyError::CertificateInvalid),
-        FetchedKeyError::Unavailable(cause) => ApiError::CertificateUnavailable(cause),
-    }
-}
-
 /// Verify a request and decide what to do with it: answer a handshake, or store an
 /// entry (with its dedupe key). Synchronous, so that it can run on the blocking pool.
 fn decide(
@@ -793,29 +555,81 @@ async fn handle_source(
             t.phase(phase, since);
         }
     };
-    // What the headers alone decide, before a byte of the body is buffered.
-    if let Err(e) = refuse_early(ingest, source, &parts.headers, declared) {
-        body::drain(body, declared);
-        return Err(e);
-    }
     // The client a per-client budget charges: an IPv4 address, an IPv6 prefix.
     let budget_client = address
         .or(client)
         .map(|a| crate::serve::client_of(a, ingest.client_ipv6_prefix));
+    let got = read_body(
+        ingest,
+        source,
+        &parts.headers,
+        body,
+        declared,
+        budget_client,
+    )
+    .await;
+    mark(IngestPhase::ReadBody, phase_start);
+    let got = got?;
+    if let Some(answer) = handshake::graph_validation(source, parts.uri.query(), &got.bytes) {
+        return answer.map(Handled::Handshake);
+    }
+    if hook_secret::is_handshake(source, &parts.headers) {
+        *read = Some(got.bytes.clone());
+        return hook_secret::answer(ingest, source, &parts.headers, parts.uri.query(), client)
+            .await
+            .map(Handled::Handshake);
+    }
+    let verify_start = phase_start.map(|_| Instant::now());
+    let now_ms = ingest.clock.now_ms();
+    // The reservation is held until the store has the entry (it shares the buffer).
+    let body::ReadBody {
+        bytes: body,
+        reservation: _reservation,
+    } = got;
+    *read = Some(body.clone());
+    let decision = verify_request(ingest, source, parts, body, now_ms, budget_client).await;
+    mark(IngestPhase::Verify, verify_start);
+    // A request that fails verification is charged to its client's budget, not to
+    // the source's limit (`limit`).
+    if let (Err(ApiError::Unverified(_)), Some(limit)) = (&decision, &source.request_limit) {
+        limit.unverified(budget_client, ingest.clock.now_ms());
+    }
+    let decision = decision?;
+    // Verified: now the request takes a slot of the source's limit.
+    if let Some(limit) = &source.request_limit {
+        limit
+            .admit(
+                ingest.store.as_ref(),
+                &source.name,
+                ingest.clock.now_ms(),
+                ingest.store_timeout,
+            )
+            .await?;
+    }
+    answer_decision(ingest, source, decision, phase_start.is_some(), &mut mark).await
+}
+
+/// What the headers alone decide (before a byte of the body is buffered), the
+/// source's request limit for this client, then the body, read within its budget.
+async fn read_body(
+    ingest: &IngestState,
+    source: &Source,
+    headers: &HeaderMap,
+    body: Body,
+    declared: Option<u64>,
+    budget_client: Option<std::net::IpAddr>,
+) -> Result<body::ReadBody, ApiError> {
+    // What the headers alone decide, before a byte of the body is buffered.
+    if let Err(e) = refuse_early(ingest, source, headers, declared) {
+        body::drain(body, declared);
+        return Err(e);
+    }
     if let Some(limit) = &source.request_limit
         && let Err(e) = limit.refuse_early(budget_client, ingest.clock.now_ms())
     {
         body::drain(body, declared);
         return Err(e);
     }
-    // A request that fails verification is charged to its client's budget, not to
-    // the source's limit (`limit`).
-    let charge_unverified = |e: ApiError| {
-        if let (ApiError::Unverified(_), Some(limit)) = (&e, &source.request_limit) {
-            limit.unverified(budget_client, ingest.clock.now_ms());
-        }
-        e
-    };
     // The declared body's bytes, from the budget (503 when there is no room, even
     // once the source's slowest upload is shed).
     let mut reservation = ingest.body_budget.none(&source.body_share, budget_client);
@@ -834,7 +648,7 @@ async fn handle_source(
         body::drain(body, declared);
         return Err(e);
     }
-    let got = match body::read(
+    match body::read(
         body,
         declared,
         ingest.max_body_bytes,
@@ -845,33 +659,27 @@ async fn handle_source(
     )
     .await
     {
-        Ok(got) => got,
+        Ok(got) => Ok(got),
         Err(e) => {
             if let Some(rest) = e.rest {
                 body::drain(rest, None);
             }
-            mark(IngestPhase::ReadBody, phase_start);
-            return Err(e.error);
+            Err(e.error)
         }
-    };
-    mark(IngestPhase::ReadBody, phase_start);
-    if let Some(answer) = handshake::graph_validation(source, parts.uri.query(), &got.bytes) {
-        return answer.map(Handled::Handshake);
     }
-    if hook_secret::is_handshake(source, &parts.headers) {
-        *read = Some(got.bytes.clone());
-        return hook_secret::answer(ingest, source, &parts.headers, parts.uri.query(), client)
-            .await
-            .map(Handled::Handshake);
-    }
-    let verify_start = phase_start.map(|_| Instant::now());
-    let now_ms = ingest.clock.now_ms();
-    // The reservation is held until the store has the entry (it shares the buffer).
-    let body::ReadBody {
-        bytes: body,
-        reservation: _reservation,
-    } = got;
-    *read = Some(body.clone());
+}
+
+/// Verify a request whose body was read: with the key it names fetched first (a
+/// fetched-key scheme), or with the keys handshakes established (read again once
+/// when the request matches none), and decide what to do with it.
+async fn verify_request(
+    ingest: &IngestState,
+    source: &Arc<Source>,
+    parts: &http::request::Parts,
+    body: Bytes,
+    now_ms: i64,
+    budget_client: Option<std::net::IpAddr>,
+) -> Result<Decision, ApiError> {
     let url = source
         .public_url
         .as_deref()
@@ -896,8 +704,7 @@ async fn handle_source(
         now_ms.div_euclid(1000),
         asker,
     )
-    .await
-    .map_err(charge_unverified)?;
+    .await?;
     let (certified, key_name) = fetched.unzip();
     // A source whose secrets arrive in handshakes: its keys as the store has them
     // (read again when stale), and once more when the request matches none of them
@@ -950,23 +757,10 @@ async fn handle_source(
         }
         (_, first) => first,
     };
-    mark(IngestPhase::Verify, verify_start);
-    let decision = decision.map_err(charge_unverified)?;
     if let Some(name) = &key_name {
         ingest.fetched_keys.verified(name);
     }
-    // Verified: now the request takes a slot of the source's limit.
-    if let Some(limit) = &source.request_limit {
-        limit
-            .admit(
-                ingest.store.as_ref(),
-                &source.name,
-                ingest.clock.now_ms(),
-                ingest.store_timeout,
-            )
-            .await?;
-    }
-    answer_decision(ingest, source, decision, phase_start.is_some(), &mut mark).await
+    decision
 }
 
 /// Verify a request and decide what to do with it ([`decide`]), on the blocking
@@ -1108,20 +902,4 @@ async fn answer_decision(
             })
         }
     }
-}
-
-/// Register `hookgate_ingest_requests_total` with a zero series for every configured
-/// source and every outcome counted per source, and the unknown source's, so that
-/// the first scrape lists them all.
-pub fn register_metrics(sources: &[crate::telemetry::SourceRoutes]) {
-    use crate::error::{RequestOutcome, UNKNOWN_SOURCE};
-    for outcome in RequestOutcome::ALL {
-        if !outcome.counted_per_source() {
-            continue;
-        }
-        for s in sources {
-            metrics::counter!("hookgate_ingest_requests_total", "source" => s.source.clone(), "outcome" => outcome.label()).increment(0);
-        }
-    }
-    metrics::counter!("hookgate_ingest_requests_total", "source" => UNKNOWN_SOURCE, "outcome" => RequestOutcome::UnknownSource.label()).increment(0);
 }

@@ -1,6 +1,6 @@
 //! The rejection log's ingest side: every refused request is counted, a few of
 //! each group are kept as rows, and both go to the store once a second
-//! ([`super::flush_refused`]) in one write.
+//! ([`flush_refused`]) in one write.
 //!
 //! A flood of forgeries must not turn the store into its target, nor cost the
 //! genuine webhooks anything. So the decision comes first and is cheap (a map
@@ -10,15 +10,18 @@
 //! headers copied and its body hashed. The rest are counted.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http::HeaderMap;
 use sha2::{Digest as _, Sha256};
 
 use super::hook_secret::redact_token;
+use super::meters::UnverifiedCounts;
 use crate::header_policy::HeaderPolicy;
-use crate::store::Rejection;
 use crate::store::rejection::{RejectionBatch, RejectionCount, group_source};
+use crate::store::{Rejection, Store};
+use crate::telemetry;
 
 /// The most rows one group gets per flush (a second), per gateway.
 pub const ROWS_PER_GROUP: u32 = 5;
@@ -206,6 +209,40 @@ impl RejectionLog {
                 .body
                 .filter(|_| r.keep_body && known)
                 .map(|b| b[..b.len().min(KEPT_BODY_BYTES)].to_vec()),
+        }
+    }
+}
+
+/// Every second until shutdown, add the counted verification failures to the
+/// store's counters and hand it the rejection log's rows and counts.
+pub async fn flush_refused(
+    counts: Arc<UnverifiedCounts>,
+    rejections: Arc<RejectionLog>,
+    store: Arc<dyn Store>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let stop = tokio::select! {
+            _ = shutdown.cancelled() => true,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+        };
+        for (source, n) in counts.take() {
+            if let Err(e) = store.record_unverified(&source, n).await {
+                tracing::debug!(source, error = %e, "cannot record verification failures");
+            }
+        }
+        let batch = rejections.take();
+        if !batch.rows.is_empty() || !batch.counts.is_empty() {
+            // Lost when the store refuses it: the log is a clue, not a record.
+            if let Err(e) = store.record_rejections(&batch).await {
+                const MSG: &str = "cannot record rejected requests";
+                if telemetry::throttle::hit(MSG, e.kind()) {
+                    tracing::warn!(error = %e, rows = batch.rows.len(), "{MSG}");
+                }
+            }
+        }
+        if stop {
+            return;
         }
     }
 }
