@@ -29,7 +29,6 @@ mod source;
 mod validate;
 
 use defaults::DEFAULTS;
-pub use reload::ReloadRefused;
 pub use defaults::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,
@@ -37,6 +36,7 @@ pub use defaults::{
 pub(crate) use durations::parse_duration;
 pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;
+pub use reload::ReloadRefused;
 pub use route::{
     DEFAULT_ROUTE, DeliveryConfig, MAX_ROUTES, OrderBy, OrderConfig, RetryConfig, RouteConfig,
     valid_route_name,

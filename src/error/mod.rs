@@ -198,7 +198,8 @@ fn op_status(op: &OpError) -> StatusCode {
 /// The outcome label of a refused operation.
 fn op_outcome(op: &OpError) -> RequestOutcome {
     match op {
-        OpError::Invalid(_) | OpError::Reload(ReloadRefused::Invalid(_))
+        OpError::Invalid(_)
+        | OpError::Reload(ReloadRefused::Invalid(_))
         | OpError::Reload(ReloadRefused::NeedsRestart(_)) => RequestOutcome::BadRequest,
         OpError::NoSuchEntry(_)
         | OpError::NoSuchSource(_)
