@@ -1,8 +1,17 @@
 //! The composition root: turns a validated [`Config`] into running parts.
 //!
 //! Only this module builds and wires objects: the provider registry, the sources'
-//! verifiers, the store, the routers and the listeners. `run` takes pre-bound
-//! listeners so that tests can bind `127.0.0.1:0` and run the real gateway.
+//! verifiers, the store, the route table, the routers and the listeners. `run`
+//! takes pre-bound listeners so that tests can bind `127.0.0.1:0` and run the real
+//! gateway.
+//!
+//! `build` makes the parts and serves nothing (the metric families, the store, the
+//! first route table, the routers); `serve_until_shutdown` runs them (an accept
+//! loop per listener, the forwarder, reloads on `SIGHUP`, the background tasks)
+//! until shutdown, or until the store stops for good ([`StoreStopped`]), then drains
+//! them and closes the store. The route table is `table`'s (the compiled value and
+//! its swap point), compiled from `sources`, reloaded by `reload`; `retire` tells
+//! the store which routes a table no longer has.
 
 use std::sync::Arc;
 
@@ -253,82 +262,28 @@ async fn build(
     let rejections = Arc::new(ingest::rejections::RejectionLog::live(
         tables.live(|t| t.redaction.clone()),
     ));
-    let readiness = Arc::new(crate::store::Readiness::new());
     let pressure = Arc::new(crate::pressure::IngestPressure::new(
         cfg.forwarder.ingest_first,
     ));
-    let state = Arc::new(IngestState {
-        unverified: unverified.clone(),
-        rejections: rejections.clone(),
-        sources: tables.live(|t| t.ingest.clone()),
+    let core = Core {
         store: store.clone(),
-        max_body_bytes: cfg.server.max_body_bytes,
-        body_read_timeout: cfg.server.body_read_timeout,
-        body_budget,
-        verify_slots: Arc::new(tokio::sync::Semaphore::new(
-            std::thread::available_parallelism().map_or(2, |n| n.get()),
-        )),
         clock: clock.clone(),
-        store_timeout: cfg.store.timeout(),
-        readiness: readiness.clone(),
-        pressure: pressure.clone(),
+        tables: tables.clone(),
         traces: traces.clone(),
-        client_ip: crate::serve::forwarded::ClientIp {
-            trusted: cfg.server.trusted_proxies.clone(),
-            header: cfg.server.client_ip_header,
+        readiness: Arc::new(crate::store::Readiness::new()),
+    };
+    let ingest = ingest_router(
+        cfg,
+        &core,
+        body_budget,
+        IngestShared {
+            unverified: unverified.clone(),
+            rejections: rejections.clone(),
+            pressure: pressure.clone(),
         },
-        client_ipv6_prefix: cfg.server.client_ipv6_prefix,
-        fetched_keys: Arc::new(
-            crate::provider::certificate::FetchedKeys::new()
-                .context("the HTTP client of certificate fetches")?,
-        ),
-    });
+    )?;
     let (ingest_limits, admin_limits, probe_limits) = http_limits(cfg);
-    // Outermost: a bug in a handler answers 500 instead of dropping the connection.
-    let ingest = ingest::router(state).layer(CatchPanicLayer::custom(error::panic_response));
-    let ops = Operations::new(
-        store.clone(),
-        tables.live(|t| t.catalog.clone()),
-        cfg.admin.replay_rate,
-        clock.clone(),
-    )
-    .with_traces(traces.clone())
-    .with_control(reloader.clone());
-    let admin_state = Arc::new(AdminState::new(
-        ops,
-        cfg.admin.token.as_ref(),
-        cfg.admin.failed_auth_allowance,
-    ));
-    let console_state = Arc::new(
-        ConsoleState::new(
-            admin_state.clone(),
-            cfg.admin.token.as_ref(),
-            tables.live(|t| t.console.clone()),
-            breaker_states(tables.live(|t| t.forward.clone())),
-            cfg.admin.public_origin.clone(),
-        )
-        .context("console")?,
-    );
-    let probes = with_probes.then(|| {
-        admin::probes::router(store.clone(), readiness.clone())
-            .layer(axum::middleware::from_fn_with_state(
-                admin_state.clone(),
-                admin::guard,
-            ))
-            .layer(CatchPanicLayer::custom(error::panic_response))
-    });
-    let admin = admin::probes::router(store.clone(), readiness)
-        .merge(admin::router(admin_state.clone()))
-        .merge(console::router(console_state))
-        // Around everything the admin listener serves, not inside `admin::router`:
-        // a page in a local browser must not read `/metrics`, the probes or the
-        // console through a rebound DNS name either, and each route needs no check
-        // of its own.
-        .layer(axum::middleware::from_fn_with_state(
-            admin_state,
-            admin::guard,
-        ))
-        .layer(CatchPanicLayer::custom(error::panic_response));
+    let (probes, admin) = admin_routers(cfg, &core, reloader.clone(), with_probes)?;
     let alerts = Arc::new(Alerts::default());
     // Counted whether or not a webhook is set now: a reload may set one.
     let on_dead: forward::OnDead = {
@@ -356,6 +311,115 @@ async fn build(
         traces,
         identity,
     })
+}
+
+/// What the routers and the gateway's parts are built around.
+struct Core {
+    store: Arc<dyn store::Store>,
+    clock: crate::clock::Clock,
+    tables: Arc<Tables>,
+    traces: telemetry::traces::Traces,
+    /// What `/readyz` says; every ingest write's outcome feeds it.
+    readiness: Arc<crate::store::Readiness>,
+}
+
+/// What ingest shares with the rest of the gateway: the counts and the rejection
+/// log it flushes, and how saturated it is.
+struct IngestShared {
+    unverified: Arc<ingest::UnverifiedCounts>,
+    rejections: Arc<ingest::rejections::RejectionLog>,
+    pressure: Arc<crate::pressure::IngestPressure>,
+}
+
+/// The ingest listener's router.
+fn ingest_router(
+    cfg: &Config,
+    core: &Core,
+    body_budget: ingest::body::BodyBudget,
+    shared: IngestShared,
+) -> anyhow::Result<axum::Router> {
+    let state = Arc::new(IngestState {
+        unverified: shared.unverified,
+        rejections: shared.rejections,
+        sources: core.tables.live(|t| t.ingest.clone()),
+        store: core.store.clone(),
+        max_body_bytes: cfg.server.max_body_bytes,
+        body_read_timeout: cfg.server.body_read_timeout,
+        body_budget,
+        verify_slots: Arc::new(tokio::sync::Semaphore::new(
+            std::thread::available_parallelism().map_or(2, |n| n.get()),
+        )),
+        clock: core.clock.clone(),
+        store_timeout: cfg.store.timeout(),
+        readiness: core.readiness.clone(),
+        pressure: shared.pressure,
+        traces: core.traces.clone(),
+        client_ip: crate::serve::forwarded::ClientIp {
+            trusted: cfg.server.trusted_proxies.clone(),
+            header: cfg.server.client_ip_header,
+        },
+        client_ipv6_prefix: cfg.server.client_ipv6_prefix,
+        fetched_keys: Arc::new(
+            crate::provider::certificate::FetchedKeys::new()
+                .context("the HTTP client of certificate fetches")?,
+        ),
+    });
+    // Outermost: a bug in a handler answers 500 instead of dropping the connection.
+    Ok(ingest::router(state).layer(CatchPanicLayer::custom(error::panic_response)))
+}
+
+/// The admin listener's router (probes, admin API, console, behind the guard) and,
+/// when `with_probes`, the probe listener's.
+fn admin_routers(
+    cfg: &Config,
+    core: &Core,
+    reloader: Arc<Reloader>,
+    with_probes: bool,
+) -> anyhow::Result<(Option<axum::Router>, axum::Router)> {
+    let ops = Operations::new(
+        core.store.clone(),
+        core.tables.live(|t| t.catalog.clone()),
+        cfg.admin.replay_rate,
+        core.clock.clone(),
+    )
+    .with_traces(core.traces.clone())
+    .with_control(reloader);
+    let admin_state = Arc::new(AdminState::new(
+        ops,
+        cfg.admin.token.as_ref(),
+        cfg.admin.failed_auth_allowance,
+    ));
+    let console_state = Arc::new(
+        ConsoleState::new(
+            admin_state.clone(),
+            cfg.admin.token.as_ref(),
+            core.tables.live(|t| t.console.clone()),
+            breaker_states(core.tables.live(|t| t.forward.clone())),
+            cfg.admin.public_origin.clone(),
+        )
+        .context("console")?,
+    );
+    let probes = with_probes.then(|| {
+        admin::probes::router(core.store.clone(), core.readiness.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                admin_state.clone(),
+                admin::guard,
+            ))
+            .layer(CatchPanicLayer::custom(error::panic_response))
+    });
+    let admin = admin::probes::router(core.store.clone(), core.readiness.clone())
+        .merge(admin::router(admin_state.clone()))
+        .merge(console::router(console_state))
+        // Around everything the admin listener serves, not inside `admin::router`:
+        // a page in a local browser must not read `/metrics`, the probes or the
+        // console through a rebound DNS name either, and each route needs no check
+        // of its own.
+        .layer(axum::middleware::from_fn_with_state(
+            admin_state,
+            admin::guard,
+        ))
+        .layer(CatchPanicLayer::custom(error::panic_response));
+    Ok((probes, admin))
 }
 
 /// Warn about what the operator may not have meant: no admin token or a short one,
