@@ -1,10 +1,14 @@
 //! The one clock: what time it is, for ingest (signature windows, arrival times), the
 //! admin API (replays, discards) and the forwarder (claims, leases, retries).
 //!
-//! Everything that needs the time is handed a [`Clock`] by the composition root
-//! instead of reading the system clock itself, so a test (or a benchmark) can run
-//! the whole gateway at a time of its choosing. The pure parts (`provider`, the retry
-//! policy, the breaker) take `now` as an argument and never see a clock at all.
+//! Everything that needs the time of day is handed a [`Clock`] by the composition
+//! root instead of reading the system clock itself, so a test (or a benchmark) can
+//! run the whole gateway at a time of its choosing; elapsed time (timeouts,
+//! deadlines) is measured on the monotonic clock. The pure parts (the verification
+//! engine, the retry policy, the breaker) take `now` as an argument and never see a
+//! clock at all. In the gateway two readers of the system clock remain: a fetched
+//! certificate's validity (`provider::certificate`) and the wall times of trace
+//! spans.
 
 use std::sync::Arc;
 

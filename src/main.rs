@@ -1,7 +1,9 @@
 //! The `hookgate` binary: parses the command line, runs it, renders errors.
 //!
-//! Exit codes: 0 success, 1 runtime failure, 2 invalid usage or configuration.
-//! A closed stdout (e.g. piping into `head`) is not an error.
+//! Exit codes: 0 success, 1 runtime failure, 2 invalid usage or configuration,
+//! told apart by type (`cli::InvalidConfiguration`, `config::ConfigError` in the
+//! chain), never by an error's text. A closed stdout (e.g. piping into `head`) is
+//! not an error.
 
 use std::process::ExitCode;
 

@@ -1,5 +1,5 @@
-//! Shutdown is passed in, never global: a `CancellationToken` that `main` cancels on
-//! SIGTERM or ctrl-c and tests cancel directly.
+//! Shutdown is passed in, never global: a `CancellationToken` that `hookgate serve`
+//! cancels on SIGTERM or ctrl-c ([`signal`]) and tests cancel directly.
 
 pub use tokio_util::sync::CancellationToken;
 

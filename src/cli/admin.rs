@@ -3,8 +3,9 @@
 //! Talks HTTP to a running gateway (the admin URL and token come from flags or
 //! `HOOKGATE_ADMIN_URL` / `HOOKGATE_ADMIN_TOKEN`), prints readable tables by default
 //! and the API's JSON with `--json`. Errors say what to check: an unreachable gateway
-//! and a refused token are told apart. It shares only the wire types
-//! ([`crate::admin::dto`]) with the server.
+//! and a refused token are told apart. What it shares with the server is the wire
+//! types ([`crate::admin::dto`]) and the few parsers both sides must agree on (a
+//! search's predicates, a duration, the token's query parameter).
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};

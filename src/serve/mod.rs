@@ -11,7 +11,7 @@
 //! thousands of them fill `max_connections` and a signed webhook waits until the
 //! header read timeout frees a slot. So the bound has two more parts, each in a
 //! module of its own:
-//! - `clients`: no client (an IPv4 address, an IPv6 /64) holds more than
+//! - `clients`: no client (an IPv4 address, an IPv6 prefix) holds more than
 //!   `max_connections_per_client` connections; one over that is closed at accept,
 //!   before a byte is read.
 //! - `idle`: near `max_connections`, a new connection does not wait; the connection

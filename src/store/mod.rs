@@ -12,8 +12,8 @@
 //! gateway's leases, and the salt of the configuration versions.
 //!
 //! [`open`] is the only place that chooses a backend; everything else sees
-//! `Arc<dyn Store>`. Both backends pass the same conformance suite
-//! (`tests/it/conformance/`, one file per part of the contract).
+//! `Arc<dyn Store>`. The three backends (SQLite, Redis, PostgreSQL) pass the same
+//! conformance suite (`tests/it/conformance/`, one file per part of the contract).
 
 mod activity;
 mod audit;

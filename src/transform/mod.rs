@@ -7,7 +7,10 @@
 //! program is compiled when the configuration loads (`program`), and runs in a
 //! worker process (`worker`) that the gateway kills at the deadline (`pool`), so an
 //! endless or exploding program costs one failed delivery, never the gateway. What
-//! the output becomes on the wire is `shape`'s.
+//! the output becomes on the wire is `shape`'s. [`Transforms`] holds the pool and
+//! each route's program: built with each route table (`app::table`; a table with
+//! the same programs and bounds keeps the one in force), used by the forwarder at
+//! each attempt and by `operations::preview`.
 //!
 //! How workers are shared between routes, when a run's deadline has passed (and the
 //! one retry a timeout gets), and how much memory and input depth a run may have is

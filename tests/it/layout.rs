@@ -1,7 +1,9 @@
 //! The layout's invariants, read off the source tree (ARCHITECTURE.md names them):
 //! backend types stay in their store's folder, the layers only point down, the HTTP
-//! framework and `anyhow` stay where they belong, every file says why it exists, and
-//! no console page skips HTML escaping.
+//! framework and `anyhow` stay where they belong, every file says why it exists, no
+//! console page skips HTML escaping, no code derives a failure kind from text, and
+//! ARCHITECTURE.md stays a map: short, naming only paths that exist, and listing
+//! the rooms `src/lib.rs` lists.
 
 use std::path::{Path, PathBuf};
 
@@ -346,7 +348,7 @@ fn the_http_framework_and_anyhow_stay_at_the_edges() {
             || p.starts_with("serve/")
             || p.starts_with("fuzzing/")
             || p.starts_with("app/")
-            || ["error.rs", "app.rs"].contains(&p)
+            || p == "error/mod.rs"
     };
     let bad = violations(http_edge, |_, code| {
         uses_crate(code, "axum") || uses_crate(code, "hyper") || uses_crate(code, "hyper_util")
@@ -355,9 +357,7 @@ fn the_http_framework_and_anyhow_stay_at_the_edges() {
         bad.is_empty(),
         "axum or hyper used outside the HTTP edge: {bad:?}"
     );
-    let cli_side = |p: &str| {
-        p.starts_with("cli/") || p.starts_with("app/") || ["main.rs", "app.rs"].contains(&p)
-    };
+    let cli_side = |p: &str| p.starts_with("cli/") || p.starts_with("app/") || p == "main.rs";
     let bad = violations(cli_side, |_, code| uses_crate(code, "anyhow"));
     assert!(
         bad.is_empty(),
@@ -392,4 +392,259 @@ fn console_pages_never_skip_html_escaping() {
         |_, code| code.contains("PreEscaped"),
     );
     assert!(bad.is_empty(), "PreEscaped used in {bad:?}");
+}
+
+/// A failure's kind is decided where the failure happens (a sender, the transform)
+/// and read back from the store; nothing derives one from an error's text. Only
+/// `failure` itself reads kind names; the store reads back the names it wrote, and
+/// the dead-letter operations the group name an operator gives.
+#[test]
+fn no_code_derives_a_failure_kind_from_text() {
+    let reads_names = |code: &str| {
+        [
+            "Failure::of_group",
+            "parse::<Failure>",
+            "failure::stored(",
+            "Failure::from_str",
+        ]
+        .iter()
+        .any(|p| code.contains(p))
+    };
+    let readers = violations(
+        |path| {
+            path == "failure.rs"
+                || path.starts_with("store/")
+                || path == "operations/dead_letters.rs"
+        },
+        |_, code| reads_names(code),
+    );
+    assert!(
+        readers.is_empty(),
+        "kinds read from text outside the failure module, the store and the dead-letter operations: {readers:?}"
+    );
+    assert!(
+        sources()
+            .iter()
+            .any(|(p, code)| p.starts_with("store/") && reads_names(code)),
+        "the check found no reader at all: did the names move?"
+    );
+    // The text shapes failures were once grouped by.
+    let shapes = [
+        "strip_prefix(\"HTTP ",
+        "starts_with(\"HTTP ",
+        "strip_prefix(\"transform: ",
+        "starts_with(\"timeout",
+        "strip_prefix(\"not retryable",
+        "rsplit_once(\"; last: ",
+    ];
+    let parsers = violations(
+        |path| path == "failure.rs",
+        |_, code| shapes.iter().any(|s| code.contains(s)),
+    );
+    assert!(
+        parsers.is_empty(),
+        "failure texts taken apart outside the failure module: {parsers:?}"
+    );
+}
+
+/// The backticked spans of `text` outside fenced code blocks.
+fn code_spans(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let prose: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            if l.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect();
+    let prose = prose.join("\n");
+    assert!(
+        prose.matches('`').count().is_multiple_of(2),
+        "an unclosed backtick: the spans would be read inside out"
+    );
+    prose
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The top-level modules `src/lib.rs`'s `//!` map lists, in the order it first
+/// names them: `[`name`]` links (and `[`name::…`]`), and a bullet opening with a
+/// plain `` `name` `` for a module rustdoc does not see.
+fn lib_rs_map() -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+        .expect("read src/lib.rs");
+    let doc: Vec<&str> = text
+        .lines()
+        .map_while(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect();
+    let start = doc
+        .iter()
+        .position(|l| *l == "# Layout")
+        .expect("src/lib.rs's //! has a `# Layout` section");
+    let mut named: Vec<String> = Vec::new();
+    let mut add = |name: &str| {
+        if !named.iter().any(|n| n == name) {
+            named.push(name.to_string());
+        }
+    };
+    for line in doc[start + 1..].iter().take_while(|l| !l.starts_with("# ")) {
+        if let Some(rest) = line.strip_prefix("* `")
+            && let Some((name, _)) = rest.split_once('`')
+        {
+            add(name);
+        }
+        let mut rest = *line;
+        while let Some(i) = rest.find("[`") {
+            rest = &rest[i + 2..];
+            if let Some(j) = rest.find("`]") {
+                add(rest[..j].split("::").next().unwrap_or(""));
+                rest = &rest[j + 2..];
+            }
+        }
+    }
+    named
+}
+
+/// The modules `src/lib.rs` declares (`pub mod name;`, under a `cfg` or not).
+fn lib_rs_modules() -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+        .expect("read src/lib.rs");
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|m| m.trim_end_matches(';').to_string())
+        .collect()
+}
+
+/// ARCHITECTURE.md is the map a newcomer reads: short enough to read, naming only
+/// paths that exist, and listing the rooms `src/lib.rs`'s map lists, in the order
+/// of its Layers line.
+#[test]
+fn the_map_names_real_paths_and_lib_rs_lists_its_rooms() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("read ARCHITECTURE.md");
+    let words = doc.split_whitespace().count();
+    assert!(
+        words <= 2_000,
+        "ARCHITECTURE.md has {words} words: a map, at most 2,000 (file detail goes in each module's //!)"
+    );
+
+    // Every path it names exists: a span under one of these folders, or a file at
+    // the root. A file named without its folder (`deliver.rs`) could not be
+    // checked, so it is refused too.
+    let folders = [
+        "src/",
+        "tests/",
+        "benches/",
+        "fuzz/",
+        "scripts/",
+        "providers/",
+        "deploy/",
+        "examples/",
+    ];
+    let root_file = |s: &str| {
+        !s.contains('/')
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && [".md", ".json", ".toml", ".lock"]
+                .iter()
+                .any(|x| s.ends_with(x))
+    };
+    let exists = |p: &str| match p.rsplit_once('/') {
+        // `providers/*.toml`: the folder holds a match.
+        Some((dir, pattern)) if pattern.contains('*') => {
+            let (head, tail) = pattern.split_once('*').unwrap_or((pattern, ""));
+            std::fs::read_dir(root.join(dir)).is_ok_and(|entries| {
+                entries.flatten().any(|e| {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    name.starts_with(head) && name.ends_with(tail)
+                })
+            })
+        }
+        _ => root.join(p).exists(),
+    };
+    let spans = code_spans(&doc);
+    let paths: Vec<&String> = spans
+        .iter()
+        .filter(|s| !s.contains(char::is_whitespace))
+        .filter(|s| folders.iter().any(|f| s.starts_with(f)) || root_file(s.as_str()))
+        .collect();
+    assert!(
+        paths.len() > 20,
+        "the check found almost no paths in ARCHITECTURE.md: {paths:?}"
+    );
+    let missing: Vec<&&String> = paths.iter().filter(|p| !exists(p.as_str())).collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names paths that do not exist: {missing:?}"
+    );
+    let partial: Vec<&String> = spans
+        .iter()
+        .filter(|s| !s.contains(char::is_whitespace))
+        .filter(|s| s.ends_with(".rs") || s.ends_with(".lua"))
+        .filter(|s| !folders.iter().any(|f| s.starts_with(f)))
+        .collect();
+    assert!(
+        partial.is_empty(),
+        "ARCHITECTURE.md names files without their folder (name them from the repository root): {partial:?}"
+    );
+
+    // Its rooms: the top-level modules its Rooms section names by path.
+    let section = doc
+        .split("\n## ")
+        .find(|s| s.starts_with("Rooms"))
+        .expect("ARCHITECTURE.md has a Rooms section");
+    let mut rooms: Vec<String> = Vec::new();
+    for span in code_spans(section) {
+        let Some(rest) = span.strip_prefix("src/") else {
+            continue;
+        };
+        let top = rest
+            .split('/')
+            .next()
+            .unwrap_or(rest)
+            .trim_end_matches(".rs");
+        if top != "main" && top != "lib" && !rooms.iter().any(|r| r == top) {
+            rooms.push(top.to_string());
+        }
+    }
+
+    let modules = lib_rs_modules();
+    assert!(
+        modules.len() > 15,
+        "no modules read from src/lib.rs: {modules:?}"
+    );
+    let map = lib_rs_map();
+    let unreal: Vec<&String> = map
+        .iter()
+        .filter(|m| {
+            !modules.contains(*m)
+                || !(root.join(format!("src/{m}.rs")).exists()
+                    || root.join(format!("src/{m}/mod.rs")).exists())
+        })
+        .collect();
+    assert!(
+        unreal.is_empty(),
+        "src/lib.rs's map lists what is no module of the crate: {unreal:?}"
+    );
+    let unlisted: Vec<&String> = rooms.iter().filter(|r| !map.contains(*r)).collect();
+    assert!(
+        unlisted.is_empty(),
+        "rooms of ARCHITECTURE.md that src/lib.rs's map does not list: {unlisted:?}"
+    );
+    let unmapped: Vec<&String> = modules.iter().filter(|m| !rooms.contains(*m)).collect();
+    assert!(
+        unmapped.is_empty(),
+        "modules that ARCHITECTURE.md's Rooms section does not name: {unmapped:?}"
+    );
+    assert_eq!(
+        map,
+        declared_layers(),
+        "src/lib.rs's map lists the modules in ARCHITECTURE.md's order of layers"
+    );
 }
