@@ -25,81 +25,84 @@ fn provider_options_override_the_generic_hmac_provider() {
     assert!(reg.resolve("nope", None).is_err());
 }
 
+/// Spec texts (after `name` and `[signature]`) and the key each one's error names.
+const FORMAT_ERRORS: &[(&str, &str)] = &[
+    ("algorithm = \"hmac-sha256\"\n", "signature.header"),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = \"X\"\nfrom = \"json:/sig\"\n",
+        "signature.from",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nfrom = \"json:/sig\"\n",
+        "signature.from",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nfrom = \"signature:x\"\ncontent = \"{json:/a}\"\n",
+        "signature.from",
+    ),
+    (
+        "algorithm = [\"hmac-sha1\", \"ed25519\"]\nheader = \"X\"\n",
+        "signature.algorithm",
+    ),
+    ("algorithm = []\nheader = \"X\"\n", "signature.algorithm"),
+    (
+        "algorithm = \"ed25519\"\nheader = \"X\"\n",
+        "signature.secret_encoding",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = \"X\"\nurl_port = \"maybe\"\n",
+        "signature.url_port",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = \"X\"\nbody_sha256 = \"query:h\"\n",
+        "signature.body_sha256",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = \"X\"\ncontent = \"{url}\"\n",
+        "signature.content",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = \"X\"\n[event]\nid = \"form:\"\n",
+        "event.id",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = \"X\"\n[event]\ntype = \"{json:/a\"\n",
+        "event.type",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = \"X\"\n[event]\nid = \"lit\"\n",
+        "event.id",
+    ),
+    (
+        "algorithm = \"ed25519\"\nheader = \"X\"\nsecret_encoding = \"hex\"\n[handshake]\nkind = \"zoom-url-validation\"\n",
+        "handshake.kind",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = [\"X-A\", \"x-a\"]\n",
+        "signature.header",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = []\n",
+        "signature.header",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = [\"X-A\", \"X-B\"]\ncontent = \"{header:X-B}{body}\"\n",
+        "signature.content",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = [\"X-A\", \"X-B\"]\ncontent = \"{timestamp}{body}\"\n[timestamp]\nfrom = \"header:X-B\"\ntolerance = \"5m\"\n",
+        "timestamp.from",
+    ),
+    (
+        "algorithm = \"hmac-sha256\"\nheader = \"X\"\ncontent = \"{timestamp}{body}\"\n[timestamp]\nfrom = \"header:T\"\nunit = \"iso\"\ntolerance = \"5m\"\n",
+        "timestamp.unit",
+    ),
+];
+
 #[test]
 fn spec_format_errors_name_the_key() {
     let base = "name = \"x\"\n[signature]\n";
-    let cases: &[(&str, &str)] = &[
-        ("algorithm = \"hmac-sha256\"\n", "signature.header"),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = \"X\"\nfrom = \"json:/sig\"\n",
-            "signature.from",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nfrom = \"json:/sig\"\n",
-            "signature.from",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nfrom = \"signature:x\"\ncontent = \"{json:/a}\"\n",
-            "signature.from",
-        ),
-        (
-            "algorithm = [\"hmac-sha1\", \"ed25519\"]\nheader = \"X\"\n",
-            "signature.algorithm",
-        ),
-        ("algorithm = []\nheader = \"X\"\n", "signature.algorithm"),
-        (
-            "algorithm = \"ed25519\"\nheader = \"X\"\n",
-            "signature.secret_encoding",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = \"X\"\nurl_port = \"maybe\"\n",
-            "signature.url_port",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = \"X\"\nbody_sha256 = \"query:h\"\n",
-            "signature.body_sha256",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = \"X\"\ncontent = \"{url}\"\n",
-            "signature.content",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = \"X\"\n[event]\nid = \"form:\"\n",
-            "event.id",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = \"X\"\n[event]\ntype = \"{json:/a\"\n",
-            "event.type",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = \"X\"\n[event]\nid = \"lit\"\n",
-            "event.id",
-        ),
-        (
-            "algorithm = \"ed25519\"\nheader = \"X\"\nsecret_encoding = \"hex\"\n[handshake]\nkind = \"zoom-url-validation\"\n",
-            "handshake.kind",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = [\"X-A\", \"x-a\"]\n",
-            "signature.header",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = []\n",
-            "signature.header",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = [\"X-A\", \"X-B\"]\ncontent = \"{header:X-B}{body}\"\n",
-            "signature.content",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = [\"X-A\", \"X-B\"]\ncontent = \"{timestamp}{body}\"\n[timestamp]\nfrom = \"header:X-B\"\ntolerance = \"5m\"\n",
-            "timestamp.from",
-        ),
-        (
-            "algorithm = \"hmac-sha256\"\nheader = \"X\"\ncontent = \"{timestamp}{body}\"\n[timestamp]\nfrom = \"header:T\"\nunit = \"iso\"\ntolerance = \"5m\"\n",
-            "timestamp.unit",
-        ),
-    ];
+    let cases = FORMAT_ERRORS;
     for (text, key) in cases {
         let err = Spec::from_toml(&format!("{base}{text}"))
             .unwrap_err()
