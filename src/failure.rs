@@ -124,10 +124,11 @@ impl Failure {
         if let Ok(f) = group.parse() {
             return Some(f);
         }
+        // (Matched on the trimmed name: `connect: ` with nothing after is `connect:`.)
         for (prefix, kind) in [
-            ("connect: ", Failure::Connect),
-            ("io: ", Failure::Io),
-            ("timeout after ", Failure::Timeout),
+            ("connect:", Failure::Connect),
+            ("io:", Failure::Io),
+            ("timeout after", Failure::Timeout),
         ] {
             if group.starts_with(prefix) {
                 return Some(kind);
