@@ -65,11 +65,7 @@ impl Alerts {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         p.entry((source.to_string(), route.to_string()))
             .or_default()
-            .add(
-                kind.map_or_else(|| "unknown".into(), |k| k.name()),
-                1,
-                reason,
-            );
+            .add(crate::failure::group_name(kind), 1, reason);
     }
 
     fn take(&self) -> BTreeMap<RouteKey, Batch> {

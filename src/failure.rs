@@ -152,6 +152,15 @@ impl fmt::Display for Failure {
     }
 }
 
+/// The name of the group of failures of kind `kind`: its canonical name, or
+/// [`UNKNOWN`] when no kind was recorded (dead-letter groups, alerts).
+pub fn group_name(kind: Option<Failure>) -> String {
+    kind.map_or_else(|| UNKNOWN.to_string(), |k| k.name())
+}
+
+/// The group of failures with no kind recorded.
+pub const UNKNOWN: &str = "unknown";
+
 /// A name that is no failure kind's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a failure kind")]

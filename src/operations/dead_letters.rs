@@ -19,19 +19,11 @@ use super::bulk::replay_paced;
 use super::dto::{DeadLetterGroup, DeadLetterGroups, DeadLetterSample, ReplayResult};
 use super::entries::rfc3339;
 use super::{OpError, Operations};
-use crate::failure::Failure;
+use crate::failure::{Failure, UNKNOWN, group_name};
 use crate::store::{Actor, DeadLetter};
 
 /// Most dead deliveries of one route that are grouped.
 pub const GROUPED_MAX: usize = 10_000;
-
-/// The group of dead deliveries with no failure kind recorded.
-pub const UNKNOWN: &str = "unknown";
-
-/// The name of the group of a dead letter whose last failure was `kind`.
-pub fn group_name(kind: Option<Failure>) -> String {
-    kind.map_or_else(|| UNKNOWN.to_string(), |k| k.name())
-}
 
 /// Which dead letters a group name selects: the deliveries of one kind (see
 /// [`Failure::of_group`], which also takes the names groups had before kinds

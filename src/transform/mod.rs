@@ -250,15 +250,10 @@ pub enum TransformError {
 impl TransformError {
     /// The failure's kind, as its dead-letter group names it (`transform: <kind>`).
     pub fn kind(&self) -> &'static str {
-        match self {
-            TransformError::Timeout(_) => "timeout",
-            TransformError::Runtime(_) => "runtime",
-            TransformError::NotJson => "not-json",
-            TransformError::TooLarge(_) => "too-large",
-            TransformError::BadOutput(_) => "bad-output",
-            TransformError::Crashed => "crashed",
-            TransformError::Unavailable(_) => "unavailable",
-            TransformError::Late => "late",
+        match (self, self.failure()) {
+            (_, Some(f)) => f.name(),
+            (TransformError::Late, None) => "late",
+            (_, None) => "unavailable",
         }
     }
 
@@ -279,7 +274,7 @@ impl TransformError {
     /// Whether the delivery fails for good (every kind but `Unavailable` and
     /// `Late`).
     pub fn is_final(&self) -> bool {
-        !matches!(self, TransformError::Unavailable(_) | TransformError::Late)
+        self.failure().is_some()
     }
 }
 
