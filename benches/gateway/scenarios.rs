@@ -342,13 +342,17 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     let disk_few = disk.finish();
     // The burst: the forwarding-on maximum, which also sets the open loop's rate.
     let max = forwarding_on_max(&on, s).await;
-    let after_burst = c4(on.gw.port, "after").await;
     let sink = on.sink.as_ref().expect("sink");
-    let expected = on_few.requests + max.requests + after_burst.requests
-        - on_few.errors
-        - max.errors
-        - after_burst.errors;
-    let (_, backlog) = sink.settle(expected, Duration::from_secs(10)).await;
+    // The backlog the burst left: what it and the 4-connection round before it had
+    // accepted and the sink had not yet received when it ended, delivered while 4
+    // connections keep ingesting.
+    let accepted = on_few.requests + max.requests - on_few.errors - max.errors;
+    let (after_burst, busy) = tokio::join!(
+        c4(on.gw.port, "after"),
+        Backlog::watch(sink, accepted, s.duration)
+    );
+    let expected = accepted + after_burst.requests - after_burst.errors;
+    sink.settle(expected, Duration::from_secs(10)).await;
     // (`HOOKGATE_BENCH_RATE` sets another rate: an A/B of two builds at one rate.)
     let rate = std::env::var("HOOKGATE_BENCH_RATE")
         .ok()
@@ -405,6 +409,9 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
             None => missing += 1,
         }
     }
+    // The same backlog drained alone: as many entries taken while the source is
+    // paused, then delivered with nothing ingested meanwhile.
+    let alone = Backlog::alone(&on, busy.entries, delivered, s).await;
     let rss = (off.gw.peak_rss_mib(), on.gw.peak_rss_mib());
     drop(off);
     drop(on);
@@ -434,7 +441,8 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     report.add(format!(
         "ack latency, {store:?} store, {few} connections: forwarding off p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s); \
          forwarding on p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s) = {:.1}× the off p99; \
-         on, right after a burst of {} connections: p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s; backlog delivered {:.1} s after it); \
+         on, right after a burst of {} connections: p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s); \
+         the burst's backlog of {} entries delivered {:.2} s after it while 4 connections ingest{}, the same backlog alone in {:.2} s: {:.2}× its time; \
          baseline p50 {:.2} ms, p99 {:.2} ms; the disk's own 4 KiB fdatasync meanwhile: {disk_few}",
         off_few.pct(0.5),
         off_few.pct(0.99),
@@ -447,7 +455,15 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
         after_burst.pct(0.5),
         after_burst.pct(0.99),
         after_burst.rate(),
-        backlog.as_secs_f64(),
+        busy.entries,
+        busy.secs,
+        if busy.outlasted {
+            " (the ingest ended first)"
+        } else {
+            ""
+        },
+        alone.secs,
+        busy.secs / alone.secs,
         base_few.pct(0.5),
         base_few.pct(0.99),
     ));
@@ -467,6 +483,72 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
         rss.0,
         rss.1,
     ));
+}
+
+/// A backlog's drain: how many entries, how long they took to arrive at the sink.
+struct Backlog {
+    entries: u64,
+    secs: f64,
+    /// Whether the drain took longer than the ingest beside it.
+    outlasted: bool,
+}
+
+impl Backlog {
+    /// From now until the sink has received `accepted` deliveries in all (the
+    /// backlog: what it lacks now), while an ingest of `ingest` runs beside it.
+    async fn watch(sink: &SinkProc, accepted: u64, ingest: Duration) -> Backlog {
+        let start = Instant::now();
+        let entries = accepted.saturating_sub(sink.count().await);
+        let (count, _) = sink.settle(accepted, Duration::from_secs(10)).await;
+        let took = start.elapsed();
+        assert!(
+            count >= accepted,
+            "the backlog was not delivered: {count} of {accepted}"
+        );
+        Backlog {
+            entries,
+            secs: took.as_secs_f64(),
+            outlasted: took > ingest,
+        }
+    }
+
+    /// `entries` taken while `subject`'s source is paused (`delivered` arrived at
+    /// its sink before), then resumed and timed until all arrived.
+    async fn alone(subject: &Subject, entries: u64, delivered: u64, s: Settings) -> Backlog {
+        let sink = subject.sink.as_ref().expect("sink");
+        let admin = format!("http://127.0.0.1:{}/admin/sources/bench", subject.gw.admin);
+        let client = reqwest::Client::new();
+        let post = async |what: &str| {
+            let r = client
+                .post(format!("{admin}/{what}"))
+                .send()
+                .await
+                .expect("admin");
+            assert!(r.status().is_success(), "{what}: {}", r.status());
+        };
+        post("pause").await;
+        tokio::time::sleep(Duration::from_millis(1500)).await; // the forwarder sees the pause
+        ingest_backlog(
+            subject.gw.port,
+            prepare(entries as usize, "alone", None),
+            s.connections,
+        )
+        .await;
+        let start = Instant::now();
+        post("resume").await;
+        let (count, _) = sink
+            .settle(delivered + entries, Duration::from_secs(10))
+            .await;
+        assert!(
+            count >= delivered + entries,
+            "the backlog alone was not delivered"
+        );
+        Backlog {
+            entries,
+            secs: start.elapsed().as_secs_f64(),
+            outlasted: false,
+        }
+    }
 }
 
 /// The forward drain, once with one route, once with three routes per source (the

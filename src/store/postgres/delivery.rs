@@ -40,13 +40,19 @@ macro_rules! claimable {
 /// Lease up to `$4` claimable deliveries, due first, until `$5`, each under a token
 /// of its own, for gateway `$6`; locked rows (another gateway's claim in flight) are
 /// skipped.
+///
+/// The leased rows are found again by their key (`entry_id = ANY (ARRAY(…))`), not
+/// by a join to the chosen ones: a connection keeps the generic plan it made when
+/// the table was empty, and a join planned then walked the whole primary key once
+/// per chosen row (1.2 s a claim with 100,000 deliveries, until autovacuum's first
+/// `ANALYZE` made it plan again). A key lookup has no other plan.
 const CLAIM: &str = concat!(
     "WITH c AS (SELECT d.entry_id FROM deliveries d WHERE ",
     claimable!(),
     " ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
      UPDATE deliveries t SET lease_owner = gen_random_uuid()::text, lease_until = $5,
          lease_holder = $6
-     FROM c WHERE t.entry_id = c.entry_id AND t.route = $2
+     WHERE t.entry_id = ANY (ARRAY(SELECT entry_id FROM c)) AND t.route = $2
      RETURNING t.entry_id, t.lease_owner"
 );
 
@@ -58,7 +64,7 @@ const CLAIM_RETRIED: &str = concat!(
     " AND d.attempts > 0 ORDER BY d.next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED)
      UPDATE deliveries t SET lease_owner = gen_random_uuid()::text, lease_until = $4,
          lease_holder = $5
-     FROM c WHERE t.entry_id = c.entry_id AND t.route = $2
+     WHERE t.entry_id = ANY (ARRAY(SELECT entry_id FROM c)) AND t.route = $2
      RETURNING t.entry_id, t.lease_owner"
 );
 
