@@ -24,6 +24,8 @@ pub struct Prepared {
 
 /// `n` distinct Stripe events with 1–4 KiB bodies, signed now. With `dup_every = 2`,
 /// every second request repeats an earlier event (a redelivery).
+/// `HOOKGATE_BENCH_BODY_BYTES` makes every body that size instead (e.g. 7168: a
+/// GitHub `push` of a few commits).
 pub fn prepare(n: usize, prefix: &str, dup_every: Option<usize>) -> Vec<Prepared> {
     use hookgate::config::Secret;
     use hookgate::provider::Registry;
@@ -37,14 +39,26 @@ pub fn prepare(n: usize, prefix: &str, dup_every: Option<usize>) -> Vec<Prepared
         .as_secs() as i64;
     let mut out = Vec::with_capacity(n);
     let mut rng = fastrand::Rng::with_seed(7);
+    let body_bytes = std::env::var("HOOKGATE_BENCH_BODY_BYTES")
+        .ok()
+        .and_then(|b| b.parse::<usize>().ok());
     for i in 0..n {
         let event = match dup_every {
             Some(k) if i % k == k - 1 && i > 0 => i / 2,
             _ => i,
         };
-        let pad = rng.usize(700..3800);
+        let (pad, commits) = match body_bytes {
+            // The body without its description and commits: 243 bytes, the prefix and
+            // the event twice.
+            Some(size) => {
+                let room = size.saturating_sub(243 + prefix.len() + 2 * event.to_string().len());
+                let commits = commits_of(&mut rng, room);
+                (room.saturating_sub(commits.len()), commits)
+            }
+            None => (rng.usize(700..3800), String::new()),
+        };
         let body = format!(
-            r#"{{"id":"evt_{prefix}_{event}","object":"event","type":"payment_intent.succeeded","api_version":"2024-06-20","created":{ts},"data":{{"object":{{"id":"pi_{event}","amount":2000,"currency":"usd","description":"{}"}}}},"livemode":false,"pending_webhooks":1}}"#,
+            r#"{{"id":"evt_{prefix}_{event}","object":"event","type":"payment_intent.succeeded","api_version":"2024-06-20","created":{ts},"data":{{"object":{{"id":"pi_{event}","amount":2000,"currency":"usd","description":"{}"}}}},"commits":[{commits}],"livemode":false,"pending_webhooks":1}}"#,
             "x".repeat(pad)
         );
         let headers = sign(
@@ -65,6 +79,31 @@ pub fn prepare(n: usize, prefix: &str, dup_every: Option<usize>) -> Vec<Prepared
             signature: headers.headers[0].1.clone(),
             body: Bytes::from(body),
         });
+    }
+    out
+}
+
+/// Commits as a GitHub `push` lists them, at most `room` bytes of them: each with
+/// its own random SHA (twice, as GitHub gives it: id and URL), so a body compresses
+/// about as much as a real one, not as much as a run of one letter.
+fn commits_of(rng: &mut fastrand::Rng, room: usize) -> String {
+    let mut out = String::new();
+    for n in 0.. {
+        let hex: String = (0..80)
+            .map(|_| char::from_digit(rng.u32(0..16), 16).unwrap_or('0'))
+            .collect();
+        let (sha, tree) = hex.split_at(40);
+        let commit = format!(
+            r#"{}{{"id":"{sha}","tree_id":"{tree}","distinct":true,"message":"Fix the retry of delivery {n} when the upstream answers 503","timestamp":"2026-12-07T15:{m:02}:{s:02}+00:00","url":"https://github.com/acme/widgets/commit/{sha}","author":{{"name":"Dev {a}","email":"dev{a}@example.com","username":"dev{a}"}},"added":[],"removed":[],"modified":["src/forward/retry.rs"]}}"#,
+            if n == 0 { "" } else { "," },
+            m = rng.u32(0..60),
+            s = rng.u32(0..60),
+            a = rng.u32(0..9),
+        );
+        if out.len() + commit.len() > room {
+            break;
+        }
+        out.push_str(&commit);
     }
     out
 }
