@@ -53,6 +53,8 @@ pub use error::{Backend, Cause, StoreError, Unsafe};
 pub use gateways::{GatewayInfo, Heartbeat, HeartbeatAck, Membership, TakeOver};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{DeadLetter, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
+#[doc(hidden)]
+pub use postgres::CLAIM_STATEMENT as POSTGRES_CLAIM_STATEMENT;
 pub use postgres::{UrlWarning as PostgresUrlWarning, url_warnings as postgres_url_warnings};
 pub use readiness::Readiness;
 /// The Redis entry codec, for the `stored` fuzz target.

@@ -93,6 +93,48 @@ async fn a_schema_migrated_by_a_newer_release_is_refused() {
     }
 }
 
+/// A connection keeps the generic plan it made for a prepared statement when a table
+/// was empty, until autovacuum first analyzes it (a minute later or more). The claim
+/// is written so that this plan cannot turn into a walk of the whole table: prepared
+/// and run six times on the empty schema as a connection of the store runs it, then
+/// explained once 20,000 deliveries are due, it leases the chosen rows by their key,
+/// with no join whose filter compares every row with every chosen one (which took
+/// 1.2 s a claim at 100,000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_plan_made_on_an_empty_table_still_leases_by_key() {
+    let h = StoreHandle::new(Backend::Postgres);
+    let store = h.open().await;
+    store.close().await;
+    let schema = h
+        .toml()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("prefix = \"")
+                .map(|p| p.trim_end_matches('"').to_string())
+        })
+        .expect("a prefix");
+    let claim = hookgate::store::POSTGRES_CLAIM_STATEMENT;
+    let run = "EXECUTE claim('stripe', 'default', 9000000000000, 64, 9000000000001, 'g');";
+    let (ok, out) = shared().psql_in(
+        "hookgate",
+        &format!(
+            "SET search_path = {schema}; SET enable_seqscan = off; SET jit = off;
+             PREPARE claim(text, text, int8, int8, int8, text) AS {claim};
+             {run} {run} {run} {run} {run} {run}
+             INSERT INTO deliveries (entry_id, route, position, source, status,
+                 next_attempt_at, budget_start, updated_at)
+             SELECT lpad(i::text, 12, '0'), 'default', 0, 'stripe', 'pending', i, 0, 0
+             FROM generate_series(1, 20000) i;
+             EXPLAIN EXECUTE claim('stripe', 'default', 9000000000000, 64, 9000000000001, 'g');"
+        ),
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("Index Cond: ((entry_id = ANY") && !out.contains("Join Filter"),
+        "the claim's cached plan after the table grew:\n{out}"
+    );
+}
+
 /// TLS to the server: with `sslmode=verify-full` and the server's CA named by
 /// `sslrootcert` (a CA of its own, which the system's store does not know) the
 /// store's connections are encrypted (the server says so of each); without it, the

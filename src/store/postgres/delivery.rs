@@ -46,7 +46,7 @@ macro_rules! claimable {
 /// the table was empty, and a join planned then walked the whole primary key once
 /// per chosen row (1.2 s a claim with 100,000 deliveries, until autovacuum's first
 /// `ANALYZE` made it plan again). A key lookup has no other plan.
-const CLAIM: &str = concat!(
+pub const CLAIM: &str = concat!(
     "WITH c AS (SELECT d.entry_id FROM deliveries d WHERE ",
     claimable!(),
     " ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)

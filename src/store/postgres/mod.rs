@@ -37,6 +37,9 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use self::connect::{UrlWarning, url_warnings};
+/// The claim statement, for the test that checks the plan a connection keeps for it.
+#[doc(hidden)]
+pub use self::delivery::CLAIM as CLAIM_STATEMENT;
 
 use self::accept::Waiting;
 use self::preconditions::Verdict;
