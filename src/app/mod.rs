@@ -36,6 +36,9 @@ mod sources;
 mod table;
 
 use crate::serve::{self, BodyLimits, HttpLimits, serve};
+/// The reload counters' registration (the telemetry table's test calls it as `build` does).
+#[cfg(test)]
+pub(crate) use reload::register_metrics as register_reload_metrics;
 pub use reload::{Origin, Reloader};
 pub use sources::{build_sources, registry, unsigned_values};
 pub use table::{Compiler, Loaded, Table, Tables};

@@ -532,6 +532,14 @@ mod tests {
         crate::provider::register_metrics(["unit_src"]);
         crate::serve::register_metrics();
         crate::store::register_metrics();
+        crate::telemetry::traces::register_metrics();
+        crate::app::register_reload_metrics();
+        crate::forward::register_gateway_metrics(&crate::forward::GatewayIdentity::new(
+            "unit".into(),
+            0,
+        ));
+        // A source's share of the body budget registers its shed counter.
+        let _ = crate::ingest::body::BodyBudget::new(1 << 20).share("unit_src", 1024, false);
         crate::allowlist::refresh::register_metrics(&[std::sync::Arc::new(
             crate::allowlist::Published::new(
                 "unit_provider",
