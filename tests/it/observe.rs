@@ -482,3 +482,96 @@ fn shipped_allowlist_rules_fire_on_a_list_unknown_or_stale() {
         ],
     })]);
 }
+
+/// `HookgateSourceRefusing` over real scrapes: a source whose requests mostly fail
+/// verification (a secret rotated on the provider's side) fires it with the dominant
+/// reason, within minutes, and it clears once the 10-minute window has passed; a
+/// source with a few refusals among many accepted, and one with fewer than 20
+/// requests, stay quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_refusing_most_requests_fires_with_its_dominant_reason() {
+    let _ = promtool();
+    let up = Upstream::ok().await;
+    let h = StoreHandle::new(Backend::Embedded);
+    let names = ["refusing_rotated", "refusing_few", "refusing_mostly_ok"];
+    let sources: String = names.iter().map(|n| source(n, &up.url, "")).collect();
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\n{sources}",
+        h.toml()
+    );
+    let gw = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let c = http();
+    let destinations = [hookgate::forward::origin(&up.url)];
+    let destinations: Vec<&str> = destinations.iter().map(String::as_str).collect();
+    let fresh = scrape(&c, &gw.admin).await.own(&names, &destinations);
+    // (source, genuine, signed with the old secret)
+    let traffic = [
+        ("refusing_rotated", 2, 30),
+        ("refusing_few", 0, 10),
+        ("refusing_mostly_ok", 30, 3),
+    ];
+    for (source, genuine, forged) in traffic {
+        for i in 0..genuine {
+            let body = event_body("stripe", &format!("evt_{source}_{i}"));
+            let (status, json) = post_stripe_signed(&c, &gw.ingest, source, &body).await;
+            assert_eq!(status, 200, "{json}");
+        }
+        for i in 0..forged {
+            let body = event_body("stripe", &format!("evt_{source}_old_{i}"));
+            let headers = sign_headers(
+                "stripe",
+                "whsec_before_the_rotation",
+                &body,
+                now_secs(),
+                "x",
+            );
+            let (status, _) = post_raw(&c, &gw.ingest, source, &body, &headers).await;
+            assert_eq!(status, 401, "{source}");
+        }
+    }
+    let after = wait_until_ok(
+        "every request counted",
+        Duration::from_secs(10),
+        async || {
+            let s = scrape(&c, &gw.admin).await;
+            let counted = traffic.iter().all(|(source, _, forged)| {
+                let refused: f64 = s
+                    .samples
+                    .iter()
+                    .filter(|(series, _)| {
+                        series.starts_with("hookgate_ingest_unverified_total{")
+                            && series.contains(&format!("source=\"{source}\""))
+                    })
+                    .map(|(_, v)| v)
+                    .sum();
+                refused == f64::from(*forged)
+            });
+            if counted {
+                Ok(s.own(&names, &destinations))
+            } else {
+                Err("not yet")
+            }
+        },
+    )
+    .await;
+    gw.stop().await;
+    let at = |m: u32, source: &str, firing: bool| {
+        let exp = if firing {
+            serde_json::json!([{"exp_labels": {"severity": "warning", "source": source, "reason": "mismatch"}}])
+        } else {
+            serde_json::json!([])
+        };
+        serde_json::json!({"eval_time": format!("{m}m"), "alertname": "HookgateSourceRefusing", "exp_alerts": exp})
+    };
+    // Idle for 5 minutes, then the traffic above, counted by the next scrape.
+    promtool_test(vec![serde_json::json!({
+        "interval": "1m",
+        "input_series": input_series(&[(&fresh, 5), (&after, 40)]),
+        "alert_rule_test": [
+            at(4, "refusing_rotated", false),
+            at(8, "refusing_rotated", true),
+            at(13, "refusing_rotated", true),
+            at(20, "refusing_rotated", false),
+        ],
+    })]);
+}
