@@ -184,6 +184,11 @@ impl Compiler {
                 cfg: cfg.forwarder.clone(),
                 retention: cfg.retention.clone(),
                 connections,
+                expects: cfg
+                    .sources
+                    .iter()
+                    .filter_map(|s| s.expect.map(|e| (s.name.clone(), e)))
+                    .collect(),
             }),
             ingest: Arc::new(
                 built

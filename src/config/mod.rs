@@ -21,6 +21,7 @@
 mod defaults;
 pub mod diff;
 mod durations;
+mod expect;
 mod rate_limit;
 pub mod raw;
 mod reload;
@@ -34,6 +35,7 @@ pub use defaults::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,
 };
 pub(crate) use durations::parse_duration;
+pub use expect::{EXPECT_WINDOW_MAX, EXPECT_WINDOW_MIN, Expect};
 pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;
 pub use reload::ReloadRefused;

@@ -210,6 +210,9 @@ pub struct RawSource {
     /// `allow_ips = ["192.0.2.0/24", …]` or `allow_ips = "provider"`.
     #[serde(default)]
     pub allow_ips: Option<OneOrMany>,
+    /// `[sources.expect]`: how much the source is expected to send.
+    #[serde(default)]
+    pub expect: Option<RawExpect>,
     /// `[sources.limits]`: what the source's senders may send.
     #[serde(default)]
     pub limits: Option<RawSourceLimits>,
@@ -232,6 +235,14 @@ pub struct RawSourceLimits {
     /// when `requests` is set).
     #[serde(default)]
     pub unverified_per_client: Option<String>,
+}
+
+/// `[sources.expect]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExpect {
+    /// `"1/1h"`: fewer webhooks than this in the window, and the source is quiet.
+    pub at_least: String,
 }
 
 #[derive(Debug, Deserialize)]

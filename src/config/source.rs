@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::defaults::DEFAULT_DEDUPE_TTL;
 use super::durations::parse_duration;
+use super::expect::Expect;
 use super::raw::{OneOrMany, RawSource, RawSourceLimits};
 use super::route::{self, RouteConfig};
 use super::{ConfigError, RateLimit, Secret, redact_url};
@@ -48,6 +49,9 @@ pub struct SourceConfig {
     /// `confirm_subscriptions` (AWS SNS): the gateway confirms a verified
     /// subscription (visits its `SubscribeURL`) before storing the confirmation.
     pub confirm_subscriptions: bool,
+    /// `[sources.expect] at_least`: fewer webhooks than this in its window, and the
+    /// source is quiet.
+    pub expect: Option<Expect>,
 }
 
 /// Where a source's allowed addresses come from.
@@ -426,6 +430,10 @@ pub(super) fn validate_source(
     let (request_limit, unverified_per_client) = validate_limits(&key, raw.limits)?;
     let allow_ips = validate_allow_ips(&key, raw.allow_ips)?;
     let verify_token = validate_verify_token(&key, raw.verify_token, raw.verify_token_env, env)?;
+    let expect = raw
+        .expect
+        .map(|e| Expect::parse(&key("expect.at_least"), &e.at_least))
+        .transpose()?;
     Ok(SourceConfig {
         name: raw.name,
         provider: raw.provider,
@@ -441,6 +449,7 @@ pub(super) fn validate_source(
         allow_ips,
         verify_token,
         confirm_subscriptions: raw.confirm_subscriptions,
+        expect,
     })
 }
 

@@ -1,7 +1,7 @@
 //! The forwarder's periodic maintenance pass: store housekeeping, retention (in
 //! bounded steps, so a long purge never stalls ingest; rejected requests as long as
-//! dead letters), and the per-source and
-//! per-route gauges (pending, dead, age of the oldest pending entry).
+//! dead letters), and the per-source and per-route gauges (pending, dead, age of
+//! the oldest pending entry; a source quiet, `quiet`).
 
 use std::time::Duration;
 
@@ -80,6 +80,7 @@ pub(super) async fn run(
         }
     }
     retired_gauges(fwd, routes).await;
+    super::quiet::gauges(fwd, &fwd.plan().expects).await;
     for (s, r) in routes {
         if let Ok(stats) = fwd.store.route_stats(s, r).await {
             metrics::gauge!("hookgate_route_dead_deliveries", "source" => s.clone(), "route" => r.clone())

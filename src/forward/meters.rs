@@ -170,6 +170,8 @@ pub fn outcome_of(decision: &Decision) -> DeliveryOutcome {
 pub fn register_metrics(sources: &[SourceRoutes], destinations: &[String]) {
     use metrics::{counter, gauge, histogram};
     for SourceRoutes { source: s, routes } in sources {
+        // 1 while a source with `[sources.expect]` is quiet; 0 for every other.
+        gauge!("hookgate_source_quiet", "source" => s.clone()).increment(0.0);
         for r in routes {
             let route = || r.clone();
             for result in DeliveryResult::ALL {

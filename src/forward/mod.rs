@@ -28,6 +28,7 @@ mod heartbeat;
 mod maintenance;
 mod meters;
 pub mod pace;
+mod quiet;
 pub mod request;
 pub mod retry;
 mod route;
@@ -102,6 +103,8 @@ struct Forwarder {
     traces: Traces,
     /// The retired routes whose `hookgate_route_retired_pending` was last set.
     retired: Mutex<HashSet<(String, String)>>,
+    /// The sources whose `hookgate_source_quiet` was last set to 1.
+    quiet: Mutex<HashSet<String>>,
 }
 
 impl Forwarder {
@@ -134,6 +137,9 @@ pub struct Plan {
     pub retention: RetentionConfig,
     /// The connections the routes' senders share, handed on to the next table.
     pub connections: sender::Connections,
+    /// The sources with an expected traffic (`[sources.expect]`), watched for
+    /// silence at every maintenance pass.
+    pub expects: Vec<(String, crate::config::Expect)>,
 }
 
 impl Plan {
@@ -195,6 +201,7 @@ pub async fn run(
         on_dead,
         traces,
         retired: Mutex::new(HashSet::new()),
+        quiet: Mutex::new(HashSet::new()),
     });
     refresh_paused(&fwd).await;
     if let Err(e) = fwd

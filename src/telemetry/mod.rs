@@ -207,6 +207,12 @@ const FAMILIES: &[(Kind, &str, Option<Unit>, &str)] = &[
         "Ingest requests by source and outcome (accepted, duplicate, handshake, unverified, too_large, body_timeout, body_read, busy, rate_limited, ip_not_allowed, certificate_unavailable, subscription_unconfirmed, store_error; unknown_source under source _unknown)",
     ),
     (
+        Kind::Gauge,
+        "hookgate_source_quiet",
+        None,
+        "1 while a source received fewer webhooks in its window than [sources.expect] at_least says (0 otherwise, and for a source without an expectation)",
+    ),
+    (
         Kind::Counter,
         "hookgate_ingest_unverified_total",
         None,

@@ -98,6 +98,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
         cfg: cfg.forwarder.clone(),
         retention: cfg.retention.clone(),
         connections,
+        expects: Vec::new(),
     };
     let forwarder = tokio::spawn(hookgate::forward::run(
         store.clone(),

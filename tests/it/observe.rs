@@ -11,6 +11,7 @@ use std::time::Duration;
 use hookgate::config;
 use yaml_rust2::YamlLoader;
 
+use crate::for_each_store;
 use crate::forward::source;
 use crate::support::*;
 use crate::upstream::{Reply, Upstream};
@@ -575,3 +576,88 @@ async fn a_source_refusing_most_requests_fires_with_its_dominant_reason() {
         ],
     })]);
 }
+
+/// Silence on every store: a source with `[sources.expect] at_least` that received
+/// fewer webhooks in its window is quiet (`hookgate_source_quiet` 1) within a
+/// maintenance pass, and no longer once enough arrived; a source without an
+/// expectation never is. Over those scrapes, `HookgateSourceQuiet` fires after 5
+/// minutes for each quiet source and stops for the one that recovered.
+async fn silence(backend: Backend) {
+    let _ = promtool();
+    let up = Upstream::ok().await;
+    let h = StoreHandle::new(backend);
+    // Names of this backend's own: the metrics registry is the test process's, and
+    // the other backends' runs of this test set the same gauge meanwhile.
+    let b = format!("{backend:?}").to_lowercase();
+    let names = [
+        format!("quiet_never_sent_{b}"),
+        format!("quiet_too_few_{b}"),
+        format!("quiet_unwatched_{b}"),
+    ];
+    let names: [&str; 3] = [&names[0], &names[1], &names[2]];
+    let sources = format!(
+        "{}{}{}",
+        source(names[0], &up.url, "[sources.expect]\nat_least = \"1/1m\"\n"),
+        source(names[1], &up.url, "[sources.expect]\nat_least = \"3/5m\"\n"),
+        source(names[2], &up.url, ""),
+    );
+    let text = format!(
+        "{}\n[forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"100ms\"\n{sources}",
+        h.toml()
+    );
+    let gw = Gateway::start(config::from_toml_str(&text, &|_| None).unwrap()).await;
+    let c = http();
+    let destinations = [hookgate::forward::origin(&up.url)];
+    let destinations: Vec<&str> = destinations.iter().map(String::as_str).collect();
+    let quiet_of = |s: &Scrape, source: &str| s.value("hookgate_source_quiet", "source", source);
+    let when = async |what: &str, want: [f64; 3]| {
+        wait_until_ok(what, Duration::from_secs(15), async || {
+            let s = scrape(&c, &gw.admin).await;
+            let seen: Vec<Option<f64>> = names.iter().map(|n| quiet_of(&s, n)).collect();
+            if seen == want.map(Some) {
+                Ok(s.own(&names, &destinations))
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        })
+        .await
+    };
+    let quiet = when("both watched sources quiet", [1.0, 1.0, 0.0]).await;
+    for i in 0..2 {
+        let body = event_body("stripe", &format!("evt_quiet_{i}"));
+        let (status, json) = post_stripe_signed(&c, &gw.ingest, names[1], &body).await;
+        assert_eq!(status, 200, "{json}");
+    }
+    // Two of three: still quiet (a pass or two later, with the two counted).
+    quiet_for(
+        "two webhooks are fewer than three",
+        Duration::from_millis(400),
+        async || {
+            let s = scrape(&c, &gw.admin).await;
+            quiet_of(&s, names[1]) == Some(1.0)
+        },
+    )
+    .await;
+    let body = event_body("stripe", "evt_quiet_2");
+    let (status, json) = post_stripe_signed(&c, &gw.ingest, names[1], &body).await;
+    assert_eq!(status, 200, "{json}");
+    let recovered = when("three arrived: no longer quiet", [1.0, 0.0, 0.0]).await;
+    gw.stop().await;
+    let at = |m: u32, quiet: &[&str]| {
+        let exp: Vec<serde_json::Value> = quiet
+            .iter()
+            .map(|s| serde_json::json!({"exp_labels": {"severity": "warning", "source": s}}))
+            .collect();
+        serde_json::json!({"eval_time": format!("{m}m"), "alertname": "HookgateSourceQuiet", "exp_alerts": exp})
+    };
+    promtool_test(vec![serde_json::json!({
+        "interval": "1m",
+        "input_series": input_series(&[(&quiet, 10), (&recovered, 20)]),
+        "alert_rule_test": [
+            at(3, &[]),
+            at(7, &[names[0], names[1]]),
+            at(15, &[names[0]]),
+        ],
+    })]);
+}
+for_each_store!(a_source_below_its_expected_traffic_is_quiet, super::silence);
