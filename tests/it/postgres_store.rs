@@ -16,6 +16,17 @@ async fn open_store(toml: &str) -> Result<std::sync::Arc<dyn Store>, StoreError>
     store::open(&cfg.store, &hookgate::clock::Clock::system()).await
 }
 
+/// The schema of `h`'s store on the shared server (its `prefix`).
+fn schema_of(h: &StoreHandle) -> String {
+    h.toml()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("prefix = \"")
+                .map(|p| p.trim_end_matches('"').to_string())
+        })
+        .expect("a prefix")
+}
+
 /// A webhook stored by another process (here: a store opened beside the gateway)
 /// reaches a gateway whose forwarder polls only every 30 s within a second: the
 /// accept's notification wakes the route that has new work.
@@ -68,14 +79,7 @@ async fn a_schema_migrated_by_a_newer_release_is_refused() {
     store.close().await;
     let reopened = h.open().await;
     reopened.close().await;
-    let schema = h
-        .toml()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("prefix = \"")
-                .map(|p| p.trim_end_matches('"').to_string())
-        })
-        .expect("a prefix");
+    let schema = schema_of(&h);
     let (ok, out) = shared().psql_in(
         "hookgate",
         &format!("INSERT INTO {schema}.migrations (version) VALUES (99)"),
@@ -105,14 +109,7 @@ async fn the_claim_plan_made_on_an_empty_table_still_leases_by_key() {
     let h = StoreHandle::new(Backend::Postgres);
     let store = h.open().await;
     store.close().await;
-    let schema = h
-        .toml()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("prefix = \"")
-                .map(|p| p.trim_end_matches('"').to_string())
-        })
-        .expect("a prefix");
+    let schema = schema_of(&h);
     let claim = hookgate::store::POSTGRES_CLAIM_STATEMENT;
     let run = "EXECUTE claim('stripe', 'default', 9000000000000, 64, 9000000000001, 'g');";
     let (ok, out) = shared().psql_in(
