@@ -411,7 +411,11 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     }
     // The same backlog drained alone: as many entries taken while the source is
     // paused, then delivered with nothing ingested meanwhile.
-    let alone = Backlog::alone(&on, busy.entries, delivered, s).await;
+    // (None when the burst left none: the smoke size.)
+    let alone = match busy.entries {
+        0 => None,
+        n => Some(Backlog::alone(&on, n, delivered, s).await),
+    };
     let rss = (off.gw.peak_rss_mib(), on.gw.peak_rss_mib());
     drop(off);
     drop(on);
@@ -442,7 +446,7 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
         "ack latency, {store:?} store, {few} connections: forwarding off p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s); \
          forwarding on p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s) = {:.1}× the off p99; \
          on, right after a burst of {} connections: p50 {:.2} ms, p99 {:.2} ms ({:.0} req/s); \
-         the burst's backlog of {} entries delivered {:.2} s after it while 4 connections ingest{}, the same backlog alone in {:.2} s: {:.2}× its time; \
+         the burst's backlog of {} entries delivered {:.2} s after it while 4 connections ingest{}, {}; \
          baseline p50 {:.2} ms, p99 {:.2} ms; the disk's own 4 KiB fdatasync meanwhile: {disk_few}",
         off_few.pct(0.5),
         off_few.pct(0.99),
@@ -462,8 +466,14 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
         } else {
             ""
         },
-        alone.secs,
-        busy.secs / alone.secs,
+        match alone {
+            Some(alone) => format!(
+                "the same backlog alone in {:.2} s: {:.2}× its time",
+                alone.secs,
+                busy.secs / alone.secs
+            ),
+            None => "no backlog to drain alone".into(),
+        },
         base_few.pct(0.5),
         base_few.pct(0.99),
     ));
