@@ -103,8 +103,8 @@ struct Forwarder {
     traces: Traces,
     /// The retired routes whose `hookgate_route_retired_pending` was last set.
     retired: Mutex<HashSet<(String, String)>>,
-    /// The sources whose `hookgate_source_quiet` was last set to 1.
-    quiet: Mutex<HashSet<String>>,
+    /// The last count of each source with an expected traffic (`quiet`).
+    quiet: Mutex<HashMap<String, quiet::Checked>>,
 }
 
 impl Forwarder {
@@ -201,7 +201,7 @@ pub async fn run(
         on_dead,
         traces,
         retired: Mutex::new(HashSet::new()),
-        quiet: Mutex::new(HashSet::new()),
+        quiet: Mutex::new(HashMap::new()),
     });
     refresh_paused(&fwd).await;
     if let Err(e) = fwd

@@ -5,19 +5,49 @@
 //! arrived says so. The count is the store's (every gateway's arrivals, per
 //! minute), so each gateway exports the same `hookgate_source_quiet`.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::time::Duration;
 
 use super::Forwarder;
 use crate::config::Expect;
 
-/// Set `hookgate_source_quiet` of every source in `expects`, and back to 0 for a
-/// source that was quiet and has no expectation any more (removed, or its
-/// `[sources.expect]` taken out by a reload).
+/// What a source's last count said, and when it was taken (unix ms).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Checked {
+    at: i64,
+    quiet: bool,
+}
+
+/// How often a source's window is counted again: a hundredth of the window, at
+/// most once a minute (a week's window reads a week of per-minute counts, and
+/// silence is a slow signal: the alert waits 5 minutes), and at each maintenance
+/// pass for windows under 100 seconds.
+fn every(expect: &Expect) -> Duration {
+    (expect.within / 100).min(Duration::from_secs(60))
+}
+
+/// Set `hookgate_source_quiet` of every source in `expects` whose count is due,
+/// and back to 0 for a source that was quiet and has no expectation any more
+/// (removed, or its `[sources.expect]` taken out by a reload).
 pub(super) async fn gauges(fwd: &Forwarder, expects: &[(String, Expect)]) {
     let now = fwd.clock.now_ms();
-    let mut quiet_now = HashSet::new();
+    let last: HashMap<String, Checked> = match fwd.quiet.lock() {
+        Ok(q) => q.clone(),
+        Err(_) => return,
+    };
+    let mut counted = HashMap::new();
     for (source, expect) in expects {
+        let every = i64::try_from(every(expect).as_millis()).unwrap_or(i64::MAX);
+        if let Some(c) = last.get(source)
+            && now.saturating_sub(c.at) < every
+        {
+            counted.insert(source.clone(), *c);
+            continue;
+        }
         let Some(quiet) = is_quiet(fwd, source, expect, now).await else {
+            if let Some(c) = last.get(source) {
+                counted.insert(source.clone(), *c);
+            }
             continue;
         };
         metrics::gauge!("hookgate_source_quiet", "source" => source.clone()).set(if quiet {
@@ -25,19 +55,16 @@ pub(super) async fn gauges(fwd: &Forwarder, expects: &[(String, Expect)]) {
         } else {
             0.0
         });
-        if quiet {
-            quiet_now.insert(source.clone());
-        }
+        counted.insert(source.clone(), Checked { at: now, quiet });
     }
-    let Ok(mut reported) = fwd.quiet.lock() else {
-        return;
-    };
-    for source in reported.difference(&quiet_now) {
-        if !expects.iter().any(|(s, _)| s == source) {
+    for (source, c) in &last {
+        if c.quiet && !counted.contains_key(source) {
             metrics::gauge!("hookgate_source_quiet", "source" => source.clone()).set(0.0);
         }
     }
-    *reported = quiet_now;
+    if let Ok(mut q) = fwd.quiet.lock() {
+        *q = counted;
+    }
 }
 
 /// Whether fewer than `expect.at_least` webhooks were stored for `source` in the
@@ -62,5 +89,24 @@ async fn is_quiet(fwd: &Forwarder, source: &str, expect: &Expect, now: i64) -> O
             tracing::warn!(source, error = %e, "the count of a source's arrivals failed");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_is_counted_a_hundred_times_over_and_at_most_once_a_minute() {
+        let every = |secs: u64| {
+            every(&Expect {
+                at_least: 1,
+                within: Duration::from_secs(secs),
+            })
+        };
+        assert_eq!(every(60), Duration::from_millis(600));
+        assert_eq!(every(300), Duration::from_secs(3));
+        assert_eq!(every(3600), Duration::from_secs(36));
+        assert_eq!(every(7 * 24 * 3600), Duration::from_secs(60));
     }
 }
