@@ -495,6 +495,21 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
     ));
 }
 
+/// `pause` or `resume` the source `bench` of the gateway whose admin port is
+/// `admin`. Once a pause is answered no claim takes its deliveries: every store
+/// checks the pause in the claim itself.
+async fn source_control(admin: u16, what: &str) {
+    hookgate::tls::install_provider();
+    let r = reqwest::Client::new()
+        .post(format!(
+            "http://127.0.0.1:{admin}/admin/sources/bench/{what}"
+        ))
+        .send()
+        .await
+        .expect("admin");
+    assert!(r.status().is_success(), "{what}: {}", r.status());
+}
+
 /// A backlog's drain: how many entries, how long they took to arrive at the sink.
 struct Backlog {
     entries: u64,
@@ -526,26 +541,16 @@ impl Backlog {
     /// its sink before), then resumed and timed until all arrived.
     async fn alone(subject: &Subject, entries: u64, delivered: u64, s: Settings) -> Backlog {
         let sink = subject.sink.as_ref().expect("sink");
-        let admin = format!("http://127.0.0.1:{}/admin/sources/bench", subject.gw.admin);
-        let client = reqwest::Client::new();
-        let post = async |what: &str| {
-            let r = client
-                .post(format!("{admin}/{what}"))
-                .send()
-                .await
-                .expect("admin");
-            assert!(r.status().is_success(), "{what}: {}", r.status());
-        };
-        post("pause").await;
-        tokio::time::sleep(Duration::from_millis(1500)).await; // the forwarder sees the pause
+        source_control(subject.gw.admin, "pause").await;
         ingest_backlog(
             subject.gw.port,
             prepare(entries as usize, "alone", None),
             s.connections,
         )
         .await;
+        assert_eq!(sink.count().await, delivered, "delivered while paused");
         let start = Instant::now();
-        post("resume").await;
+        source_control(subject.gw.admin, "resume").await;
         let (count, _) = sink
             .settle(delivered + entries, Duration::from_secs(10))
             .await;
@@ -738,28 +743,21 @@ pub(crate) async fn drain_with(
             bin,
         )
     };
-    let admin = format!("http://127.0.0.1:{}", gw.admin);
-    hookgate::tls::install_provider();
-    let client = reqwest::Client::new();
-    let pause = |what: &'static str| {
-        let client = client.clone();
-        let url = format!("{admin}/admin/sources/bench/{what}");
-        async move {
-            let r = client.post(url).send().await.expect("admin");
-            assert!(r.status().is_success(), "{what}: {}", r.status());
-        }
-    };
-    pause("pause").await;
-    tokio::time::sleep(Duration::from_millis(1500)).await; // the forwarder sees the pause
+    source_control(gw.admin, "pause").await;
     ingest_backlog(
         gw.port,
         prepare(s.drain_entries, "drain", None),
         s.connections,
     )
     .await;
+    assert_eq!(
+        sink.received.load(Ordering::Relaxed),
+        0,
+        "delivered while paused"
+    );
     let (cpu, writer) = (gw.cpu_secs(), gw.thread_cpu_secs(WRITER_THREAD));
     let start = Instant::now();
-    pause("resume").await;
+    source_control(gw.admin, "resume").await;
     sink.wait_for(s.drain_entries * routes, "drain").await;
     Drained {
         secs: start.elapsed().as_secs_f64(),
