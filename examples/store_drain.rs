@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hookgate::clock::Clock;
 use hookgate::config::{EmbeddedConfig, StoreConfig};
-use hookgate::store::{Attempt, Completion, NewEntry, RouteOrder, Store};
+use hookgate::store::{Attempt, Completion, NewEntry, Origin, RouteOrder, Store};
 
 /// The CPU time (user and system) of the store's writer thread so far, in seconds.
 fn writer_cpu_secs() -> f64 {
@@ -80,6 +80,7 @@ async fn main() {
                         Vec::new()
                     },
                     index: Vec::new(),
+                    origin: Origin::Received,
                 };
                 store.accept(e).await.unwrap();
             }

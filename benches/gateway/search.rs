@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use hookgate::store::search::extract;
-use hookgate::store::{Header, NewEntry};
+use hookgate::store::{Header, NewEntry, Origin};
 
 use crate::procs::{Store, start_gateway, start_postgres, start_redis, store_toml};
 use crate::scenarios::percentiles;
@@ -60,6 +60,7 @@ fn entry(i: usize, indexed: bool, ts: i64) -> NewEntry {
         routes: vec!["default".into()],
         ordering: Vec::new(),
         index,
+        origin: Origin::Received,
     }
 }
 

@@ -8,8 +8,11 @@
 //! signature over `{webhook-id}.{webhook-timestamp}.{body}`, so the app verifies
 //! hookgate with any Standard Webhooks library. `hookgate-body-signed: false` and
 //! `hookgate-event-type-signed: false` say when the provider's signature did not
-//! cover the body or the event type. hookgate's own headers replace any
-//! received header of the same name.
+//! cover the body or the event type. `hookgate-origin: reconciled` or
+//! `hookgate-origin: redelivered` says that reconciliation recovered the webhook
+//! (admitted from the provider's API, or sent again at its request); a webhook
+//! received as sent has none. hookgate's own headers replace any received header of
+//! the same name.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -137,6 +140,9 @@ pub fn headers(
         // The provider signed only part of the request: nothing vouches for the body.
         set("hookgate-body-signed", "false");
     }
+    if entry.origin.is_recovered() {
+        set("hookgate-origin", entry.origin.as_str());
+    }
     h
 }
 
@@ -173,7 +179,7 @@ pub fn decode_destination_secret(secret: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Header, Status};
+    use crate::store::{Header, Origin, Status};
 
     #[test]
     fn signature_matches_the_standard_webhooks_vector() {
@@ -203,6 +209,7 @@ mod tests {
             next_attempt_at: None,
             last_error: None,
             deliveries: Vec::new(),
+            origin: Origin::Received,
             headers: vec![
                 Header {
                     name: "content-type".into(),
@@ -264,6 +271,53 @@ mod tests {
     }
 
     #[test]
+    fn a_recovered_entry_says_how_it_came_and_a_received_one_says_nothing() {
+        let mut entry = Entry {
+            id: "e1".into(),
+            source: "s".into(),
+            event_id: None,
+            event_type: None,
+            dedupe_key: "k".into(),
+            received_at: 0,
+            status: Status::Pending,
+            attempts: 0,
+            next_attempt_at: None,
+            last_error: None,
+            deliveries: Vec::new(),
+            origin: Origin::Received,
+            headers: vec![Header {
+                name: "hookgate-origin".into(),
+                value: b"forged".to_vec(),
+            }],
+            body: bytes::Bytes::from_static(b"{}"),
+        };
+        let of = AttemptOf {
+            source: "s",
+            route: "r",
+            attempt: 1,
+            now_secs: 100,
+        };
+        let all = HeaderPolicy::new(&["*".to_string()], &[]);
+        let both = Vouched {
+            body: true,
+            event_type: true,
+        };
+        for (origin, want) in [
+            (Origin::Reconciled, "reconciled"),
+            (Origin::Redelivered, "redelivered"),
+        ] {
+            entry.origin = origin;
+            let h = headers(&entry, of, &all, both, None, None);
+            assert_eq!(h["hookgate-origin"], want);
+            assert_eq!(h.get_all("hookgate-origin").iter().count(), 1);
+        }
+        // Not even the one the provider's request carried.
+        entry.origin = Origin::Received;
+        let none = headers(&entry, of, &all, both, None, None);
+        assert!(none.get("hookgate-origin").is_none());
+    }
+
+    #[test]
     fn a_transformed_body_is_what_is_described_and_signed() {
         let entry = Entry {
             id: "e1".into(),
@@ -277,6 +331,7 @@ mod tests {
             next_attempt_at: None,
             last_error: None,
             deliveries: Vec::new(),
+            origin: Origin::Received,
             headers: vec![
                 Header {
                     name: "content-type".into(),

@@ -7,7 +7,8 @@
 //! list, and as a body shown in the console.
 //!
 //! Checked beyond "no panic": an entry written by the codec reads back the same
-//! (source, ids, type, dedupe key, time, headers, body), whatever those hold; the
+//! (source, ids, type, dedupe key, time, headers, body, origin), whatever those
+//! hold, and a hash read as an entry has the origin its `origin` field names; the
 //! JSON view never writes more than its cap, and when it is not cut it is the body's
 //! tokens as written, only the whitespace between them changed.
 
@@ -19,7 +20,7 @@ use bytes::Bytes;
 use super::{head_and_rest, pick, text};
 use crate::console::json_indented;
 use crate::header::Header;
-use crate::store::{NewEntry, decode_headers, redis_entry_from_map, redis_pack_record};
+use crate::store::{NewEntry, Origin, decode_headers, redis_entry_from_map, redis_pack_record};
 
 pub fn stored(data: &[u8]) {
     let (lines, rest) = head_and_rest(data);
@@ -41,6 +42,11 @@ pub fn stored(data: &[u8]) {
     if let Ok(entry) = redis_entry_from_map(&id, map.clone()) {
         assert_eq!(entry.id, id);
         assert!(entry.deliveries.iter().all(|d| !d.route.is_empty()));
+        // Absent (or empty) means received; anything else reads only as what it names.
+        match map.get("origin").map(Vec::as_slice) {
+            None | Some(b"") => assert_eq!(entry.origin, Origin::Received),
+            Some(named) => assert_eq!(entry.origin.as_str().as_bytes(), named),
+        }
     }
 
     if let Ok(text) = std::str::from_utf8(rest) {
@@ -66,6 +72,7 @@ fn round_trip(lines: &[&[u8]], rest: &[u8]) {
         })
         .collect();
     let non_empty = |s: String| (!s.is_empty()).then_some(s);
+    let origin = Origin::ALL[pick(rest, Origin::ALL.len())];
     let entry = NewEntry {
         id: "0190a000-0000-7000-8000-000000000000".to_string(),
         source: line(0),
@@ -79,14 +86,19 @@ fn round_trip(lines: &[&[u8]], rest: &[u8]) {
         routes: vec!["default".to_string()],
         ordering: Vec::new(),
         index: Vec::new(),
+        origin,
     };
     let Ok(packed) = redis_pack_record(&entry) else {
         return;
     };
-    let map = HashMap::from([
+    let mut map = HashMap::from([
         ("record".to_string(), packed),
         ("routes".to_string(), b"default".to_vec()),
     ]);
+    // As the accept writes it: only an origin other than received.
+    if origin.is_recovered() {
+        map.insert("origin".to_string(), origin.as_str().as_bytes().to_vec());
+    }
     let back = match redis_entry_from_map(&entry.id, map) {
         Ok(e) => e,
         Err(e) => panic!("an entry the codec wrote does not read back: {e}"),
@@ -98,6 +110,7 @@ fn round_trip(lines: &[&[u8]], rest: &[u8]) {
     assert_eq!(back.received_at, entry.received_at);
     assert_eq!(back.headers, entry.headers);
     assert_eq!(back.body, entry.body);
+    assert_eq!(back.origin, entry.origin);
 }
 
 /// The view stays within `max` bytes and, when whole, is the body's JSON document.

@@ -48,7 +48,7 @@ use crate::error::RequestOutcome;
 use crate::header_policy::HeaderPolicy;
 use crate::provider::verify::{self, HandshakeReply, VerifyError};
 use crate::routing::filter::Subject;
-use crate::store::{Accepted, Header, NewEntry, Readiness, RouteOrder, Store, StoreError};
+use crate::store::{Accepted, Header, NewEntry, Origin, Readiness, RouteOrder, Store, StoreError};
 use crate::telemetry;
 use crate::telemetry::traces::{IngestEnd, IngestPhase, IngestTrace, Traces};
 use body::BodyBudget;
@@ -447,6 +447,7 @@ fn decide(
         routes,
         ordering,
         index: crate::store::search::extract(&source.index, body),
+        origin: Origin::Received,
     })))
 }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
-use super::{DEFAULT_ROUTE, ListedEntry};
+use super::{DEFAULT_ROUTE, ListedEntry, Origin};
 use crate::failure::Failure;
 
 /// The life of a delivery, and of an entry (derived from its deliveries: see
@@ -131,6 +131,8 @@ pub struct NewEntry {
     /// The values of the source's indexed pointers found in the body
     /// (`search::extract`), kept so a search by one is a lookup.
     pub index: Vec<super::IndexedValue>,
+    /// How it came: [`Origin::Received`] for a request to the ingest URL.
+    pub origin: Origin,
 }
 
 /// An entry's place in an ordered route: the deliveries through `route` with the
@@ -228,6 +230,9 @@ pub struct Entry {
     pub deliveries: Vec<Delivery>,
     pub headers: Vec<Header>,
     pub body: Bytes,
+    /// How it came ([`Origin::Received`] for every entry stored before origins
+    /// were kept); reconciliation may mark it later.
+    pub origin: Origin,
 }
 
 impl Entry {
@@ -243,6 +248,7 @@ impl Entry {
             attempts: self.attempts,
             next_attempt_at: self.next_attempt_at,
             last_error: self.last_error.clone(),
+            origin: self.origin,
         }
     }
 

@@ -1,7 +1,7 @@
 //! What a listing asks and answers: the filters, the cursor (ids are UUIDv7, so they
 //! sort by arrival), and pages that never hold a header or a body.
 
-use super::Status;
+use super::{Origin, Status};
 
 /// The id bound for a time: UUIDv7 ids start with the unix-ms timestamp in hex, so
 /// every id of an entry received at or after `ms` sorts at or after this string.
@@ -45,6 +45,7 @@ pub struct ListedEntry {
     /// Unix milliseconds of the next delivery attempt, while pending.
     pub next_attempt_at: Option<i64>,
     pub last_error: Option<String>,
+    pub origin: Origin,
 }
 
 /// A dead delivery, as the dead-letter view shows it: no header, no body.

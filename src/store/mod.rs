@@ -22,6 +22,7 @@ mod error;
 pub mod gateways;
 mod headers;
 mod listing;
+mod origin;
 pub(crate) mod pace;
 mod postgres;
 mod readiness;
@@ -53,6 +54,7 @@ pub use error::{Backend, Cause, StoreError, Unsafe};
 pub use gateways::{GatewayInfo, Heartbeat, HeartbeatAck, Membership, TakeOver};
 pub(crate) use headers::{decode_headers, encode_headers, headers_json};
 pub use listing::{DeadLetter, IdPage, ListQuery, ListedEntry, MAX_PAGE, Page, id_floor};
+pub use origin::Origin;
 #[doc(hidden)]
 pub use postgres::CLAIM_STATEMENT as POSTGRES_CLAIM_STATEMENT;
 pub use postgres::{UrlWarning as PostgresUrlWarning, url_warnings as postgres_url_warnings};
@@ -294,6 +296,8 @@ pub struct Purged {
 ///   holding the delivery's current lease completes it (see [`Queue::complete`]).
 /// * Listings are newest first, and a cursor page never repeats or skips an entry
 ///   (ids are UUIDv7: they sort by arrival).
+/// * An entry reads back with the [`Origin`] it was accepted with (an entry stored
+///   before origins were kept: [`Origin::Received`]), whole, listed or claimed.
 /// * Replay and discard are checked against the entry's status and audited, with
 ///   their actor's session and client; pauses and resumes are kept in the control
 ///   audit.

@@ -637,7 +637,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
     let first = snapshot(&*store, &fx).await;
     store.close().await;
     drop(store);
-    assert_eq!(schema_version(&data), 8, "migrated to the latest schema");
+    assert_eq!(schema_version(&data), 9, "migrated to the latest schema");
 
     // A second open migrates nothing more.
     let store = h.open().await;
@@ -710,7 +710,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
         0
     );
     store.close().await;
-    assert_eq!(schema_version(&data), 8, "migrated to the latest schema");
+    assert_eq!(schema_version(&data), 9, "migrated to the latest schema");
 }
 
 /// The stored entry `id`, which must exist.

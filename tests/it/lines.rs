@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use hookgate::config;
-use hookgate::store::{self, Completion, NewEntry, RouteOrder, Store};
+use hookgate::store::{self, Completion, NewEntry, Origin, RouteOrder, Store};
 
 use crate::forward::{FAST, source};
 use crate::support::*;
@@ -51,6 +51,7 @@ fn ordered_entry(n: usize) -> NewEntry {
             block: true,
         }],
         index: Vec::new(),
+        origin: Origin::Received,
     }
 }
 

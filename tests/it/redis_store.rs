@@ -58,6 +58,7 @@ async fn entries_are_packed_and_read_back_byte_for_byte() {
         routes: vec!["default".into()],
         ordering: Vec::new(),
         index: Vec::new(),
+        origin: hookgate::store::Origin::Received,
     };
     let id = e.id.clone();
     store.accept(e).await.expect("accept");

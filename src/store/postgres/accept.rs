@@ -271,15 +271,18 @@ async fn insert_entries(
         .collect();
     let headers: Vec<&str> = new.iter().map(|w| w.headers.as_str()).collect();
     let bodies: Vec<&[u8]> = new.iter().map(|w| w.entry.body.as_ref()).collect();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+    let origins: Vec<&str> = new.iter().map(|w| w.entry.origin.as_str()).collect();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
         &ids, &sources, &event_ids, &types, &keys, &received, &statuses, &headers, &now, &bodies,
+        &origins,
     ];
     let entries = tx.execute_cached(
         "INSERT INTO entries (id, source, event_id, event_type, dedupe_key, received_at,
-                              status, updated_at, headers, body)
-         SELECT i, s, ev, t, k, r, st, $9, h, b
+                              status, updated_at, headers, body, origin)
+         SELECT i, s, ev, t, k, r, st, $9, h, b, o
          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[],
-                     $7::text[], $8::text[], $10::bytea[]) AS x(i, s, ev, t, k, r, st, h, b)",
+                     $7::text[], $8::text[], $10::bytea[], $11::text[])
+             AS x(i, s, ev, t, k, r, st, h, b, o)",
         &params,
     );
     futures_util::future::try_join(entries, super::search::index_entries(tx, new)).await?;

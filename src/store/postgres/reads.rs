@@ -8,7 +8,7 @@ use super::cached::Cached as _;
 use tokio_postgres::types::ToSql;
 
 use super::lines;
-use super::rows::parse_status;
+use super::rows::{parse_origin, parse_status};
 use crate::store::{
     Attempt, AuditEvent, DeadLetter, IdPage, ListQuery, ListedEntry, MinuteActivity, Page,
     PauseTarget, RouteStats, SourceStats, Status, StoreError, id_floor,
@@ -22,7 +22,8 @@ const LISTED_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.receiv
         WHERE x.entry_id = e.id AND x.status = 'pending'), \
      (SELECT x.last_error FROM deliveries x \
         WHERE x.entry_id = e.id AND x.status <> 'delivered' AND x.last_error IS NOT NULL \
-        ORDER BY x.position LIMIT 1)";
+        ORDER BY x.position LIMIT 1), \
+     e.origin";
 
 /// A listing's query (`limit + 1` rows) and its arguments.
 fn list_sql(
@@ -126,7 +127,9 @@ pub(super) async fn list(
     for r in &rows {
         let id: String = r.get(0);
         let status: String = r.get(5);
+        let origin: String = r.get(9);
         entries.push(ListedEntry {
+            origin: parse_origin(&id, &origin)?,
             source: r.get(1),
             event_id: r.get(2),
             event_type: r.get(3),

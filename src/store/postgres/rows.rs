@@ -9,11 +9,11 @@ use deadpool_postgres::GenericClient;
 use super::cached::Cached as _;
 use tokio_postgres::Row;
 
-use crate::store::{Delivery, DeliveryOrder, Entry, Status, StoreError, decode_headers};
+use crate::store::{Delivery, DeliveryOrder, Entry, Origin, Status, StoreError, decode_headers};
 
 /// The columns [`row_to_entry`] reads.
 const ENTRY_COLUMNS: &str =
-    "id, source, event_id, event_type, dedupe_key, received_at, status, headers, body";
+    "id, source, event_id, event_type, dedupe_key, received_at, status, headers, body, origin";
 
 /// The columns [`row_to_delivery`] reads, after the entry id.
 const DELIVERY_COLUMNS: &str = "entry_id, route, status, attempts, next_attempt_at, last_error, \
@@ -23,6 +23,14 @@ pub(super) fn parse_status(id: &str, status: &str) -> Result<Status, StoreError>
     Status::parse(status).ok_or_else(|| StoreError::Corrupt {
         id: id.to_string(),
         problem: format!("unknown status {status:?}"),
+    })
+}
+
+/// An entry's origin, as its `origin` column names it.
+pub(super) fn parse_origin(id: &str, origin: &str) -> Result<Origin, StoreError> {
+    Origin::parse(origin).ok_or_else(|| StoreError::Corrupt {
+        id: id.to_string(),
+        problem: format!("unknown origin {origin:?}"),
     })
 }
 
@@ -56,7 +64,9 @@ fn row_to_entry(r: &Row) -> Result<Entry, StoreError> {
     let status: String = r.get(6);
     let headers: String = r.get(7);
     let body: Vec<u8> = r.get(8);
+    let origin: String = r.get(9);
     Ok(Entry {
+        origin: parse_origin(&id, &origin)?,
         source: r.get(1),
         event_id: r.get(2),
         event_type: r.get(3),

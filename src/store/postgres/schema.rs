@@ -22,7 +22,14 @@ use crate::store::{Backend, StoreError};
 /// 7. The gateways' heartbeats, who holds a lease, the configuration salt ([`V7`]).
 /// 8. The route registry ([`V8`]).
 /// 9. The failure kind of each attempt and of a delivery's last ([`V9`]).
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+/// 10. How each entry came ([`V10`]).
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
+
+/// How an entry came (`store::Origin`, by its name): `received` for every entry
+/// stored before. (A column with a constant default rewrites no row.)
+const V10: &str = r#"
+ALTER TABLE entries ADD COLUMN origin TEXT NOT NULL DEFAULT 'received';
+"#;
 
 /// The kind of a failed attempt (`crate::failure`, by its canonical name), and of
 /// the last failed attempt of a delivery, which its dead letter is grouped by.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::codec::{pack_record, routes_field};
+use super::codec::{origin_field, pack_record, routes_field};
 use super::conn::Conn;
 use super::{RedisStore, key, replicas};
 use crate::store::{Accepted, Backend, NewEntry, StoreError, Wake, WorkSignals, valid_route_name};
@@ -46,6 +46,8 @@ pub(super) struct AcceptJob {
     packed: Vec<u8>,
     /// The routes, comma-separated (empty: filtered).
     routes: String,
+    /// The origin's name, empty when received (the default, not written).
+    origin: &'static str,
     /// The ordered routes the entry has a key for: (route, key, block).
     ordering: Vec<(String, String, bool)>,
     /// The indexed values: (index name, index text).
@@ -106,6 +108,7 @@ impl RedisStore {
         let job = AcceptJob {
             packed: pack_record(&e)?,
             routes: routes_field(&e.routes),
+            origin: origin_field(e.origin),
             ordering: e
                 .ordering
                 .iter()
@@ -192,6 +195,7 @@ impl AcceptContext {
                 .arg(job.received_at)
                 .arg(&job.packed)
                 .arg(&job.routes)
+                .arg(job.origin)
                 .arg(job.ordering.len());
             for (route, key, block) in &job.ordering {
                 inv.arg(route).arg(key).arg(if *block { "1" } else { "0" });

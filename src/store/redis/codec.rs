@@ -2,11 +2,11 @@
 //!
 //! The hash holds the packed record (field `record`: every field written once, in
 //! one value), the route names (`routes`, comma-separated, in order), the entry's
-//! derived `status`, and per route R the fields of its delivery, prefixed `R:`
-//! (status, next attempt, attempts, lease, stream message, retry budget, last
-//! error). Fields start absent and mean their default (a delivery pending, due at the
-//! arrival, counters 0, `budget_start` the arrival), so an accept writes only what
-//! it must. The entry's summary (status, attempts, next attempt, last error) is
+//! derived `status`, its `origin` (how it came), and per route R the fields of its
+//! delivery, prefixed `R:` (status, next attempt, attempts, lease, stream message,
+//! retry budget, last error). Fields start absent and mean their default (a delivery
+//! pending, due at the arrival, counters 0, `budget_start` the arrival, the entry
+//! received), so an accept writes only what it must. The entry's summary (status, attempts, next attempt, last error) is
 //! derived from its deliveries when read ([`Entry::summary`]).
 
 use std::borrow::Cow;
@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use crate::store::{
-    Delivery, DeliveryOrder, Entry, ListedEntry, NewEntry, Status, StoreError, decode_headers,
-    headers_json,
+    Delivery, DeliveryOrder, Entry, ListedEntry, NewEntry, Origin, Status, StoreError,
+    decode_headers, headers_json,
 };
 
 /// The hash field that holds the packed record.
@@ -24,6 +24,32 @@ pub(super) const RECORD_FIELD: &str = "record";
 
 /// The hash field that holds the entry's route names, comma-separated, in order.
 const ROUTES_FIELD: &str = "routes";
+
+/// The hash field that holds the entry's origin; absent: received.
+pub(super) const ORIGIN_FIELD: &str = "origin";
+
+/// The `origin` field's value for `origin`: empty for [`Origin::Received`], which is
+/// never written (the field's absence means it).
+pub(super) fn origin_field(origin: Origin) -> &'static str {
+    match origin {
+        Origin::Received => "",
+        other => other.as_str(),
+    }
+}
+
+/// The origin an `origin` field holds (absent or empty: received).
+fn read_origin(id: &str, value: Option<&[u8]>) -> Result<Origin, StoreError> {
+    match value {
+        None | Some(b"") => Ok(Origin::Received),
+        Some(v) => std::str::from_utf8(v)
+            .ok()
+            .and_then(Origin::parse)
+            .ok_or_else(|| StoreError::Corrupt {
+                id: id.to_string(),
+                problem: format!("unknown origin {:?}", String::from_utf8_lossy(v)),
+            }),
+    }
+}
 
 /// The `routes` field of a new entry (route names hold no comma: see
 /// [`crate::store::valid_route_name`]).
@@ -118,6 +144,7 @@ fn entry_from_packed(
     let deliveries = read_deliveries(id, map, record.received_at)?;
     let (status, attempts, next_attempt_at, last_error) = Entry::summary(&deliveries);
     Ok(Entry {
+        origin: read_origin(id, map.get(ORIGIN_FIELD).map(Vec::as_slice))?,
         id: id.to_string(),
         source: record.source.into_owned(),
         event_id: non_empty(record.event_id),
@@ -208,7 +235,7 @@ fn int_field(
 }
 
 /// A row of the listing script: status, attempts, next attempt, last error, event
-/// id, event type, received at ('' when absent).
+/// id, event type, received at, origin ('' when absent).
 pub(super) fn listed_from_fields(
     id: &str,
     source: &str,
@@ -226,7 +253,8 @@ pub(super) fn listed_from_fields(
         event_id,
         event_type,
         received_at,
-    ]: [String; 7] = fields
+        origin,
+    ]: [String; 8] = fields
         .try_into()
         .map_err(|f: Vec<String>| corrupt(format!("listing row of {} fields", f.len())))?;
     let int = |name: &str, v: &str| -> Result<Option<i64>, StoreError> {
@@ -250,5 +278,65 @@ pub(super) fn listed_from_fields(
         event_type: non_empty(event_type),
         received_at: int("received_at", &received_at)?
             .ok_or_else(|| corrupt("no received_at".into()))?,
+        origin: read_origin(id, Some(origin.as_bytes()))?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn hash(origin: Option<&[u8]>) -> HashMap<String, Vec<u8>> {
+        let e = NewEntry {
+            id: "0190a000-0000-7000-8000-000000000000".into(),
+            source: "s".into(),
+            event_id: Some("evt".into()),
+            event_type: None,
+            dedupe_key: "id:evt".into(),
+            dedupe_ttl: Duration::from_secs(60),
+            received_at: 1_700_000_000_000,
+            headers: Vec::new(),
+            body: Bytes::from_static(b"{}"),
+            routes: vec!["default".into()],
+            ordering: Vec::new(),
+            index: Vec::new(),
+            origin: Origin::Received,
+        };
+        let mut map = HashMap::from([
+            (RECORD_FIELD.to_string(), pack_record(&e).unwrap()),
+            (ROUTES_FIELD.to_string(), b"default".to_vec()),
+        ]);
+        if let Some(o) = origin {
+            map.insert(ORIGIN_FIELD.to_string(), o.to_vec());
+        }
+        map
+    }
+
+    /// The accept writes no `origin` for a received entry: its absence reads as
+    /// received; a recovered one reads as the field names it, in the entry and in
+    /// its listed row; an origin this release does not know is a corrupt entry.
+    #[test]
+    fn an_origin_reads_back_from_its_field_and_its_absence_is_received() {
+        let id = "0190a000-0000-7000-8000-000000000000";
+        assert_eq!(origin_field(Origin::Received), "");
+        let read = entry_from_map(id, hash(None)).unwrap();
+        assert_eq!(read.origin, Origin::Received);
+        for o in Origin::ALL {
+            let field = origin_field(o);
+            assert_eq!(field.is_empty(), !o.is_recovered());
+            let read = entry_from_map(id, hash(Some(field.as_bytes()))).unwrap();
+            assert_eq!(read.origin, o);
+            let mut row: Vec<String> = ["pending", "0", "", "", "evt", "", "1700000000000"]
+                .map(String::from)
+                .to_vec();
+            row.push(field.to_string());
+            assert_eq!(listed_from_fields(id, "s", row).unwrap().origin, o);
+        }
+        assert!(matches!(
+            entry_from_map(id, hash(Some(b"forwarded"))),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
 }

@@ -9,7 +9,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::lines;
-use super::rows::bump_activity;
+use super::rows::{bump_activity, parse_origin};
 use crate::store::activity::minute_of;
 use crate::store::{
     Accepted, Attempt, AuditEvent, DeadLetter, IdPage, ListQuery, ListedEntry, MinuteActivity,
@@ -59,8 +59,8 @@ pub(super) fn apply_accept(
     conn.prepare_cached(
         "INSERT INTO entries (id, source, event_id, event_type, dedupe_key, received_at,
                               status, attempts, next_attempt_at, budget_start, updated_at,
-                              headers, body, payload)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?6, ?9, '', x'', ?10)",
+                              headers, body, payload, origin)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?6, ?9, '', x'', ?10, ?11)",
     )?
     .execute(params![
         e.id,
@@ -73,6 +73,7 @@ pub(super) fn apply_accept(
         next,
         now,
         payload,
+        e.origin.as_str(),
     ])?;
     super::search::index_entry(conn, e)?;
     for (position, route) in e.routes.iter().enumerate() {
@@ -120,12 +121,15 @@ const LISTED_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.receiv
         WHERE x.entry_id = e.id AND x.status = 'pending'), \
      (SELECT x.last_error FROM deliveries x \
         WHERE x.entry_id = e.id AND x.status != 'delivered' AND x.last_error IS NOT NULL \
-        ORDER BY x.position LIMIT 1)";
+        ORDER BY x.position LIMIT 1), \
+     e.origin";
 
 fn row_to_listed(r: &rusqlite::Row<'_>) -> Result<ListedEntry, StoreError> {
     let id: String = r.get(0)?;
     let status: String = r.get(5)?;
+    let origin: String = r.get(9)?;
     Ok(ListedEntry {
+        origin: parse_origin(&id, &origin)?,
         source: r.get(1)?,
         event_id: r.get(2)?,
         event_type: r.get(3)?,
@@ -561,6 +565,7 @@ mod tests {
             routes: vec!["default".into()],
             ordering: Vec::new(),
             index: Vec::new(),
+            origin: crate::store::Origin::Received,
         }
     }
 

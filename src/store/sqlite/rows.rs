@@ -8,16 +8,24 @@
 use bytes::Bytes;
 use rusqlite::{Connection, params};
 
-use crate::store::{Delivery, DeliveryOrder, Entry, Status, StoreError, decode_headers};
+use crate::store::{Delivery, DeliveryOrder, Entry, Origin, Status, StoreError, decode_headers};
 
 /// What an entry is read with: its headers and body from its payload, or from its
 /// own row if it was stored before payloads (`schema::PAYLOADS`).
 pub(super) const ENTRY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.dedupe_key, \
-     e.received_at, e.status, coalesce(p.headers, e.headers), coalesce(p.body, e.body)";
+     e.received_at, e.status, coalesce(p.headers, e.headers), coalesce(p.body, e.body), e.origin";
 
 /// What a delivery row holds, in route order: the columns [`row_to_delivery`] reads.
 const DELIVERY_COLUMNS: &str = "route, status, attempts, next_attempt_at, last_error, \
      budget_start, budget_attempts, order_key, order_block, last_failure";
+
+/// An entry's origin, as its `origin` column names it.
+pub(super) fn parse_origin(id: &str, origin: &str) -> Result<Origin, StoreError> {
+    Origin::parse(origin).ok_or_else(|| StoreError::Corrupt {
+        id: id.to_string(),
+        problem: format!("unknown origin {origin:?}"),
+    })
+}
 
 /// A delivery's status (`filtered` when its route's transform skipped it).
 pub(super) fn parse_status(id: &str, status: &str) -> Result<Status, StoreError> {
@@ -68,7 +76,9 @@ fn row_to_entry(r: &rusqlite::Row<'_>) -> Result<Entry, StoreError> {
     let status: String = r.get(6)?;
     let headers: String = r.get(7)?;
     let body: Vec<u8> = r.get(8)?;
+    let origin: String = r.get(9)?;
     Ok(Entry {
+        origin: parse_origin(&id, &origin)?,
         source: r.get(1)?,
         event_id: r.get(2)?,
         event_type: r.get(3)?,

@@ -25,6 +25,7 @@ pub(super) const DB_FILE: &str = "hookgate.db";
 /// 6. Only the heads of ordered lines are scheduled ([`LINES`]).
 /// 7. Leaner line indexes ([`LEAN_LINES`]).
 /// 8. The failure kind of each attempt, and of a delivery's last ([`FAILURE_KINDS`]).
+/// 9. How each entry came ([`ORIGINS`]).
 const MIGRATIONS: &[&str] = &[
     V1_ENTRIES,
     ROUTES,
@@ -34,7 +35,16 @@ const MIGRATIONS: &[&str] = &[
     LINES,
     LEAN_LINES,
     FAILURE_KINDS,
+    ORIGINS,
 ];
+
+/// How an entry came (`store::Origin`, by its name): `received` for every entry
+/// stored before (a column with a constant default rewrites no row). A release that
+/// does not know it would store recovered entries as received, so this is a
+/// migration (such a release refuses the store).
+const ORIGINS: &str = r#"
+ALTER TABLE entries ADD COLUMN origin TEXT NOT NULL DEFAULT 'received';
+"#;
 
 /// The kind of a failed attempt (`crate::failure`, by its canonical name), and of
 /// the last failed attempt of a delivery, which its dead letter is grouped by.

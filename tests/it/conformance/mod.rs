@@ -17,6 +17,7 @@ mod queue_routes_operators;
 mod reads;
 mod reads_console;
 mod reads_routes;
+mod reconcile;
 mod records;
 mod rejections;
 mod search;
@@ -27,7 +28,7 @@ use bytes::Bytes;
 use hookgate::clock::system_now_ms as now_ms;
 use hookgate::store::{
     Accepted, Attempt, Claim, Completion, Control, Delivery, Entry, Header, ListQuery, NewEntry,
-    Status, Store, Transition,
+    Origin, Status, Store, Transition,
 };
 
 use crate::support::assert_listed_as_stored;
@@ -54,6 +55,7 @@ pub(crate) fn entry(source: &str, key: &str) -> NewEntry {
         routes: vec!["default".into()],
         ordering: Vec::new(),
         index: Vec::new(),
+        origin: Origin::Received,
     }
 }
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hookgate::store::{
     AuditEvent, DeadLetter, Delivery, DeliveryOrder, Entry, Header, ListedEntry, MinuteActivity,
-    NewEntry, PauseTarget, RouteOrder, RouteStats, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE, SourceStats,
-    Status, Transition,
+    NewEntry, Origin, PauseTarget, RouteOrder, RouteStats, SKIP_ACTION, SKIP_ACTOR, SKIP_NOTE,
+    SourceStats, Status, Transition,
 };
 
 use super::ops::{KEYS, Outcome, ROUTES, SOURCES, blocks};
@@ -185,6 +185,7 @@ impl Model {
                 })
                 .collect(),
             index: Vec::new(),
+            origin: Origin::Received,
         }
     }
 
@@ -696,6 +697,7 @@ impl Model {
             deliveries,
             headers: headers(),
             body: body(e.event),
+            origin: Origin::Received,
         })
     }
 

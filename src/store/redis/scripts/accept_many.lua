@@ -2,15 +2,17 @@
 -- KEYS: st:pending, stats, st:filtered, done:delivered, then per entry: dedupe key,
 -- entry key.
 -- ARGV: key base (`hg:{src}:`), then per entry: id, ttl ms, received at, the packed
--- write-once record, its routes (comma-separated; empty: filtered), the number n of
--- its ordered routes, then n times: route, ordering key, block ('1' or '0'), then
--- the number m of its indexed values, then m times: index name, value.
+-- write-once record, its routes (comma-separated; empty: filtered), its origin
+-- ('' when received), the number n of its ordered routes, then n times: route,
+-- ordering key, block ('1' or '0'), then the number m of its indexed values, then m
+-- times: index name, value.
 -- Returns per entry {duplicate (0|1), id}. Entries are taken in order, so a batch
 -- holding the same event twice stores it once. Per route R the entry gets one
 -- message on `work:R` (its id in `R:msg`) and a place in `rst:R:pending`; on an
 -- ordered route it joins its key's line instead (the prelude says how), and only a
 -- line's head is scheduled. Fields whose value is their default (`R:status`
--- pending, `R:next` and `R:budget_start` the arrival, counters 0) are not written:
+-- pending, `R:next` and `R:budget_start` the arrival, counters 0, `origin`
+-- received) are not written:
 -- every webhook costs Redis (and its AOF) only what it must. A filtered entry (no
 -- route) ends at once (its `updated_at` absent: the arrival). New entries count in
 -- the activity of their minute of arrival (`hg_count`). Each indexed value of a
@@ -39,14 +41,14 @@ local a = 2
 for i = 0, n - 1 do
   local dk, ek = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
   local id, ttl, record, routes = ARGV[a], ARGV[a + 1], ARGV[a + 3], ARGV[a + 4]
-  local received = ARGV[a + 2]
+  local received, origin = ARGV[a + 2], ARGV[a + 5]
   local ordered = {}
-  local n_ordered = tonumber(ARGV[a + 5])
+  local n_ordered = tonumber(ARGV[a + 6])
   for j = 0, n_ordered - 1 do
-    local o = a + 6 + 3 * j
+    local o = a + 7 + 3 * j
     ordered[ARGV[o]] = {ARGV[o + 1], ARGV[o + 2]}
   end
-  a = a + 6 + 3 * n_ordered
+  a = a + 7 + 3 * n_ordered
   local ix = {}
   local n_ix = tonumber(ARGV[a])
   for j = 0, n_ix - 1 do
@@ -58,7 +60,12 @@ for i = 0, n - 1 do
     dups = dups + 1
     out[#out + 1] = {1, redis.call('GET', dk)}
   elseif routes == '' then
-    redis.call('HSET', ek, 'record', record, 'routes', '', 'status', 'filtered')
+    if origin == '' then
+      redis.call('HSET', ek, 'record', record, 'routes', '', 'status', 'filtered')
+    else
+      redis.call('HSET', ek, 'record', record, 'routes', '', 'status', 'filtered',
+        'origin', origin)
+    end
     index_entry(ek, id, ix)
     redis.call('ZADD', KEYS[3], 0, id)
     redis.call('ZADD', KEYS[4], received, id)
@@ -67,6 +74,10 @@ for i = 0, n - 1 do
     out[#out + 1] = {0, id}
   else
     local fields = {'record', record, 'routes', routes, 'status', 'pending'}
+    if origin ~= '' then
+      fields[#fields + 1] = 'origin'
+      fields[#fields + 1] = origin
+    end
     local lines = {}
     for r in string.gmatch(routes, '[^,]+') do
       local o = ordered[r]

@@ -3,7 +3,7 @@
 -- ('' or absent: any); an entry that does not match answers false, as a gone one
 -- does, so that a search sends back only what it found.
 -- Returns per key false (gone, or not a match) or {status, attempts, next_attempt_at, last_error,
--- event_id, event_type, received_at}, all text ('' when absent): the status as
+-- event_id, event_type, received_at, origin}, all text ('' when absent): the status as
 -- stored (derived from the deliveries), the rest summed up from the deliveries as
 -- `Entry::summary` does (attempts of every route, the earliest next attempt of a
 -- pending one, the last error of the first one not delivered that has one).
@@ -16,7 +16,7 @@ local function text(v)
   if type(v) == 'number' then return string.format('%.0f', v) end
   return ''
 end
--- The listed row of the entry at `k` (its hash fields `f`: status, routes), whose
+-- The listed row of the entry at `k` (its hash fields `f`: status, routes, origin), whose
 -- metadata says `eid`, `etype`, `at`.
 local function row(k, f, eid, etype, at)
   local attempts, next_at, last_error = 0, nil, nil
@@ -34,12 +34,12 @@ local function row(k, f, eid, etype, at)
     end
   end
   return {f[1], text(attempts), text(next_at), text(last_error), text(eid), text(etype),
-    text(at)}
+    text(at), text(f[3])}
 end
 local want_type, want_id = ARGV[1] or '', ARGV[2] or ''
 local out = {}
 for i, k in ipairs(KEYS) do
-  local f = redis.call('HMGET', k, 'status', 'routes')
+  local f = redis.call('HMGET', k, 'status', 'routes', 'origin')
   out[i] = false
   if f[1] then
     local eid, etype, at = hg_record_meta(k)

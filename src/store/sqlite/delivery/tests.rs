@@ -72,6 +72,7 @@ fn accept(conn: &Connection, id: &str, key: Option<&str>, at: i64) {
             .into_iter()
             .collect(),
         index: Vec::new(),
+        origin: crate::store::Origin::Received,
     };
     super::super::queries::apply_accept(conn, &e, "[]", at).unwrap();
 }

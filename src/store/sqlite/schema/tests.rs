@@ -245,6 +245,46 @@ fn the_lean_lines_migration_clears_ended_marks_and_keeps_only_holding_leases() {
     );
 }
 
+/// An entry stored before origins were kept reads as received, in full and in a
+/// listing, and the migration rewrites no row.
+#[test]
+fn entries_stored_before_origins_read_as_received() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = open_connection(&dir.path().join(DB_FILE)).unwrap();
+    let before = MIGRATIONS.iter().position(|m| *m == ORIGINS).unwrap();
+    for sql in &MIGRATIONS[..before] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", i64::try_from(before).unwrap())
+        .unwrap();
+    conn.execute_batch(
+        "INSERT INTO entries (id, source, dedupe_key, received_at, status, budget_start,
+                              updated_at, headers, body)
+             VALUES ('01', 's', 'id:e', 5, 'pending', 5, 5, '[]', x'7b7d');
+         INSERT INTO deliveries (entry_id, route, position, source, status,
+                                 next_attempt_at, budget_start, updated_at)
+             VALUES ('01', 'default', 0, 's', 'pending', 5, 5, 5);",
+    )
+    .unwrap();
+    let changes_before = conn.total_changes();
+    migrate(&mut conn).unwrap();
+    assert_eq!(conn.total_changes(), changes_before, "no row rewritten");
+    let e = crate::store::sqlite::rows::load_entry(&conn, "01")
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.origin, crate::store::Origin::Received);
+    let page = crate::store::sqlite::queries::list(
+        &conn,
+        &crate::store::ListQuery {
+            limit: 10,
+            ..Default::default()
+        },
+        10,
+    )
+    .unwrap();
+    assert_eq!(page.entries, vec![e.listed()]);
+}
+
 /// A store a newer release migrated is refused, and left as it is.
 #[test]
 fn a_newer_schema_is_refused() {
