@@ -231,7 +231,8 @@ pub struct Entry {
     pub headers: Vec<Header>,
     pub body: Bytes,
     /// How it came ([`Origin::Received`] for every entry stored before origins
-    /// were kept); reconciliation may mark it later.
+    /// were kept); reconciliation may mark it later
+    /// ([`Reconciling::mark_origin`](super::Reconciling::mark_origin)).
     pub origin: Origin,
 }
 

@@ -123,6 +123,15 @@ pub enum StoreError {
     /// [`Unsafe`]): new webhooks are refused and `/readyz` answers 503 until it can.
     #[error("postgres: {0}")]
     Unsafe(Unsafe),
+    /// A caller asked for more than the contract takes at once (a dedupe lookup of
+    /// more keys, a larger reconciliation state: `store::reconcile`). Nothing was
+    /// read or written.
+    #[error("store refused {what}: {size}, over the limit of {limit}")]
+    TooLarge {
+        what: &'static str,
+        size: usize,
+        limit: usize,
+    },
     /// A file or directory of the embedded store could not be created, opened,
     /// inspected or made private.
     #[error("cannot {action} {}", path.display())]
@@ -153,6 +162,7 @@ impl StoreError {
             StoreError::ReplicasMissing { .. } => "replicas_missing",
             StoreError::File { .. } => "file",
             StoreError::Unsafe(_) => "unsafe",
+            StoreError::TooLarge { .. } => "too_large",
         }
     }
 
@@ -172,7 +182,9 @@ impl StoreError {
             | StoreError::File { .. }
             | StoreError::WorldWritable { .. }
             | StoreError::Unsafe(_) => true,
-            StoreError::Corrupt { .. } | StoreError::Encode { .. } => false,
+            StoreError::Corrupt { .. }
+            | StoreError::Encode { .. }
+            | StoreError::TooLarge { .. } => false,
         }
     }
 

@@ -26,6 +26,7 @@ mod origin;
 pub(crate) mod pace;
 mod postgres;
 mod readiness;
+mod reconcile;
 mod redis;
 pub mod rejection;
 mod routes;
@@ -59,6 +60,7 @@ pub use origin::Origin;
 pub use postgres::CLAIM_STATEMENT as POSTGRES_CLAIM_STATEMENT;
 pub use postgres::{UrlWarning as PostgresUrlWarning, url_warnings as postgres_url_warnings};
 pub use readiness::Readiness;
+pub use reconcile::{MAX_LOOKUP_KEYS, MAX_RECONCILE_STATE, ReconcileLease, Reconciling};
 /// The Redis entry codec, for the `stored` fuzz target.
 #[cfg(any(test, fuzzing))]
 pub(crate) use redis::{entry_from_map as redis_entry_from_map, pack_record as redis_pack_record};
@@ -79,6 +81,11 @@ pub const SKIP_ACTION: &str = "skip";
 pub const SKIP_ACTOR: &str = "hookgate";
 /// The note of that event.
 pub const SKIP_NOTE: &str = "dead at the head of its ordering key's line; the next delivery of the key went (on_dead = skip)";
+/// The audit action recorded when reconciliation marks how an entry came
+/// ([`Reconciling::mark_origin`]).
+pub const RECOVERED_ACTION: &str = "recovered";
+/// Who that audit event names.
+pub const RECOVERED_ACTOR: &str = "hookgate";
 
 /// An operator action on an entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -282,8 +289,9 @@ pub struct Purged {
 
 /// The store contract: every part below, as one trait object (`Arc<dyn Store>`).
 /// A backend implements the parts ([`Queue`], [`Reads`], [`Records`], [`Pacing`],
-/// [`Membership`], [`Lifecycle`]) and is a `Store` by the blanket impl; the conformance suite
-/// (`tests/it/conformance/`, by the same parts) holds each promise below:
+/// [`Membership`], [`Reconciling`], [`Lifecycle`]) and is a `Store` by the blanket
+/// impl; the conformance suite (`tests/it/conformance/`, by the same parts) holds
+/// each promise below:
 ///
 /// * `accept` is durable when it answers, and atomic: no dedupe key without its
 ///   entry; a duplicate writes nothing but the `duplicates` counter.
@@ -314,13 +322,30 @@ pub struct Purged {
 /// * A gateway's heartbeat is stamped with the store's clock; a gateway silent for
 ///   [`gateways::DEAD_AFTER`] loses its leases, and the configuration salt is one
 ///   value per store ([`Membership`]).
+/// * A dedupe lookup answers, per key of its source, the entry the key names while
+///   its TTL runs, as an accept of the key would (a duplicate: the original); it
+///   changes nothing. Marking an entry's origin and its `recovered` audit event are
+///   one atomic step ([`Reconciling`]).
+/// * A source's reconciliation lease has one holder at a time across every gateway
+///   on the store, until its time runs out or its holder releases it; a state is
+///   kept only while its saver holds the lease, and outlives the lease.
 pub trait Store:
-    Queue + Reads + Search + Records + Rejections + Pacing + Membership + Lifecycle
+    Queue + Reads + Search + Records + Rejections + Pacing + Membership + Reconciling + Lifecycle
 {
 }
 
-impl<T: Queue + Reads + Search + Records + Rejections + Pacing + Membership + Lifecycle + ?Sized>
-    Store for T
+impl<
+    T: Queue
+        + Reads
+        + Search
+        + Records
+        + Rejections
+        + Pacing
+        + Membership
+        + Reconciling
+        + Lifecycle
+        + ?Sized,
+> Store for T
 {
 }
 

@@ -5,8 +5,9 @@
 //! Accepts are group-committed (`accept`), claims lease with `FOR UPDATE SKIP
 //! LOCKED` (`delivery`), ordered lines are kept under advisory locks (`lines`),
 //! gateways wake each other with `LISTEN/NOTIFY` (`notify`), and pacing lives in
-//! the database, so every gateway on it shares each route's pace (`records`). The
-//! schema is versioned (`schema`), the server's promises checked
+//! the database, so every gateway on it shares each route's pace (`records`), as it
+//! does each source's reconciliation lease (`reconcile`). The schema is versioned
+//! (`schema`), the server's promises checked
 //! (`preconditions`), and every call bounded by `store.timeout` (`connect`).
 //!
 //! tokio-postgres types never leave this folder.
@@ -22,6 +23,7 @@ mod membership;
 mod notify;
 mod preconditions;
 mod reads;
+mod reconcile;
 mod records;
 mod rejections;
 mod retention;
@@ -48,9 +50,10 @@ use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
     Controls, DeadLetter, Entry, Finished, GatewayInfo, Heartbeat, HeartbeatAck, HousekeepingPass,
     IdPage, IndexLookup, Lifecycle, ListQuery, MAX_PAGE, Membership, MinuteActivity, NewEntry,
-    Pacing, Page, PauseTarget, Purged, Queue, Reads, Records, RejectionBatch, RejectionCount,
-    RejectionPage, RejectionQuery, Rejections, RouteStats, Search, SourceStats, Status, StoreError,
-    TakeOver, Transition, Unsafe, Wake, WorkSignals, encode_headers,
+    Origin, Pacing, Page, PauseTarget, Purged, Queue, Reads, ReconcileLease, Reconciling, Records,
+    RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats, Search,
+    SourceStats, Status, StoreError, TakeOver, Transition, Unsafe, Wake, WorkSignals,
+    encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::PostgresConfig;
@@ -748,6 +751,67 @@ impl Pacing for PostgresStore {
             })
         })
         .await
+    }
+}
+
+#[async_trait]
+impl Reconciling for PostgresStore {
+    async fn dedupe_lookup(
+        &self,
+        source: &str,
+        keys: &[String],
+        now: i64,
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        super::reconcile::check_lookup(keys)?;
+        self.relaxed(async |conn| reconcile::dedupe_lookup(&*conn, source, keys, now).await)
+            .await
+    }
+
+    async fn mark_origin(
+        &self,
+        id: &str,
+        origin: Origin,
+        note: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.durable(async |conn| {
+            transaction!(conn, |tx| {
+                reconcile::mark_origin(&tx, id, origin, note, now).await?
+            })
+        })
+        .await
+    }
+
+    async fn lease_reconcile(
+        &self,
+        source: &str,
+        holder: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<ReconcileLease, StoreError> {
+        self.durable(async |conn| {
+            transaction!(conn, |tx| {
+                reconcile::lease(&tx, source, holder, now, until).await?
+            })
+        })
+        .await
+    }
+
+    async fn save_reconcile(
+        &self,
+        source: &str,
+        holder: &str,
+        state: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        super::reconcile::check_state(state)?;
+        self.durable(async |conn| reconcile::save(&*conn, source, holder, state, now).await)
+            .await
+    }
+
+    async fn release_reconcile(&self, source: &str, holder: &str) -> Result<(), StoreError> {
+        self.durable(async |conn| reconcile::release(&*conn, source, holder).await)
+            .await
     }
 }
 

@@ -22,13 +22,21 @@ use crate::store::{Backend, StoreError};
 /// 7. The gateways' heartbeats, who holds a lease, the configuration salt ([`V7`]).
 /// 8. The route registry ([`V8`]).
 /// 9. The failure kind of each attempt and of a delivery's last ([`V9`]).
-/// 10. How each entry came ([`V10`]).
+/// 10. How each entry came, and reconciliation's leases and states ([`V10`]).
 const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// How an entry came (`store::Origin`, by its name): `received` for every entry
-/// stored before. (A column with a constant default rewrites no row.)
+/// stored before. (A column with a constant default rewrites no row.) `reconcile`
+/// keeps, per source, reconciliation's lease (its `holder` and `until`, both NULL
+/// once released) and the state its holder saved last; retention never reads it.
 const V10: &str = r#"
 ALTER TABLE entries ADD COLUMN origin TEXT NOT NULL DEFAULT 'received';
+CREATE TABLE reconcile (
+    source TEXT PRIMARY KEY,
+    holder TEXT,
+    until  BIGINT,
+    state  TEXT
+);
 "#;
 
 /// The kind of a failed attempt (`crate::failure`, by its canonical name), and of

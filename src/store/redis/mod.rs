@@ -18,7 +18,7 @@
 //! | `hg:{src}:blocked:<route>` | set | the ordering keys whose head is dead with `on_dead = "block"` |
 //! | `hg:{src}:rst:<route>:<status>` | sorted set, all scores 0 | entry ids by the status of their delivery through the route: route listings, route stats |
 //! | `hg:{src}:a:<id>` | list of JSON | the entry's delivery attempts, each naming its route |
-//! | `hg:{src}:audit:<id>` | list of JSON | operator actions on the entry (replay, discard), each naming the route it named, if any |
+//! | `hg:{src}:audit:<id>` | list of JSON | operator actions on the entry (replay, discard), each naming the route it named, if any, and reconciliation's (`recovered`) |
 //! | `hg:{src}:stats` | hash | counters: received, duplicates, unverified |
 //! | `hg:{src}:dlq` | stream | one message per delivery that went dead (id, route, reason) |
 //! | `hg:{src}:done:delivered`, `…:done:dead` | sorted set, score = when the entry reached its status | retention index: delivered and filtered entries, dead and discarded ones; an entry pending again leaves it |
@@ -27,6 +27,7 @@
 //! | `hg:{src}:pace:<route>` | string, `PX` while it matters | the route's next send time in µs (GCRA; `scripts/pace.lua`; a destination's `Retry-After` pushes it: `scripts/hold.lua`) |
 //! | `hg:{src}:armed_handshake` | hash `until`, `token_hash` | the source's armed secret handshake: until when (unix ms), and the SHA-256 of its one-time token (`store::secrets`) |
 //! | `hg:{src}:secrets` | hash, id → JSON | the secrets established in the source's handshakes, by id (`store::secrets`) |
+//! | `hg:{src}:reconcile` | hash `holder`, `until`, `state` | the source's reconciliation lease (who holds it, until when; both absent once released) and the state its holder kept last (`reconcile`) |
 //! | `hg:sources` | set | every source name seen (for lookups by id) |
 //! | `hg:epoch` | string | a random value; its disappearance means Redis lost its data |
 //! | `hg:paused` | set | what is paused: `src` (a whole source) or `src/route` |
@@ -62,7 +63,8 @@
 //!
 //! # The rest
 //!
-//! Claims and completions: `delivery`. Listings: `listing`. The connection (one
+//! Claims and completions: `delivery`. Listings: `listing`. Reconciliation's
+//! lookups, origins and leases: `reconcile`. The connection (one
 //! Redis or a cluster): `conn`. What Redis must guarantee: `preconditions`. Every
 //! multi-key change is a script of its own (`scripts`). redis crate types never
 //! leave this folder.
@@ -80,6 +82,7 @@ mod listing;
 mod membership;
 mod migrate;
 mod preconditions;
+mod reconcile;
 mod rejections;
 mod replicas;
 mod scripts;
@@ -104,10 +107,10 @@ use self::transition::{Action, audit_event};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Claim, Completion, Control, ControlEvent, Controls,
     DeadLetter, Entry, GatewayInfo, Heartbeat, HeartbeatAck, HousekeepingPass, IdPage, IndexLookup,
-    Lifecycle, ListQuery, Membership, MinuteActivity, NewEntry, Pacing, Page, PauseTarget, Purged,
-    Queue, Reads, Records, RejectionBatch, RejectionCount, RejectionPage, RejectionQuery,
-    Rejections, RouteStats, Search, SourceStats, Status, StoreError, TakeOver, Transition,
-    WorkSignals,
+    Lifecycle, ListQuery, Membership, MinuteActivity, NewEntry, Origin, Pacing, Page, PauseTarget,
+    Purged, Queue, Reads, ReconcileLease, Reconciling, Records, RejectionBatch, RejectionCount,
+    RejectionPage, RejectionQuery, Rejections, RouteStats, Search, SourceStats, Status, StoreError,
+    TakeOver, Transition, WorkSignals,
 };
 use crate::config::RedisConfig;
 
@@ -824,6 +827,54 @@ impl Pacing for RedisStore {
         let mut c = self.conn();
         let _: i64 = self.timed(inv.invoke_async(&mut c)).await?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl Reconciling for RedisStore {
+    async fn dedupe_lookup(
+        &self,
+        source: &str,
+        keys: &[String],
+        _now: i64,
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        super::reconcile::check_lookup(keys)?;
+        self.lookup_dedupe(source, keys).await
+    }
+
+    async fn mark_origin(
+        &self,
+        id: &str,
+        origin: Origin,
+        note: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.set_origin(id, origin, note, now).await
+    }
+
+    async fn lease_reconcile(
+        &self,
+        source: &str,
+        holder: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<ReconcileLease, StoreError> {
+        self.take_reconcile_lease(source, holder, now, until).await
+    }
+
+    async fn save_reconcile(
+        &self,
+        source: &str,
+        holder: &str,
+        state: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        super::reconcile::check_state(state)?;
+        self.keep_reconcile_state(source, holder, state, now).await
+    }
+
+    async fn release_reconcile(&self, source: &str, holder: &str) -> Result<(), StoreError> {
+        self.end_reconcile_lease(source, holder).await
     }
 }
 

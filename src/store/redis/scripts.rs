@@ -62,6 +62,10 @@ pub(super) struct Scripts {
     pub migrate_queues: Script,
     /// Migration to routes: a batch of a source's entries.
     pub migrate_entries: Script,
+    /// Mark how an entry came (reconciliation), with its audit record.
+    pub mark_origin: Script,
+    /// Take, renew or end a source's reconciliation lease, or keep its state.
+    pub reconcile: Script,
 }
 
 /// The shebang line that lets a script run while Redis is out of memory (Redis 7+).
@@ -107,6 +111,10 @@ impl Scripts {
             reject: Script::new(include_str!("scripts/reject.lua")),
             migrate_queues: Script::new(include_str!("scripts/migrate_queues.lua")),
             migrate_entries: Script::new(include_str!("scripts/migrate_entries.lua")),
+            mark_origin: plain(include_str!("scripts/mark_origin.lua")),
+            // A state may weigh a megabyte: refused while out of memory, as an accept
+            // (reconciliation admits what it finds through accepts anyway).
+            reconcile: Script::new(include_str!("scripts/reconcile.lua")),
         }
     }
 }

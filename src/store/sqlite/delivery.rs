@@ -360,7 +360,8 @@ fn targets(
     })
 }
 
-fn audit(
+/// Add an event to the audit trail of entry `id`.
+pub(super) fn audit(
     conn: &Connection,
     id: &str,
     now: i64,

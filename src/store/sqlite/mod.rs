@@ -6,9 +6,9 @@
 //! off the commit path (`checkpoint`). Reads use a separate connection (WAL lets
 //! them run beside the writer) on the blocking thread pool. The SQL itself is in
 //! `queries` (entries as a whole), `delivery` (each route's delivery of an entry,
-//! and the entry's summary of them), `lines` (the ordered lines and their heads) and
-//! `retention` (the purge), the schema in `schema`, the files' permissions in
-//! `private`.
+//! and the entry's summary of them), `lines` (the ordered lines and their heads),
+//! `retention` (the purge) and `reconcile` (reconciliation's lookups, origins and
+//! leases), the schema in `schema`, the files' permissions in `private`.
 //!
 //! rusqlite types never leave this folder.
 
@@ -19,6 +19,7 @@ mod lines;
 mod membership;
 mod private;
 mod queries;
+mod reconcile;
 mod rejections;
 mod retention;
 mod rows;
@@ -44,10 +45,10 @@ use super::pace::{self, ceil_ms};
 use super::{
     Accepted, Actor, Attempt, AuditEvent, Backend, Claim, Completion, Control, ControlEvent,
     Controls, DeadLetter, Entry, GatewayInfo, Heartbeat, HeartbeatAck, HousekeepingPass, IdPage,
-    IndexLookup, Lifecycle, ListQuery, MAX_PAGE, Membership, MinuteActivity, NewEntry, Pacing,
-    Page, PauseTarget, Purged, Queue, Reads, Records, RejectionBatch, RejectionCount,
-    RejectionPage, RejectionQuery, Rejections, RouteStats, Search, SourceStats, Status, StoreError,
-    Transition, Wake, WorkSignals, encode_headers,
+    IndexLookup, Lifecycle, ListQuery, MAX_PAGE, Membership, MinuteActivity, NewEntry, Origin,
+    Pacing, Page, PauseTarget, Purged, Queue, Reads, ReconcileLease, Reconciling, Records,
+    RejectionBatch, RejectionCount, RejectionPage, RejectionQuery, Rejections, RouteStats, Search,
+    SourceStats, Status, StoreError, Transition, Wake, WorkSignals, encode_headers,
 };
 use crate::clock::Clock;
 use crate::config::EmbeddedConfig;
@@ -752,6 +753,72 @@ impl Pacing for SqliteStore {
         self.with_pace(source, route, |tat| {
             *tat = pace::held(*tat, until.saturating_mul(1000), spacing_us, burst);
         })
+    }
+}
+
+#[async_trait]
+impl Reconciling for SqliteStore {
+    async fn dedupe_lookup(
+        &self,
+        source: &str,
+        keys: &[String],
+        now: i64,
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        super::reconcile::check_lookup(keys)?;
+        let (source, keys) = (source.to_string(), keys.to_vec());
+        self.read(move |conn| reconcile::dedupe_lookup(conn, &source, &keys, now))
+            .await
+    }
+
+    async fn mark_origin(
+        &self,
+        id: &str,
+        origin: Origin,
+        note: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let (id, note) = (id.to_string(), note.to_string());
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            reconcile::mark_origin(conn, &id, origin, &note, now)
+        })
+        .await
+    }
+
+    async fn lease_reconcile(
+        &self,
+        source: &str,
+        holder: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<ReconcileLease, StoreError> {
+        let (source, holder) = (source.to_string(), holder.to_string());
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            reconcile::lease(conn, &source, &holder, now, until)
+        })
+        .await
+    }
+
+    async fn save_reconcile(
+        &self,
+        source: &str,
+        holder: &str,
+        state: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        super::reconcile::check_state(state)?;
+        let (source, holder, state) = (source.to_string(), holder.to_string(), state.to_string());
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            reconcile::save(conn, &source, &holder, &state, now)
+        })
+        .await
+    }
+
+    async fn release_reconcile(&self, source: &str, holder: &str) -> Result<(), StoreError> {
+        let (source, holder) = (source.to_string(), holder.to_string());
+        self.write_durable(WriteKind::Other, None, move |conn, _| {
+            reconcile::release(conn, &source, &holder)
+        })
+        .await
     }
 }
 

@@ -25,7 +25,7 @@ pub(super) const DB_FILE: &str = "hookgate.db";
 /// 6. Only the heads of ordered lines are scheduled ([`LINES`]).
 /// 7. Leaner line indexes ([`LEAN_LINES`]).
 /// 8. The failure kind of each attempt, and of a delivery's last ([`FAILURE_KINDS`]).
-/// 9. How each entry came ([`ORIGINS`]).
+/// 9. How each entry came, and reconciliation's leases and states ([`ORIGINS`]).
 const MIGRATIONS: &[&str] = &[
     V1_ENTRIES,
     ROUTES,
@@ -42,8 +42,18 @@ const MIGRATIONS: &[&str] = &[
 /// stored before (a column with a constant default rewrites no row). A release that
 /// does not know it would store recovered entries as received, so this is a
 /// migration (such a release refuses the store).
+///
+/// `reconcile` keeps, per source, reconciliation's lease (its `holder` and `until`,
+/// both NULL once released) and the state its holder saved last (`reconcile`);
+/// retention never reads it.
 const ORIGINS: &str = r#"
 ALTER TABLE entries ADD COLUMN origin TEXT NOT NULL DEFAULT 'received';
+CREATE TABLE reconcile (
+    source TEXT PRIMARY KEY,
+    holder TEXT,
+    until  INTEGER,
+    state  TEXT
+) WITHOUT ROWID;
 "#;
 
 /// The kind of a failed attempt (`crate::failure`, by its canonical name), and of

@@ -1,7 +1,8 @@
 //! The store conformance suite: the store contract (`hookgate::store::Store`, the sum
-//! of its parts `Queue`, `Reads`, `Search`, `Records`, `Rejections`, `Pacing`, `Membership` and `Lifecycle`) held on every
-//! backend of `support::backends` (the embedded store, a private redis-server, a
-//! private PostgreSQL server). One backend-agnostic function per behaviour, run once
+//! of its parts `Queue`, `Reads`, `Search`, `Records`, `Rejections`, `Pacing`,
+//! `Membership`, `Reconciling` and `Lifecycle`) held on every backend of
+//! `support::backends` (the embedded store, a private redis-server, a private
+//! PostgreSQL server). One backend-agnostic function per behaviour, run once
 //! per backend by `for_each_store!` / `for_each_fresh_store!`; one file per part of
 //! the contract (a part with much to hold takes more than one, named after it). This
 //! module holds the fixtures and helpers that several of those files share.
