@@ -18,6 +18,8 @@
 //!   probes; its wire types are [`admin::dto`].
 //! * [`operations`]: what an operator does to stored webhooks, shared by the admin
 //!   API and the console.
+//! * [`reconcile`]: ask a source's provider what it sent and recover what never
+//!   reached the gateway (a redelivery, or the event admitted from the API).
 //! * [`ingest`]: `POST /ingest/{source}`: read (within [`ingest::body`]'s budget),
 //!   verify, dedupe + persist, answer.
 //! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::sender`]
@@ -89,6 +91,7 @@ pub mod live;
 pub mod operations;
 pub mod pressure;
 pub mod provider;
+pub mod reconcile;
 pub mod routing;
 pub mod serve;
 pub mod shutdown;

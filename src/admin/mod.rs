@@ -146,6 +146,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/admin/sources", get(sources::list))
         .route("/admin/sources/{name}/pause", post(sources::pause))
         .route("/admin/sources/{name}/resume", post(sources::resume))
+        .route("/admin/sources/{name}/reconcile", post(sources::reconcile))
         .route(
             "/admin/sources/{name}/routes/{route}/pause",
             post(sources::pause_route),

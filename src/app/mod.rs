@@ -188,6 +188,8 @@ struct Gateway {
     traces: telemetry::traces::Traces,
     /// Who this gateway is on the store (its heartbeat, its leases).
     identity: forward::GatewayIdentity,
+    /// The reconciliation of sources with their providers' APIs.
+    reconciler: Arc<crate::reconcile::Reconciler>,
 }
 
 /// Build every part of the gateway: the metrics, the route table, the store, the
@@ -251,7 +253,17 @@ async fn build(
     // under; its version is the table's in force.
     let identity = forward::GatewayIdentity::new(first.version.clone(), clock.now_ms());
     forward::register_gateway_metrics(&identity);
+    crate::reconcile::register_metrics(first.reconcile.sources.iter().map(|s| s.name.as_str()));
     let tables = Tables::new(first);
+    let reconciler = Arc::new(
+        crate::reconcile::Reconciler::new(
+            store.clone(),
+            tables.live(|t| t.reconcile.clone()),
+            identity.id.clone(),
+            clock.clone(),
+        )
+        .context("the HTTP client of reconciliation")?,
+    );
     let reloader = Arc::new(Reloader::new(
         tables.clone(),
         compiler,
@@ -274,6 +286,7 @@ async fn build(
         tables: tables.clone(),
         traces: traces.clone(),
         readiness: Arc::new(crate::store::Readiness::new()),
+        reconciler: reconciler.clone(),
     };
     let ingest = ingest_router(
         cfg,
@@ -313,6 +326,7 @@ async fn build(
         rejections,
         traces,
         identity,
+        reconciler,
     })
 }
 
@@ -324,6 +338,7 @@ struct Core {
     traces: telemetry::traces::Traces,
     /// What `/readyz` says; every ingest write's outcome feeds it.
     readiness: Arc<crate::store::Readiness>,
+    reconciler: Arc<crate::reconcile::Reconciler>,
 }
 
 /// What ingest shares with the rest of the gateway: the counts and the rejection
@@ -386,7 +401,8 @@ fn admin_routers(
         core.clock.clone(),
     )
     .with_traces(core.traces.clone())
-    .with_control(reloader);
+    .with_control(reloader)
+    .with_reconciler(core.reconciler.clone());
     let admin_state = Arc::new(AdminState::new(
         ops,
         cfg.admin.token.as_ref(),
@@ -553,6 +569,7 @@ async fn serve_until_shutdown(
         rejections,
         traces,
         identity,
+        reconciler,
     } = gateway;
     let sources = tables.load().ingest.len();
     tracing::info!(
@@ -601,6 +618,7 @@ async fn serve_until_shutdown(
         shutdown.clone(),
     ));
     let sighup_task = tokio::spawn(reload::on_sighup(reloader, shutdown.clone()));
+    let reconcile_task = tokio::spawn(reconciler.run(shutdown.clone()));
     let pressure_task = tokio::spawn(crate::pressure::run(pressure.clone(), shutdown.clone()));
     let forward_task = tokio::spawn(forward::run(
         store.clone(),
@@ -633,6 +651,7 @@ async fn serve_until_shutdown(
     let _ = throttle_task.await;
     let _ = allowlist_task.await;
     let _ = pressure_task.await;
+    let _ = reconcile_task.await;
     let store_stopped = store_stopped.await.unwrap_or(false);
     store.close().await;
     traces.shutdown().await;

@@ -47,6 +47,8 @@ pub struct Table {
     pub ingest: Arc<ingest::Sources>,
     /// The forwarder's routes and settings.
     pub forward: Arc<forward::Plan>,
+    /// The sources reconciled with their provider's API.
+    pub reconcile: Arc<crate::reconcile::Plan>,
     /// What the operations (the admin API, the console) know of the sources.
     pub catalog: Arc<Catalog>,
     /// What the console's Sources page shows.
@@ -176,6 +178,10 @@ impl Compiler {
         };
         let allowlists = sources::published_lists(&built);
         let version = version(&cfg, &built, &self.salt);
+        let ingest: ingest::Sources = built
+            .into_iter()
+            .map(|s| (s.name.clone(), Arc::new(s)))
+            .collect();
         Ok(Table {
             version,
             loaded,
@@ -190,12 +196,23 @@ impl Compiler {
                     .filter_map(|s| s.expect.map(|e| (s.name.clone(), e)))
                     .collect(),
             }),
-            ingest: Arc::new(
-                built
-                    .into_iter()
-                    .map(|s| (s.name.clone(), Arc::new(s)))
+            reconcile: Arc::new(crate::reconcile::Plan {
+                sources: cfg
+                    .sources
+                    .iter()
+                    .filter_map(|c| {
+                        let config = c.reconcile.clone()?;
+                        let ingest = ingest.get(&c.name)?.clone();
+                        Some(Arc::new(crate::reconcile::Reconciled {
+                            name: c.name.clone(),
+                            config,
+                            ingest,
+                        }))
+                    })
                     .collect(),
-            ),
+                retention: cfg.retention.delivered,
+            }),
+            ingest: Arc::new(ingest),
             catalog: Arc::new(catalog),
             console: Arc::new(console),
             allowlists: Arc::new(allowlists),

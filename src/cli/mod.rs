@@ -1,7 +1,7 @@
 //! The command line: its parser, and the commands that run in this process
 //! (`serve`, `healthcheck`, `check-config`, `providers`). `sign` is in [`sign`]; the
 //! commands that talk to a running gateway's admin API (`entries`, `dlq`, `sources`,
-//! `stats`, `gateways`) are in [`admin`].
+//! `stats`, `gateways`) are in [`admin`], `reconcile` in [`reconcile`].
 //!
 //! The binary owns presentation: errors are rendered with their whole chain by
 //! `main`, and exit codes are documented there.
@@ -9,6 +9,7 @@
 pub mod admin;
 mod dead_letters;
 pub mod out;
+pub mod reconcile;
 pub mod rejections;
 pub mod reload;
 pub mod routes;
@@ -124,6 +125,14 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Compare a source with what its provider's API says it sent, and recover
+    /// what never reached the gateway (`[sources.reconcile]`).
+    Reconcile {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(flatten)]
+        args: reconcile::ReconcileArgs,
+    },
     /// Requests ingest refused: counts per source and reason, and the newest ones.
     Rejections {
         #[command(flatten)]
@@ -171,6 +180,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config { api } => reload::show(&api).await,
         Command::Gateways { api } => admin::gateways(&api).await,
         Command::Rejections { api, args } => rejections::rejections(&api, args).await,
+        Command::Reconcile { api, args } => reconcile::reconcile(&api, args).await,
     }
 }
 

@@ -94,7 +94,7 @@ fn source_changes(old: &SourceConfig, new: &SourceConfig, out: &mut Vec<String>)
     keys!(keys, old, new, "":
         provider, secrets, public_url, dedupe_ttl, provider_options, keep_rejected_bodies,
         index, request_limit, unverified_per_client, allow_ips, verify_token,
-        confirm_subscriptions, expect,
+        confirm_subscriptions, expect, reconcile,
     );
     for k in keys {
         let k = k.trim_start_matches('.');

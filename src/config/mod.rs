@@ -24,6 +24,7 @@ mod durations;
 mod expect;
 mod rate_limit;
 pub mod raw;
+mod reconcile;
 mod reload;
 mod route;
 mod source;
@@ -38,6 +39,10 @@ pub(crate) use durations::parse_duration;
 pub use expect::{EXPECT_WINDOW_MAX, EXPECT_WINDOW_MIN, Expect};
 pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;
+pub use reconcile::{
+    DEFAULT_RECONCILE_INTERVAL, DEFAULT_RECONCILE_LOOKBACK, GitHubAuth, GitHubHook,
+    RECONCILE_PROVIDERS, ReconcileApi, ReconcileConfig,
+};
 pub use reload::ReloadRefused;
 pub use route::{
     DEFAULT_ROUTE, DeliveryConfig, MAX_ROUTES, OrderBy, OrderConfig, RetryConfig, RouteConfig,

@@ -213,6 +213,9 @@ pub struct RawSource {
     /// `[sources.expect]`: how much the source is expected to send.
     #[serde(default)]
     pub expect: Option<RawExpect>,
+    /// `[sources.reconcile]`: compare with what the provider's API says it sent.
+    #[serde(default)]
+    pub reconcile: Option<RawReconcile>,
     /// `[sources.limits]`: what the source's senders may send.
     #[serde(default)]
     pub limits: Option<RawSourceLimits>,
@@ -243,6 +246,50 @@ pub struct RawSourceLimits {
 pub struct RawExpect {
     /// `"1/1h"`: fewer webhooks than this in the window, and the source is quiet.
     pub at_least: String,
+}
+
+/// `[sources.reconcile]`: the keys of every provider's API; `config::reconcile`
+/// checks that a source uses its own provider's.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReconcile {
+    /// `"5m"`: how often a pass runs.
+    #[serde(default)]
+    pub interval: Option<String>,
+    /// `"3d"`: how far back a pass looks.
+    #[serde(default)]
+    pub lookback: Option<String>,
+    /// The API's base URL (GitHub Enterprise Server, a proxy, a test's fake API).
+    #[serde(default)]
+    pub api_base: Option<String>,
+    /// `"1m"`: how long a listed delivery or event is left to the provider's own
+    /// delivery before a pass judges it.
+    #[serde(default)]
+    pub settle: Option<String>,
+    /// GitHub: `repos/OWNER/REPO/hooks/ID`, `orgs/ORG/hooks/ID` or `app`.
+    #[serde(default)]
+    pub hook: Option<String>,
+    /// GitHub: the variable holding a token that may read the hook.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// GitHub App: its id (or client id), with `private_key_file`.
+    #[serde(default)]
+    pub app_id: Option<String>,
+    #[serde(default)]
+    pub private_key_file: Option<String>,
+    /// Stripe, Square: the variable holding the API's secret key or access token.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub api_key_file: Option<String>,
+    /// Stripe: the webhook endpoint (`we_…`) that calls this source.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Square: the webhook subscription (`wbhk_…`) that calls this source.
+    #[serde(default)]
+    pub subscription: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

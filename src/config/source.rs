@@ -11,6 +11,7 @@ use super::defaults::DEFAULT_DEDUPE_TTL;
 use super::durations::parse_duration;
 use super::expect::Expect;
 use super::raw::{OneOrMany, RawSource, RawSourceLimits};
+use super::reconcile::{ReconcileConfig, validate_reconcile};
 use super::route::{self, RouteConfig};
 use super::{ConfigError, RateLimit, Secret, redact_url};
 
@@ -52,6 +53,8 @@ pub struct SourceConfig {
     /// `[sources.expect] at_least`: fewer webhooks than this in its window, and the
     /// source is quiet.
     pub expect: Option<Expect>,
+    /// `[sources.reconcile]`: how the gateway compares with the provider's API.
+    pub reconcile: Option<ReconcileConfig>,
 }
 
 /// Where a source's allowed addresses come from.
@@ -434,6 +437,10 @@ pub(super) fn validate_source(
         .expect
         .map(|e| Expect::parse(&key("expect.at_least"), &e.at_least))
         .transpose()?;
+    let reconcile = raw
+        .reconcile
+        .map(|r| validate_reconcile(&key, &raw.provider, r, env))
+        .transpose()?;
     Ok(SourceConfig {
         name: raw.name,
         provider: raw.provider,
@@ -450,6 +457,7 @@ pub(super) fn validate_source(
         verify_token,
         confirm_subscriptions: raw.confirm_subscriptions,
         expect,
+        reconcile,
     })
 }
 

@@ -448,6 +448,19 @@ fn render(
 }
 
 /// One entry's row; the received time links to its detail page.
+/// The badge of an entry reconciliation recovered: what no request of it brought.
+pub(super) fn recovered_badge(origin: crate::store::Origin) -> Markup {
+    let title = match origin {
+        crate::store::Origin::Redelivered => {
+            "Recovered: reconciliation found it missing and asked the provider to send it again"
+        }
+        _ => {
+            "Recovered: reconciliation admitted it from the provider's API; no request of it reached hookgate"
+        }
+    };
+    html! { span.badge.recovered title=(title) { "Recovered" } }
+}
+
 fn row(e: &ListedEntry) -> Markup {
     html! {
         tr data-id=(e.id) {
@@ -464,7 +477,12 @@ fn row(e: &ListedEntry) -> Markup {
             td.clip.mono data-label="Event ID" {
                 @match &e.event_id { Some(t) => (format::untrusted(t)), None => span.muted { "—" } }
             }
-            td data-label="Status" { (format::status(e.status)) }
+            td data-label="Status" {
+                (format::status(e.status))
+                @if e.origin.is_recovered() {
+                    " " (recovered_badge(e.origin))
+                }
+            }
             td.num data-label="Attempts" { (e.attempts) }
             td.clip data-label="Last error" {
                 @match &e.last_error { Some(t) => (format::untrusted(t)), None => span.muted { "—" } }

@@ -241,6 +241,22 @@ fn render(
                         dd { @match &s.event_type { Some(t) => code { (format::untrusted(t)) }, None => span.muted { "None" } } }
                     }
                     div { dt { "Received" } dd { (format::rfc3339(&s.received_at)) } }
+                    div {
+                        dt { "Origin" }
+                        dd {
+                            @match s.origin {
+                                crate::store::Origin::Received => "Received: a request to its ingest URL",
+                                crate::store::Origin::Reconciled => {
+                                    (super::entries::recovered_badge(s.origin))
+                                    " admitted from the provider's API (no signature: fetched over TLS with the API's credential)"
+                                }
+                                crate::store::Origin::Redelivered => {
+                                    (super::entries::recovered_badge(s.origin))
+                                    " redelivered by the provider at reconciliation's request"
+                                }
+                            }
+                        }
+                    }
                     div { dt { "Attempts" } dd { (s.attempts) } }
                     @if let Some(t) = &d.trace_id {
                         div { dt { "Trace ID" } dd { code #trace-id { (t) } (copy("trace-id", "Copy trace ID")) } }
@@ -568,6 +584,7 @@ mod tests {
                 attempts: 1,
                 next_attempt_at: None,
                 last_error: None,
+                origin: crate::store::Origin::Received,
             },
             headers: vec![Header {
                 name: "x-note".into(),

@@ -187,8 +187,11 @@ fn op_status(op: &OpError) -> StatusCode {
         | OpError::NoHandshake(_)
         | OpError::RouteInForce { .. }
         | OpError::NoControl
+        | OpError::NotReconciled(_)
+        | OpError::ReconcileBusy { .. }
         | OpError::Reload(ReloadRefused::NoFile) => StatusCode::CONFLICT,
         OpError::Reload(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        OpError::ReconcileFailed { .. } => StatusCode::BAD_GATEWAY,
         OpError::Store(_) | OpError::TransformUnavailable | OpError::Random(_) => {
             StatusCode::SERVICE_UNAVAILABLE
         }
@@ -211,7 +214,10 @@ fn op_outcome(op: &OpError) -> RequestOutcome {
         | OpError::NoHandshake(_)
         | OpError::RouteInForce { .. }
         | OpError::NoControl
+        | OpError::NotReconciled(_)
+        | OpError::ReconcileBusy { .. }
         | OpError::Reload(ReloadRefused::NoFile) => RequestOutcome::Conflict,
+        OpError::ReconcileFailed { .. } => RequestOutcome::ProviderApi,
         OpError::Store(_) => RequestOutcome::StoreError,
         OpError::TransformUnavailable | OpError::Random(_) => RequestOutcome::Busy,
     }
@@ -318,6 +324,8 @@ crate::telemetry::label_values! {
         Refused => "refused",
         /// A request body that is not JSON.
         NotJson => "not_json",
+        /// The provider's API failed an on-demand reconciliation (502).
+        ProviderApi => "provider_api",
     }
 }
 

@@ -58,6 +58,25 @@ pub enum OpError {
     /// The gateway has no configuration control (it was built without one).
     #[error("this gateway cannot reload its configuration")]
     NoControl,
+    /// The source has no `[sources.reconcile]`.
+    #[error(
+        "source {0:?} has no [sources.reconcile]: reconciliation needs the provider's API and its credential"
+    )]
+    NotReconciled(String),
+    /// A gateway holds the source's reconciliation lease, or its passes back off
+    /// after failures, until `until` (unix ms).
+    #[error(
+        "source {name:?} is being reconciled by {holder} until {until} (unix ms); ask again then"
+    )]
+    ReconcileBusy {
+        name: String,
+        holder: String,
+        until: i64,
+    },
+    /// The provider's API failed the pass (`kind` as `hookgate_reconcile_errors_total`
+    /// counts it).
+    #[error("the reconciliation failed ({kind}): {message}")]
+    ReconcileFailed { kind: &'static str, message: String },
     /// The operating system's random source failed (a handshake's token).
     #[error("cannot draw a random token now, retry later")]
     Random(#[source] getrandom::Error),

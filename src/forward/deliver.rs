@@ -370,6 +370,11 @@ fn trace_attempt(
         failure: failure.as_deref(),
         error: attempt.error.as_deref(),
         outcome,
+        origin: claim
+            .entry
+            .origin
+            .is_recovered()
+            .then(|| claim.entry.origin.as_str()),
     });
 }
 

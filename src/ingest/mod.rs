@@ -13,6 +13,7 @@
 //! `filtered`.
 
 pub mod body;
+mod entry;
 mod handshake;
 pub mod hook_secret;
 mod keys;
@@ -22,11 +23,11 @@ pub mod rejections;
 mod source;
 pub mod subscription;
 
+pub use entry::fetched_entry;
 use keys::certified_key;
 pub use meters::{SourceMetrics, UnverifiedCounts, register_metrics};
 pub use rejections::flush_refused;
 pub use source::{OrderingError, RouteFilter, RouteOrdering, Source};
-use source::{matching_routes, order_key};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,8 +48,7 @@ use crate::error::ApiError;
 use crate::error::RequestOutcome;
 use crate::header_policy::HeaderPolicy;
 use crate::provider::verify::{self, HandshakeReply, VerifyError};
-use crate::routing::filter::Subject;
-use crate::store::{Accepted, Header, NewEntry, Origin, Readiness, RouteOrder, Store, StoreError};
+use crate::store::{Accepted, Header, NewEntry, Origin, Readiness, Store, StoreError};
 use crate::telemetry;
 use crate::telemetry::traces::{IngestEnd, IngestPhase, IngestTrace, Traces};
 use body::BodyBudget;
@@ -407,48 +407,15 @@ fn decide(
     if let Some(reply) = verified.handshake() {
         return Ok(Decision::Handshake(reply));
     }
-    let identity = verified.identity();
-    let event_type = verified.event_type();
     let headers = capture_headers(&source.headers, head.headers);
-    let routes = matching_routes(
-        &source.routes,
-        &Subject {
-            event_type: event_type.as_deref(),
-            body,
-            headers: &headers,
-        },
-    );
-    // Ordered routes: each entry's key (one without a key is delivered unordered).
-    let ordering = source
-        .routes
-        .iter()
-        .filter_map(|r| {
-            let o = r.order.as_ref()?;
-            if !routes.contains(&r.name) {
-                return None;
-            }
-            Some(RouteOrder {
-                route: r.name.clone(),
-                key: order_key(verified.first_value(&o.by)?),
-                block: o.block,
-            })
-        })
-        .collect();
-    Ok(Decision::Store(Box::new(NewEntry {
-        id: uuid::Uuid::now_v7().to_string(),
-        source: source.name.clone(),
-        event_type,
-        event_id: identity.event_id,
-        dedupe_key: identity.dedupe_key,
-        dedupe_ttl: source.dedupe_ttl,
-        received_at: now_ms,
+    Ok(Decision::Store(Box::new(entry::entry_of(
+        source,
+        &verified,
         headers,
-        body: body.clone(),
-        routes,
-        ordering,
-        index: crate::store::search::extract(&source.index, body),
-        origin: Origin::Received,
-    })))
+        body,
+        now_ms,
+        Origin::Received,
+    ))))
 }
 
 /// The parts of a request's head verification reads.

@@ -17,6 +17,11 @@ pub struct EntrySummary {
     pub attempts: u32,
     pub next_attempt_at: Option<String>,
     pub last_error: Option<String>,
+    /// How it came: `received` (a request to its ingest URL), `reconciled`
+    /// (admitted from the provider's API) or `redelivered` (asked for again by
+    /// reconciliation).
+    #[serde(default)]
+    pub origin: crate::store::Origin,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -202,6 +207,18 @@ pub struct ReplayRequest {
     /// Replay only this route's delivery (default: every dead or discarded one).
     #[serde(default)]
     pub route: Option<String>,
+}
+
+/// The body of `POST /admin/sources/{name}/reconcile`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReconcileRequest {
+    /// Judge what the provider sent in this window (`"6h"`); from the high-water
+    /// mark when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Say what would be done, and do nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -315,6 +315,7 @@ pub fn summary(e: &ListedEntry) -> EntrySummary {
             _ => None,
         },
         last_error: e.last_error.clone(),
+        origin: e.origin,
     }
 }
 

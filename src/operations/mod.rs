@@ -1,8 +1,8 @@
 //! The operations an operator performs on the gateway's stored webhooks, shared by
 //! the two front ends: the admin API (JSON) and the console (HTML). Inspect an entry,
 //! replay or discard it, replay what a filter selects or a dead-letter group (paced),
-//! pause and resume sources and routes, read the counters, the control audit and
-//! the gateways sharing the store.
+//! pause and resume sources and routes, reconcile a source with its provider, read
+//! the counters, the control audit and the gateways sharing the store.
 //! Each checks what it is given against the configuration, acts through the store,
 //! and answers a value of [`dto`] (the admin API's wire types, which the console
 //! renders too) or an [`OpError`], which each front end turns into its own answer.
@@ -16,6 +16,7 @@ pub mod entries;
 pub mod gateways;
 pub mod handshakes;
 pub mod preview;
+pub mod reconcile;
 pub mod rejections;
 pub mod routes;
 pub mod search;
@@ -47,6 +48,9 @@ pub struct Operations {
     pub traces: Traces,
     /// The configuration in force and its reload, when the gateway can reload.
     pub control: Option<Arc<dyn config::ConfigControl>>,
+    /// The reconciliation of the sources with their providers, when the gateway
+    /// runs it.
+    pub reconciler: Option<Arc<crate::reconcile::Reconciler>>,
 }
 
 /// What the operations know of the route table: the configured sources, and the
@@ -80,7 +84,14 @@ impl Operations {
             clock,
             traces: Traces::off(),
             control: None,
+            reconciler: None,
         }
+    }
+
+    /// These operations, reconciling sources on demand through `reconciler`.
+    pub fn with_reconciler(mut self, reconciler: Arc<crate::reconcile::Reconciler>) -> Operations {
+        self.reconciler = Some(reconciler);
+        self
     }
 
     /// These operations, answering for the configuration through `control`.

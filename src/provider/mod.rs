@@ -354,6 +354,12 @@ impl Verifier {
         verify::verify_ignoring_timestamp(&self.spec, &self.keys, req)
     }
 
+    /// An event fetched from the provider's API with the source's credential (see
+    /// [`verify::fetched`]): read, not verified.
+    pub fn fetched<'a>(&'a self, req: Request<'a>) -> Verified<'a> {
+        verify::fetched(&self.spec, req)
+    }
+
     /// Verify a request of a certificate scheme under `fetched`, the key of the
     /// certificate it names (at `now`, or without a timestamp window).
     pub fn verify_certified<'a>(

@@ -214,6 +214,30 @@ const FAMILIES: &[(Kind, &str, Option<Unit>, &str)] = &[
     ),
     (
         Kind::Counter,
+        "hookgate_reconcile_found_total",
+        None,
+        "What reconciliation found missing and did, by source and how (admitted from the API, asked for again, gave_up after the last ask)",
+    ),
+    (
+        Kind::Counter,
+        "hookgate_reconcile_recovered_total",
+        None,
+        "Webhooks recovered by reconciliation and stored, by source and origin (reconciled, redelivered)",
+    ),
+    (
+        Kind::Counter,
+        "hookgate_reconcile_errors_total",
+        None,
+        "Reconciliation passes that failed, by source and kind",
+    ),
+    (
+        Kind::Gauge,
+        "hookgate_reconcile_last_success_timestamp_seconds",
+        None,
+        "When a reconciliation pass of the source last ended well (unix seconds; 0 before the first)",
+    ),
+    (
+        Kind::Counter,
         "hookgate_ingest_unverified_total",
         None,
         "Ingest requests refused by verification, by source and reason",
@@ -540,6 +564,7 @@ mod tests {
         crate::store::register_metrics();
         crate::telemetry::traces::register_metrics();
         crate::app::register_reload_metrics();
+        crate::reconcile::register_metrics(["unit_src"]);
         crate::forward::register_gateway_metrics(&crate::forward::GatewayIdentity::new(
             "unit".into(),
             0,
@@ -597,6 +622,10 @@ mod tests {
         check(
             "hookgate_deliveries_total",
             DeliveryOutcome::ALL.iter().map(|r| r.label()).collect(),
+        );
+        check(
+            "hookgate_reconcile_errors_total",
+            crate::reconcile::ERROR_KINDS.to_vec(),
         );
         check(
             "hookgate_alerts_sent_total",

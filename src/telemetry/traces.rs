@@ -282,6 +282,9 @@ impl Traces {
             KeyValue::new("http.request.method", "POST"),
             KeyValue::new("server.address", a.destination.to_string()),
         ];
+        if let Some(origin) = a.origin {
+            attributes.push(KeyValue::new("hookgate.origin", origin.to_string()));
+        }
         if let Some(code) = a.status_code {
             attributes.push(KeyValue::new("http.response.status_code", i64::from(code)));
         }
@@ -419,6 +422,9 @@ pub struct AttemptSpan<'a> {
     /// What went wrong, when something did (never request data).
     pub error: Option<&'a str>,
     pub outcome: AttemptOutcome,
+    /// How the entry came, when reconciliation recovered it (`reconciled`,
+    /// `redelivered`): the span's `hookgate.origin`.
+    pub origin: Option<&'a str>,
 }
 
 /// What became of a delivery after an attempt.

@@ -119,11 +119,14 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
         source(
             "first_a",
             "http://127.0.0.1:9/a",
-            "allow_ips = \"provider\"\n[sources.provider_options]\nfetch_base = \"http://127.0.0.1:9\"\n"
+            "allow_ips = \"provider\"\n[sources.provider_options]\nfetch_base = \"http://127.0.0.1:9\"\n\
+             [sources.reconcile]\napi_key_env = \"STRIPE_KEY\"\nendpoint = \"we_1\"\n\
+             api_base = \"http://127.0.0.1:9\"\ninterval = \"1h\"\n"
         ),
         source("first_b", "http://user:pw@127.0.0.1:19/b", "")
     );
-    let cfg = config::from_toml_str(&format!("{}\n{sources}", h.toml()), &|_| None).unwrap();
+    let env = |v: &str| (v == "STRIPE_KEY").then(|| "sk_test_x".to_string());
+    let cfg = config::from_toml_str(&format!("{}\n{sources}", h.toml()), &env).unwrap();
     let gw = Gateway::start(cfg).await;
     let s = scrape(&http(), &gw.admin).await;
 
@@ -196,6 +199,18 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
             | "hookgate_allowlist_refreshes_total"
             | "hookgate_allowlist_changes_total" => {
                 assert!(s.value(family, "provider", "stripe").is_some(), "{family}");
+            }
+            // Per reconciled source: `first_a` (its API is unreachable, so its pass
+            // at start fails as `transport`).
+            "hookgate_reconcile_found_total"
+            | "hookgate_reconcile_recovered_total"
+            | "hookgate_reconcile_last_success_timestamp_seconds" => {
+                assert_eq!(s.value(family, "source", "first_a"), Some(0.0), "{family}");
+                assert_eq!(s.value(family, "source", "first_b"), None, "{family}");
+            }
+            "hookgate_reconcile_errors_total" => {
+                let series = format!("{family}{{source=\"first_a\",kind=\"unauthorized\"}}");
+                assert_eq!(s.samples.get(&series), Some(&0.0), "{series}");
             }
             "hookgate_store_readiness_changes_total" => {
                 for r in ["true", "false"] {

@@ -174,6 +174,19 @@ pub fn verify_ignoring_timestamp<'a>(
     verify_inner(spec, keys, req, None, None)
 }
 
+/// An event hookgate fetched itself from the provider's API, over TLS and with the
+/// source's API credential (`crate::reconcile`): authentic by that connection, not
+/// by a signature, so none is checked. It reads like a verified request (event id
+/// and type, ordering values, the dedupe key a delivery of the same event has).
+pub fn fetched<'a>(spec: &'a Spec, req: Request<'a>) -> Verified<'a> {
+    Verified {
+        ctx: Context::new(req, ParsedSignature::default()),
+        spec,
+        key: None,
+        timestamp: None,
+    }
+}
+
 /// The signatures `req` offers, decoded, as the engine reads them (for the fuzz
 /// target that changes one of them and checks the request is then refused).
 #[cfg(any(test, fuzzing))]
