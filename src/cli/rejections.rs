@@ -1,6 +1,8 @@
 //! `hookgate rejections`: the requests a running gateway refused, from its admin
-//! API: every refusal counted per source and reason (with what usually causes it),
-//! then the newest refused requests, filtered by source and reason.
+//! API: first the sources refusing most of what reaches them now (one line each:
+//! the reason, since when, what it likely means), then every refusal counted per
+//! source and reason (with what usually causes it), then the newest refused
+//! requests, filtered by source and reason.
 
 use clap::Args;
 
@@ -49,6 +51,22 @@ pub async fn rejections(api: &ApiArgs, args: RejectionArgs) -> anyhow::Result<()
         .await?;
     if api.json {
         return print_json(&serde_json::json!({"groups": raw_groups, "rejections": raw_list}));
+    }
+    if !groups.refusing.is_empty() {
+        outln!("Refusing most requests now (over 80 % of at least 20 in the last 10 minutes):")?;
+        for r in &groups.refusing {
+            outln!(
+                "  {}: {} of {} refused, {} since {}{}: {}",
+                r.source,
+                r.refused,
+                r.total,
+                r.reason,
+                r.since,
+                if r.since_exact { "" } else { " at least" },
+                printable(&r.likely)
+            )?;
+        }
+        outln!()?;
     }
     outln!("Refused since {}:", groups.since)?;
     if groups.groups.is_empty() {
@@ -107,4 +125,18 @@ pub async fn rejections(api: &ApiArgs, args: RejectionArgs) -> anyhow::Result<()
         outln!("more: the API's cursor is {next}")?;
     }
     Ok(())
+}
+
+/// `text` with its control characters escaped: it names a client address, which
+/// came from a request.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }

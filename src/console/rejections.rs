@@ -4,6 +4,10 @@
 //! newest refused requests themselves (time, source, reason, status, client, size,
 //! digest, and the headers an entry would keep; never a body here).
 //!
+//! Above them, a notice per configured source that refuses most of what reaches
+//! it now ([`refusing_notice`], which the Sources page shows too): the reason, since
+//! when, what it likely means.
+//!
 //! It shows what `GET /admin/rejections/groups` and `GET /admin/rejections` answer
 //! (`crate::operations::rejections`). Everything in a row came from the refused
 //! request, a forgery's included: every value is escaped and isolated (`bdi`).
@@ -18,7 +22,7 @@ use maud::{Markup, html};
 use super::format::{self, count, rfc3339_seconds};
 use super::page::{self, Nav};
 use super::{ConsoleError, ConsoleState, Visitor};
-use crate::admin::dto::{RejectionGroups, RejectionList};
+use crate::admin::dto::{RefusingSource, RejectionGroups, RejectionList};
 use crate::operations::OpError;
 use crate::operations::rejections::{self, DEFAULT_WINDOW_MS};
 use crate::store::RejectionQuery;
@@ -74,6 +78,22 @@ fn filter_link(source: &str, reason: &str) -> String {
     format!("{PATH}?{}", to.finish())
 }
 
+/// The notice of a source that refuses most of what reaches it: how many of how
+/// many, the reason (a link to its rows), since when and what it likely means.
+pub fn refusing_notice(r: &RefusingSource) -> Markup {
+    html! {
+        div.alert.refusing role="alert" data-source=(r.source) {
+            strong { (r.source) " refuses most requests" }
+            ": " (count(r.refused)) " of " (count(r.total)) " in the last 10 minutes, mostly "
+            a href=(filter_link(&r.source, &r.reason)) { code { (r.reason) } }
+            ", since " (rfc3339_seconds(&r.since))
+            @if !r.since_exact { " at least (the log keeps only the newest)" }
+            ". "
+            span.likely { (r.likely) }
+        }
+    }
+}
+
 fn render(g: &RejectionGroups, rows: &RejectionList, q: &RejectionQuery) -> Markup {
     html! {
         div.page-head {
@@ -83,6 +103,9 @@ fn render(g: &RejectionGroups, rows: &RejectionList, q: &RejectionQuery) -> Mark
                 ", by source and reason, the group refused last first. "
                 "A gateway keeps a few of each group per second and counts the rest. Times are UTC."
             }
+        }
+        @for r in &g.refusing {
+            (refusing_notice(r))
         }
         @if g.groups.is_empty() {
             section.card {

@@ -4,6 +4,14 @@
 //! warning where a filter or ordering key reads a value the provider does not sign; and a
 //! **Pause** / **Resume** button per source and per route.
 //!
+//! What is missed, per source: a source that refuses most of what reaches it now is
+//! marked **Refusing**, with the notice the Rejections page shows
+//! ([`super::rejections::refusing_notice`]); a source with an expected traffic
+//! (`[sources.expect]`) says whether it is below it now, and then **Quiet** since its
+//! last stored entry. Both are counted from the store
+//! ([`crate::operations::rejections::refusing`], [`crate::operations::rejections::quiet`]),
+//! so every gateway sharing it shows the same.
+//!
 //! The page shows what [`SourceView`] holds, which `app` builds from the
 //! configuration without any secret: no signing secret, no destination secret (only
 //! whether there is one), destinations with their credentials redacted
@@ -24,9 +32,11 @@ use super::cross_site::FORM_TOKEN_FIELD;
 use super::page::{self, Nav};
 use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor, format};
+use crate::admin::dto::RefusingSource;
 use crate::admin::{dto::ControlEvent, dto::SourceState};
-use crate::config::{OrderBy, RateLimit, SourceConfig, redact_url};
+use crate::config::{Expect, OrderBy, RateLimit, SourceConfig, redact_url};
 use crate::operations::OpError;
+use crate::operations::rejections::{self, Expected, short_time};
 use crate::operations::routes::{RouteInfo, RouteStateKind};
 
 /// Where the page is.
@@ -39,6 +49,8 @@ pub struct SourceView {
     pub provider: String,
     /// How long an event id is remembered to recognise a duplicate.
     pub dedupe_ttl: Duration,
+    /// Its expected traffic (`[sources.expect] at_least`), if any.
+    pub expect: Option<Expect>,
     pub routes: Vec<RouteView>,
 }
 
@@ -74,6 +86,7 @@ impl SourceView {
             name: cfg.name.clone(),
             provider: cfg.provider.clone(),
             dedupe_ttl: cfg.dedupe_ttl,
+            expect: cfg.expect,
             routes: cfg
                 .routes
                 .iter()
@@ -127,17 +140,63 @@ pub async fn show(
         .into_iter()
         .filter(|r| r.state == RouteStateKind::Retired)
         .collect();
+    let views = console.sources.load();
+    let ops = &console.admin.ops;
+    let now = ops.clock.now_ms();
+    let refusing = rejections::refusing(ops, now).await.map_err(store)?;
+    let mut expected = Vec::new();
+    for v in views.iter() {
+        if let Some(e) = &v.expect {
+            let counted = rejections::quiet(ops, &v.name, e, now)
+                .await
+                .map_err(store)?;
+            expected.push((v.name.clone(), counted));
+        }
+    }
+    let health = Health {
+        refusing: &refusing,
+        expected: &expected,
+        now,
+    };
     let token = console.form_token(&visitor);
     let chrome = console.chrome(&visitor, Nav::Sources);
     Ok(page::html(page::page(
         "Sources",
         &chrome,
         html! {
-            (render(&console.sources.load(), &states, &token))
+            (render(&views, &states, &health, &token))
             (retired_routes(&retired))
             (control_audit(&controls))
         },
     )))
+}
+
+fn store(e: OpError) -> ConsoleError {
+    match e {
+        OpError::Store(cause) => ConsoleError::Store(cause),
+        _ => ConsoleError::NotFound,
+    }
+}
+
+/// What the store says of the sources' traffic now: those refusing most of it, and
+/// each expectation counted, with the time they were counted at (unix ms).
+struct Health<'a> {
+    refusing: &'a [RefusingSource],
+    expected: &'a [(String, Expected)],
+    now: i64,
+}
+
+impl Health<'_> {
+    fn refusing(&self, source: &str) -> Option<&RefusingSource> {
+        self.refusing.iter().find(|r| r.source == source)
+    }
+
+    fn expected(&self, source: &str) -> Option<&Expected> {
+        self.expected
+            .iter()
+            .find(|(s, _)| s == source)
+            .map(|(_, e)| e)
+    }
 }
 
 /// `POST /console/sources/{name}/pause` and `…/resume`.
@@ -267,7 +326,7 @@ fn control_audit(events: &[ControlEvent]) -> Markup {
     }
 }
 
-fn render(views: &[SourceView], states: &[SourceState], token: &str) -> Markup {
+fn render(views: &[SourceView], states: &[SourceState], health: &Health, token: &str) -> Markup {
     html! {
         div.page-head {
             h1 { "Sources" }
@@ -283,13 +342,21 @@ fn render(views: &[SourceView], states: &[SourceState], token: &str) -> Markup {
             }
         }
         @for (i, v) in views.iter().enumerate() {
-            (source(i, v, states.iter().find(|s| s.source == v.name), token))
+            (source(i, v, states.iter().find(|s| s.source == v.name), health, token))
         }
     }
 }
 
-fn source(i: usize, v: &SourceView, state: Option<&SourceState>, token: &str) -> Markup {
+fn source(
+    i: usize,
+    v: &SourceView,
+    state: Option<&SourceState>,
+    health: &Health,
+    token: &str,
+) -> Markup {
     let heading = format!("source-{i}-name");
+    let refusing = health.refusing(&v.name);
+    let expected = health.expected(&v.name);
     let paused = state.is_some_and(|s| s.paused);
     let route_paused =
         |r: &str| state.is_some_and(|s| s.routes.iter().any(|rs| rs.route == r && rs.paused));
@@ -298,12 +365,33 @@ fn source(i: usize, v: &SourceView, state: Option<&SourceState>, token: &str) ->
             div.source-head {
                 h2 id=(heading) { (v.name) }
                 (badge(paused, false))
+                @if refusing.is_some() {
+                    span.badge.status-dead.refusing { "Refusing" }
+                }
+                @if expected.is_some_and(|e| e.quiet) {
+                    span.badge.paused.quiet { "Quiet" }
+                }
                 dl.facts {
                     div { dt { "Provider" } dd { (v.provider) } }
                     div { dt { "Dedupe window" } dd { (duration(v.dedupe_ttl)) } }
                     div { dt { "Routes" } dd { (v.routes.len()) } }
+                    @if let Some(e) = expected {
+                        div.expects {
+                            dt { "Expects" }
+                            dd {
+                                "At least " (e.at_least) " per " (duration(e.within))
+                                span.muted { "; " (e.received) " in the last " (duration(e.within)) }
+                            }
+                        }
+                    }
                 }
                 (toggle(&format!("{PATH}/{}", v.name), paused, "source", &v.name, token))
+            }
+            @if let Some(r) = refusing {
+                (super::rejections::refusing_notice(r))
+            }
+            @if let Some(e) = expected.filter(|e| e.quiet) {
+                (quiet_notice(e, health.now))
             }
             ul.route-list aria-label={ "Routes of " (v.name) } {
                 @for r in &v.routes {
@@ -395,6 +483,29 @@ fn route(s: &SourceView, r: &RouteView, source_paused: bool, paused: bool, token
                         @else { span.muted { "Not signed" } }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// The notice of a source below its expected traffic, since its last stored entry.
+fn quiet_notice(e: &Expected, now: i64) -> Markup {
+    let expects = format!(
+        "(expects at least {} per {})",
+        e.at_least,
+        duration(e.within)
+    );
+    let at = |ms: i64| html! { time datetime=(format::stamp(ms)) { (short_time(ms, now)) } };
+    html! {
+        p.alert.quiet role="note" {
+            strong { "Quiet" } ": "
+            @match e.last_at {
+                Some(last) if e.received == 0 => { "nothing since " (at(last)) " " (expects) }
+                Some(last) => {
+                    (e.received) " in the last " (duration(e.within)) ", the last at " (at(last))
+                    " " (expects)
+                }
+                None => { "no webhook stored " (expects) }
             }
         }
     }
@@ -540,7 +651,12 @@ filter.event_types = ["<script>alert(1)</script>"]
                 },
             ],
         }];
-        let html = render(&v, &states, "tok").into_string();
+        let none = Health {
+            refusing: &[],
+            expected: &[],
+            now: 0,
+        };
+        let html = render(&v, &states, &none, "tok").into_string();
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         for shown in [
@@ -564,9 +680,96 @@ filter.event_types = ["<script>alert(1)</script>"]
             .into_iter()
             .map(|s| s.with_unsigned(vec![("audit".into(), "order.by reads <b>x</b>".into())]))
             .collect();
-        let html = render(&warned, &states, "tok").into_string();
+        let html = render(&warned, &states, &none, "tok").into_string();
         assert!(
             html.contains("Unsigned value: order.by reads &lt;b&gt;x&lt;/b&gt;"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn a_refusing_source_and_a_quiet_one_are_marked_with_what_the_store_says_escaped() {
+        let v = views();
+        assert_eq!(v[0].expect, None);
+        // 2026-11-24 06:35 UTC, and the page drawn at 09:00 the same day.
+        let last = 1_795_502_100_000;
+        let now = last + 8_700_000;
+        let hostile = "<img src=x onerror=alert(1)>";
+        let refusing = [RefusingSource {
+            source: "vault".into(),
+            reason: "ip_not_allowed".into(),
+            since: "2026-11-24T06:35:00.000Z".into(),
+            since_exact: true,
+            refused: 25,
+            total: 26,
+            client: Some(hostile.into()),
+            likely: rejections::likely("ip_not_allowed", "06:35 UTC", Some(hostile)),
+        }];
+        let expect = Expect::parse("k", "2/1h").unwrap();
+        let quiet = |received: u64, last_at: Option<i64>| Expected {
+            at_least: 2,
+            within: expect.within,
+            received,
+            quiet: received < 2,
+            last_at,
+        };
+        let mut v = v;
+        v[0].expect = Some(expect);
+        let expected = [("vault".to_string(), quiet(0, Some(last)))];
+        let health = Health {
+            refusing: &refusing,
+            expected: &expected,
+            now,
+        };
+        let html = render(&v, &[], &health, "tok").into_string();
+        for shown in [
+            "Refusing",
+            "vault refuses most requests",
+            "25 of 26",
+            "since <time datetime=\"2026-11-24T06:35:00.000Z\">2026-11-24 06:35:00 UTC</time>",
+            "The requests come from &lt;img src=x onerror=alert(1)&gt;, outside the source's allowlist",
+            "reason=ip_not_allowed",
+            "Quiet</strong>: nothing since <time datetime=\"2026-11-24T06:35:00Z\">06:35 UTC</time> (expects at least 2 per 1 h)",
+            "At least 2 per 1 h",
+        ] {
+            assert!(html.contains(shown), "{shown} in {html}");
+        }
+        assert!(!html.contains("<img"), "{html}");
+
+        // Some arrived, too few: how many, and the last.
+        let expected = [("vault".to_string(), quiet(1, Some(last)))];
+        let health = Health {
+            refusing: &[],
+            expected: &expected,
+            now: last + 86_400_000,
+        };
+        let html = render(&v, &[], &health, "tok").into_string();
+        assert!(
+            html.contains("1 in the last 1 h, the last at <time datetime=\"2026-11-24T06:35:00Z\">2026-11-24 06:35 UTC</time> (expects at least 2 per 1 h)"),
+            "{html}"
+        );
+        assert!(!html.contains("Refusing"), "{html}");
+        // Enough: the expectation, and no mark.
+        let expected = [("vault".to_string(), quiet(3, None))];
+        let health = Health {
+            refusing: &[],
+            expected: &expected,
+            now,
+        };
+        let html = render(&v, &[], &health, "tok").into_string();
+        assert!(html.contains("At least 2 per 1 h"), "{html}");
+        assert!(html.contains("3 in the last 1 h"), "{html}");
+        assert!(!html.contains("Quiet"), "{html}");
+        // Never anything.
+        let expected = [("vault".to_string(), quiet(0, None))];
+        let health = Health {
+            refusing: &[],
+            expected: &expected,
+            now,
+        };
+        let html = render(&v, &[], &health, "tok").into_string();
+        assert!(
+            html.contains("Quiet</strong>: no webhook stored (expects at least 2 per 1 h)"),
             "{html}"
         );
     }

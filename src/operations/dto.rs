@@ -427,6 +427,40 @@ pub struct RejectionGroups {
     pub since: String,
     /// The group refused last first.
     pub groups: Vec<RejectionGroup>,
+    /// The configured sources that refuse most of what reaches them now (the last
+    /// 10 minutes, whatever `since` says), in configuration order.
+    #[serde(default)]
+    pub refusing: Vec<RefusingSource>,
+}
+
+/// A configured source that refused more than 80 % of the requests that reached it
+/// in the last 10 minutes, at least 20 of them (what `HookgateSourceRefusing`
+/// alerts on, read from the store): a refusal for any failed verification, the
+/// allowlist (`ip_not_allowed`) or the request limit (`rate_limited`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusingSource {
+    pub source: String,
+    /// The reason most of them were refused for.
+    pub reason: String,
+    /// The first refusal for `reason` after the source's last stored entry (RFC
+    /// 3339); when an entry was stored after the first of them in the window (the
+    /// source still stores some of what it gets), the first of the refusals with
+    /// no 10-minute pause between them.
+    pub since: String,
+    /// False when the log no longer keeps the first one (it keeps the newest 100
+    /// of a source and reason): refused since `since` at least.
+    pub since_exact: bool,
+    /// Requests refused in the window, every reason above together: the hourly
+    /// counts shared out as the sampled rows of each reason fell.
+    pub refused: u64,
+    /// Requests that reached the source in the window: `refused`, and the entries
+    /// stored.
+    pub total: u64,
+    /// For `ip_not_allowed`: the client address most of them came from.
+    #[serde(default)]
+    pub client: Option<String>,
+    /// What it likely means, one sentence naming `since`.
+    pub likely: String,
 }
 
 /// `POST /admin/sources/{name}/handshake`: how long the handshake stays armed. Any

@@ -2,7 +2,9 @@
 //! with WebDriver) against a real gateway: logging in and out, a wrong token, pages
 //! behind the login, cross-site form posts refused with a valid session cookie in the
 //! browser, and screenshots of each page under `target/console-screenshots/`. Plain
-//! HTTP checks the rest: form tokens, the security headers, the redirects.
+//! HTTP checks the rest: form tokens, the security headers, the redirects, and on
+//! every store a source below its expected traffic marked Quiet on the Sources page
+//! since its last arrival.
 
 use fantoccini::Locator;
 
@@ -903,3 +905,97 @@ async fn the_console_shows_ordering_keys_and_the_keys_a_dead_head_blocks() {
     );
     gw.stop().await;
 }
+
+/// The card of source `name` on the Sources page `html`.
+fn source_card<'a>(html: &'a str, name: &str) -> &'a str {
+    let at = html
+        .find(&format!("id=\"source-{name}\""))
+        .unwrap_or_else(|| panic!("no card of {name} in {html}"));
+    let rest = &html[at..];
+    &rest[..rest.find("</section>").unwrap_or(rest.len())]
+}
+
+/// A source below its `[sources.expect]` says so since its last stored entry; one
+/// that met it, or has none, does not.
+async fn quiet_since(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    // What `calm` stored two hours ago, before this gateway started.
+    let two_hours_ago = hookgate::clock::system_now_ms() - 2 * 3_600_000;
+    let store = h.open().await;
+    crate::conformance::accept_new(
+        &*store,
+        crate::conformance::entry_at("calm", "evt_old", two_hours_ago, "ping"),
+    )
+    .await;
+    store.close().await;
+    drop(store);
+    let dest = "http://127.0.0.1:9/x";
+    let sources = format!(
+        "{}{}{}{}",
+        crate::forward::source("calm", dest, "[sources.expect]\nat_least = \"1/1h\"\n"),
+        crate::forward::source("thin", dest, "[sources.expect]\nat_least = \"3/1h\"\n"),
+        crate::forward::source("steady", dest, "[sources.expect]\nat_least = \"1/1h\"\n"),
+        crate::forward::source("plain", dest, ""),
+    );
+    let gw = Gateway::start(admin_config(&h, "", &sources)).await;
+    let admin = Admin::new(&gw);
+    let c = http();
+    for source in ["thin", "steady", "plain"] {
+        let body = event_body("stripe", &format!("evt_{source}"));
+        let (st, v) = post_stripe_signed(&c, &gw.ingest, source, &body).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    // The second of an entry's arrival, as the page's <time> carries it.
+    let arrived = async |source: &str| {
+        let page = admin
+            .get(&format!("/admin/entries?source={source}&limit=1"))
+            .await;
+        let at = page["entries"][0]["received_at"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        format!("{}Z", &at[..19])
+    };
+    let client = no_redirects();
+    let session = log_in(&client, &gw.admin).await;
+    let html = client
+        .get(format!("{}/console/sources", gw.admin))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+
+    let calm = source_card(&html, "calm");
+    assert!(calm.contains(">Quiet<"), "{calm}");
+    let since = format!(
+        "<strong>Quiet</strong>: nothing since <time datetime=\"{}\">",
+        arrived("calm").await
+    );
+    assert!(calm.contains(&since), "{since} in {calm}");
+    assert!(calm.contains("(expects at least 1 per 1 h)"), "{calm}");
+
+    let thin = source_card(&html, "thin");
+    let last = format!(
+        "<strong>Quiet</strong>: 1 in the last 1 h, the last at <time datetime=\"{}\">",
+        arrived("thin").await
+    );
+    assert!(thin.contains(&last), "{last} in {thin}");
+    assert!(thin.contains("(expects at least 3 per 1 h)"), "{thin}");
+
+    let steady = source_card(&html, "steady");
+    assert!(!steady.contains("Quiet"), "{steady}");
+    assert!(steady.contains("At least 1 per 1 h"), "{steady}");
+    let plain = source_card(&html, "plain");
+    assert!(
+        !plain.contains("Quiet") && !plain.contains("Expects"),
+        "{plain}"
+    );
+    gw.stop().await;
+}
+crate::for_each_store!(
+    a_source_below_its_expected_traffic_is_quiet_on_the_sources_page_since_its_last_arrival,
+    super::quiet_since
+);
