@@ -3,7 +3,8 @@
 //! provider's side after failures, or a sender that stopped, goes unnoticed for
 //! hours unless someone says what "normal" is. `at_least = "1/1h"` says it: fewer
 //! webhooks than that in the last hour, and the source is quiet
-//! (`hookgate_source_quiet`, the `HookgateSourceQuiet` alert).
+//! (`hookgate_source_quiet`, the `HookgateSourceQuiet` alert). `learn = true` lets
+//! the store's history say it (`store::usual`: the same hours of the last weeks).
 
 use std::time::Duration;
 
@@ -15,6 +16,42 @@ pub const EXPECT_WINDOW_MIN: Duration = Duration::from_secs(60);
 
 /// The longest window: the store keeps its per-minute counts for eight days.
 pub const EXPECT_WINDOW_MAX: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// What a source is expected to send (`[sources.expect]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expectation {
+    /// `at_least = "N/window"`.
+    AtLeast(Expect),
+    /// `learn = true`: what it usually receives at this hour of the week
+    /// (`store::usual`).
+    Learned,
+}
+
+impl Expectation {
+    /// Read `[sources.expect]`: `at_least` or `learn = true`, one of them; `key` is
+    /// the table's key (`sources[0].expect`).
+    pub fn parse(
+        key: &str,
+        at_least: Option<&str>,
+        learn: bool,
+    ) -> Result<Expectation, ConfigError> {
+        match (at_least, learn) {
+            (Some(text), false) => Ok(Expectation::AtLeast(Expect::parse(
+                &format!("{key}.at_least"),
+                text,
+            )?)),
+            (None, true) => Ok(Expectation::Learned),
+            (Some(_), true) => Err(ConfigError::invalid(
+                key,
+                "set at_least or learn = true, not both",
+            )),
+            (None, false) => Err(ConfigError::invalid(
+                key,
+                "say what the source is expected to send: at_least = \"1/1h\", or learn = true",
+            )),
+        }
+    }
+}
 
 /// A source's expected traffic: at least `at_least` webhooks stored in any window
 /// of `within` (duplicates not counted).
@@ -57,6 +94,27 @@ impl Expect {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_expectation_is_a_count_or_learned_and_never_both_or_neither() {
+        assert_eq!(
+            Expectation::parse("k", None, true).unwrap(),
+            Expectation::Learned
+        );
+        assert!(matches!(
+            Expectation::parse("k", Some("1/1h"), false).unwrap(),
+            Expectation::AtLeast(Expect { at_least: 1, .. })
+        ));
+        for (at_least, learn, says) in [
+            (Some("1/1h"), true, "not both"),
+            (None, false, "learn = true"),
+        ] {
+            let e = Expectation::parse("sources[0].expect", at_least, learn)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says) && e.contains("sources[0].expect"), "{e}");
+        }
+    }
 
     #[test]
     fn a_count_and_a_window_parse_and_what_is_not_one_is_refused_saying_why() {

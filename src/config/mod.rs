@@ -36,7 +36,7 @@ pub use defaults::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,
 };
 pub(crate) use durations::parse_duration;
-pub use expect::{EXPECT_WINDOW_MAX, EXPECT_WINDOW_MIN, Expect};
+pub use expect::{EXPECT_WINDOW_MAX, EXPECT_WINDOW_MIN, Expect, Expectation};
 pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;
 pub use reconcile::{

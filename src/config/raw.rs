@@ -245,7 +245,11 @@ pub struct RawSourceLimits {
 #[serde(deny_unknown_fields)]
 pub struct RawExpect {
     /// `"1/1h"`: fewer webhooks than this in the window, and the source is quiet.
-    pub at_least: String,
+    #[serde(default)]
+    pub at_least: Option<String>,
+    /// Learn what the source usually sends at each hour of the week instead.
+    #[serde(default)]
+    pub learn: bool,
 }
 
 /// `[sources.reconcile]`: the keys of every provider's API; `config::reconcile`

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::defaults::DEFAULT_DEDUPE_TTL;
 use super::durations::parse_duration;
-use super::expect::Expect;
+use super::expect::Expectation;
 use super::raw::{OneOrMany, RawSource, RawSourceLimits};
 use super::reconcile::{ReconcileConfig, validate_reconcile};
 use super::route::{self, RouteConfig};
@@ -50,9 +50,9 @@ pub struct SourceConfig {
     /// `confirm_subscriptions` (AWS SNS): the gateway confirms a verified
     /// subscription (visits its `SubscribeURL`) before storing the confirmation.
     pub confirm_subscriptions: bool,
-    /// `[sources.expect] at_least`: fewer webhooks than this in its window, and the
-    /// source is quiet.
-    pub expect: Option<Expect>,
+    /// `[sources.expect]`: fewer webhooks than `at_least` in its window, or than it
+    /// usually receives (`learn`), and the source is quiet.
+    pub expect: Option<Expectation>,
     /// `[sources.reconcile]`: how the gateway compares with the provider's API.
     pub reconcile: Option<ReconcileConfig>,
 }
@@ -435,7 +435,7 @@ pub(super) fn validate_source(
     let verify_token = validate_verify_token(&key, raw.verify_token, raw.verify_token_env, env)?;
     let expect = raw
         .expect
-        .map(|e| Expect::parse(&key("expect.at_least"), &e.at_least))
+        .map(|e| Expectation::parse(&key("expect"), e.at_least.as_deref(), e.learn))
         .transpose()?;
     let reconcile = raw
         .reconcile

@@ -34,7 +34,7 @@ use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor, format};
 use crate::admin::dto::RefusingSource;
 use crate::admin::{dto::ControlEvent, dto::SourceState};
-use crate::config::{Expect, OrderBy, RateLimit, SourceConfig, redact_url};
+use crate::config::{Expectation, OrderBy, RateLimit, SourceConfig, redact_url};
 use crate::operations::OpError;
 use crate::operations::rejections::{self, Expected, short_time};
 use crate::operations::routes::{RouteInfo, RouteStateKind};
@@ -49,8 +49,8 @@ pub struct SourceView {
     pub provider: String,
     /// How long an event id is remembered to recognise a duplicate.
     pub dedupe_ttl: Duration,
-    /// Its expected traffic (`[sources.expect] at_least`), if any.
-    pub expect: Option<Expect>,
+    /// Its expected traffic (`[sources.expect]`), if any.
+    pub expect: Option<Expectation>,
     pub routes: Vec<RouteView>,
 }
 
@@ -379,8 +379,16 @@ fn source(
                         div.expects {
                             dt { "Expects" }
                             dd {
-                                "At least " (e.at_least) " per " (duration(e.within))
-                                span.muted { "; " (e.received) " in the last " (duration(e.within)) }
+                                @if e.learning {
+                                    "What it usually receives at this hour of the week"
+                                    span.muted { "; still learning (it needs two weeks with traffic)" }
+                                } @else if e.learned {
+                                    "At least " (e.at_least) " per " (duration(e.within)) " at this hour of the week"
+                                    span.muted { " (a tenth of what it usually receives then); " (e.received) " in the last " (duration(e.within)) }
+                                } @else {
+                                    "At least " (e.at_least) " per " (duration(e.within))
+                                    span.muted { "; " (e.received) " in the last " (duration(e.within)) }
+                                }
                             }
                         }
                     }
@@ -490,11 +498,19 @@ fn route(s: &SourceView, r: &RouteView, source_paused: bool, paused: bool, token
 
 /// The notice of a source below its expected traffic, since its last stored entry.
 fn quiet_notice(e: &Expected, now: i64) -> Markup {
-    let expects = format!(
-        "(expects at least {} per {})",
-        e.at_least,
-        duration(e.within)
-    );
+    let expects = if e.learned {
+        format!(
+            "(usually at least {} per {} at this hour of the week)",
+            e.at_least,
+            duration(e.within)
+        )
+    } else {
+        format!(
+            "(expects at least {} per {})",
+            e.at_least,
+            duration(e.within)
+        )
+    };
     let at = |ms: i64| html! { time datetime=(format::stamp(ms)) { (short_time(ms, now)) } };
     html! {
         p.alert.quiet role="note" {
@@ -705,16 +721,18 @@ filter.event_types = ["<script>alert(1)</script>"]
             client: Some(hostile.into()),
             likely: rejections::likely("ip_not_allowed", "06:35 UTC", Some(hostile)),
         }];
-        let expect = Expect::parse("k", "2/1h").unwrap();
+        let expect = crate::config::Expect::parse("k", "2/1h").unwrap();
         let quiet = |received: u64, last_at: Option<i64>| Expected {
             at_least: 2,
             within: expect.within,
+            learned: false,
+            learning: false,
             received,
             quiet: received < 2,
             last_at,
         };
         let mut v = v;
-        v[0].expect = Some(expect);
+        v[0].expect = Some(Expectation::AtLeast(expect));
         let expected = [("vault".to_string(), quiet(0, Some(last)))];
         let health = Health {
             refusing: &refusing,

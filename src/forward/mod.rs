@@ -139,7 +139,7 @@ pub struct Plan {
     pub connections: sender::Connections,
     /// The sources with an expected traffic (`[sources.expect]`), watched for
     /// silence at every maintenance pass.
-    pub expects: Vec<(String, crate::config::Expect)>,
+    pub expects: Vec<(String, crate::config::Expectation)>,
 }
 
 impl Plan {

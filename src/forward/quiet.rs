@@ -1,5 +1,7 @@
 //! Silence: a source with an expected traffic (`[sources.expect] at_least`) that
-//! received fewer webhooks than that in its window is quiet. A provider that stops
+//! received fewer webhooks than that in its window is quiet, and so is one that
+//! learns what is usual (`learn = true`) whose last three hours fell under a tenth
+//! of what they usually receive (`store::usual`). A provider that stops
 //! sending (a webhook disabled on its side after failures, a sender that crashed)
 //! leaves nothing at the gateway to refuse or to retry; only the count of what
 //! arrived says so. The count is the store's (every gateway's arrivals, per
@@ -9,7 +11,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::Forwarder;
-use crate::config::Expect;
+use crate::config::{Expect, Expectation};
+use crate::store::usual;
 
 /// What a source's last count said, and when it was taken (unix ms).
 #[derive(Debug, Clone, Copy)]
@@ -26,10 +29,14 @@ fn every(expect: &Expect) -> Duration {
     (expect.within / 100).min(Duration::from_secs(60))
 }
 
+/// How often a learning source is judged again: its baseline reads a day of
+/// per-minute counts for each of four weeks.
+const EVERY_LEARNED: Duration = Duration::from_secs(300);
+
 /// Set `hookgate_source_quiet` of every source in `expects` whose count is due,
 /// and back to 0 for a source that was quiet and has no expectation any more
 /// (removed, or its `[sources.expect]` taken out by a reload).
-pub(super) async fn gauges(fwd: &Forwarder, expects: &[(String, Expect)]) {
+pub(super) async fn gauges(fwd: &Forwarder, expects: &[(String, Expectation)]) {
     let now = fwd.clock.now_ms();
     let last: HashMap<String, Checked> = match fwd.quiet.lock() {
         Ok(q) => q.clone(),
@@ -37,14 +44,28 @@ pub(super) async fn gauges(fwd: &Forwarder, expects: &[(String, Expect)]) {
     };
     let mut counted = HashMap::new();
     for (source, expect) in expects {
-        let every = i64::try_from(every(expect).as_millis()).unwrap_or(i64::MAX);
+        let every = match expect {
+            Expectation::AtLeast(e) => every(e),
+            Expectation::Learned => EVERY_LEARNED,
+        };
+        let every = i64::try_from(every.as_millis()).unwrap_or(i64::MAX);
         if let Some(c) = last.get(source)
             && now.saturating_sub(c.at) < every
         {
             counted.insert(source.clone(), *c);
             continue;
         }
-        let Some(quiet) = is_quiet(fwd, source, expect, now).await else {
+        let judged = match expect {
+            Expectation::AtLeast(e) => is_quiet(fwd, source, e, now).await,
+            Expectation::Learned => match usual::usual(fwd.store.as_ref(), source, now).await {
+                Ok(u) => Some(u.quiet()),
+                Err(e) => {
+                    tracing::warn!(source, error = %e, "the count of a source's usual arrivals failed");
+                    None
+                }
+            },
+        };
+        let Some(quiet) = judged else {
             if let Some(c) = last.get(source) {
                 counted.insert(source.clone(), *c);
             }

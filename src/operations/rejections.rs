@@ -18,7 +18,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use super::dto::{self, RefusingSource, RejectionGroup, RejectionGroups, RejectionList};
 use super::entries::rfc3339;
 use super::{OpError, Operations};
-use crate::config::Expect;
+use crate::config::Expectation;
 use crate::provider::VerifyError;
 use crate::store::rejection::hour_of;
 use crate::store::{ListQuery, REJECTIONS_KEEP, Rejection, RejectionQuery};
@@ -371,11 +371,18 @@ fn most_frequent_client(rows: &[Rejection]) -> Option<String> {
     best.map(|(c, _)| c.to_string())
 }
 
-/// A source's expected traffic (`[sources.expect] at_least`), counted now.
+/// A source's expected traffic (`[sources.expect]`), counted now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
+    /// `at_least`; for a learned expectation, a tenth of what the last hours usually
+    /// receive (0 while learning).
     pub at_least: u64,
     pub within: Duration,
+    /// The expectation is learned (`learn = true`): what the same hours of the last
+    /// weeks received.
+    pub learned: bool,
+    /// Learned, and too little history yet (under two weeks with traffic).
+    pub learning: bool,
     /// Entries stored in the window (from the start of its first minute, as
     /// `hookgate_source_quiet` counts them; duplicates not counted).
     pub received: u64,
@@ -391,20 +398,40 @@ pub struct Expected {
 pub async fn quiet(
     ops: &Operations,
     source: &str,
-    expect: &Expect,
+    expect: &Expectation,
     now: i64,
 ) -> Result<Expected, OpError> {
-    let window = i64::try_from(expect.within.as_millis()).unwrap_or(i64::MAX);
-    let since = now.saturating_sub(window);
-    let since = since - since.rem_euclid(MINUTE_MS);
-    let received: u64 = ops
-        .store
-        .activity(source, since, now.saturating_add(1))
-        .await?
-        .iter()
-        .map(|m| m.received)
-        .sum();
-    let quiet = received < expect.at_least;
+    let (at_least, within, received, quiet, learning) = match expect {
+        Expectation::AtLeast(expect) => {
+            let window = i64::try_from(expect.within.as_millis()).unwrap_or(i64::MAX);
+            let since = now.saturating_sub(window);
+            let since = since - since.rem_euclid(MINUTE_MS);
+            let received: u64 = ops
+                .store
+                .activity(source, since, now.saturating_add(1))
+                .await?
+                .iter()
+                .map(|m| m.received)
+                .sum();
+            (
+                expect.at_least,
+                expect.within,
+                received,
+                received < expect.at_least,
+                false,
+            )
+        }
+        Expectation::Learned => {
+            let u = crate::store::usual::usual(ops.store.as_ref(), source, now).await?;
+            (
+                u.threshold(),
+                crate::store::usual::Usual::window(),
+                u.recent,
+                u.quiet(),
+                u.learning(),
+            )
+        }
+    };
     let last_at = if quiet {
         ops.store
             .list(&ListQuery {
@@ -420,8 +447,10 @@ pub async fn quiet(
         None
     };
     Ok(Expected {
-        at_least: expect.at_least,
-        within: expect.within,
+        at_least,
+        within,
+        learned: matches!(expect, Expectation::Learned),
+        learning,
         received,
         quiet,
         last_at,

@@ -1,18 +1,20 @@
 //! Per-minute activity counters of a source: entries received, deliveries that
 //! succeeded, attempts that failed. They feed the console's charts (per minute over
-//! the last hour, per hour over the last 7 days) from the store itself, so every
+//! the last hour, per hour over the last 7 days) and what a source usually receives
+//! at an hour of the week (`usual`, over 4 weeks) from the store itself, so every
 //! process sharing a store draws the same charts and no metrics system is needed.
 //!
 //! Each counter moves in the same atomic write as what it counts (an accept, a
 //! completion), and is kept for [`ACTIVITY_RETENTION`], then dropped: bounded at
-//! about 11,500 minutes per source.
+//! about 41,800 minutes per source (a row per minute that had any).
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// How long per-minute counters are kept (7 days of charts, and a day of margin).
-pub const ACTIVITY_RETENTION: Duration = Duration::from_secs(8 * 24 * 3600);
+/// How long per-minute counters are kept: the 4 weeks a learned baseline looks
+/// back over (`usual`), and a day of margin.
+pub const ACTIVITY_RETENTION: Duration = Duration::from_secs(29 * 24 * 3600);
 
 /// Milliseconds in a minute.
 pub(crate) const MINUTE_MS: i64 = 60_000;

@@ -34,6 +34,7 @@ pub mod search;
 mod secrets;
 mod signal;
 mod sqlite;
+pub mod usual;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -999,3 +999,110 @@ crate::for_each_store!(
     a_source_below_its_expected_traffic_is_quiet_on_the_sources_page_since_its_last_arrival,
     super::quiet_since
 );
+
+/// A source that learns what is usual (`[sources.expect] learn = true`): with two
+/// weeks of history (30 an hour in the same three hours of each of the last two
+/// weeks), one that received nothing in its last three hours is quiet, on the
+/// Sources page and in `hookgate_source_quiet`; one that received its usual share
+/// is not; one with a week of history is still learning, and never quiet.
+async fn learned(backend: Backend) {
+    const HOUR: i64 = 3_600_000;
+    const WEEK: i64 = 7 * 24 * HOUR;
+    let h = StoreHandle::new(backend);
+    let b = format!("{backend:?}").to_lowercase();
+    let names = [
+        format!("usual_silent_{b}"),
+        format!("usual_busy_{b}"),
+        format!("usual_young_{b}"),
+    ];
+    let now = hookgate::clock::system_now_ms();
+    let store = h.open().await;
+    let mut n = 0;
+    for (i, name) in names.iter().enumerate() {
+        let weeks = if i == 2 { 1 } else { 2 };
+        for k in 1..=weeks {
+            for hour in 0..3 {
+                for e in 0..30 {
+                    // Twenty minutes into the hour: the window judged a few seconds
+                    // later holds it all the same.
+                    let at = now - k * WEEK - (3 - hour) * HOUR + 20 * 60_000 + e * 1_000;
+                    n += 1;
+                    crate::conformance::accept_new(
+                        &*store,
+                        crate::conformance::entry_at(name, &format!("evt_u{n}"), at, "ping"),
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+    // The busy one's last three hours: 10 an hour, over a tenth of 90.
+    for hour in 0..3 {
+        for e in 0..10 {
+            let at = now - (3 - hour) * HOUR + 20 * 60_000 + e * 1_000;
+            n += 1;
+            crate::conformance::accept_new(
+                &*store,
+                crate::conformance::entry_at(&names[1], &format!("evt_u{n}"), at, "ping"),
+            )
+            .await;
+        }
+    }
+    store.close().await;
+    drop(store);
+    let dest = "http://127.0.0.1:9/x";
+    let sources: String = names
+        .iter()
+        .map(|n| crate::forward::source(n, dest, "[sources.expect]\nlearn = true\n"))
+        .collect();
+    let gw = Gateway::start(admin_config(&h, "", &sources)).await;
+    let c = http();
+    wait_until_ok(
+        "the learned gauges",
+        std::time::Duration::from_secs(15),
+        async || {
+            let text = get_text(&c, &format!("{}/metrics", gw.admin)).await;
+            let value = |name: &str| {
+                let series = format!("hookgate_source_quiet{{source=\"{name}\"}} ");
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&series))
+                    .map(str::to_string)
+            };
+            let seen: Vec<Option<String>> = names.iter().map(|n| value(n)).collect();
+            if seen == [Some("1".into()), Some("0".into()), Some("0".into())] {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await;
+    let client = no_redirects();
+    let session = log_in(&client, &gw.admin).await;
+    let html = client
+        .get(format!("{}/console/sources", gw.admin))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let silent = source_card(&html, &names[0]);
+    assert!(silent.contains(">Quiet<"), "{silent}");
+    assert!(
+        silent.contains("(usually at least 9 per 3 h at this hour of the week)"),
+        "{silent}"
+    );
+    let busy = source_card(&html, &names[1]);
+    assert!(!busy.contains("Quiet"), "{busy}");
+    assert!(busy.contains("30 in the last 3 h"), "{busy}");
+    let young = source_card(&html, &names[2]);
+    assert!(!young.contains("Quiet"), "{young}");
+    assert!(young.contains("still learning"), "{young}");
+    gw.stop().await;
+}
+crate::for_each_store!(
+    a_source_learning_its_usual_traffic_is_quiet_under_a_tenth_of_it,
+    super::learned
+);

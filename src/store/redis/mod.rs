@@ -22,7 +22,7 @@
 //! | `hg:{src}:stats` | hash | counters: received, duplicates, unverified |
 //! | `hg:{src}:dlq` | stream | one message per delivery that went dead (id, route, reason) |
 //! | `hg:{src}:done:delivered`, `…:done:dead` | sorted set, score = when the entry reached its status | retention index: delivered and filtered entries, dead and discarded ones; an entry pending again leaves it |
-//! | `hg:{src}:act:<day>` | hash, expires 8 days after its day | per-minute activity of the source (`store::activity`) on one UTC day (days since 1970): fields `r<minute>`, `d<minute>`, `f<minute>` (minutes since 1970) count received, delivered and failed |
+//! | `hg:{src}:act:<day>` | hash, expires 29 days after its day | per-minute activity of the source (`store::activity`) on one UTC day (days since 1970): fields `r<minute>`, `d<minute>`, `f<minute>` (minutes since 1970) count received, delivered and failed |
 //! | `hg:{src}:schema` | string | `2`: the source is in this layout (see `migrate`) |
 //! | `hg:{src}:pace:<route>` | string, `PX` while it matters | the route's next send time in µs (GCRA; `scripts/pace.lua`; a destination's `Retry-After` pushes it: `scripts/hold.lua`) |
 //! | `hg:{src}:armed_handshake` | hash `until`, `token_hash` | the source's armed secret handshake: until when (unix ms), and the SHA-256 of its one-time token (`store::secrets`) |

@@ -118,3 +118,18 @@ impl Scripts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The scripts keep per-minute activity as long as the other stores do.
+    #[test]
+    fn the_scripts_keep_activity_for_the_store_retention() {
+        let prelude = include_str!("scripts/prelude.lua");
+        let ms: u128 = prelude
+            .lines()
+            .find_map(|l| l.strip_prefix("local HG_ACTIVITY_MS = "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("HG_ACTIVITY_MS in prelude.lua");
+        assert_eq!(ms, crate::store::ACTIVITY_RETENTION.as_millis());
+    }
+}

@@ -156,7 +156,7 @@ end
 -- it expires `HG_ACTIVITY_MS` (`ACTIVITY_RETENTION`) after its day ends, set when a
 -- field is created (once per minute and kind, not per count).
 local HG_DAY_MS = 86400000
-local HG_ACTIVITY_MS = 691200000
+local HG_ACTIVITY_MS = 2505600000
 local function hg_count(base, kind, at, n)
   local ms = tonumber(at)
   if not ms then return end
