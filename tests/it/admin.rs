@@ -506,6 +506,7 @@ async fn the_server_and_its_openapi_document_agree() {
         ("GET", "/admin/sources"),
         ("POST", "/admin/sources/{name}/pause"),
         ("POST", "/admin/sources/{name}/resume"),
+        ("POST", "/admin/sources/{name}/reconcile"),
         ("POST", "/admin/sources/{name}/routes/{route}/pause"),
         ("POST", "/admin/sources/{name}/routes/{route}/resume"),
         ("GET", "/admin/sources/{name}/handshake"),
@@ -615,6 +616,19 @@ async fn the_server_and_its_openapi_document_agree() {
         ("POST", "/admin/sources/oa/pause".into(), None),
         ("POST", "/admin/sources/oa/resume".into(), None),
         ("POST", "/admin/sources/nope/pause".into(), None),
+        // A source without [sources.reconcile], an unknown one, a bad body.
+        ("POST", "/admin/sources/oa/reconcile".into(), None),
+        ("POST", "/admin/sources/nope/reconcile".into(), None),
+        (
+            "POST",
+            "/admin/sources/oa/reconcile".into(),
+            Some(json!({"since": "soon"})),
+        ),
+        (
+            "POST",
+            "/admin/sources/oa/reconcile".into(),
+            Some(json!({"dry_run": true, "extra": 1})),
+        ),
         (
             "POST",
             "/admin/sources/oa/routes/default/pause".into(),
