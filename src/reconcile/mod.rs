@@ -682,8 +682,14 @@ pub const ERROR_KINDS: &[&str] = &[
 ];
 
 /// Register the reconciliation's metric families with a zero series for each
-/// source that is reconciled, so that the first scrape lists them.
+/// source that is reconciled, so that the first scrape lists them; and one series
+/// without a source each, so that a gateway reconciling nothing lists them too (the
+/// shipped alert rules read them).
 pub fn register_metrics<'a>(sources: impl IntoIterator<Item = &'a str>) {
+    metrics::counter!("hookgate_reconcile_found_total").increment(0);
+    metrics::counter!("hookgate_reconcile_recovered_total").increment(0);
+    metrics::counter!("hookgate_reconcile_errors_total").increment(0);
+    metrics::gauge!("hookgate_reconcile_last_success_timestamp_seconds").increment(0.0);
     for s in sources {
         for how in ["admitted", "asked", "gave_up"] {
             metrics::counter!("hookgate_reconcile_found_total", "source" => s.to_string(), "how" => how)

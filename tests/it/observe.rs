@@ -45,7 +45,7 @@ fn readme_families() -> BTreeSet<String> {
 
 /// One scrape: `# TYPE` per family, and every sample line as `series → value`, the
 /// series written as in the exposition format (`name{label="value",…}`).
-struct Scrape {
+pub(crate) struct Scrape {
     types: BTreeMap<String, String>,
     samples: BTreeMap<String, f64>,
 }
@@ -90,7 +90,7 @@ impl Scrape {
 
     /// The series that carry one of `sources` as `source` or `destinations` as
     /// `destination` (the gateway under test's own, not the rest of this process's).
-    fn own(&self, sources: &[&str], destinations: &[&str]) -> BTreeMap<String, f64> {
+    pub(crate) fn own(&self, sources: &[&str], destinations: &[&str]) -> BTreeMap<String, f64> {
         let mine = |series: &str| {
             sources
                 .iter()
@@ -107,7 +107,7 @@ impl Scrape {
     }
 }
 
-async fn scrape(client: &reqwest::Client, admin: &str) -> Scrape {
+pub(crate) async fn scrape(client: &reqwest::Client, admin: &str) -> Scrape {
     Scrape::parse(&get_text(client, &format!("{admin}/metrics")).await)
 }
 
@@ -328,7 +328,7 @@ pub(crate) fn promtool_test(tests: Vec<serde_json::Value>) {
 
 /// promtool input series: each series of `phases` (value, minutes) in order, one
 /// sample a minute. A series absent from a phase has no sample there.
-fn input_series(phases: &[(&BTreeMap<String, f64>, u32)]) -> Vec<serde_json::Value> {
+pub(crate) fn input_series(phases: &[(&BTreeMap<String, f64>, u32)]) -> Vec<serde_json::Value> {
     let names: BTreeSet<&String> = phases.iter().flat_map(|(s, _)| s.keys()).collect();
     names
         .into_iter()

@@ -400,6 +400,10 @@ async fn api_failures_are_counted_and_never_block_ingest() {
         !stripe.state.calls.seen().is_empty()
     })
     .await;
+    let _ = crate::observe::promtool();
+    let before = crate::observe::scrape(&c, &gw.admin)
+        .await
+        .own(&["st_faults"], &[]);
     stripe.add(
         "evt_after_faults",
         "invoice.paid",
@@ -461,6 +465,39 @@ async fn api_failures_are_counted_and_never_block_ingest() {
         );
     }
     assert_eq!(slow.await.unwrap().unwrap(), 200);
+    // `HookgateReconcileFailing` over the scrapes before and after the failures,
+    // the last success put at the start of the evaluation (promtool's clock starts
+    // at 0): the errors of minute 10 and no success for 30 minutes fire it (after
+    // its 5 minutes), until the errors leave the 30-minute window.
+    let after = crate::observe::scrape(&c, &gw.admin)
+        .await
+        .own(&["st_faults"], &[]);
+    let at_zero = |m: &std::collections::BTreeMap<String, f64>| {
+        m.iter()
+            .map(|(k, v)| {
+                let v = if k.starts_with("hookgate_reconcile_last_success") {
+                    0.0
+                } else {
+                    *v
+                };
+                (k.clone(), v)
+            })
+            .collect::<std::collections::BTreeMap<String, f64>>()
+    };
+    let (before, after) = (at_zero(&before), at_zero(&after));
+    let at = |m: u32, firing: bool| {
+        let exp: Vec<serde_json::Value> = if firing {
+            vec![serde_json::json!({"exp_labels": {"severity": "warning", "source": "st_faults"}})]
+        } else {
+            Vec::new()
+        };
+        serde_json::json!({"eval_time": format!("{m}m"), "alertname": "HookgateReconcileFailing", "exp_alerts": exp})
+    };
+    crate::observe::promtool_test(vec![serde_json::json!({
+        "interval": "1m",
+        "input_series": crate::observe::input_series(&[(&before, 10), (&after, 40)]),
+        "alert_rule_test": [at(9, false), at(25, false), at(37, true), at(45, false)],
+    })]);
     let metrics = get_text(&c, &format!("{}/metrics", gw.admin)).await;
     for kind in ["unauthorized", "rate_limited", "server"] {
         let line =
