@@ -69,6 +69,20 @@ pub(super) fn entry_of(
     }
 }
 
+/// The dedupe key an event fetched from the provider's API has (as its delivery's
+/// would): what a pass looks up before it builds the entry of a missing one.
+pub fn fetched_key(source: &Source, body: &Bytes) -> String {
+    let headers = HeaderMap::new();
+    let req = verify::Request {
+        method: "POST",
+        path: "/",
+        url: None,
+        headers: &headers,
+        body,
+    };
+    source.verifier.fetched(req).dedupe_key()
+}
+
 /// The entry for an event fetched from the provider's API (a JSON document, as the
 /// API rendered it): origin `reconciled`, with one stored header,
 /// `content-type: application/json`. Nothing is verified: the event came over TLS

@@ -23,7 +23,7 @@ pub mod rejections;
 mod source;
 pub mod subscription;
 
-pub use entry::fetched_entry;
+pub use entry::{fetched_entry, fetched_key};
 use keys::certified_key;
 pub use meters::{SourceMetrics, UnverifiedCounts, register_metrics};
 pub use rejections::flush_refused;

@@ -177,6 +177,7 @@ pub async fn reconcile(
     let first = format!("{}{}?per_page=100", pass.base(), hook.deliveries_path());
     let mut url = Some(first);
     'pages: while let Some(u) = url.take() {
+        pass.page_turn().await;
         let (deliveries, next) = {
             let client = Client {
                 pass: &*pass,

@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::config::{ReconcileApi, ReconcileConfig};
-use crate::ingest::{self, fetched_entry};
+use crate::ingest::{self, fetched_entry, fetched_key};
 use crate::live::Live;
 use crate::store::{Accepted, Origin, ReconcileLease, Store, StoreError};
 use api::ApiError;
@@ -61,6 +61,23 @@ const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 /// How far before the mark an events listing starts again (events listed late,
 /// several in one second).
 const OVERLAP: Duration = Duration::from_secs(10 * 60);
+/// The fewest milliseconds between two page requests to Stripe's or Square's API:
+/// 50 pages a second, half of Stripe's live read limit; a pass of 1,000 pages takes
+/// 20 s at least, and never a core.
+const PAGE_EVERY_EVENTS_MS: u64 = 20;
+/// The same for GitHub's (its secondary rate limit allows about 15 a second).
+const PAGE_EVERY_GITHUB_MS: u64 = 70;
+
+/// Run `f`, CPU work of a page (its events' dedupe keys), on the blocking pool, so
+/// that a pass never holds an async worker that ingest needs.
+pub(crate) async fn off_the_workers<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PassError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(PassError::Worker)
+}
+
 /// Most missing ids a report names.
 pub const REPORT_IDS: usize = 100;
 
@@ -124,6 +141,9 @@ pub enum PassError {
     /// Another gateway took the lease (this one's expired while it worked).
     #[error("another gateway took the reconciliation lease")]
     LeaseLost,
+    /// The blocking task that worked on a page stopped (a panic).
+    #[error("a reconciliation worker stopped")]
+    Worker(#[source] tokio::task::JoinError),
 }
 
 impl PassError {
@@ -133,6 +153,7 @@ impl PassError {
             PassError::Api(e) => e.kind(),
             PassError::Store(_) => "store",
             PassError::LeaseLost => "lease_lost",
+            PassError::Worker(_) => "worker",
         }
     }
 }
@@ -169,9 +190,24 @@ pub struct Pass<'a> {
     pub(crate) report: Report,
     new_mark: Option<i64>,
     renewed_at: i64,
+    /// When the last page was asked for (for the pace).
+    last_page: Option<tokio::time::Instant>,
 }
 
 impl Pass<'_> {
+    /// Wait for the next page's turn: the provider's rate limits, and a pass that
+    /// never takes a core from ingest.
+    pub(crate) async fn page_turn(&mut self) {
+        let every = Duration::from_millis(match self.source.config.api {
+            ReconcileApi::GitHub { .. } => PAGE_EVERY_GITHUB_MS,
+            _ => PAGE_EVERY_EVENTS_MS,
+        });
+        if let Some(last) = self.last_page {
+            tokio::time::sleep_until(last + every).await;
+        }
+        self.last_page = Some(tokio::time::Instant::now());
+    }
+
     pub(crate) fn base(&self) -> &str {
         &self.source.config.api_base
     }
@@ -322,31 +358,35 @@ impl Pass<'_> {
     pub(crate) async fn judge_events(&mut self, batch: Vec<Fetched>) -> Result<(), PassError> {
         let cutoff_s = self.settle_cutoff_ms().div_euclid(1000);
         let since_s = self.since_ms.div_euclid(1000);
-        let entries: Vec<_> = batch
+        let judged: Vec<Fetched> = batch
             .into_iter()
             .filter(|f| f.created_s <= cutoff_s && f.created_s >= since_s)
-            .map(|f| {
-                (
-                    f.event_id,
-                    fetched_entry(&self.source.ingest, f.body, self.now_ms),
-                )
-            })
             .collect();
-        if entries.is_empty() {
+        if judged.is_empty() {
             return Ok(());
         }
-        self.report.listed += entries.len() as u64;
-        let keys: Vec<String> = entries.iter().map(|(_, e)| e.dedupe_key.clone()).collect();
+        self.report.listed += judged.len() as u64;
+        let source = self.source.ingest.clone();
+        let (judged, keys) = off_the_workers(move || {
+            let keys: Vec<String> = judged
+                .iter()
+                .map(|f| fetched_key(&source, &f.body))
+                .collect();
+            (judged, keys)
+        })
+        .await?;
         let held = self
             .store
             .dedupe_lookup(&self.source.name, &keys, self.now_ms)
             .await
             .map_err(PassError::Store)?;
-        for ((event_id, entry), held) in entries.into_iter().zip(held) {
+        for (f, held) in judged.into_iter().zip(held) {
             if held.is_some() {
                 self.report.stored += 1;
                 continue;
             }
+            let event_id = f.event_id;
+            let entry = fetched_entry(&self.source.ingest, f.body, self.now_ms);
             self.report.missing += 1;
             self.note_missing(&event_id);
             if self.dry_run {
@@ -588,6 +628,7 @@ impl Reconciler {
             },
             new_mark: None,
             renewed_at: now,
+            last_page: None,
         };
         let outcome = match &source.config.api {
             ReconcileApi::GitHub { hook, auth } => github::reconcile(&mut pass, hook, auth).await,
@@ -679,6 +720,7 @@ pub const ERROR_KINDS: &[&str] = &[
     "credential",
     "store",
     "lease_lost",
+    "worker",
 ];
 
 /// Register the reconciliation's metric families with a zero series for each

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::api::{self, ApiError};
-use super::{Fetched, Pass, PassError};
+use super::{Fetched, Pass, PassError, off_the_workers};
 use crate::config::Secret;
 
 /// The `Square-Version` every request pins.
@@ -70,6 +70,44 @@ fn request(
         .header("Square-Version", SQUARE_VERSION)
 }
 
+/// One page of the search, read.
+struct Page {
+    /// The events the subscription would have been sent.
+    events: Vec<Fetched>,
+    not_for_endpoint: u64,
+    /// The next page's cursor, when there is one.
+    cursor: Option<String>,
+}
+
+/// Read a page of `POST /v2/events` (on the blocking pool: it parses every event).
+fn read_page(body: &[u8], types: &[String]) -> Result<Page, ApiError> {
+    let search: Search<'_> = serde_json::from_slice(body).map_err(ApiError::Decode)?;
+    let mut page = Page {
+        events: Vec::with_capacity(search.events.len()),
+        not_for_endpoint: 0,
+        cursor: search.cursor.filter(|c| !c.is_empty()),
+    };
+    for raw in &search.events {
+        let head: Head = serde_json::from_str(raw.get()).map_err(ApiError::Decode)?;
+        if !types.contains(&head.kind) {
+            page.not_for_endpoint += 1;
+            continue;
+        }
+        let Ok(created) = time::OffsetDateTime::parse(
+            &head.created_at,
+            &time::format_description::well_known::Rfc3339,
+        ) else {
+            continue;
+        };
+        page.events.push(Fetched {
+            event_id: head.event_id,
+            created_s: created.unix_timestamp(),
+            body: bytes::Bytes::copy_from_slice(raw.get().as_bytes()),
+        });
+    }
+    Ok(page)
+}
+
 fn rfc3339(unix_s: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(unix_s)
         .ok()
@@ -93,7 +131,7 @@ pub async fn reconcile(
     )
     .await?
     .json()?;
-    let types = sub.subscription.event_types;
+    let types = std::sync::Arc::new(sub.subscription.event_types);
     let start_at = rfc3339(pass.events_since_s());
     let search_url = format!("{}/v2/events", pass.base());
     let mut cursor: Option<String> = None;
@@ -108,35 +146,20 @@ pub async fn reconcile(
         if let Some(c) = &cursor {
             body["cursor"] = serde_json::Value::String(c.clone());
         }
+        pass.page_turn().await;
         let answer = api::call(
             || request(pass, http::Method::POST, &search_url, token).json(&body),
             || pass.now_s(),
         )
         .await?;
-        let page: Search<'_> = serde_json::from_slice(&answer.body).map_err(ApiError::Decode)?;
         pass.report.pages += 1;
-        let mut batch = Vec::with_capacity(page.events.len());
-        for raw in &page.events {
-            let head: Head = serde_json::from_str(raw.get()).map_err(ApiError::Decode)?;
-            if !types.contains(&head.kind) {
-                pass.report.not_for_endpoint += 1;
-                continue;
-            }
-            let Ok(created) = time::OffsetDateTime::parse(
-                &head.created_at,
-                &time::format_description::well_known::Rfc3339,
-            ) else {
-                continue;
-            };
-            batch.push(Fetched {
-                event_id: head.event_id,
-                created_s: created.unix_timestamp(),
-                body: bytes::Bytes::copy_from_slice(raw.get().as_bytes()),
-            });
-        }
+        let wanted = types.clone();
+        let page = off_the_workers(move || read_page(&answer.body, &wanted)).await??;
+        pass.report.not_for_endpoint += page.not_for_endpoint;
+        let batch = page.events;
         pass.judge_events(batch).await?;
         pass.keep_alive().await?;
-        match page.cursor.filter(|c| !c.is_empty()) {
+        match page.cursor {
             Some(c) => cursor = Some(c),
             None => break,
         }

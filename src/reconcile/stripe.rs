@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::api::{self, ApiError};
-use super::{Fetched, Pass, PassError};
+use super::{Fetched, Pass, PassError, off_the_workers};
 use crate::config::Secret;
 
 /// The fields of the webhook endpoint a pass reads.
@@ -52,6 +52,44 @@ struct Head {
     account: Option<String>,
 }
 
+/// One page of events, read.
+struct Page {
+    /// The events the endpoint would have been sent.
+    events: Vec<Fetched>,
+    not_for_endpoint: u64,
+    /// The last id listed (where the next page starts after).
+    last: Option<String>,
+    has_more: bool,
+}
+
+/// Read a page of `GET /v1/events` (on the blocking pool: it parses every event).
+fn read_page(body: &[u8], ep: &Endpoint, all: bool) -> Result<Page, ApiError> {
+    let list: List<'_> = serde_json::from_slice(body).map_err(ApiError::Decode)?;
+    let mut page = Page {
+        events: Vec::with_capacity(list.data.len()),
+        not_for_endpoint: 0,
+        last: None,
+        has_more: list.has_more,
+    };
+    for raw in &list.data {
+        let head: Head = serde_json::from_str(raw.get()).map_err(ApiError::Decode)?;
+        page.last = Some(head.id.clone());
+        let wanted = head.livemode == ep.livemode
+            && head.account.is_none()
+            && (all || ep.enabled_events.contains(&head.kind));
+        if !wanted {
+            page.not_for_endpoint += 1;
+            continue;
+        }
+        page.events.push(Fetched {
+            event_id: head.id,
+            created_s: head.created,
+            body: bytes::Bytes::copy_from_slice(raw.get().as_bytes()),
+        });
+    }
+    Ok(page)
+}
+
 fn get(pass: &Pass<'_>, url: &str, key: &Secret) -> reqwest::RequestBuilder {
     pass.client.get(url).header(
         http::header::AUTHORIZATION,
@@ -72,8 +110,10 @@ pub async fn reconcile(
     let all = ep.enabled_events.iter().any(|e| e == "*");
     let since_s = pass.events_since_s();
     let list_url = format!("{}/v1/events", pass.base());
+    let wants = std::sync::Arc::new(ep);
     let mut after: Option<String> = None;
     loop {
+        pass.page_turn().await;
         let answer = api::call(
             || {
                 let mut q: Vec<(&str, String)> = vec![
@@ -88,29 +128,13 @@ pub async fn reconcile(
             || pass.now_s(),
         )
         .await?;
-        let list: List<'_> = serde_json::from_slice(&answer.body).map_err(ApiError::Decode)?;
         pass.report.pages += 1;
-        let mut batch = Vec::with_capacity(list.data.len());
-        let mut last = None;
-        for raw in &list.data {
-            let head: Head = serde_json::from_str(raw.get()).map_err(ApiError::Decode)?;
-            last = Some(head.id.clone());
-            let wanted = head.livemode == ep.livemode
-                && head.account.is_none()
-                && (all || ep.enabled_events.contains(&head.kind));
-            if !wanted {
-                pass.report.not_for_endpoint += 1;
-                continue;
-            }
-            batch.push(Fetched {
-                event_id: head.id,
-                created_s: head.created,
-                body: bytes::Bytes::copy_from_slice(raw.get().as_bytes()),
-            });
-        }
-        pass.judge_events(batch).await?;
+        let wants = wants.clone();
+        let page = off_the_workers(move || read_page(&answer.body, &wants, all)).await??;
+        pass.report.not_for_endpoint += page.not_for_endpoint;
+        pass.judge_events(page.events).await?;
         pass.keep_alive().await?;
-        match (list.has_more, last) {
+        match (page.has_more, page.last) {
             (true, Some(l)) => after = Some(l),
             _ => break,
         }
