@@ -26,8 +26,9 @@
 //! console's pages with a large store behind them), [`flood`] (genuine webhooks
 //! while forgeries flood in), [`traces`] (what the trace exporter costs, off
 //! and on, against the build before traces), [`reload`] (a configuration
-//! reload every second under load) and [`drain_ab`] (the drain of this build against
-//! another, alternated in one run).
+//! reload every second under load), [`reconcile`] (a reconciliation of a large
+//! history under load) and [`drain_ab`] (the drain of this build against another,
+//! alternated in one run).
 
 mod console;
 mod drain_ab;
@@ -37,6 +38,7 @@ mod measure;
 mod open;
 mod pgserver;
 mod procs;
+mod reconcile;
 mod reload;
 mod scenarios;
 mod search;
@@ -68,6 +70,7 @@ const SCENARIOS: &[&str] = &[
     "search",
     "traces",
     "reload",
+    "reconcile",
     "drain-ab",
     "profile-embedded",
     "profile-redis",
@@ -192,6 +195,19 @@ fn main() {
                     }
                 }
                 "reload" => reload::reload(&mut report, settings).await,
+                "reconcile" => {
+                    // `HOOKGATE_BENCH_RECONCILE_STORES=embedded,redis,postgres` picks
+                    // the stores (embedded when unset).
+                    let only = std::env::var("HOOKGATE_BENCH_RECONCILE_STORES")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or_else(|| "embedded".into());
+                    for store in [Store::Embedded, Store::Redis, Store::Postgres] {
+                        if only.split(',').any(|s| s.trim() == store.name()) {
+                            reconcile::reconcile(&mut report, store, settings, smoke).await;
+                        }
+                    }
+                }
                 // `HOOKGATE_BENCH_BEFORE_BIN` names the other build.
                 "drain-ab" => drain_ab::drain_ab(&mut report, settings).await,
                 "traces" => {

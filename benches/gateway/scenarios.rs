@@ -99,6 +99,18 @@ impl Subject {
         bin: Option<&std::path::Path>,
         global: &str,
     ) -> Subject {
+        Subject::start_source(store, forwarding, bin, global, "").await
+    }
+
+    /// [`Subject::start_with`], with the TOML `source` added to the source's table
+    /// (before `HOOKGATE_BENCH_SOURCE`'s).
+    pub(crate) async fn start_source(
+        store: Store,
+        forwarding: Forwarding,
+        bin: Option<&std::path::Path>,
+        global: &str,
+        source: &str,
+    ) -> Subject {
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = (store == Store::Redis).then(start_redis);
         let pg = store
@@ -121,9 +133,12 @@ impl Subject {
                     .replace("\\n", "\n")
             ),
             // And the source's (`HOOKGATE_BENCH_SOURCE='[sources.delivery]\nconcurrency = 64'`).
-            &std::env::var("HOOKGATE_BENCH_SOURCE")
-                .unwrap_or_default()
-                .replace("\\n", "\n"),
+            &format!(
+                "{source}{}",
+                std::env::var("HOOKGATE_BENCH_SOURCE")
+                    .unwrap_or_default()
+                    .replace("\\n", "\n")
+            ),
             bin,
         );
         if forwarding == Forwarding::Off {

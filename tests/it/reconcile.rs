@@ -94,7 +94,7 @@ settle = "0s"
 async fn github(backend: Backend) {
     let up = Upstream::ok().await;
     let gh = FakeGitHub::start(GH_SECRET, GH_TOKEN).await;
-    let h = StoreHandle::new(backend);
+    let mut h = StoreHandle::new(backend);
     let name = format!("gh_{}", format!("{backend:?}").to_lowercase());
     // Older than the lookback (2h): never judged, never asked for.
     for i in 0..150 {
@@ -115,6 +115,25 @@ async fn github(backend: Backend) {
     for i in 0..205 {
         gh.deliver(&format!("ok-{i}"), Send::Signed).await;
     }
+    // On Redis, one the gateway answered 503 for: its store was down.
+    let mut store_down = None;
+    if backend == Backend::Redis {
+        h.redis_mut().stop();
+        let id = gh.deliver("store-down", Send::Signed).await;
+        assert_eq!(
+            gh.state
+                .deliveries
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|d| d.id == id)
+                .map(|d| d.status_code),
+            Some(503)
+        );
+        h.redis_mut().restart();
+        gw.wait_ready().await;
+        store_down = Some(id);
+    }
     // One the gateway never saw (down during a deploy), one it refused (the sender
     // signed with a secret the gateway did not have yet).
     let lost = gh.deliver("lost-in-a-deploy", Send::Nowhere).await;
@@ -133,20 +152,24 @@ async fn github(backend: Backend) {
     let (status, report) = reconcile(&gw, &name, serde_json::json!({})).await;
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["provider"], "github");
-    assert_eq!(report["missing"], 2, "{report}");
-    assert_eq!(report["asked"], 2, "{report}");
+    let lost_count = 2 + u64::from(store_down.is_some());
+    assert_eq!(report["missing"], lost_count, "{report}");
+    assert_eq!(report["asked"], lost_count, "{report}");
     assert_eq!(report["stored"], 205, "{report}");
     // 207 deliveries in the window and 150 past it: three pages, not four.
     assert_eq!(gh.lists() - lists_before, 3, "{:?}", gh.state.calls.seen());
     let mut asked = gh.asked();
     asked.sort();
-    assert_eq!(
-        asked,
-        vec![lost, refused],
-        "only the missing ones are asked for"
-    );
-    // GitHub redelivered both, signed: stored through ingest.
-    for guid in ["lost-in-a-deploy", "refused-wrong-secret"] {
+    let mut want: Vec<i64> = store_down.into_iter().chain([lost, refused]).collect();
+    want.sort();
+    assert_eq!(asked, want, "only the missing ones are asked for");
+    // GitHub redelivered them, signed: stored through ingest.
+    let guids: Vec<&str> = store_down
+        .map(|_| "store-down")
+        .into_iter()
+        .chain(["lost-in-a-deploy", "refused-wrong-secret"])
+        .collect();
+    for guid in guids {
         wait_until_ok(guid, Duration::from_secs(10), async || {
             let found = entries_of(&gw, &name, guid).await;
             if found.len() == 1 {
@@ -162,10 +185,10 @@ async fn github(backend: Backend) {
     assert_eq!(status, 200, "{report}");
     assert_eq!(
         (report["redelivered"].as_u64(), report["missing"].as_u64()),
-        (Some(2), Some(0)),
+        (Some(lost_count), Some(0)),
         "{report}"
     );
-    assert_eq!(gh.asked().len(), 2, "nothing asked again");
+    assert_eq!(gh.asked().len() as u64, lost_count, "nothing asked again");
     let entry = &entries_of(&gw, &name, "lost-in-a-deploy").await[0];
     let id = entry["id"].as_str().unwrap();
     let full = get_json(&http(), &format!("{}/admin/entries/{id}", gw.admin)).await;
