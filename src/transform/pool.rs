@@ -560,6 +560,10 @@ impl Spawn {
         let mut child = Command::new(&self.exe)
             .arg("transform-worker")
             .env_clear()
+            // One malloc arena (glibc reserves 64 MiB of address space per arena a
+            // thread opens): the worker runs programs on one thread, and its
+            // address space is what `memory` bounds.
+            .env("MALLOC_ARENA_MAX", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
