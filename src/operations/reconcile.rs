@@ -8,8 +8,9 @@ use super::{OpError, Operations};
 use crate::reconcile::{Ask, Report, RunError};
 use crate::store::Actor;
 
-/// The longest window an on-demand run may name (the longest a provider keeps;
-/// a pass caps it further by what its provider keeps).
+/// The longest window an on-demand run judges (the longest a provider keeps; a
+/// pass caps it further by what its provider keeps): a longer `since` is taken as
+/// this.
 pub const MAX_SINCE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Run a pass over `name` now, judging what the provider sent in the last `since`
@@ -27,11 +28,12 @@ pub async fn reconcile(
     let Some(reconciler) = &ops.reconciler else {
         return Err(OpError::NotReconciled(name.to_string()));
     };
-    if since.is_some_and(|s| s.is_zero() || s > MAX_SINCE) {
+    if since.is_some_and(|s| s.is_zero()) {
         return Err(OpError::Invalid(
-            "since must be a duration from 1s to 30d (\"6h\", \"3d\")".into(),
+            "since must be a duration of at least 1s (\"6h\", \"3d\")".into(),
         ));
     }
+    let since = since.map(|s| s.min(MAX_SINCE));
     let report = reconciler
         .run_now(name, Ask { since, dry_run })
         .await
