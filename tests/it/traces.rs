@@ -402,3 +402,83 @@ async fn unsampled_and_off_traces_export_nothing() {
         assert!(collector.spans().is_empty(), "{:?}", collector.spans());
     }
 }
+
+/// A webhook reconciliation recovered says so in its delivery spans
+/// (`hookgate.origin`); one received as a request has no such attribute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovered_webhook_says_its_origin_in_its_delivery_spans() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let collector = Collector::start().await;
+    let up = Upstream::ok().await;
+    let stripe = crate::fake_api::FakeStripe::start("sk_test_traced", &["*"]).await;
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("stripe.key");
+    std::fs::write(&key, "sk_test_traced").unwrap();
+    let telemetry = format!("[telemetry]\notlp_endpoint = \"{}\"\n", collector.url);
+    let reconcile = format!(
+        "[sources.reconcile]\napi_key_file = \"{}\"\nendpoint = \"we_1\"\napi_base = \"{}\"\ninterval = \"1h\"\nsettle = \"0s\"\n",
+        key.display(),
+        stripe.url
+    );
+    let gw = Gateway::start(admin_config(
+        &h,
+        &telemetry,
+        &source("traced", &up.url, &reconcile),
+    ))
+    .await;
+    let admin = Admin::new(&gw);
+    let client = http();
+    let body = event_body("stripe", "evt_received");
+    let (st, json) = post_stripe_signed(&client, &gw.ingest, "traced", &body).await;
+    assert_eq!(st, 200, "{json}");
+    let received = json["id"].as_str().unwrap().to_string();
+    stripe.add(
+        "evt_recovered",
+        "invoice.paid",
+        false,
+        Duration::from_secs(120),
+    );
+    let pass = wait_until_ok("a pass", Duration::from_secs(15), async || {
+        let r = client
+            .post(format!("{}/admin/sources/traced/reconcile", gw.admin))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({"since": "1h"}))
+            .send()
+            .await
+            .unwrap();
+        match r.status().as_u16() {
+            200 => Ok(r.json::<Value>().await.unwrap()),
+            s => Err(s.to_string()),
+        }
+    })
+    .await;
+    assert_eq!(pass["admitted"], 1, "{pass}");
+    let listed = admin
+        .get("/admin/entries?source=traced&event_id=evt_recovered")
+        .await;
+    let recovered = listed["entries"][0]["id"].as_str().unwrap().to_string();
+    for (id, origin) in [(recovered, Some("reconciled")), (received, None)] {
+        let entry = wait_until_ok("delivered", Duration::from_secs(20), async || {
+            let e = admin.get(&format!("/admin/entries/{id}")).await;
+            if e["status"] == "delivered" {
+                Ok(e)
+            } else {
+                Err(e)
+            }
+        })
+        .await;
+        let trace = entry["trace_id"].as_str().expect("a trace id").to_string();
+        let spans = collector
+            .wait_for("its delivery span", &trace, |s| {
+                !named(s, "deliver").is_empty()
+            })
+            .await;
+        let deliver = named(&spans, "deliver");
+        assert_eq!(
+            deliver[0].attr("hookgate.origin").as_deref(),
+            origin,
+            "{id}"
+        );
+    }
+    gw.stop().await;
+}
