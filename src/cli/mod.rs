@@ -281,6 +281,27 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
             humantime::format_duration(s.dedupe_ttl),
             s.routes.len(),
         )?;
+        match &s.expect {
+            Some(config::Expectation::AtLeast(e)) => outln!(
+                "    expects at least {} per {}",
+                e.at_least,
+                humantime::format_duration(e.within)
+            )?,
+            Some(config::Expectation::Learned) => {
+                outln!("    expects what it usually receives at this hour of the week (learned)")?
+            }
+            None => {}
+        }
+        if let Some(r) = &s.reconcile {
+            outln!(
+                "    reconciled with {} at {} every {}, looking back {} (items younger than {} left to the provider)",
+                crate::reconcile::provider_of(&r.api),
+                r.api_base,
+                humantime::format_duration(r.interval),
+                humantime::format_duration(r.lookback),
+                humantime::format_duration(r.settle),
+            )?;
+        }
         for r in &s.routes {
             outln!(
                 "    route {:<14} destination={} retry={}x/{}{}{}",

@@ -47,7 +47,8 @@ fn check_config_layers_file_and_environment_without_printing_secrets() {
     let path = dir.path().join("c.toml");
     std::fs::write(
         &path,
-        "[admin]\nlisten = \"0.0.0.0:8081\"\n[[sources]]\nname = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH_SECRET\"\nsecrets = [\"hunter2-old\"]\ndestination = \"http://app:3000/gh\"\n",
+        "[admin]\nlisten = \"0.0.0.0:8081\"\n[[sources]]\nname = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH_SECRET\"\nsecrets = [\"hunter2-old\"]\ndestination = \"http://app:3000/gh\"\n\
+         [sources.expect]\nlearn = true\n[sources.reconcile]\ntoken_env = \"GH_TOKEN\"\nhook = \"orgs/acme/hooks/9\"\ninterval = \"10m\"\n",
     )
     .unwrap();
     let p = path.to_str().unwrap();
@@ -58,6 +59,7 @@ fn check_config_layers_file_and_environment_without_printing_secrets() {
             ("HOOKGATE_CONFIG", p),
             ("HOOKGATE_ADMIN_TOKEN", "tok-sekrit"),
             ("GH_SECRET", "hunter2-new"),
+            ("GH_TOKEN", "ghp_sekrit_token"),
             ("HOOKGATE_STORE__KIND", "redis"),
             ("HOOKGATE_SERVER__MAX_BODY_BYTES", "2048"),
         ],
@@ -66,11 +68,24 @@ fn check_config_layers_file_and_environment_without_printing_secrets() {
     assert!(out.contains("store: redis"), "{out}");
     assert!(out.contains("token set"), "{out}");
     assert!(out.contains("gh") && out.contains("secrets=2"), "{out}");
-    for s in ["hunter2-old", "hunter2-new", "tok-sekrit"] {
+    assert!(out.contains("expects what it usually receives"), "{out}");
+    assert!(
+        out.contains("reconciled with github at https://api.github.com every 10m"),
+        "{out}"
+    );
+    for s in [
+        "hunter2-old",
+        "hunter2-new",
+        "tok-sekrit",
+        "ghp_sekrit_token",
+    ] {
         assert!(!out.contains(s) && !err.contains(s), "printed a secret");
     }
     // Without the token, a public admin bind is refused, naming the key.
-    let (code, _, err) = run(&["check-config", "--config", p], &[("GH_SECRET", "x")]);
+    let (code, _, err) = run(
+        &["check-config", "--config", p],
+        &[("GH_SECRET", "x"), ("GH_TOKEN", "x")],
+    );
     assert_eq!(code, 2);
     assert!(err.contains("admin.listen"), "{err}");
 }
