@@ -341,4 +341,20 @@ filter.event_types = ["push", "pull_request.*", "issues", "release.*"]
         let moved = CONFIG.replace("9000/a", "9001/a");
         assert_ne!(v, versioned(&moved, [1; 32]));
     }
+
+    #[test]
+    fn a_rotated_reconciliation_credential_changes_the_version() {
+        let text =
+            format!("{CONFIG}[sources.reconcile]\ntoken_env = \"T\"\nhook = \"orgs/a/hooks/1\"\n");
+        let with = |token: &'static str| {
+            let cfg = from_toml_str(&text, &move |k| (k == "T").then(|| token.to_string()))
+                .expect("config");
+            let registry = sources::registry(&cfg).expect("registry");
+            let budget = ingest::body::BodyBudget::new(cfg.server.body_budget_bytes);
+            let built = sources::build_sources(&cfg, &registry, &budget).expect("sources");
+            version(&cfg, &built, &[1; 32])
+        };
+        assert_eq!(with("ghp_one"), with("ghp_one"));
+        assert_ne!(with("ghp_one"), with("ghp_two"), "a rotation changes it");
+    }
 }

@@ -220,8 +220,8 @@ pub struct Config {
 
 impl Config {
     /// Every secret of the configuration, in configuration order: the admin token,
-    /// the alerts' webhook URL, each source's secrets and verify token, each route's
-    /// destination secret. (The configuration's version covers them through an
+    /// the alerts' webhook URL, each source's secrets, verify token and
+    /// reconciliation credential, each route's destination secret. (The configuration's version covers them through an
     /// HMAC; nothing else should need them all.)
     pub fn secrets(&self) -> Vec<&Secret> {
         let mut out: Vec<&Secret> = Vec::new();
@@ -232,6 +232,9 @@ impl Config {
             out.extend(&s.verify_token);
             for r in &s.routes {
                 out.extend(&r.destination_secret);
+            }
+            if let Some(r) = &s.reconcile {
+                out.push(r.api.credential());
             }
         }
         out

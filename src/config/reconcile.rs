@@ -54,6 +54,22 @@ pub enum ReconcileApi {
 }
 
 impl ReconcileApi {
+    /// The API's credential (a token, an App's private key, a secret key).
+    pub fn credential(&self) -> &Secret {
+        match self {
+            ReconcileApi::GitHub {
+                auth: GitHubAuth::Token(t),
+                ..
+            } => t,
+            ReconcileApi::GitHub {
+                auth: GitHubAuth::App { private_key, .. },
+                ..
+            } => private_key,
+            ReconcileApi::Stripe { api_key, .. } => api_key,
+            ReconcileApi::Square { token, .. } => token,
+        }
+    }
+
     /// How long the provider keeps what its API lists.
     pub fn keeps(&self) -> Duration {
         match self {
