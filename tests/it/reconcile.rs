@@ -666,3 +666,68 @@ settle = "0s"
     assert!(auth.iter().all(|a| a == "Bearer sq_token"), "{auth:?}");
     gw.stop().await;
 }
+
+/// `hookgate reconcile` runs a pass through the admin API and says what it found;
+/// `--dry-run` recovers nothing, and `--json` is the API's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reconciles_a_source_and_says_what_it_found() {
+    let up = Upstream::ok().await;
+    let stripe = FakeStripe::start(STRIPE_KEY, &["invoice.paid"]).await;
+    let h = StoreHandle::new(Backend::Embedded);
+    let text = format!(
+        "{}\n{}",
+        h.toml(),
+        stripe_source("st_cli", &stripe.url, &up.url)
+    );
+    let gw = Gateway::start(config::from_toml_str(&text, &env).unwrap()).await;
+    wait_until("the pass at start", Duration::from_secs(10), async || {
+        !stripe.state.calls.seen().is_empty()
+    })
+    .await;
+    stripe.add(
+        "evt_cli_missed",
+        "invoice.paid",
+        false,
+        Duration::from_secs(600),
+    );
+    let cli = |args: &[&str]| {
+        let mut all = vec!["reconcile", "--admin-url", &gw.admin, "--source", "st_cli"];
+        all.extend_from_slice(args);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(&all)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = cli(&["--since", "1h", "--dry-run"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.starts_with("dry run: source st_cli (stripe)"), "{out}");
+    assert!(out.contains("stored 0, missing 1"), "{out}");
+    assert!(out.contains("1 would be admitted from the API"), "{out}");
+    assert!(out.contains("missing: evt_cli_missed"), "{out}");
+    assert!(entries_of(&gw, "st_cli", "evt_cli_missed").await.is_empty());
+    let (code, out, err) = cli(&["--since", "1h", "--json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("the API's answer");
+    assert_eq!(report["admitted"], 1, "{report}");
+    assert_eq!(entries_of(&gw, "st_cli", "evt_cli_missed").await.len(), 1);
+    // A source without [sources.reconcile] is refused, saying why.
+    let (code, _, err) = {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["reconcile", "--admin-url", &gw.admin, "--source", "nope"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no source \"nope\""), "{err}");
+    gw.stop().await;
+}
