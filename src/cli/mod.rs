@@ -295,7 +295,7 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
         if let Some(r) = &s.reconcile {
             outln!(
                 "    reconciled with {} at {} every {}, looking back {} (items younger than {} left to the provider)",
-                crate::reconcile::provider_of(&r.api),
+                r.api.provider().as_str(),
                 r.api_base,
                 humantime::format_duration(r.interval),
                 humantime::format_duration(r.lookback),

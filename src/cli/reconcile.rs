@@ -62,7 +62,7 @@ pub async fn reconcile(api: &ApiArgs, args: ReconcileArgs) -> anyhow::Result<()>
     )?;
     outln!("  stored {}, missing {}", r.stored, r.missing)?;
     let would = if r.dry_run { "would be " } else { "" };
-    if r.provider == "github" {
+    if r.provider == crate::config::ReconcileProvider::GitHub {
         outln!(
             "  {} {would}asked for again, {} redelivered, {} given up (asked {} times)",
             r.asked,

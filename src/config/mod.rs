@@ -41,7 +41,7 @@ pub use rate_limit::{RateLimit, RateLimitError};
 pub use raw::RawConfig;
 pub use reconcile::{
     DEFAULT_RECONCILE_INTERVAL, DEFAULT_RECONCILE_LOOKBACK, GitHubAuth, GitHubHook,
-    RECONCILE_PROVIDERS, ReconcileApi, ReconcileConfig,
+    RECONCILE_PROVIDERS, ReconcileApi, ReconcileConfig, ReconcileProvider,
 };
 pub use reload::ReloadRefused;
 pub use route::{

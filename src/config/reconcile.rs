@@ -54,6 +54,15 @@ pub enum ReconcileApi {
 }
 
 impl ReconcileApi {
+    /// Whose API it is.
+    pub fn provider(&self) -> ReconcileProvider {
+        match self {
+            ReconcileApi::GitHub { .. } => ReconcileProvider::GitHub,
+            ReconcileApi::Stripe { .. } => ReconcileProvider::Stripe,
+            ReconcileApi::Square { .. } => ReconcileProvider::Square,
+        }
+    }
+
     /// The API's credential (a token, an App's private key, a secret key).
     pub fn credential(&self) -> &Secret {
         match self {
@@ -102,6 +111,34 @@ impl ReconcileApi {
             ReconcileApi::Stripe { .. } => "https://api.stripe.com",
             ReconcileApi::Square { .. } => "https://connect.squareup.com",
         }
+    }
+}
+
+/// Whose API a reconciliation reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReconcileProvider {
+    #[default]
+    #[serde(rename = "github")]
+    GitHub,
+    Stripe,
+    Square,
+}
+
+impl ReconcileProvider {
+    /// Its name, as `provider` names it and the `provider` labels say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcileProvider::GitHub => "github",
+            ReconcileProvider::Stripe => "stripe",
+            ReconcileProvider::Square => "square",
+        }
+    }
+}
+
+impl std::fmt::Display for ReconcileProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -256,11 +293,91 @@ fn validate_api_base(key: &str, text: &str) -> Result<String, ConfigError> {
     Ok(url.as_str().trim_end_matches('/').to_string())
 }
 
+/// What differs between the events APIs (Stripe's, Square's): the provider's name,
+/// the key naming the webhook that calls the source, and the other provider's key.
+struct EventsApi {
+    name: &'static str,
+    which: &'static str,
+    other: &'static str,
+}
+
+impl EventsApi {
+    const STRIPE: EventsApi = EventsApi {
+        name: "Stripe",
+        which: "endpoint",
+        other: "subscription",
+    };
+    const SQUARE: EventsApi = EventsApi {
+        name: "Square",
+        which: "subscription",
+        other: "endpoint",
+    };
+}
+
+/// Check the keys of an events API's reconciliation: its credential (`api_key_*`)
+/// and the id of the webhook `api.which` that calls the source.
+/// `id` is the value of that key, `other` whether the other provider's key is set.
+fn events_api(
+    k: &dyn Fn(&str) -> String,
+    env: &dyn Fn(&str) -> Option<String>,
+    raw: &mut RawReconcile,
+    api: EventsApi,
+    id: Option<String>,
+    other: bool,
+) -> Result<(Secret, String), ConfigError> {
+    for (field, given) in [
+        ("hook", raw.hook.is_some()),
+        ("token_env", raw.token_env.is_some()),
+        ("token_file", raw.token_file.is_some()),
+        ("app_id", raw.app_id.is_some()),
+        ("private_key_file", raw.private_key_file.is_some()),
+        (api.other, other),
+    ] {
+        if given {
+            return Err(foreign(k, field, api.name));
+        }
+    }
+    let secret = credential(
+        k,
+        "api_key",
+        raw.api_key_env.take(),
+        raw.api_key_file.take(),
+        env,
+    )?
+    .ok_or_else(|| {
+        ConfigError::invalid(
+            k("api_key_env"),
+            format!(
+                "{}'s API needs a credential: api_key_env or api_key_file",
+                api.name
+            ),
+        )
+    })?;
+    let id = id
+        .map(|s| s.trim().to_string())
+        .filter(|s| {
+            !s.is_empty()
+                && s.len() <= 128
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+        })
+        .ok_or_else(|| {
+            ConfigError::invalid(
+                k(api.which),
+                format!(
+                    "the id of the {} webhook {} that calls this source (its event types and mode decide what it would have been sent)",
+                    api.name, api.which
+                ),
+            )
+        })?;
+    Ok((secret, id))
+}
+
 /// Validate `[sources.reconcile]` of a source of `provider`.
 pub(super) fn validate_reconcile(
     key: &dyn Fn(&str) -> String,
     provider: &str,
-    raw: RawReconcile,
+    mut raw: RawReconcile,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ReconcileConfig, ConfigError> {
     let k = |field: &str| key(&format!("reconcile.{field}"));
@@ -356,72 +473,18 @@ pub(super) fn validate_reconcile(
             }
             ReconcileApi::GitHub { hook, auth }
         }
-        "stripe" | "square" => {
-            let (name, which) = if provider == "stripe" {
-                ("Stripe", "endpoint")
-            } else {
-                ("Square", "subscription")
-            };
-            for (field, given) in [
-                ("hook", raw.hook.is_some()),
-                ("token_env", raw.token_env.is_some()),
-                ("token_file", raw.token_file.is_some()),
-                ("app_id", raw.app_id.is_some()),
-                ("private_key_file", raw.private_key_file.is_some()),
-                (
-                    if provider == "stripe" {
-                        "subscription"
-                    } else {
-                        "endpoint"
-                    },
-                    if provider == "stripe" {
-                        raw.subscription.is_some()
-                    } else {
-                        raw.endpoint.is_some()
-                    },
-                ),
-            ] {
-                if given {
-                    return Err(foreign(&k, field, name));
-                }
-            }
-            let secret = credential(&k, "api_key", raw.api_key_env, raw.api_key_file, env)?
-                .ok_or_else(|| {
-                    ConfigError::invalid(
-                        k("api_key_env"),
-                        format!("{name}'s API needs a credential: api_key_env or api_key_file"),
-                    )
-                })?;
-            let id = if provider == "stripe" {
-                raw.endpoint
-            } else {
-                raw.subscription
-            }
-            .map(|s| s.trim().to_string())
-            .filter(|s| {
-                !s.is_empty()
-                    && s.len() <= 128
-                    && s.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
-            })
-            .ok_or_else(|| {
-                ConfigError::invalid(
-                    k(which),
-                    format!(
-                        "the id of the {name} webhook {which} that calls this source (its event types and mode decide what it would have been sent)"
-                    ),
-                )
-            })?;
-            if provider == "stripe" {
-                ReconcileApi::Stripe {
-                    api_key: secret,
-                    endpoint: id,
-                }
-            } else {
-                ReconcileApi::Square {
-                    token: secret,
-                    subscription: id,
-                }
+        "stripe" => {
+            let (id, other) = (raw.endpoint.take(), raw.subscription.is_some());
+            let (api_key, endpoint) = events_api(&k, env, &mut raw, EventsApi::STRIPE, id, other)?;
+            ReconcileApi::Stripe { api_key, endpoint }
+        }
+        "square" => {
+            let (id, other) = (raw.subscription.take(), raw.endpoint.is_some());
+            let (token, subscription) =
+                events_api(&k, env, &mut raw, EventsApi::SQUARE, id, other)?;
+            ReconcileApi::Square {
+                token,
+                subscription,
             }
         }
         other => {

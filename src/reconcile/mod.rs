@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::config::{ReconcileApi, ReconcileConfig};
+use crate::config::{ReconcileApi, ReconcileConfig, ReconcileProvider};
 use crate::ingest::{self, fetched_entry, fetched_key};
 use crate::live::Live;
 use crate::store::{Accepted, Origin, ReconcileLease, Store, StoreError};
@@ -102,7 +102,7 @@ pub struct Reconciled {
 pub struct Report {
     pub source: String,
     /// `github`, `stripe` or `square`.
-    pub provider: String,
+    pub provider: ReconcileProvider,
     pub dry_run: bool,
     /// The window judged (unix ms): from `since` to `until` (younger items are left
     /// for the provider's own delivery).
@@ -278,7 +278,7 @@ impl Pass<'_> {
     fn label(&self) -> (String, String) {
         (
             self.source.name.clone(),
-            provider_of(&self.source.config.api).to_string(),
+            self.source.config.api.provider().as_str().to_string(),
         )
     }
 
@@ -317,7 +317,7 @@ impl Pass<'_> {
         origin: Origin,
         event_id: &str,
     ) -> Result<(), PassError> {
-        let provider = provider_of(&self.source.config.api);
+        let provider = self.source.config.api.provider().as_str();
         let note = match origin {
             Origin::Redelivered => format!(
                 "redelivered by {provider} at hookgate's request: reconciliation found the delivery missing"
@@ -420,15 +420,6 @@ pub(crate) struct Fetched {
     pub(crate) event_id: String,
     pub(crate) created_s: i64,
     pub(crate) body: bytes::Bytes,
-}
-
-/// The `provider` label of a reconciliation.
-pub fn provider_of(api: &ReconcileApi) -> &'static str {
-    match api {
-        ReconcileApi::GitHub { .. } => "github",
-        ReconcileApi::Stripe { .. } => "stripe",
-        ReconcileApi::Square { .. } => "square",
-    }
 }
 
 /// How a pass is asked for.
@@ -567,7 +558,7 @@ impl Reconciler {
         periodic: bool,
     ) -> Result<Report, RunError> {
         let now = self.clock.now_ms();
-        let provider = provider_of(&source.config.api);
+        let provider = source.config.api.provider();
         let lease = self
             .store
             .lease_reconcile(
@@ -620,7 +611,7 @@ impl Reconciler {
             state,
             report: Report {
                 source: source.name.clone(),
-                provider: provider.to_string(),
+                provider,
                 dry_run: ask.dry_run,
                 since: since_ms,
                 until: now - source.config.settle.as_millis() as i64,
@@ -685,7 +676,7 @@ impl Reconciler {
                 .increment(1);
                 tracing::warn!(
                     source = %source.name,
-                    provider,
+                    provider = provider.as_str(),
                     kind = e.kind(),
                     error = %e,
                     failures = state.failures,
