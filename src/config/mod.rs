@@ -19,6 +19,7 @@
 //! entry, the largest section; `route` one of its routes.
 
 mod defaults;
+mod destination;
 pub mod diff;
 mod durations;
 mod expect;
@@ -34,6 +35,10 @@ use defaults::DEFAULTS;
 pub use defaults::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUPE_TTL, DEFAULT_MAX_AGE,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,
+};
+pub use destination::{
+    AmqpDestination, Credentials, Destination, DestinationKind, NO_EVENT_TYPE, NatsDestination,
+    Template,
 };
 pub(crate) use durations::parse_duration;
 pub use expect::{EXPECT_WINDOW_MAX, EXPECT_WINDOW_MIN, Expect, Expectation};

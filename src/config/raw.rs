@@ -174,6 +174,16 @@ pub struct RawSource {
     pub destination_secret: Option<String>,
     #[serde(default)]
     pub destination_secret_env: Option<String>,
+    /// A queue destination's credentials, by reference: a NATS creds file, or the
+    /// variables holding a user and password, or a NATS token.
+    #[serde(default)]
+    pub destination_credentials_file: Option<String>,
+    #[serde(default)]
+    pub destination_user_env: Option<String>,
+    #[serde(default)]
+    pub destination_password_env: Option<String>,
+    #[serde(default)]
+    pub destination_token_env: Option<String>,
     #[serde(default)]
     pub dedupe_ttl: Option<String>,
     /// Overrides deep-merged into the provider spec before it is compiled, e.g.
@@ -305,6 +315,16 @@ pub struct RawRoute {
     pub destination_secret: Option<String>,
     #[serde(default)]
     pub destination_secret_env: Option<String>,
+    /// A queue destination's credentials, by reference: a NATS creds file, or the
+    /// variables holding a user and password, or a NATS token.
+    #[serde(default)]
+    pub destination_credentials_file: Option<String>,
+    #[serde(default)]
+    pub destination_user_env: Option<String>,
+    #[serde(default)]
+    pub destination_password_env: Option<String>,
+    #[serde(default)]
+    pub destination_token_env: Option<String>,
     /// Shorthand for `delivery.rate_limit`.
     #[serde(default)]
     pub rate_limit: Option<String>,

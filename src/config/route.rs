@@ -12,9 +12,10 @@ use super::defaults::{
     DEFAULT_CONCURRENCY, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_TIMEOUT,
 };
+use super::destination::{self, CredentialKeys, Credentials, Destination};
 use super::durations::parse_duration;
 use super::raw::{RawDelivery, RawOrder, RawRetry, RawRoute};
-use super::{ConfigError, RateLimit, Secret, redact_url};
+use super::{ConfigError, RateLimit, Secret};
 use crate::routing::filter::{Filter, RawFilter};
 use crate::transform::TransformConfig;
 
@@ -40,6 +41,10 @@ pub fn valid_route_name(name: &str) -> bool {
 pub struct RouteConfig {
     pub name: String,
     pub destination: String,
+    /// What `destination` is: an HTTP URL, a NATS subject, a RabbitMQ exchange.
+    pub target: Destination,
+    /// A queue destination's credentials.
+    pub credentials: Option<Credentials>,
     pub destination_secret: Option<Secret>,
     pub retry: RetryConfig,
     pub delivery: DeliveryConfig,
@@ -142,12 +147,17 @@ pub(super) fn default_route(
     key: &str,
     destination: String,
     destination_secret: Option<Secret>,
+    credentials: CredentialKeys,
     inherited: &Inherited<'_>,
     raw_order: Option<RawOrder>,
+    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<RouteConfig, ConfigError> {
+    let target = destination::parse(&format!("{key}.destination"), &destination)?;
     Ok(RouteConfig {
         name: DEFAULT_ROUTE.to_string(),
-        destination: destination_url(&format!("{key}.destination"), destination)?,
+        credentials: destination::credentials(key, target.kind(), credentials, env)?,
+        target,
+        destination,
         destination_secret,
         retry: retry(key, inherited.retry.clone())?,
         delivery: delivery(key, inherited.delivery.clone())?,
@@ -213,9 +223,23 @@ pub(super) fn routes(
         let filter = compile_filter(&rkey, r.filter.unwrap_or_default())?;
         let order = order(&rkey, r.order)?;
         let transform = transform(&rkey, r.transform, r.transform_output, r.transform_timeout)?;
+        let target = destination::parse(&format!("{rkey}.destination"), &r.destination)?;
+        let credentials = destination::credentials(
+            &rkey,
+            target.kind(),
+            CredentialKeys {
+                credentials_file: r.destination_credentials_file,
+                user_env: r.destination_user_env,
+                password_env: r.destination_password_env,
+                token_env: r.destination_token_env,
+            },
+            env,
+        )?;
         out.push(RouteConfig {
             name: r.name,
-            destination: destination_url(&format!("{rkey}.destination"), r.destination)?,
+            destination: r.destination,
+            target,
+            credentials,
             destination_secret,
             retry: retry(&rkey, r.retry.unwrap_or_default().over(inherited.retry))?,
             delivery: delivery(&rkey, raw_delivery.over(inherited.delivery))?,
@@ -284,24 +308,6 @@ fn transform(
 fn compile_filter(rkey: &str, raw: RawFilter) -> Result<Filter, ConfigError> {
     let fkey = format!("{rkey}.filter");
     Filter::compile(&fkey, &raw).map_err(|e| ConfigError::invalid(e.key, e.problem))
-}
-
-/// A destination URL: absolute http(s) with a host. Errors never show a password
-/// written in the URL.
-fn destination_url(key: &str, url: String) -> Result<String, ConfigError> {
-    let uri: http::Uri = url.parse().map_err(|_| {
-        ConfigError::invalid(key, format!("{:?} is not a valid URL", redact_url(&url)))
-    })?;
-    match uri.scheme_str() {
-        Some("http") | Some("https") if uri.host().is_some() => Ok(url),
-        _ => Err(ConfigError::invalid(
-            key,
-            format!(
-                "{:?} must be an absolute http:// or https:// URL",
-                redact_url(&url)
-            ),
-        )),
-    }
 }
 
 /// A `destination_secret` or `destination_secret_env` (at most one of them) under

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::defaults::DEFAULT_DEDUPE_TTL;
+use super::destination::CredentialKeys;
 use super::durations::parse_duration;
 use super::expect::Expectation;
 use super::raw::{OneOrMany, RawSource, RawSourceLimits};
@@ -411,12 +412,19 @@ pub(super) fn validate_source(
             &key_prefix,
             url,
             source_secret,
+            CredentialKeys {
+                credentials_file: raw.destination_credentials_file,
+                user_env: raw.destination_user_env,
+                password_env: raw.destination_password_env,
+                token_env: raw.destination_token_env,
+            },
             &route::Inherited {
                 retry: &raw_retry,
                 delivery: &raw_delivery,
                 destination_secret: None,
             },
             raw.order,
+            env,
         )?],
         (None, Some(routes)) => route::routes(
             &key_prefix,

@@ -20,7 +20,7 @@ use super::meters::DeliveryOutcome;
 use super::pace::Answer;
 use super::retry::Decision;
 use super::route::{Route, origin};
-use super::sender::{Message, Outcome};
+use super::sender::{Identity, Message, Outcome};
 use super::{Forwarder, meters, request};
 use crate::failure::Failure;
 use crate::store::{Attempt, Claim, Completion};
@@ -73,6 +73,13 @@ async fn send(
             headers,
             body,
             now_ms,
+            identity: Identity {
+                entry_id: entry.id.clone(),
+                source: route.source.clone(),
+                route: route.name.clone(),
+                generation: claim.delivery.budget_attempts,
+                event_type: entry.event_type.clone(),
+            },
         })
         .await
 }

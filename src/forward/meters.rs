@@ -118,8 +118,10 @@ impl RouteMeters {
 /// the HTTP status class of a delivery, or its failure's kind.
 pub fn result_of(outcome: &Outcome) -> DeliveryResult {
     match outcome {
-        Outcome::Delivered { status: Some(code) } => status_class(*code),
-        Outcome::Delivered { status: None } => DeliveryResult::Delivered,
+        Outcome::Delivered {
+            status: Some(code), ..
+        } => status_class(*code),
+        Outcome::Delivered { status: None, .. } => DeliveryResult::Delivered,
         failed => failed
             .kind()
             .map_or(DeliveryResult::OtherStatus, result_of_kind),
@@ -223,7 +225,11 @@ mod tests {
         assert_eq!(result_of_kind(Failure::Timeout).label(), "timeout");
         assert_eq!(result_of_kind(Failure::Tls).label(), "tls");
         assert_eq!(
-            result_of(&Outcome::Delivered { status: None }).label(),
+            result_of(&Outcome::Delivered {
+                status: None,
+                answer: None
+            })
+            .label(),
             "delivered"
         );
         assert_eq!(

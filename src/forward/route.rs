@@ -15,7 +15,7 @@ use super::meters::RouteMeters;
 use super::pace::Pace;
 use super::request;
 use super::retry::RetryPolicy;
-use super::sender::{self, Connections, Sender, SenderError, Settings};
+use super::sender::{self, Connections, Sender, SenderError};
 use crate::config::ForwarderConfig;
 use crate::header_policy::HeaderPolicy;
 use crate::transform::Transforms;
@@ -74,6 +74,17 @@ pub struct RouteError {
 /// The key of a destination's breaker, and how logs and metrics name a destination:
 /// `scheme://host:port` only. A `user:password@` in the URL never leaves the route.
 pub fn origin(url: &str) -> String {
+    // A NATS destination may list several servers: the first names it.
+    let first;
+    let url = match url.split_once("://") {
+        Some((scheme, rest)) if rest.split('/').next().is_some_and(|a| a.contains(',')) => {
+            let authority = rest.split('/').next().unwrap_or("");
+            let server = authority.split(',').next().unwrap_or("").trim();
+            first = format!("{scheme}://{server}");
+            first.as_str()
+        }
+        _ => url,
+    };
     match url.parse::<http::Uri>() {
         Ok(u) => {
             let host = u.host().unwrap_or("");
@@ -184,18 +195,11 @@ pub fn routes(
             {
                 return Ok(Arc::clone(old));
             }
-            let settings = Settings {
-                timeout: r.delivery.timeout,
-                connect_timeout: r.delivery.connect_timeout,
-            };
-            let sender =
-                sender::sender(&r.destination, settings, connections).map_err(|cause| {
-                    RouteError {
-                        source_name: s.name.clone(),
-                        route: r.name.clone(),
-                        cause,
-                    }
-                })?;
+            let sender = sender::sender(r, connections).map_err(|cause| RouteError {
+                source_name: s.name.clone(),
+                route: r.name.clone(),
+                cause,
+            })?;
             Ok(Arc::new(Route {
                 meters: RouteMeters::new(&s.name, &r.name, origin(&r.destination)),
                 source: s.name.clone(),
@@ -256,5 +260,11 @@ mod tests {
             "http://a.example:81"
         );
         assert_eq!(origin("http://[::1]:81/x"), "http://[::1]:81");
+        assert_eq!(origin("nats://a:4222,b:4222/x.y"), "nats://a:4222");
+        assert_eq!(origin("tls://a/x"), "tls://a");
+        assert_eq!(
+            origin("amqp://mq:5672/v?exchange=e&routing_key=k"),
+            "amqp://mq:5672"
+        );
     }
 }

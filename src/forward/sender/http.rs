@@ -94,7 +94,10 @@ impl Sender for HttpSender {
 pub fn of_status(code: u16, retry_after: Option<Duration>) -> Outcome {
     let failed = || Failed::new(Failure::Status(code), format!("HTTP {code}"));
     match code {
-        200..=299 => Outcome::Delivered { status: Some(code) },
+        200..=299 => Outcome::Delivered {
+            status: Some(code),
+            answer: None,
+        },
         429 | 503 => Outcome::SlowDown {
             failed: failed(),
             retry_after,
@@ -168,6 +171,13 @@ mod tests {
             headers: ::http::HeaderMap::new(),
             body: bytes::Bytes::from_static(b"{}"),
             now_ms: 0,
+            identity: super::super::Identity {
+                entry_id: "e".into(),
+                source: "s".into(),
+                route: "r".into(),
+                generation: 0,
+                event_type: None,
+            },
         }
     }
 
@@ -189,7 +199,10 @@ mod tests {
         for code in [200, 201, 204, 299] {
             assert_eq!(
                 of_status(code, None),
-                Outcome::Delivered { status: Some(code) }
+                Outcome::Delivered {
+                    status: Some(code),
+                    answer: None
+                }
             );
         }
         for code in [429, 503] {

@@ -1,9 +1,11 @@
 //! The delivery seam: how one message reaches a route's destination, whatever the
 //! destination is.
 //!
-//! A route holds one [`Sender`], made by [`sender`] from the destination's scheme
-//! (`http://` and `https://` today: [`http`]). The forwarder hands it a [`Message`]
-//! (the body and the delivery headers, already signed) and gets back a typed
+//! A route holds one [`Sender`], made by [`sender`] from the destination's kind:
+//! [`http`] (`http://`, `https://`), [`nats`] (NATS JetStream, `nats://`, `tls://`)
+//! and [`amqp`] (RabbitMQ, `amqp://`, `amqps://`). The forwarder hands it a
+//! [`Message`] (the body, the delivery headers already signed, and the delivery's
+//! [`Identity`], which a broker's subject and message id are made of) and gets back a typed
 //! [`Outcome`]: delivered, refused for good, asked to slow down, unavailable for
 //! now, unreachable, timed out. Each failed outcome carries a [`Failure`] kind and a
 //! log-safe detail: the retry policy, the breaker, the route's pace, the meters and
@@ -11,9 +13,14 @@
 //! particular to its destination (an HTTP status and `Retry-After`, a broker's
 //! acknowledgement) and turns it into an outcome; everything else (transforms,
 //! slots, breaker, retries, leases, recording) is the forwarder's and the same for
-//! every destination.
+//! every destination. A broker's connection is shared by every route that
+//! publishes there ([`Connections`]), and kept from one route table to the next.
+//! Another kind of destination (Kafka) is one more file here and one more arm of
+//! [`sender`].
 
+pub mod amqp;
 pub mod http;
+pub mod nats;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::config::{AmqpDestination, Credentials, Destination, NatsDestination, RouteConfig};
 use crate::failure::Failure;
 
 /// One delivery attempt as a destination receives it.
@@ -32,6 +40,31 @@ pub struct Message {
     pub body: Bytes,
     /// When the attempt started (unix ms): a `Retry-After` date is read against it.
     pub now_ms: i64,
+    /// Which delivery it is.
+    pub identity: Identity,
+}
+
+/// Which delivery a message is: what a broker's subject, routing key and message
+/// id are made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub entry_id: String,
+    pub source: String,
+    pub route: String,
+    /// The replay generation: the attempts made before the operator's last replay
+    /// of this delivery (0 until one). Every retry within one budget keeps it; a
+    /// replay changes it.
+    pub generation: u32,
+    pub event_type: Option<String>,
+}
+
+impl Identity {
+    /// `<entry id>:<route>:<replay generation>`: a broker's message id
+    /// (`Nats-Msg-Id`, AMQP `message_id`), the same for every retry of one
+    /// delivery and new at each replay.
+    pub fn message_id(&self) -> String {
+        format!("{}:{}:{}", self.entry_id, self.route, self.generation)
+    }
 }
 
 /// Why an attempt failed: the kind (what the forwarder decides by) and a short,
@@ -54,8 +87,12 @@ impl Failed {
 /// What one attempt produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// The destination took it (with the HTTP status, for an HTTP destination).
-    Delivered { status: Option<u16> },
+    /// The destination took it: with the HTTP status (an HTTP destination), or the
+    /// broker's answer (a stream and its sequence, a confirm).
+    Delivered {
+        status: Option<u16>,
+        answer: Option<String>,
+    },
     /// Refused for good: sending it again cannot help (a 4xx, a message too large).
     Refused(Failed),
     /// Asked to slow down (a 429 or a 503), maybe saying when to come back: the
@@ -94,7 +131,7 @@ impl Outcome {
     /// that answered (detail: the outcome is the type).
     pub fn status(&self) -> Option<u16> {
         match self {
-            Outcome::Delivered { status } => *status,
+            Outcome::Delivered { status, .. } => *status,
             other => other.kind().and_then(|k| k.status()),
         }
     }
@@ -150,11 +187,13 @@ pub struct Settings {
 }
 
 /// The connections senders share: one HTTP client (one pool of kept-alive
-/// connections) per connect timeout, kept from one route table to the next so that
-/// a reload does not drop them.
+/// connections) per connect timeout, and one connection per broker, kept from one
+/// route table to the next so that a reload does not drop them.
 #[derive(Clone, Default)]
 pub struct Connections {
     http: Arc<Mutex<HashMap<Duration, reqwest::Client>>>,
+    nats: Arc<Mutex<Vec<Arc<nats::Broker>>>>,
+    amqp: Arc<Mutex<Vec<Arc<amqp::Broker>>>>,
 }
 
 impl Connections {
@@ -168,22 +207,80 @@ impl Connections {
         clients.insert(connect_timeout, c.clone());
         Ok(c)
     }
+
+    /// The NATS broker `dest` and `credentials` name (connected on first use).
+    pub fn nats(
+        &self,
+        dest: &NatsDestination,
+        credentials: Option<&Credentials>,
+        connect_timeout: Duration,
+    ) -> Arc<nats::Broker> {
+        let mut brokers = self.nats.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = brokers.iter().find(|b| b.is(dest, credentials)) {
+            return b.clone();
+        }
+        let b = Arc::new(nats::Broker::new(dest, credentials, connect_timeout));
+        brokers.push(b.clone());
+        b
+    }
+
+    /// The RabbitMQ broker `dest` and `credentials` name (connected on first use).
+    pub fn amqp(
+        &self,
+        dest: &AmqpDestination,
+        credentials: Option<&Credentials>,
+        connect_timeout: Duration,
+    ) -> Arc<amqp::Broker> {
+        let mut brokers = self.amqp.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = brokers.iter().find(|b| b.is(dest, credentials)) {
+            return b.clone();
+        }
+        let b = Arc::new(amqp::Broker::new(dest, credentials, connect_timeout));
+        brokers.push(b.clone());
+        b
+    }
 }
 
-/// The sender of `destination`, chosen by its scheme.
+/// The sender of a route's destination, chosen by its kind.
 pub fn sender(
-    destination: &str,
-    settings: Settings,
+    route: &RouteConfig,
     connections: &Connections,
 ) -> Result<Arc<dyn Sender>, SenderError> {
-    let url = reqwest::Url::parse(destination).map_err(|e| SenderError::NotAUrl(Box::new(e)))?;
-    match url.scheme() {
-        "http" | "https" => Ok(Arc::new(http::HttpSender::new(
-            connections.http(settings.connect_timeout)?,
-            url,
-            settings.timeout,
-        ))),
-        other => Err(SenderError::Scheme(other.to_string())),
+    let settings = Settings {
+        timeout: route.delivery.timeout,
+        connect_timeout: route.delivery.connect_timeout,
+    };
+    match &route.target {
+        Destination::Http => {
+            let url = reqwest::Url::parse(&route.destination)
+                .map_err(|e| SenderError::NotAUrl(Box::new(e)))?;
+            match url.scheme() {
+                "http" | "https" => Ok(Arc::new(http::HttpSender::new(
+                    connections.http(settings.connect_timeout)?,
+                    url,
+                    settings.timeout,
+                ))),
+                other => Err(SenderError::Scheme(other.to_string())),
+            }
+        }
+        Destination::Nats(dest) => {
+            let broker =
+                connections.nats(dest, route.credentials.as_ref(), settings.connect_timeout);
+            Ok(Arc::new(nats::NatsSender::new(
+                broker,
+                dest.subject.clone(),
+                settings.timeout,
+            )))
+        }
+        Destination::Amqp(dest) => {
+            let broker =
+                connections.amqp(dest, route.credentials.as_ref(), settings.connect_timeout);
+            Ok(Arc::new(amqp::AmqpSender::new(
+                broker,
+                dest,
+                settings.timeout,
+            )))
+        }
     }
 }
 
@@ -191,46 +288,89 @@ pub fn sender(
 mod tests {
     use super::*;
 
-    fn settings() -> Settings {
-        Settings {
-            timeout: Duration::from_secs(1),
-            connect_timeout: Duration::from_secs(1),
+    /// The routes of a source whose routes deliver to `destinations`, the last one
+    /// with a connect timeout of 2s.
+    fn routes(destinations: &[&str]) -> Vec<RouteConfig> {
+        let mut toml = String::from(
+            "[[sources]]\nname = \"s\"\nprovider = \"stripe\"\nsecret = \"whsec_x\"\n",
+        );
+        for (i, d) in destinations.iter().enumerate() {
+            toml.push_str(&format!(
+                "[[sources.routes]]\nname = \"r{i}\"\ndestination = \"{d}\"\n"
+            ));
+            if d.starts_with("amqp") {
+                toml.push_str("destination_user_env = \"U\"\ndestination_password_env = \"P\"\n");
+            }
+        }
+        toml.push_str("[sources.routes.delivery]\nconnect_timeout = \"2s\"\n");
+        let env = |v: &str| Some(format!("{v}-value"));
+        crate::config::from_toml_str(&toml, &env).unwrap().sources[0]
+            .routes
+            .clone()
+    }
+
+    #[test]
+    fn the_kind_chooses_the_sender() {
+        let c = Connections::default();
+        for r in routes(&[
+            "http://127.0.0.1:1/x",
+            "https://example.invalid/x",
+            "nats://127.0.0.1:1/a.{source}",
+            "amqp://127.0.0.1:1/?exchange=x",
+        ]) {
+            assert!(sender(&r, &c).is_ok(), "{}", r.destination);
         }
     }
 
-    #[test]
-    fn the_scheme_chooses_the_sender() {
+    #[tokio::test]
+    async fn routes_share_their_connections() {
         let c = Connections::default();
-        assert!(sender("http://127.0.0.1:1/x", settings(), &c).is_ok());
-        assert!(sender("https://example.invalid/x", settings(), &c).is_ok());
-        assert!(matches!(
-            sender("ftp://example.invalid/x", settings(), &c),
-            Err(SenderError::Scheme(s)) if s == "ftp"
-        ));
-        let e = sender("http://u:S3cretPW@[::1", settings(), &c)
-            .err()
-            .unwrap();
-        assert!(matches!(e, SenderError::NotAUrl(_)));
-        assert!(!e.to_string().contains("S3cretPW"));
+        let rs = routes(&[
+            "http://a/",
+            "http://b/",
+            "nats://127.0.0.1:1/a",
+            "nats://127.0.0.1:1/b",
+            "nats://127.0.0.1:2/a",
+            "amqp://127.0.0.1:1/?exchange=x",
+            "amqp://127.0.0.1:1/?exchange=y",
+            "amqp://127.0.0.1:1/other?exchange=x",
+            "http://b/",
+        ]);
+        for r in &rs {
+            sender(r, &c).unwrap();
+        }
+        // One HTTP client per connect timeout, one broker per servers (NATS) or
+        // virtual host (RabbitMQ) and credentials.
+        assert_eq!(c.http.lock().unwrap().len(), 2);
+        assert_eq!(c.nats.lock().unwrap().len(), 2);
+        assert_eq!(c.amqp.lock().unwrap().len(), 2);
+        assert_eq!(c.amqp.lock().unwrap()[0].name(), "amqp://127.0.0.1:1");
     }
 
     #[test]
-    fn senders_with_one_connect_timeout_share_their_connections() {
-        let c = Connections::default();
-        let _ = sender("http://a/", settings(), &c);
-        let _ = sender("http://b/", settings(), &c);
-        let other = Settings {
-            connect_timeout: Duration::from_secs(2),
-            ..settings()
+    fn the_message_id_changes_with_a_replay_only() {
+        let mut id = Identity {
+            entry_id: "e1".into(),
+            source: "s".into(),
+            route: "r".into(),
+            generation: 0,
+            event_type: None,
         };
-        let _ = sender("http://b/", other, &c);
-        assert_eq!(c.http.lock().unwrap().len(), 2);
+        assert_eq!(id.message_id(), "e1:r:0");
+        id.generation = 3;
+        assert_eq!(id.message_id(), "e1:r:3");
     }
 
     #[test]
     fn only_a_destination_in_trouble_counts_against_it() {
         let f = |k| Failed::new(k, "x");
-        assert!(!Outcome::Delivered { status: Some(200) }.is_destination_failure());
+        assert!(
+            !Outcome::Delivered {
+                status: Some(200),
+                answer: None
+            }
+            .is_destination_failure()
+        );
         assert!(!Outcome::Refused(f(Failure::Status(422))).is_destination_failure());
         for o in [
             Outcome::SlowDown {

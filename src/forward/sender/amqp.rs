@@ -1,0 +1,349 @@
+//! The RabbitMQ (AMQP 0-9-1) sender: a persistent, `mandatory` publish to the
+//! route's exchange and routing key on a channel in confirm mode, classified by the
+//! broker's confirm into an [`Outcome`].
+//!
+//! RabbitMQ answers an unroutable mandatory message with a return and then a
+//! positive confirm; the two are correlated (the confirm carries the return), so an
+//! unroutable message is refused for good as `not-found` with the broker's reason,
+//! never delivered. A missing exchange closes the channel with 404: refused for
+//! good, `not-found`; the route's channel is opened again for the next message. A
+//! negative confirm (the broker could not store it) is unavailable and retried.
+//! Credentials refused → unavailable, `auth-refused`; the broker not reached or
+//! the connection lost → unreachable; no confirm within the route's timeout →
+//! timed out.
+//!
+//! Each message carries `message_id` = the delivery's identity
+//! (`<entry id>:<route>:<replay generation>`), `delivery_mode` 2 (persistent), the
+//! content type, the timestamp, and the delivery headers. At least once: a confirm
+//! lost in a crash means one more copy, which a consumer drops by `message_id`.
+//!
+//! One connection per broker (host, port, virtual host, credentials) is shared by
+//! every route that publishes there ([`Broker`]), each route on its own channel
+//! (a 404 closes only that route's channel); a connection or channel found closed
+//! is opened again by the next message, so both recover after a broker restart.
+//! `hookgate_broker_connected{kind="amqp",broker}` says whether it is connected.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+
+use super::{Failed, Message, Outcome, Sender};
+use crate::config::{AmqpDestination, Credentials, Template};
+use crate::failure::Failure;
+
+/// One RabbitMQ virtual host reached with one set of credentials, and the
+/// connection its routes share, opened on first use and again after it closed.
+pub struct Broker {
+    dest: AmqpDestination,
+    credentials: Option<Credentials>,
+    connect_timeout: Duration,
+    /// How logs and metrics name it: `amqp://host:port`.
+    name: String,
+    conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    connected: metrics::Gauge,
+}
+
+impl Broker {
+    pub fn new(
+        dest: &AmqpDestination,
+        credentials: Option<&Credentials>,
+        connect_timeout: Duration,
+    ) -> Broker {
+        let scheme = if dest.tls { "amqps" } else { "amqp" };
+        let host = if dest.host.contains(':') {
+            format!("[{}]", dest.host)
+        } else {
+            dest.host.clone()
+        };
+        let name = format!("{scheme}://{host}:{}", dest.port);
+        let connected = metrics::gauge!("hookgate_broker_connected", "kind" => "amqp", "broker" => name.clone());
+        connected.set(0.0);
+        Broker {
+            dest: dest.clone(),
+            credentials: credentials.cloned(),
+            connect_timeout,
+            name,
+            conn: tokio::sync::Mutex::new(None),
+            connected,
+        }
+    }
+
+    /// Whether this broker is the one `dest` and `credentials` name.
+    pub fn is(&self, dest: &AmqpDestination, credentials: Option<&Credentials>) -> bool {
+        self.dest.tls == dest.tls
+            && self.dest.host == dest.host
+            && self.dest.port == dest.port
+            && self.dest.vhost == dest.vhost
+            && self.credentials.as_ref() == credentials
+    }
+
+    /// How logs and metrics name it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The open connection, opening one when there is none or it closed.
+    async fn connection(&self) -> Result<Arc<Connection>, Failed> {
+        let mut conn = self.conn.lock().await;
+        if let Some(c) = conn.as_ref()
+            && c.status().connected()
+        {
+            return Ok(c.clone());
+        }
+        *conn = None;
+        self.connected.set(0.0);
+        let (username, password) = match &self.credentials {
+            Some(Credentials::UserPassword { user, password }) => {
+                (user.expose().to_string(), password.expose().to_string())
+            }
+            // (Configuration takes only a user and password for RabbitMQ.)
+            _ => ("guest".to_string(), "guest".to_string()),
+        };
+        let uri = AMQPUri {
+            scheme: if self.dest.tls {
+                AMQPScheme::AMQPS
+            } else {
+                AMQPScheme::AMQP
+            },
+            authority: AMQPAuthority {
+                userinfo: AMQPUserInfo { username, password },
+                host: self.dest.host.clone(),
+                port: self.dest.port,
+            },
+            vhost: self.dest.vhost.clone(),
+            query: AMQPQueryString {
+                heartbeat: Some(30),
+                ..AMQPQueryString::default()
+            },
+        };
+        crate::tls::install_provider();
+        let props = ConnectionProperties::default()
+            .with_connection_name(concat!("hookgate/", env!("CARGO_PKG_VERSION")).into());
+        let c =
+            match tokio::time::timeout(self.connect_timeout, Connection::connect_uri(uri, props))
+                .await
+            {
+                Ok(Ok(c)) => Arc::new(c),
+                Ok(Err(e)) => return Err(of_error(&e, Failure::Connect)),
+                Err(_) => {
+                    return Err(Failed::new(
+                        Failure::Timeout,
+                        "timeout: connecting to the broker",
+                    ));
+                }
+            };
+        tracing::info!(broker = %self.name, "connected to the RabbitMQ broker");
+        self.connected.set(1.0);
+        *conn = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Note that the connection was found broken: the gauge says so at once.
+    fn lost(&self, conn: &Connection) {
+        if !conn.status().connected() {
+            self.connected.set(0.0);
+        }
+    }
+}
+
+/// Publishes to one route's exchange and routing key, on the route's own channel.
+pub struct AmqpSender {
+    broker: Arc<Broker>,
+    exchange: String,
+    routing_key: Template,
+    timeout: Duration,
+    channel: tokio::sync::Mutex<Option<Channel>>,
+}
+
+impl AmqpSender {
+    pub fn new(broker: Arc<Broker>, dest: &AmqpDestination, timeout: Duration) -> AmqpSender {
+        AmqpSender {
+            broker,
+            exchange: dest.exchange.clone(),
+            routing_key: dest.routing_key.clone(),
+            timeout,
+            channel: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The route's channel in confirm mode, opened again when it closed.
+    async fn channel(&self) -> Result<(Arc<Connection>, Channel), Failed> {
+        let conn = self.broker.connection().await?;
+        let mut channel = self.channel.lock().await;
+        if let Some(ch) = channel.as_ref()
+            && ch.status().connected()
+        {
+            return Ok((conn, ch.clone()));
+        }
+        *channel = None;
+        let ch = match conn.create_channel().await {
+            Ok(ch) => ch,
+            Err(e) => {
+                self.broker.lost(&conn);
+                return Err(of_error(&e, Failure::Io));
+            }
+        };
+        if let Err(e) = ch.confirm_select(ConfirmSelectOptions::default()).await {
+            self.broker.lost(&conn);
+            return Err(of_error(&e, Failure::Io));
+        }
+        *channel = Some(ch.clone());
+        Ok((conn, ch))
+    }
+
+    async fn publish(&self, message: Message) -> Outcome {
+        let (conn, channel) = match self.channel().await {
+            Ok(c) => c,
+            Err(failed) => return outcome_of(failed),
+        };
+        let id = &message.identity;
+        let routing_key = self
+            .routing_key
+            .render(&id.source, &id.route, id.event_type.as_deref());
+        if routing_key.len() > 255 {
+            return Outcome::Refused(Failed::new(
+                Failure::TooLarge,
+                "too-large: the routing key is longer than 255 bytes",
+            ));
+        }
+        let mut headers = FieldTable::default();
+        let mut content_type = None;
+        for (name, value) in &message.headers {
+            if name == ::http::header::CONTENT_TYPE {
+                content_type = value.to_str().ok().map(ShortString::from);
+            }
+            headers.insert(
+                name.as_str().into(),
+                AMQPValue::LongString(LongString::from(value.as_bytes().to_vec())),
+            );
+        }
+        let mut properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(id.message_id().into())
+            .with_timestamp(u64::try_from(message.now_ms.div_euclid(1000)).unwrap_or(0))
+            .with_headers(headers);
+        if let Some(ct) = content_type {
+            properties = properties.with_content_type(ct);
+        }
+        let confirm = channel
+            .basic_publish(
+                self.exchange.as_str().into(),
+                routing_key.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                &message.body,
+                properties,
+            )
+            .await;
+        let confirmation = match confirm {
+            Ok(confirm) => confirm.await,
+            Err(e) => Err(e),
+        };
+        match confirmation {
+            Ok(Confirmation::Ack(None)) => Outcome::Delivered {
+                status: None,
+                answer: Some("confirmed".to_string()),
+            },
+            Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
+                Outcome::Refused(Failed::new(
+                    Failure::NotFound,
+                    format!(
+                        "not-found: unroutable, returned by the broker ({} {})",
+                        returned.reply_code,
+                        returned.reply_text.as_str()
+                    ),
+                ))
+            }
+            Ok(Confirmation::Nack(None)) => Outcome::Unavailable {
+                failed: Failed::new(Failure::Io, "io: the broker could not take it (nack)"),
+                retry_after: None,
+            },
+            Ok(Confirmation::NotRequested) => Outcome::Unreachable(Failed::new(
+                Failure::Io,
+                "io: the channel is not in confirm mode",
+            )),
+            Err(e) => {
+                self.broker.lost(&conn);
+                outcome_of(of_error(&e, Failure::Io))
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sender for AmqpSender {
+    async fn send(&self, message: Message) -> Outcome {
+        match tokio::time::timeout(self.timeout, self.publish(message)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::TimedOut(Failed::new(
+                Failure::Timeout,
+                format!(
+                    "timeout: no confirm within {}",
+                    humantime::format_duration(self.timeout)
+                ),
+            )),
+        }
+    }
+}
+
+/// What a lapin error means; `otherwise` is the kind of an I/O failure (`connect`
+/// while connecting, `io` after). The detail holds the broker's reply code and
+/// text, never a credential.
+fn of_error(e: &lapin::Error, otherwise: Failure) -> Failed {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(err) => {
+            let said = format!("{} {}", err.get_id(), err.get_message().as_str());
+            match err.kind() {
+                AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND) => Failed::new(
+                    Failure::NotFound,
+                    format!("not-found: the broker has no such exchange ({said})"),
+                ),
+                AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED) => Failed::new(
+                    Failure::AuthRefused,
+                    format!("auth-refused: the broker refused access ({said})"),
+                ),
+                AMQPErrorKind::Soft(AMQPSoftError::CONTENTTOOLARGE) => Failed::new(
+                    Failure::TooLarge,
+                    format!("too-large: the broker refused the message's size ({said})"),
+                ),
+                _ => Failed::new(
+                    Failure::Io,
+                    format!("io: the broker closed the channel ({said})"),
+                ),
+            }
+        }
+        lapin::ErrorKind::AuthProviderError(_) => Failed::new(
+            Failure::AuthRefused,
+            "auth-refused: the credentials cannot be used",
+        ),
+        lapin::ErrorKind::IOError(io) if otherwise == Failure::Connect => Failed::new(
+            Failure::Connect,
+            format!("connect: the broker cannot be reached ({})", io.kind()),
+        ),
+        _ => Failed::new(
+            otherwise,
+            format!("{otherwise}: the connection to the broker failed"),
+        ),
+    }
+}
+
+/// A failure before or during a publish as an outcome: no exchange and a size the
+/// broker refuses are final; refused credentials and the rest are retried.
+fn outcome_of(failed: Failed) -> Outcome {
+    match failed.kind {
+        Failure::NotFound | Failure::TooLarge => Outcome::Refused(failed),
+        Failure::AuthRefused => Outcome::Unavailable {
+            failed,
+            retry_after: None,
+        },
+        Failure::Timeout => Outcome::TimedOut(failed),
+        _ => Outcome::Unreachable(failed),
+    }
+}
