@@ -40,6 +40,7 @@ mod limits;
 mod lines;
 mod logs;
 mod model;
+mod nats_destination;
 mod observe;
 mod operate;
 mod ordered;
