@@ -119,6 +119,7 @@ async fn main() {
                             failure: None,
                             error: None,
                             latency_ms: 1,
+                            answer: None,
                         };
                         store
                             .complete(&c, &worker, Completion::Delivered { attempt }, now)

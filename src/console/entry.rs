@@ -342,7 +342,7 @@ fn render(
                     @for a in &d.attempt_log {
                         // Failed: a kind was recorded (or, for an attempt recorded before
                         // kinds were, an error or a status outside 2xx).
-                        @let ok = a.failure.is_none() && a.error.is_none() && a.status_code.is_some_and(|c| (200..300).contains(&c));
+                        @let ok = a.failure.is_none() && a.error.is_none() && (a.answer.is_some() || a.status_code.is_some_and(|c| (200..300).contains(&c)));
                         li class={ "event " (if ok { "ok" } else { "failed" }) } {
                             span.when { (format::rfc3339(&a.at)) }
                             span.what {
@@ -354,7 +354,7 @@ fn render(
                                 @match (a.status_code, &a.error) {
                                     (_, Some(e)) => span.result { (e) },
                                     (Some(c), None) => span.result { "HTTP " (c) },
-                                    (None, None) => span.result { "no answer" },
+                                    (None, None) => span.result { (a.answer.as_deref().unwrap_or("no answer")) },
                                 }
                             }
                             span.latency { (a.latency_ms) " ms" }

@@ -250,6 +250,7 @@ async fn cancelled(
         failure: Some(Failure::Cancelled),
         error: Some("cancelled: the entry was discarded".into()),
         latency_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        answer: None,
     };
     trace_attempt(
         fwd,
@@ -456,6 +457,7 @@ fn transform_failed(
         failure: kind,
         error: Some(reason.clone()),
         latency_ms: 0,
+        answer: None,
     };
     Completion::Dead {
         attempt: Some(attempt),
@@ -514,6 +516,10 @@ async fn record(
         failure: outcome.kind(),
         error,
         latency_ms,
+        answer: match outcome {
+            Outcome::Delivered { answer, .. } => answer.clone(),
+            _ => None,
+        },
     };
     // The budget counts from arrival, or from the last replay.
     let decision = route.policy.decide(

@@ -103,6 +103,10 @@ pub struct Attempt {
     pub failure: Option<String>,
     pub error: Option<String>,
     pub latency_ms: u64,
+    /// What a queue destination answered when it took the message (a stream and its
+    /// sequence, a confirm).
+    #[serde(default)]
+    pub answer: Option<String>,
 }
 
 /// An operator's action on an entry (replay or discard).

@@ -81,6 +81,7 @@ pub async fn entry_detail(ops: &Operations, id: &str) -> Result<EntryDetail, OpE
                 failure: a.failure.map(|f| f.name()),
                 error: a.error,
                 latency_ms: a.latency_ms,
+                answer: a.answer,
             })
             .collect(),
         audit: audit

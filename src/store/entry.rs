@@ -302,6 +302,10 @@ pub struct Attempt {
     /// What went wrong, for people, when there was no status to say it.
     pub error: Option<String>,
     pub latency_ms: u64,
+    /// What a queue destination answered, when it took the message: the stream
+    /// and its sequence (NATS JetStream), `confirmed` (RabbitMQ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 fn default_route() -> String {

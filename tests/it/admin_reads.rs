@@ -70,6 +70,7 @@ async fn listings_and_id_pages_agree(store: &dyn Store) {
                 failure: Some(hookgate::failure::Failure::Status(404)),
                 error: None,
                 latency_ms: 3,
+                answer: None,
             }),
             reason: "HTTP 404".into(),
         };

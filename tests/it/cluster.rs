@@ -143,6 +143,7 @@ fn answered(c: &hookgate::store::Claim, code: u16) -> Attempt {
         failure: None,
         error: None,
         latency_ms: 3,
+        answer: None,
     }
 }
 

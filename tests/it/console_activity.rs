@@ -77,6 +77,7 @@ fn attempt(at: i64, code: Option<u16>, error: Option<&str>) -> Attempt {
         },
         error: error.map(str::to_string),
         latency_ms: 40,
+        answer: None,
     }
 }
 

@@ -594,6 +594,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
                 failure: None,
                 error: None,
                 latency_ms: 7,
+                answer: None,
             }
         );
     }
@@ -637,7 +638,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
     let first = snapshot(&*store, &fx).await;
     store.close().await;
     drop(store);
-    assert_eq!(schema_version(&data), 9, "migrated to the latest schema");
+    assert_eq!(schema_version(&data), 10, "migrated to the latest schema");
 
     // A second open migrates nothing more.
     let store = h.open().await;
@@ -685,6 +686,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
                 failure: None,
                 error: None,
                 latency_ms: 3,
+                answer: None,
             },
         };
         assert!(store.complete(c, "w", done, t).await.unwrap());
@@ -710,7 +712,7 @@ async fn a_store_written_before_routes_opens_with_one_default_delivery_per_entry
         0
     );
     store.close().await;
-    assert_eq!(schema_version(&data), 9, "migrated to the latest schema");
+    assert_eq!(schema_version(&data), 10, "migrated to the latest schema");
 }
 
 /// The stored entry `id`, which must exist.

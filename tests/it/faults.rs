@@ -26,6 +26,7 @@ fn delivered(n: u32) -> Completion {
             failure: None,
             error: None,
             latency_ms: 1,
+            answer: None,
         },
     }
 }

@@ -228,6 +228,21 @@ async fn a_replay_is_published_again_under_a_new_message_id() {
         Some(format!("{entry}:q:0"))
     );
     let admin = Admin::at(&gw.admin);
+    let answered = wait_until_ok(
+        "the stream's answer recorded",
+        Duration::from_secs(10),
+        async || {
+            let (_, e) = admin
+                .call("GET", &format!("/admin/entries/{entry}"), None)
+                .await;
+            match e["attempt_log"][0]["answer"].as_str() {
+                Some(a) => Ok(a.to_string()),
+                None => Err(e.to_string()),
+            }
+        },
+    )
+    .await;
+    assert_eq!(answered, "stream HOOKS seq 1");
     let (st, v) = admin
         .call("POST", &format!("/admin/entries/{entry}/replay"), None)
         .await;

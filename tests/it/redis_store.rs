@@ -509,6 +509,7 @@ pub(crate) async fn deliver_old_pending(
                 failure: None,
                 error: None,
                 latency_ms: 1,
+                answer: None,
             };
             let done = Completion::Delivered { attempt };
             assert!(store.complete(&claim, "w", done, t).await.unwrap());

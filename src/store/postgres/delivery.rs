@@ -221,6 +221,7 @@ pub(super) async fn complete_row(
     let error = attempt.and_then(|a| a.error.clone());
     let failure = attempt.and_then(|a| a.failure).map(|f| f.name());
     let latency = attempt.map(|a| i64::try_from(a.latency_ms).unwrap_or(i64::MAX));
+    let answer = attempt.and_then(|a| a.answer.clone());
     let row = c
         .query_one_cached(
             "WITH upd AS (
@@ -239,8 +240,8 @@ pub(super) async fn complete_row(
                  RETURNING 1),
              att AS (
                  INSERT INTO attempts (entry_id, route, n, at, status_code, error, latency_ms,
-                                       failure)
-                 SELECT $6, $7, $9, $10, $11, $12, $13, $19
+                                       failure, answer)
+                 SELECT $6, $7, $9, $10, $11, $12, $13, $19, $20
                  WHERE $9::int4 IS NOT NULL
                    AND (EXISTS (SELECT 1 FROM upd) OR EXISTS (SELECT 1 FROM disc))
                  ON CONFLICT DO NOTHING),
@@ -272,6 +273,7 @@ pub(super) async fn complete_row(
                 &delivered,
                 &failed,
                 &failure,
+                &answer,
             ],
         )
         .await?;

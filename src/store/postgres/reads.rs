@@ -192,7 +192,7 @@ pub(super) async fn count_status(
 
 pub(super) async fn attempts(c: &impl GenericClient, id: &str) -> Result<Vec<Attempt>, StoreError> {
     Ok(c.query_cached(
-        "SELECT route, n, at, status_code, error, latency_ms, failure FROM attempts
+        "SELECT route, n, at, status_code, error, latency_ms, failure, answer FROM attempts
              WHERE entry_id = $1 ORDER BY at, route, n",
         &[&id],
     )
@@ -211,6 +211,7 @@ pub(super) async fn attempts(c: &impl GenericClient, id: &str) -> Result<Vec<Att
             .get::<_, Option<i64>>(5)
             .and_then(|l| u64::try_from(l).ok())
             .unwrap_or(0),
+        answer: r.get(7),
     })
     .collect())
 }

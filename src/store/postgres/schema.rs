@@ -23,7 +23,14 @@ use crate::store::{Backend, StoreError};
 /// 8. The route registry ([`V8`]).
 /// 9. The failure kind of each attempt and of a delivery's last ([`V9`]).
 /// 10. How each entry came, and reconciliation's leases and states ([`V10`]).
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
+/// 11. A broker's answer to each attempt ([`V11`]).
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
+
+/// What a queue destination answered an attempt (a stream and its sequence, a
+/// confirm). Attempts recorded before have none.
+const V11: &str = r#"
+ALTER TABLE attempts ADD COLUMN answer TEXT;
+"#;
 
 /// How an entry came (`store::Origin`, by its name): `received` for every entry
 /// stored before. (A column with a constant default rewrites no row.) `reconcile`

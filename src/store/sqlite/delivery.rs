@@ -196,8 +196,8 @@ fn lease(
 fn insert_attempt(conn: &Connection, id: &str, route: &str, a: &Attempt) -> Result<(), StoreError> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO attempts (entry_id, route, n, at, status_code, error, latency_ms,
-                                         failure)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                                         failure, answer)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         id,
@@ -207,7 +207,8 @@ fn insert_attempt(conn: &Connection, id: &str, route: &str, a: &Attempt) -> Resu
         a.status_code,
         a.error,
         i64::try_from(a.latency_ms).unwrap_or(i64::MAX),
-        a.failure.map(|f| f.name())
+        a.failure.map(|f| f.name()),
+        a.answer
     ])?;
     Ok(())
 }

@@ -386,7 +386,7 @@ pub(super) fn paused(conn: &Connection) -> Result<Vec<PauseTarget>, StoreError> 
 /// number).
 pub(super) fn attempts(conn: &Connection, id: &str) -> Result<Vec<Attempt>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT route, n, at, status_code, error, latency_ms, failure FROM attempts
+        "SELECT route, n, at, status_code, error, latency_ms, failure, answer FROM attempts
          WHERE entry_id = ?1 ORDER BY at, route, n",
     )?;
     let rows = stmt
@@ -399,6 +399,7 @@ pub(super) fn attempts(conn: &Connection, id: &str) -> Result<Vec<Attempt>, Stor
                 failure: crate::failure::stored(r.get::<_, Option<String>>(6)?.as_deref()),
                 error: r.get(4)?,
                 latency_ms: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
+                answer: r.get(7)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -608,6 +609,7 @@ mod tests {
                 failure: None,
                 error: None,
                 latency_ms: 1,
+                answer: None,
             },
         };
         let finished = crate::store::Finished::of(&claim);

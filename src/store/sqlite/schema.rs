@@ -26,6 +26,7 @@ pub(super) const DB_FILE: &str = "hookgate.db";
 /// 7. Leaner line indexes ([`LEAN_LINES`]).
 /// 8. The failure kind of each attempt, and of a delivery's last ([`FAILURE_KINDS`]).
 /// 9. How each entry came, and reconciliation's leases and states ([`ORIGINS`]).
+/// 10. A broker's answer to each attempt ([`ANSWERS`]).
 const MIGRATIONS: &[&str] = &[
     V1_ENTRIES,
     ROUTES,
@@ -36,7 +37,14 @@ const MIGRATIONS: &[&str] = &[
     LEAN_LINES,
     FAILURE_KINDS,
     ORIGINS,
+    ANSWERS,
 ];
+
+/// What a queue destination answered an attempt (a stream and its sequence, a
+/// confirm): what the console and the API show. Attempts recorded before have none.
+const ANSWERS: &str = r#"
+ALTER TABLE attempts ADD COLUMN answer TEXT;
+"#;
 
 /// How an entry came (`store::Origin`, by its name): `received` for every entry
 /// stored before (a column with a constant default rewrites no row). A release that

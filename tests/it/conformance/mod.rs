@@ -146,6 +146,7 @@ pub(crate) fn attempt(n: u32, at: i64, status_code: Option<u16>) -> Attempt {
         failure: None,
         error: None,
         latency_ms: 12,
+        answer: None,
     }
 }
 
@@ -288,6 +289,7 @@ pub(crate) fn route_attempt(route: &str, n: u32, at: i64, status_code: Option<u1
         failure: None,
         error: None,
         latency_ms: 9,
+        answer: None,
     }
 }
 

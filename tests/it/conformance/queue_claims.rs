@@ -56,6 +56,32 @@ for_each_fresh_store!(
     super::delivered_completion_ends_the_entry
 );
 
+/// A queue destination's answer (no HTTP status) is kept with its attempt, and an
+/// attempt without one reads back without one.
+async fn a_brokers_answer_is_kept_with_its_attempt(store: &dyn Store) {
+    let (id, t, c) = accepted_and_claimed(store, "k-answer").await;
+    let mut published = attempt(1, t, None);
+    published.answer = Some("stream HOOKS seq 7 (duplicate)".into());
+    let done = Completion::Delivered {
+        attempt: published.clone(),
+    };
+    assert!(store.complete(&c, "w1", done, t + 5).await.unwrap());
+    assert_eq!(stored(store, &id).await.status, Status::Delivered);
+    assert_eq!(store.attempts(&id).await.unwrap(), vec![published]);
+    let (other, t, c) = accepted_and_claimed(store, "k-plain").await;
+    assert!(
+        store
+            .complete(&c, "w1", delivered_at(t), t + 5)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.attempts(&other).await.unwrap()[0].answer, None);
+}
+for_each_fresh_store!(
+    a_brokers_answer_is_kept_with_its_attempt,
+    super::a_brokers_answer_is_kept_with_its_attempt
+);
+
 async fn claims_hand_out_each_entry_once(store: &dyn Store) {
     let mut ids = Vec::new();
     for key in ["a", "b", "c"] {

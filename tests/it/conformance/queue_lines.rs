@@ -48,6 +48,7 @@ fn attempt(c: &Claim, at: i64, status_code: u16) -> Attempt {
         failure: None,
         error: None,
         latency_ms: 3,
+        answer: None,
     }
 }
 

@@ -391,6 +391,7 @@ async fn attempts_in_order(store: &dyn Store) {
             failure: Some(Failure::Connect),
             error: Some("connect timeout".into()),
             latency_ms: 5_000,
+            answer: None,
         },
         Attempt {
             route: "default".into(),
@@ -400,6 +401,7 @@ async fn attempts_in_order(store: &dyn Store) {
             failure: Some(Failure::Status(502)),
             error: None,
             latency_ms: 40,
+            answer: None,
         },
         Attempt {
             route: "default".into(),
@@ -409,6 +411,7 @@ async fn attempts_in_order(store: &dyn Store) {
             failure: Some(Failure::Status(500)),
             error: Some("body read failed".into()),
             latency_ms: 7,
+            answer: None,
         },
     ];
     let mut now = t;

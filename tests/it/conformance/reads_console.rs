@@ -21,6 +21,7 @@ fn failed(route: &str, at: i64, code: u16) -> Attempt {
         failure: None,
         error: None,
         latency_ms: 3,
+        answer: None,
     }
 }
 

@@ -123,6 +123,7 @@ pub fn attempt(route: usize, n: u32, at: i64, status_code: u16) -> hookgate::sto
             .then_some(hookgate::failure::Failure::Status(status_code)),
         error: None,
         latency_ms: 1,
+        answer: None,
     }
 }
 

@@ -181,6 +181,7 @@ fn only_a_lease_that_holds_a_line_back_is_kept_apart() {
             failure: None,
             error: None,
             latency_ms: 1,
+            answer: None,
         },
     };
     assert!(complete(&tx, &Finished::of(&head[0]), &delivered, 2_100).unwrap());
