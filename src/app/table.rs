@@ -168,7 +168,8 @@ impl Compiler {
                     s.routes.iter().map(|r| crate::operations::CatalogRoute {
                         source: s.name.clone(),
                         route: r.name.clone(),
-                        destination: crate::config::redact_url(&r.destination),
+                        destination: r.shown_destination(),
+                        kind: r.target.kind().as_str(),
                     })
                 })
                 .collect(),
@@ -266,6 +267,7 @@ pub struct Tables {
 impl Tables {
     /// The swap point, `first` in force.
     pub fn new(first: Table) -> Arc<Tables> {
+        forward::destinations::log_checks(&first.forward.routes);
         let (changes, _) = watch::channel(first.loaded.generation);
         Arc::new(Tables {
             current: ArcSwap::from_pointee(first),
@@ -280,6 +282,15 @@ impl Tables {
 
     /// Put `next` in force.
     pub fn swap(&self, next: Table) {
+        let before = self.current.load();
+        let new: Vec<_> = next
+            .forward
+            .routes
+            .iter()
+            .filter(|r| !before.forward.routes.iter().any(|b| Arc::ptr_eq(b, r)))
+            .cloned()
+            .collect();
+        forward::destinations::log_checks(&new);
         let generation = next.loaded.generation;
         self.current.store(Arc::new(next));
         self.changes.send_replace(generation);

@@ -55,7 +55,7 @@ pub enum Command {
         url: String,
     },
     /// Validate the configuration and print what it resolves to (never secrets).
-    CheckConfig(ConfigArg),
+    CheckConfig(CheckConfigArgs),
     /// Print the headers (and the body, when the provider keeps signed values in it)
     /// and a curl line that a provider would send for a body.
     Sign(SignArgs),
@@ -151,6 +151,17 @@ pub struct ConfigArg {
 }
 
 #[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Also ask each queue destination's broker whether the destination exists and
+    /// takes a publish (a dry one: nothing is delivered), and what it keeps that
+    /// bears on the route (a stream's duplicate window). Exits 1 when one does not.
+    #[arg(long)]
+    pub connect: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArg,
@@ -163,7 +174,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(a) => serve(a).await,
         Command::Healthcheck { url } => healthcheck(&url).await,
-        Command::CheckConfig(a) => check_config(a),
+        Command::CheckConfig(a) => check_config(a).await,
         Command::Sign(a) => sign::run(a),
         Command::Providers(a) => providers(a),
         Command::Transform { cmd } => transform::run(cmd).await,
@@ -234,8 +245,8 @@ async fn healthcheck(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check_config(a: ConfigArg) -> anyhow::Result<()> {
-    let path = config::config_path(a.config.as_deref());
+async fn check_config(a: CheckConfigArgs) -> anyhow::Result<()> {
+    let path = config::config_path(a.config.config.as_deref());
     let cfg = config::load(path.as_deref()).context(InvalidConfiguration)?;
     let registry = app::registry(&cfg)?;
     app::build_sources(&cfg, &registry, &body_budget(&cfg)).context(InvalidConfiguration)?;
@@ -304,9 +315,10 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
         }
         for r in &s.routes {
             outln!(
-                "    route {:<14} destination={} retry={}x/{}{}{}",
+                "    route {:<14} destination={} ({}) retry={}x/{}{}{}",
                 r.name,
                 config::redact_url(&r.destination),
+                r.target.kind().as_str(),
                 r.retry.max_attempts,
                 humantime::format_duration(r.retry.max_age),
                 r.delivery
@@ -324,6 +336,29 @@ fn check_config(a: ConfigArg) -> anyhow::Result<()> {
     print_unsigned(&app::unsigned_values(&cfg, &registry)?)?;
     for w in app::store_warnings(&cfg) {
         outln!("warning: {w}")?;
+    }
+    if a.connect {
+        let checks = crate::forward::destinations::check_all(&cfg.sources).await;
+        let mut failed = 0;
+        for c in &checks {
+            outln!(
+                "destination {}/{} ({}): {}",
+                c.source,
+                c.route,
+                c.broker,
+                if c.check.ok { "ok" } else { "NOT READY" }
+            )?;
+            for f in &c.check.facts {
+                outln!("    {f}")?;
+            }
+            for w in &c.check.warnings {
+                outln!("warning: source {} route {}: {w}", c.source, c.route)?;
+            }
+            failed += usize::from(!c.check.ok);
+        }
+        if failed > 0 {
+            anyhow::bail!("{failed} queue destination(s) not ready");
+        }
     }
     outln!("ok")?;
     Ok(())

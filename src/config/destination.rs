@@ -228,16 +228,19 @@ impl Template {
         out
     }
 
-    /// The template with each placeholder as a one-token wildcard (`*`): the
-    /// subjects it can make, as a stream's subject filter reads them.
-    pub fn wildcard(&self) -> String {
-        self.parts
-            .iter()
-            .map(|p| match p {
-                Part::Text(t) => t.as_str(),
-                _ => "*",
-            })
-            .collect()
+    /// The subjects one route of one source can make, as a stream's subject filter
+    /// reads them: `{event_type}` as a one-token wildcard (`*`).
+    pub fn filter(&self, source: &str, route: &str) -> String {
+        let mut out = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Text(t) => out.push_str(t),
+                Part::Source => escape_token(source, &mut out),
+                Part::Route => escape_token(route, &mut out),
+                Part::EventType => out.push('*'),
+            }
+        }
+        out
     }
 }
 
@@ -546,7 +549,7 @@ mod tests {
     fn a_value_is_one_token_whatever_it_holds() {
         let t = Template::parse("webhooks.{source}.{event_type}").unwrap();
         assert!(t.reads_event_type() && !t.is_fixed());
-        assert_eq!(t.wildcard(), "webhooks.*.*");
+        assert_eq!(t.filter("shop", "r"), "webhooks.shop.*");
         assert_eq!(
             t.render("stripe", "r", Some("invoice.paid")),
             "webhooks.stripe.invoice%2Epaid"

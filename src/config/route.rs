@@ -19,6 +19,20 @@ use super::{ConfigError, RateLimit, Secret};
 use crate::routing::filter::{Filter, RawFilter};
 use crate::transform::TransformConfig;
 
+impl RouteConfig {
+    /// The destination as the API, the console and logs show it: an HTTP URL with
+    /// its userinfo and query redacted; a queue destination as written (it holds
+    /// no credential: configuration refuses one, and its query is the exchange and
+    /// routing key).
+    pub fn shown_destination(&self) -> String {
+        if self.target.kind().is_broker() {
+            self.destination.clone()
+        } else {
+            super::redact_url(&self.destination)
+        }
+    }
+}
+
 /// The name of the one route of a source configured with `destination`, and of the
 /// route every entry stored before routes existed is delivered through.
 pub const DEFAULT_ROUTE: &str = "default";

@@ -207,6 +207,12 @@ pub fn register_metrics(sources: &[SourceRoutes], destinations: &[String]) {
     }
     for d in destinations {
         gauge!("hookgate_circuit_breaker_state", "destination" => d.clone()).increment(0.0);
+        let kind = match d.split_once("://").map(|(scheme, _)| scheme) {
+            Some("nats" | "tls") => "nats",
+            Some("amqp" | "amqps") => "amqp",
+            _ => continue,
+        };
+        gauge!("hookgate_broker_connected", "kind" => kind, "broker" => d.clone()).increment(0.0);
     }
 }
 

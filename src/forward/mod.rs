@@ -24,6 +24,7 @@ mod admission;
 mod ahead;
 pub mod breaker;
 mod deliver;
+pub mod destinations;
 mod heartbeat;
 mod maintenance;
 mod meters;

@@ -63,6 +63,22 @@ impl RetryPolicy {
         self.base.saturating_mul(factor).min(self.cap)
     }
 
+    /// The longest a delivery's last retry can come after its first attempt, each
+    /// attempt taking up to `timeout`: every backoff at its ceiling, within
+    /// `max_age`. (A pause or an open breaker can hold a retry longer.)
+    pub fn span(&self, timeout: Duration) -> Duration {
+        let mut total = Duration::ZERO;
+        for retry in 1..self.max_attempts {
+            total = total
+                .saturating_add(self.ceiling(retry))
+                .saturating_add(timeout);
+            if total >= self.max_age {
+                return self.max_age;
+            }
+        }
+        total.min(self.max_age)
+    }
+
     /// The delay before retry number `retry`; `jitter` is uniform in `[0, 1)`.
     pub fn delay(&self, retry: u32, retry_after: Option<Duration>, jitter: f64) -> Duration {
         let jitter = if jitter.is_finite() {
@@ -176,6 +192,24 @@ mod tests {
 
     fn timeout() -> Outcome {
         Outcome::TimedOut(Failed::new(Failure::Timeout, "timeout after 10s"))
+    }
+
+    #[test]
+    fn the_span_is_every_backoff_at_its_ceiling_within_max_age() {
+        let short = RetryPolicy {
+            max_attempts: 4,
+            max_age: Duration::from_secs(3600),
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(3),
+        };
+        // Retries 1, 2, 3 wait at most 1 s, 2 s and 3 s; each attempt takes up to 1 s.
+        assert_eq!(short.span(Duration::from_secs(1)), Duration::from_secs(9));
+        let one = RetryPolicy {
+            max_attempts: 1,
+            ..short
+        };
+        assert_eq!(one.span(Duration::from_secs(1)), Duration::ZERO);
+        assert_eq!(policy().span(Duration::from_secs(10)), policy().max_age);
     }
 
     #[test]

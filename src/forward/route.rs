@@ -88,7 +88,15 @@ pub fn origin(url: &str) -> String {
     match url.parse::<http::Uri>() {
         Ok(u) => {
             let host = u.host().unwrap_or("");
-            match u.port_u16() {
+            // A broker's default port is named, so that the breaker and the broker's
+            // connection gauge name one broker alike.
+            let default = match u.scheme_str() {
+                Some("nats" | "tls") => Some(4222),
+                Some("amqp") => Some(5672),
+                Some("amqps") => Some(5671),
+                _ => None,
+            };
+            match u.port_u16().or(default) {
                 Some(port) => format!("{}://{host}:{port}", u.scheme_str().unwrap_or("http")),
                 None => format!("{}://{host}", u.scheme_str().unwrap_or("http")),
             }
@@ -261,7 +269,8 @@ mod tests {
         );
         assert_eq!(origin("http://[::1]:81/x"), "http://[::1]:81");
         assert_eq!(origin("nats://a:4222,b:4222/x.y"), "nats://a:4222");
-        assert_eq!(origin("tls://a/x"), "tls://a");
+        assert_eq!(origin("tls://a/x"), "tls://a:4222");
+        assert_eq!(origin("amqps://mq/?exchange=x"), "amqps://mq:5671");
         assert_eq!(
             origin("amqp://mq:5672/v?exchange=e&routing_key=k"),
             "amqp://mq:5672"

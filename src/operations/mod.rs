@@ -137,8 +137,10 @@ impl Operations {
 pub struct CatalogRoute {
     pub source: String,
     pub route: String,
-    /// Its destination, userinfo and query redacted.
+    /// Its destination as shown (`RouteConfig::shown_destination`).
     pub destination: String,
+    /// Its kind: `http`, `nats`, `amqp`.
+    pub kind: &'static str,
 }
 
 /// What the operations know of a configured source.

@@ -16,9 +16,12 @@ pub struct RouteInfo {
     /// `active` (in the table in force) or `retired` (a reload removed it; its
     /// pending deliveries wait, unsent).
     pub state: RouteStateKind,
-    /// The destination, its userinfo and query redacted (active routes).
+    /// The destination, an HTTP URL's userinfo and query redacted (active routes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
+    /// What kind of destination: `http`, `nats` or `amqp` (active routes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// When it was retired (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_at: Option<String>,
@@ -57,6 +60,7 @@ pub async fn routes(ops: &Operations) -> Result<Vec<RouteInfo>, StoreError> {
             route: r.route.clone(),
             state: RouteStateKind::Active,
             destination: Some(r.destination.clone()),
+            kind: Some(r.kind.to_string()),
             retired_at: None,
             pending: stats.pending,
             dead: stats.dead,
@@ -80,6 +84,7 @@ pub async fn routes(ops: &Operations) -> Result<Vec<RouteInfo>, StoreError> {
         out.push(RouteInfo {
             state: RouteStateKind::Retired,
             destination: None,
+            kind: None,
             retired_at: k.retired_at.map(super::entries::rfc3339),
             pending: stats.pending,
             dead: stats.dead,

@@ -73,6 +73,20 @@ pub fn unsigned_values(source: &SourceConfig, spec: &Spec) -> Vec<UnsignedValue>
                 instead,
             })
         };
+        if route
+            .target
+            .template()
+            .is_some_and(|t| t.reads_event_type())
+            && !spec.event_type_is_signed()
+        {
+            warn(
+                format!(
+                    "the destination's subject or routing key reads the event type ({})",
+                    texts(&spec.event_type)
+                ),
+                None,
+            );
+        }
         let (event_type, pointers, headers) = route.filter.reads();
         if event_type && !spec.event_type_is_signed() {
             warn(

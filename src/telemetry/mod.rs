@@ -346,6 +346,12 @@ const FAMILIES: &[(Kind, &str, Option<Unit>, &str)] = &[
     ),
     (
         Kind::Gauge,
+        "hookgate_broker_connected",
+        None,
+        "Whether the connection a queue destination's broker is reached over is up (1) or down (0), by kind (nats, amqp) and broker",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_route_blocked_keys",
         None,
         "Ordering keys of a route held by a dead head (on_dead = block) until an operator replays or discards it",
@@ -557,7 +563,10 @@ mod tests {
         register_families(&[one_route("unit_src")]);
         // The rooms that register their own vocabularies, as `app` calls them.
         crate::ingest::register_metrics(&[one_route("unit_src")]);
-        crate::forward::register_metrics(&[one_route("unit_src")], &["http://127.0.0.1:9".into()]);
+        crate::forward::register_metrics(
+            &[one_route("unit_src")],
+            &["http://127.0.0.1:9".into(), "nats://127.0.0.1:4222".into()],
+        );
         crate::alerts::register_metrics();
         crate::provider::register_metrics(["unit_src"]);
         crate::serve::register_metrics();

@@ -464,3 +464,59 @@ async fn refused_credentials_fail_as_auth_refused_publish_nothing_and_are_never_
     );
     drop(gw);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_connect_reads_each_stream_and_says_what_is_not_ready() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    make_stream(&js, "HOOKS", &["webhooks.>"], Duration::from_secs(1)).await;
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = config_text(
+        &h,
+        &[
+            (
+                "fine",
+                &format!("{url}/webhooks.{{source}}.{{event_type}}"),
+                "",
+            ),
+            ("nowhere", &format!("{url}/orders.new"), ""),
+        ],
+        "",
+    );
+    text.push_str(&format!(
+        "[[sources]]\nname = \"gh\"\nprovider = \"github\"\nsecret = \"{GITHUB_SECRET}\"\n\
+         destination = \"{url}/webhooks.{{source}}.{{event_type}}\"\n"
+    ));
+    let path = write_config(dir.path(), &text);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check-config", "--connect", "-c"])
+        .arg(&path)
+        .output()
+        .expect("run hookgate");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("1 queue destination(s) not ready"),
+        "{stderr}"
+    );
+    for line in [
+        "route fine           destination=nats://",
+        "(nats)",
+        "destination shop/fine (nats://127.0.0.1:",
+        "stream HOOKS takes webhooks.shop.*: file storage, 1 replica(s), duplicate window 1s",
+        "a dry publish to webhooks.shop._ was taken (and not stored)",
+        "destination shop/nowhere (nats://127.0.0.1:",
+        "NOT READY",
+        "no stream takes orders.new",
+        "later than stream HOOKS's duplicate window (1s)",
+        "destination gh/default (nats://127.0.0.1:",
+        "warning: source gh route default: the destination's subject or routing key reads the event type (header:X-GitHub-Event)",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in:\n{stdout}");
+    }
+    // The dry publish stored nothing.
+    assert!(stream_messages(&js, "HOOKS").await.is_empty());
+}

@@ -26,13 +26,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
+};
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
+};
 
-use super::{Failed, Message, Outcome, Sender};
+use super::{Check, Failed, Identity, Message, Outcome, Sender};
 use crate::config::{AmqpDestination, Credentials, Template};
 use crate::failure::Failure;
 
@@ -290,6 +294,138 @@ impl Sender for AmqpSender {
                 ),
             )),
         }
+    }
+
+    async fn check(&self, sample: &Identity, _span: Duration) -> Option<Check> {
+        let bound = self.timeout.max(Duration::from_secs(5));
+        Some(
+            match tokio::time::timeout(bound, self.inspect(sample)).await {
+                Ok(check) => check,
+                Err(_) => Check::failed(format!(
+                    "no answer within {}",
+                    humantime::format_duration(bound)
+                )),
+            },
+        )
+    }
+}
+
+impl AmqpSender {
+    /// The exchange (or, on the default exchange, the queue) asked for passively,
+    /// and a dry publish: one inside a transaction that is rolled back, which the
+    /// broker checks (the exchange exists, the user may write to it) and never
+    /// routes. Whether a binding takes the routing key only a real publish tells.
+    async fn inspect(&self, sample: &Identity) -> Check {
+        let conn = match self.broker.connection().await {
+            Ok(c) => c,
+            Err(failed) => return Check::failed(failed.detail),
+        };
+        let channel = |what: &'static str| {
+            let conn = conn.clone();
+            async move {
+                conn.create_channel().await.map_err(|e| {
+                    Check::failed(format!("{what}: {}", of_error(&e, Failure::Io).detail))
+                })
+            }
+        };
+        let mut check = Check {
+            ok: true,
+            facts: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let key =
+            self.routing_key
+                .render(&sample.source, &sample.route, sample.event_type.as_deref());
+        let passive = match channel("a channel").await {
+            Ok(ch) => ch,
+            Err(c) => return c,
+        };
+        if self.exchange.is_empty() {
+            check
+                .facts
+                .push("the default exchange: the routing key names the queue".to_string());
+            if self.routing_key.is_fixed() {
+                let declared = passive
+                    .queue_declare(
+                        key.as_str().into(),
+                        QueueDeclareOptions {
+                            passive: true,
+                            ..QueueDeclareOptions::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await;
+                match declared {
+                    Ok(q) => check.facts.push(format!(
+                        "queue {key} exists: {} message(s), {} consumer(s)",
+                        q.message_count(),
+                        q.consumer_count()
+                    )),
+                    Err(e) => {
+                        return Check::failed(format!(
+                            "no queue {key}: every message would be returned ({})",
+                            of_error(&e, Failure::Io).detail
+                        ));
+                    }
+                }
+            }
+        } else {
+            let declared = passive
+                .exchange_declare(
+                    self.exchange.as_str().into(),
+                    ExchangeKind::Direct,
+                    ExchangeDeclareOptions {
+                        passive: true,
+                        ..ExchangeDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await;
+            match declared {
+                Ok(()) => check
+                    .facts
+                    .push(format!("exchange {} exists", self.exchange)),
+                Err(e) => {
+                    return Check::failed(format!(
+                        "exchange {}: {}",
+                        self.exchange,
+                        of_error(&e, Failure::Io).detail
+                    ));
+                }
+            }
+        }
+        let _ = passive.close(200, "checked".into()).await;
+        let tx = match channel("a channel").await {
+            Ok(ch) => ch,
+            Err(c) => return c,
+        };
+        let dry = async {
+            tx.tx_select().await?;
+            let _confirm = tx
+                .basic_publish(
+                    self.exchange.as_str().into(),
+                    key.as_str().into(),
+                    BasicPublishOptions::default(),
+                    b"",
+                    BasicProperties::default(),
+                )
+                .await?;
+            tx.tx_rollback().await
+        };
+        match dry.await {
+            Ok(()) => check.facts.push(format!(
+                "a dry publish with routing key {key} was taken (in a transaction rolled back: nothing routed); whether a binding takes it, the first publish tells (unroutable: refused, not-found)"
+            )),
+            Err(e) => {
+                check.ok = false;
+                check.facts.push(format!(
+                    "a dry publish with routing key {key} failed: {}",
+                    of_error(&e, Failure::Io).detail
+                ));
+            }
+        }
+        let _ = tx.close(200, "checked".into()).await;
+        check
     }
 }
 

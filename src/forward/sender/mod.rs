@@ -165,6 +165,38 @@ impl Outcome {
 pub trait Sender: Send + Sync {
     /// Send one message and say what became of it.
     async fn send(&self, message: Message) -> Outcome;
+
+    /// Ask the destination, without delivering anything, whether it exists and
+    /// takes a publish for `sample` (a message of the route), and what it keeps that
+    /// bears on the route's promises: `span` is the longest a retry can come after a
+    /// first attempt. `None`: nothing to ask (an HTTP destination).
+    async fn check(&self, _sample: &Identity, _span: Duration) -> Option<Check> {
+        None
+    }
+}
+
+/// What a broker said of a route's destination before anything was sent
+/// (`hookgate check-config --connect`, and the log at start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Whether the destination exists and takes a publish, as far as the broker
+    /// lets a dry check tell.
+    pub ok: bool,
+    /// What was found (the stream, its duplicate window and limits; the exchange),
+    /// or why not.
+    pub facts: Vec<String>,
+    /// What weakens the route's promise (a retry later than the duplicate window).
+    pub warnings: Vec<String>,
+}
+
+impl Check {
+    pub fn failed(why: impl Into<String>) -> Check {
+        Check {
+            ok: false,
+            facts: vec![why.into()],
+            warnings: Vec::new(),
+        }
+    }
 }
 
 /// Why a destination has no sender.

@@ -28,7 +28,7 @@ use async_nats::jetstream;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
 
-use super::{Failed, Message, Outcome, Sender};
+use super::{Check, Failed, Identity, Message, Outcome, Sender};
 use crate::config::{Credentials, NatsDestination, Template};
 use crate::failure::Failure;
 
@@ -200,6 +200,103 @@ impl Sender for NatsSender {
                 ),
             )),
         }
+    }
+
+    async fn check(&self, sample: &Identity, span: Duration) -> Option<Check> {
+        let bound = self.timeout.max(Duration::from_secs(5));
+        Some(
+            match tokio::time::timeout(bound, self.inspect(sample, span)).await {
+                Ok(check) => check,
+                Err(_) => Check::failed(format!(
+                    "no answer within {}",
+                    humantime::format_duration(bound)
+                )),
+            },
+        )
+    }
+}
+
+impl NatsSender {
+    /// The stream that takes the route's subjects, its duplicate window and limits,
+    /// and a dry publish: one that expects a stream sequence no stream has
+    /// (`Nats-Expected-Last-Sequence`), which the stream refuses without storing it,
+    /// after checking that it exists and that this client may publish there.
+    async fn inspect(&self, sample: &Identity, span: Duration) -> Check {
+        let (client, js) = match self.broker.connection().await {
+            Ok(c) => c,
+            Err(NotConnected(failed)) => return Check::failed(failed.detail),
+        };
+        let mut check = Check {
+            ok: true,
+            facts: vec![format!(
+                "server max_payload {} bytes",
+                client.server_info().max_payload
+            )],
+            warnings: Vec::new(),
+        };
+        let filter = self.subject.filter(&sample.source, &sample.route);
+        let stream = match js.stream_by_subject(filter.clone()).await {
+            Ok(name) => name,
+            Err(_) => return Check::failed(format!("no stream takes {filter}")),
+        };
+        match js.get_stream(&stream).await {
+            Ok(s) => {
+                let c = &s.cached_info().config;
+                let window = c.duplicate_window;
+                check.facts.push(format!(
+                    "stream {stream} takes {filter}: {} storage, {} replica(s), duplicate window {}, max_msg_size {}",
+                    match c.storage {
+                        jetstream::stream::StorageType::File => "file",
+                        jetstream::stream::StorageType::Memory => "memory",
+                    },
+                    c.num_replicas,
+                    humantime::format_duration(window),
+                    if c.max_message_size < 0 {
+                        "unlimited".to_string()
+                    } else {
+                        format!("{} bytes", c.max_message_size)
+                    }
+                ));
+                if span > window {
+                    check.warnings.push(format!(
+                        "a retry can come up to {} after the first publish, later than stream {stream}'s duplicate window ({}): a retry after a lost acknowledgement may then be stored twice; widen the stream's duplicate_window or shorten the route's retry (max_age, max_attempts)",
+                        humantime::format_duration(span),
+                        humantime::format_duration(window),
+                    ));
+                }
+            }
+            Err(e) => {
+                return Check::failed(format!("stream {stream} cannot be read ({})", e.kind()));
+            }
+        }
+        let subject =
+            self.subject
+                .render(&sample.source, &sample.route, sample.event_type.as_deref());
+        let dry = PublishMessage::build()
+            .payload(bytes::Bytes::new())
+            .expected_last_sequence(u64::MAX);
+        let answer = match js.send_publish(subject.clone(), dry).await {
+            Ok(ack) => ack.await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                check
+                    .facts
+                    .push(format!("a dry publish to {subject} was taken (and not stored)"));
+            }
+            Err(e) => {
+                check.ok = false;
+                let outcome = of_publish_error(&e, client.server_info().max_payload);
+                let why = outcome.failed().map_or_else(|| e.kind().to_string(), |f| f.detail.clone());
+                check.facts.push(format!("a dry publish to {subject} failed: {why}"));
+            }
+            Ok(ack) => check.facts.push(format!(
+                "a dry publish to {subject} was stored (stream {} seq {}): the stream ignores expected sequences",
+                ack.stream, ack.sequence
+            )),
+        }
+        check
     }
 }
 
