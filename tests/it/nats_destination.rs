@@ -520,3 +520,113 @@ async fn check_config_connect_reads_each_stream_and_says_what_is_not_ready() {
     // The dry publish stored nothing.
     assert!(stream_messages(&js, "HOOKS").await.is_empty());
 }
+
+/// 200 webhooks a second for 3 seconds; JetStream (file storage) SIGKILLed once a
+/// hundred are in the stream, and started again once the load went on without it
+/// for 1.5 s (three times the route's timeout: publishes time out, and the client's
+/// buffered ones reach the restarted server after the gateway gave up on them). Every acknowledged webhook ends up in the stream, none twice: a
+/// publish whose acknowledgement the kill lost is retried under the same
+/// `Nats-Msg-Id`, which the restarted stream's duplicate window drops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_sigkilled_under_load_holds_every_acknowledged_webhook_once() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let mut nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    make_stream(&js, "HOOKS", &["hooks"], Duration::from_secs(300)).await;
+    let gw = Gateway::start(config(
+        &h,
+        &[(
+            "q",
+            &format!("{}/hooks", nats.url()),
+            "[sources.routes.retry]\nmax_attempts = 1000\nmax_age = \"10m\"\n\
+             [sources.routes.delivery]\ntimeout = \"500ms\"\nconcurrency = 8",
+        )],
+    ))
+    .await;
+    let acked: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let load = {
+        let acked = acked.clone();
+        let sent = sent.clone();
+        let ingest = gw.ingest.clone();
+        tokio::spawn(async move {
+            let c = http();
+            let mut tick = tokio::time::interval(Duration::from_millis(5));
+            let mut posts = Vec::new();
+            for i in 0..600 {
+                tick.tick().await;
+                let (c, acked, ingest) = (c.clone(), acked.clone(), ingest.clone());
+                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                posts.push(tokio::spawn(async move {
+                    let body = payment(&format!("evt_k{i}"), "cus_a");
+                    let (st, json) = post_stripe_signed(&c, &ingest, "shop", body.as_bytes()).await;
+                    if st == 200 {
+                        acked
+                            .lock()
+                            .unwrap()
+                            .push(json["id"].as_str().unwrap().to_string());
+                    }
+                }));
+            }
+            for p in posts {
+                let _ = p.await;
+            }
+        })
+    };
+    wait_until(
+        "100 messages in the stream",
+        Duration::from_secs(20),
+        async || stream_messages(&js, "HOOKS").await.len() >= 100,
+    )
+    .await;
+    nats.kill();
+    let at_kill = sent.load(std::sync::atomic::Ordering::Relaxed);
+    wait_until(
+        "the load going on without the broker",
+        Duration::from_secs(20),
+        async || sent.load(std::sync::atomic::Ordering::Relaxed) >= at_kill + 100,
+    )
+    .await;
+    nats.restart();
+    load.await.unwrap();
+    let acked: Vec<String> = acked.lock().unwrap().clone();
+    assert_eq!(acked.len(), 600, "ingest acknowledged every webhook");
+    let store = h.open().await;
+    wait_until(
+        "every acknowledged webhook delivered",
+        Duration::from_secs(60),
+        async || {
+            store
+                .count_status("shop", Status::Delivered)
+                .await
+                .unwrap_or(0)
+                == acked.len() as u64
+        },
+    )
+    .await;
+    // The kill was felt: some publishes failed and were tried again.
+    let mut attempts = 0;
+    for e in &acked {
+        attempts += store.get(e).await.unwrap().unwrap().attempts;
+    }
+    assert!(
+        attempts > acked.len() as u32,
+        "no publish failed: {attempts} attempts"
+    );
+    let held = stream_messages(&js, "HOOKS").await;
+    let mut ids: Vec<String> = held
+        .iter()
+        .map(|m| header(m, "Nats-Msg-Id").unwrap())
+        .collect();
+    ids.sort();
+    let before = ids.len();
+    ids.dedup();
+    assert_eq!(before, ids.len(), "a message stored twice");
+    let mut expected: Vec<String> = acked.iter().map(|e| format!("{e}:q:0")).collect();
+    expected.sort();
+    assert_eq!(
+        ids, expected,
+        "the stream holds every acknowledged webhook, once"
+    );
+    gw.stop().await;
+}
