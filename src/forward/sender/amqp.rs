@@ -5,7 +5,9 @@
 //! RabbitMQ answers an unroutable mandatory message with a return and then a
 //! positive confirm; the two are correlated (the confirm carries the return), so an
 //! unroutable message is refused for good as `not-found` with the broker's reason,
-//! never delivered. A missing exchange closes the channel with 404: refused for
+//! never delivered. (Within 10 s of a connection made again after one was lost, it
+//! is retried instead: a restarted broker takes publishes before it has recovered
+//! its queues, and returns them unroutable meanwhile.) A missing exchange closes the channel with 404: refused for
 //! good, `not-found`; the route's channel is opened again for the next message. A
 //! negative confirm (the broker could not store it) is unavailable and retried.
 //! Credentials refused → unavailable, `auth-refused`; the broker not reached or
@@ -25,6 +27,8 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use lapin::options::{
     BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
@@ -48,8 +52,39 @@ pub struct Broker {
     connect_timeout: Duration,
     /// How logs and metrics name it: `amqp://host:port`.
     name: String,
-    conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    conn: std::sync::Mutex<Slot>,
+    /// Whether a connection was ever made.
+    had_one: std::sync::atomic::AtomicBool,
     connected: metrics::Gauge,
+}
+
+/// A connection to the broker, and when it was made.
+struct Link {
+    conn: Connection,
+    since: std::time::Instant,
+    /// Whether it replaced one that was lost (the broker may have restarted).
+    again: bool,
+}
+
+impl std::ops::Deref for Link {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+/// How long after a connection is made again (one was lost) a message the broker
+/// returns as unroutable is tried again rather than refused: a broker that has just restarted takes
+/// publishes before it has recovered its queues, and returns them unroutable
+/// meanwhile (seen on RabbitMQ 3.10 after a SIGKILL).
+const RECOVERY_GRACE: Duration = Duration::from_secs(10);
+
+/// A broker's connection: none, being made (by a task of its own, so that a
+/// delivery that stops waiting does not stop it), or made.
+enum Slot {
+    Empty,
+    Connecting(watch::Receiver<Option<Result<Arc<Link>, Failed>>>),
+    Ready(Arc<Link>),
 }
 
 impl Broker {
@@ -72,7 +107,8 @@ impl Broker {
             credentials: credentials.cloned(),
             connect_timeout,
             name,
-            conn: tokio::sync::Mutex::new(None),
+            conn: std::sync::Mutex::new(Slot::Empty),
+            had_one: std::sync::atomic::AtomicBool::new(false),
             connected,
         }
     }
@@ -91,16 +127,47 @@ impl Broker {
         &self.name
     }
 
-    /// The open connection, opening one when there is none or it closed.
-    async fn connection(&self) -> Result<Arc<Connection>, Failed> {
-        let mut conn = self.conn.lock().await;
-        if let Some(c) = conn.as_ref()
-            && c.status().connected()
-        {
-            return Ok(c.clone());
+    /// The open connection, opening one when there is none or it closed. The
+    /// connection is made by a task of its own: the deliveries waiting for it each
+    /// stop at their own timeout, and the attempt goes on for the next ones.
+    async fn connection(self: &Arc<Self>) -> Result<Arc<Link>, Failed> {
+        let mut rx = {
+            let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            match &*slot {
+                Slot::Ready(c) if c.status().connected() => return Ok(c.clone()),
+                Slot::Connecting(rx) => rx.clone(),
+                _ => {
+                    self.connected.set(0.0);
+                    let (tx, rx) = watch::channel(None);
+                    *slot = Slot::Connecting(rx.clone());
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        let made = me.connect().await;
+                        *me.conn.lock().unwrap_or_else(|p| p.into_inner()) = match &made {
+                            Ok(c) => Slot::Ready(c.clone()),
+                            Err(_) => Slot::Empty,
+                        };
+                        let _ = tx.send(Some(made));
+                    });
+                    rx
+                }
+            }
+        };
+        match rx.wait_for(Option::is_some).await {
+            Ok(made) => made.clone().unwrap_or_else(|| {
+                Err(Failed::new(
+                    Failure::Connect,
+                    "connect: no connection was made",
+                ))
+            }),
+            Err(_) => Err(Failed::new(
+                Failure::Connect,
+                "connect: the connection attempt ended",
+            )),
         }
-        *conn = None;
-        self.connected.set(0.0);
+    }
+
+    async fn connect(&self) -> Result<Arc<Link>, Failed> {
         let (username, password) = match &self.credentials {
             Some(Credentials::UserPassword { user, password }) => {
                 (user.expose().to_string(), password.expose().to_string())
@@ -132,7 +199,13 @@ impl Broker {
             match tokio::time::timeout(self.connect_timeout, Connection::connect_uri(uri, props))
                 .await
             {
-                Ok(Ok(c)) => Arc::new(c),
+                Ok(Ok(c)) => Arc::new(Link {
+                    conn: c,
+                    since: std::time::Instant::now(),
+                    again: self
+                        .had_one
+                        .swap(true, std::sync::atomic::Ordering::Relaxed),
+                }),
                 Ok(Err(e)) => return Err(of_error(&e, Failure::Connect)),
                 Err(_) => {
                     return Err(Failed::new(
@@ -143,8 +216,29 @@ impl Broker {
             };
         tracing::info!(broker = %self.name, "connected to the RabbitMQ broker");
         self.connected.set(1.0);
-        *conn = Some(c.clone());
         Ok(c)
+    }
+
+    /// Stop using `conn` (it failed, or a publish on it got no answer in time): the
+    /// next delivery connects anew.
+    fn forget(&self, conn: &Arc<Link>) {
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if let Slot::Ready(c) = &*slot
+            && Arc::ptr_eq(c, conn)
+        {
+            *slot = Slot::Empty;
+            self.connected.set(0.0);
+            // Closed, not only dropped: a connection the broker still holds would
+            // otherwise stay open on its side.
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    conn.close(320, "hookgate: no answer in time".into()),
+                )
+                .await;
+            });
+        }
     }
 
     /// Note that the connection was found broken: the gauge says so at once.
@@ -176,7 +270,7 @@ impl AmqpSender {
     }
 
     /// The route's channel in confirm mode, opened again when it closed.
-    async fn channel(&self) -> Result<(Arc<Connection>, Channel), Failed> {
+    async fn channel(&self) -> Result<(Arc<Link>, Channel), Failed> {
         let conn = self.broker.connection().await?;
         let mut channel = self.channel.lock().await;
         if let Some(ch) = channel.as_ref()
@@ -200,11 +294,21 @@ impl AmqpSender {
         Ok((conn, ch))
     }
 
-    async fn publish(&self, message: Message) -> Outcome {
-        let (conn, channel) = match self.channel().await {
-            Ok(c) => c,
-            Err(failed) => return outcome_of(failed),
-        };
+    /// Stop using `channel` (and `conn` too when `connection_too`, or when it is
+    /// found closed): the next delivery opens them again.
+    async fn forget(&self, conn: &Arc<Link>, channel: &Channel, connection_too: bool) {
+        {
+            let mut ours = self.channel.lock().await;
+            if ours.as_ref().is_some_and(|c| c.id() == channel.id()) {
+                *ours = None;
+            }
+        }
+        if connection_too || !conn.status().connected() {
+            self.broker.forget(conn);
+        }
+    }
+
+    async fn publish(&self, conn: &Arc<Link>, channel: &Channel, message: Message) -> Outcome {
         let id = &message.identity;
         let routing_key = self
             .routing_key
@@ -256,14 +360,22 @@ impl AmqpSender {
                 answer: Some("confirmed".to_string()),
             },
             Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
-                Outcome::Refused(Failed::new(
+                let failed = Failed::new(
                     Failure::NotFound,
                     format!(
                         "not-found: unroutable, returned by the broker ({} {})",
                         returned.reply_code,
                         returned.reply_text.as_str()
                     ),
-                ))
+                );
+                if conn.again && conn.since.elapsed() < RECOVERY_GRACE {
+                    Outcome::Unavailable {
+                        failed,
+                        retry_after: None,
+                    }
+                } else {
+                    Outcome::Refused(failed)
+                }
             }
             Ok(Confirmation::Nack(None)) => Outcome::Unavailable {
                 failed: Failed::new(Failure::Io, "io: the broker could not take it (nack)"),
@@ -274,7 +386,7 @@ impl AmqpSender {
                 "io: the channel is not in confirm mode",
             )),
             Err(e) => {
-                self.broker.lost(&conn);
+                self.forget(conn, channel, false).await;
                 outcome_of(of_error(&e, Failure::Io))
             }
         }
@@ -284,15 +396,30 @@ impl AmqpSender {
 #[async_trait::async_trait]
 impl Sender for AmqpSender {
     async fn send(&self, message: Message) -> Outcome {
-        match tokio::time::timeout(self.timeout, self.publish(message)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Outcome::TimedOut(Failed::new(
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let timed_out = |what: &str| {
+            Outcome::TimedOut(Failed::new(
                 Failure::Timeout,
                 format!(
-                    "timeout: no confirm within {}",
+                    "timeout: {what} within {}",
                     humantime::format_duration(self.timeout)
                 ),
-            )),
+            ))
+        };
+        let (conn, channel) = match tokio::time::timeout_at(deadline, self.channel()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(failed)) => return outcome_of(failed),
+            Err(_) => return timed_out("no connection to the broker"),
+        };
+        match tokio::time::timeout_at(deadline, self.publish(&conn, &channel, message)).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                // A connection the broker's end left may look open until a
+                // heartbeat is missed: one that answers nothing in time is not
+                // used again.
+                self.forget(&conn, &channel, true).await;
+                timed_out("no confirm")
+            }
         }
     }
 

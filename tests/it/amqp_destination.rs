@@ -1,0 +1,597 @@
+//! RabbitMQ (AMQP 0-9-1) destinations end to end, against a private RabbitMQ node:
+//! signed webhooks in, the queue holds each (persistent, `message_id` the
+//! delivery's identity) with the delivery headers, whose Standard Webhooks
+//! signature the test verifies itself, the transformed body where a route has a
+//! transform, and a key's messages in the order accepted; a replay is published
+//! again under a new `message_id`; an unroutable message and a missing exchange are
+//! refused for good as `not-found` with the broker's reason, and replaying their
+//! groups once the binding and the exchange exist delivers them; refused
+//! credentials fail as `auth-refused`, publish nothing and are never shown; and the
+//! broker SIGKILLed under load loses no acknowledged webhook.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hookgate::config::{self, Config};
+use hookgate::forward::request::{decode_destination_secret, sign};
+use hookgate::store::Status;
+use lapin::message::BasicGetMessage;
+use lapin::options::{
+    BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use serde_json::json;
+
+use crate::admin::Admin;
+use crate::forward::{DEST_SECRET, FAST};
+use crate::support::*;
+
+/// A Stripe source `shop` whose routes are `routes` (each `name`, destination,
+/// more keys), retried fast.
+fn config_text(h: &StoreHandle, routes: &[(&str, &str, &str)]) -> String {
+    let mut text = format!(
+        "{}\n{FAST}\n[[sources]]\nname = \"shop\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
+         destination_secret = \"{DEST_SECRET}\"\n\
+         [sources.retry]\nbase = \"100ms\"\ncap = \"500ms\"\n",
+        h.toml()
+    );
+    for (name, dest, keys) in routes {
+        text.push_str(&format!(
+            "[[sources.routes]]\nname = \"{name}\"\ndestination = \"{dest}\"\n{keys}\n"
+        ));
+    }
+    text
+}
+
+fn config(h: &StoreHandle, routes: &[(&str, &str, &str)]) -> Config {
+    config::from_toml_str(&config_text(h, routes), &|_| None).expect("config")
+}
+
+fn payment(id: &str, customer: &str) -> String {
+    format!(
+        r#"{{"id":"{id}","object":"event","type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_{id}","customer":"{customer}","amount":2050}}}}}}"#
+    )
+}
+
+async fn post(gw: &Gateway, body: &str) -> String {
+    let (st, json) = post_stripe_signed(&http(), &gw.ingest, "shop", body.as_bytes()).await;
+    assert_eq!(st, 200, "{json}");
+    json["id"].as_str().expect("entry id").to_string()
+}
+
+/// A channel of the test's own on `mq` (as guest, from loopback).
+async fn channel(mq: &RabbitMq) -> (Connection, Channel) {
+    let conn = Connection::connect(&mq.url(), ConnectionProperties::default())
+        .await
+        .expect("connect to rabbitmq");
+    let ch = conn.create_channel().await.expect("channel");
+    (conn, ch)
+}
+
+async fn exchange(ch: &Channel, name: &str) {
+    ch.exchange_declare(
+        name.into(),
+        ExchangeKind::Topic,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..ExchangeDeclareOptions::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("declare exchange");
+}
+
+/// A durable quorum queue `name`, bound to `exchange` by `key` when given.
+async fn queue(ch: &Channel, name: &str, bind: Option<(&str, &str)>) {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    ch.queue_declare(
+        name.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        },
+        args,
+    )
+    .await
+    .expect("declare queue");
+    if let Some((exchange, key)) = bind {
+        ch.queue_bind(
+            name.into(),
+            exchange.into(),
+            key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("bind queue");
+    }
+}
+
+/// Take messages off `queue` until it has given `n`, then check it holds no more.
+async fn take(ch: &Channel, queue: &str, n: usize) -> Vec<BasicGetMessage> {
+    let mut got = Vec::new();
+    wait_until(
+        &format!("{n} messages from {queue}"),
+        Duration::from_secs(30),
+        async || {
+            while let Ok(Some(m)) = ch
+                .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+                .await
+            {
+                got.push(m);
+            }
+            got.len() >= n
+        },
+    )
+    .await;
+    assert_eq!(got.len(), n, "no more than {n} messages from {queue}");
+    got
+}
+
+/// A header of a message, as text.
+fn header(m: &BasicGetMessage, name: &str) -> Option<String> {
+    let headers = m.delivery.properties.headers().as_ref()?;
+    match headers.inner().get(name)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        _ => None,
+    }
+}
+
+fn message_id(m: &BasicGetMessage) -> String {
+    m.delivery
+        .properties
+        .message_id()
+        .as_ref()
+        .map(|s| s.as_str().to_string())
+        .expect("message_id")
+}
+
+/// The message's `webhook-signature` is the Standard Webhooks signature of its
+/// body, under the route's destination secret.
+fn assert_signed(m: &BasicGetMessage) {
+    let key = decode_destination_secret(DEST_SECRET);
+    let id = header(m, "webhook-id").expect("webhook-id");
+    let ts: i64 = header(m, "webhook-timestamp")
+        .expect("webhook-timestamp")
+        .parse()
+        .unwrap();
+    assert_eq!(
+        header(m, "webhook-signature"),
+        Some(sign(&key, &id, ts, &m.delivery.data)),
+        "the signature covers the body published"
+    );
+}
+
+async fn dead_group(admin: &Admin, route: &str, count: u64) -> serde_json::Value {
+    wait_until_ok(
+        &format!("a dead-letter group of {count} on {route}"),
+        Duration::from_secs(30),
+        async || {
+            let (_, groups) = admin
+                .call(
+                    "GET",
+                    &format!("/admin/dead-letters?source=shop&route={route}"),
+                    None,
+                )
+                .await;
+            let g = groups["groups"]
+                .as_array()
+                .and_then(|gs| gs.first().cloned())
+                .ok_or_else(|| format!("no group yet: {groups}"))?;
+            if g["count"] == count {
+                Ok(g)
+            } else {
+                Err(format!("{groups}"))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_holds_each_webhook_with_its_headers_a_keys_order_and_replays() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let mq = tokio::task::spawn_blocking(RabbitMq::start).await.unwrap();
+    let (_conn, ch) = channel(&mq).await;
+    exchange(&ch, "hooks").await;
+    queue(&ch, "raw", Some(("hooks", "shop.#"))).await;
+    queue(&ch, "flat", None).await;
+    let url = format!("amqp://127.0.0.1:{}/%2F", mq.port());
+    let gw = Gateway::start(config(
+        &h,
+        &[
+            (
+                "raw",
+                &format!("{url}?exchange=hooks&routing_key={{source}}.{{event_type}}"),
+                "[sources.routes.order]\nby = \"json:/data/object/customer\"",
+            ),
+            (
+                "flat",
+                &format!("{url}?routing_key=flat"),
+                "transform = '{order: .data.object.id, cents: .data.object.amount}'",
+            ),
+        ],
+    ))
+    .await;
+    let mut accepted = Vec::new();
+    for i in 0..8 {
+        let customer = if i % 2 == 0 { "cus_a" } else { "cus_b" };
+        let event = format!("evt_a{i}");
+        let id = post(&gw, &payment(&event, customer)).await;
+        accepted.push((id, customer, event));
+    }
+    let raw = take(&ch, "raw", 8).await;
+    let flat = take(&ch, "flat", 8).await;
+    let mut by_id = HashMap::new();
+    for m in &raw {
+        assert_eq!(
+            m.delivery.routing_key.as_str(),
+            "shop.payment_intent%2Esucceeded"
+        );
+        assert_eq!(
+            *m.delivery.properties.delivery_mode(),
+            Some(2),
+            "persistent"
+        );
+        assert_eq!(
+            m.delivery
+                .properties
+                .content_type()
+                .as_ref()
+                .map(|c| c.as_str()),
+            Some("application/json")
+        );
+        assert_signed(m);
+        assert_eq!(header(m, "hookgate-source").as_deref(), Some("shop"));
+        assert_eq!(
+            header(m, "hookgate-event-type").as_deref(),
+            Some("payment_intent.succeeded")
+        );
+        assert!(by_id.insert(message_id(m), m).is_none(), "twice");
+    }
+    for (id, customer, event) in &accepted {
+        let m = by_id
+            .get(&format!("{id}:raw:0"))
+            .unwrap_or_else(|| panic!("no message of {id}"));
+        assert_eq!(m.delivery.data, payment(event, customer).as_bytes());
+    }
+    for customer in ["cus_a", "cus_b"] {
+        let want: Vec<String> = accepted
+            .iter()
+            .filter(|(_, c, _)| *c == customer)
+            .map(|(id, _, _)| format!("{id}:raw:0"))
+            .collect();
+        let got: Vec<String> = raw
+            .iter()
+            .map(message_id)
+            .filter(|id| want.contains(id))
+            .collect();
+        assert_eq!(got, want, "{customer}'s messages in the order accepted");
+    }
+    for m in &flat {
+        assert_eq!(header(m, "hookgate-transformed").as_deref(), Some("true"));
+        assert_signed(m);
+        let got: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
+        assert_eq!(got["cents"], 2050, "{got}");
+    }
+    // The attempt names the broker's answer; a replay is published again, under a
+    // new message id.
+    let admin = Admin::at(&gw.admin);
+    let first = &accepted[0].0;
+    let answered = wait_until_ok(
+        "the confirm recorded",
+        Duration::from_secs(10),
+        async || {
+            let (_, e) = admin
+                .call("GET", &format!("/admin/entries/{first}"), None)
+                .await;
+            let answers: Vec<String> = e["attempt_log"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a["answer"].as_str().map(String::from))
+                .collect();
+            if answers.len() == 2 {
+                Ok(answers)
+            } else {
+                Err(e.to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(answered, ["confirmed", "confirmed"]);
+    let (st, v) = admin
+        .call(
+            "POST",
+            &format!("/admin/entries/{first}/replay"),
+            Some(json!({"route": "raw"})),
+        )
+        .await;
+    assert!(st < 300, "{st} {v}");
+    let again = take(&ch, "raw", 1).await;
+    assert_eq!(message_id(&again[0]), format!("{first}:raw:1"));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unroutable_and_no_exchange_are_refused_as_not_found_and_their_groups_deliver_later() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let mq = tokio::task::spawn_blocking(RabbitMq::start).await.unwrap();
+    let (_conn, ch) = channel(&mq).await;
+    exchange(&ch, "hooks").await;
+    let url = format!("amqp://127.0.0.1:{}/%2F", mq.port());
+    let gw = Gateway::start(config(
+        &h,
+        &[
+            (
+                "lost",
+                &format!("{url}?exchange=hooks&routing_key=nobody"),
+                "",
+            ),
+            ("gone", &format!("{url}?exchange=missing&routing_key=x"), ""),
+        ],
+    ))
+    .await;
+    for i in 0..3 {
+        post(&gw, &payment(&format!("evt_u{i}"), "cus_a")).await;
+    }
+    let admin = Admin::at(&gw.admin);
+    for route in ["lost", "gone"] {
+        let g = dead_group(&admin, route, 3).await;
+        assert_eq!(g["failure"], "not-found", "{g}");
+    }
+    // Refused for good at the first attempt, with the broker's reason.
+    let (_, listed) = admin
+        .call("GET", "/admin/entries?source=shop&limit=10", None)
+        .await;
+    let id = listed["entries"][0]["id"].as_str().unwrap().to_string();
+    let (_, entry) = admin
+        .call("GET", &format!("/admin/entries/{id}"), None)
+        .await;
+    let text = entry.to_string();
+    assert!(
+        text.contains("unroutable, returned by the broker (312 NO_ROUTE)"),
+        "{text}"
+    );
+    assert!(text.contains("no such exchange (404"), "{text}");
+    for route in ["lost", "gone"] {
+        let d = entry["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["route"] == route)
+            .unwrap()
+            .clone();
+        assert_eq!(d["attempts"], 1, "final at once: {d}");
+    }
+    // The binding and the exchange made, the groups replayed: delivered.
+    queue(&ch, "found", Some(("hooks", "nobody"))).await;
+    exchange(&ch, "missing").await;
+    queue(&ch, "late", Some(("missing", "x"))).await;
+    for route in ["lost", "gone"] {
+        let (st, v) = admin
+            .call(
+                "POST",
+                "/admin/dead-letters/replay",
+                Some(json!({"source": "shop", "route": route, "failure": "not-found"})),
+            )
+            .await;
+        assert!(st < 300, "{st} {v}");
+    }
+    take(&ch, "found", 3).await;
+    take(&ch, "late", 3).await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_fail_as_auth_refused_publish_nothing_and_are_never_shown() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let mq = tokio::task::spawn_blocking(RabbitMq::start).await.unwrap();
+    let password = "RightPw_5e8a1d";
+    let wrong = "WrongPw_2c7f9b";
+    mq.add_user("hook", password);
+    let (_conn, ch) = channel(&mq).await;
+    queue(&ch, "jobs", None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_path = write_config(
+        dir.path(),
+        &config_text(
+            &h,
+            &[(
+                "q",
+                &format!("amqp://127.0.0.1:{}/%2F?routing_key=jobs", mq.port()),
+                "destination_user_env = \"MQ_USER\"\ndestination_password_env = \"MQ_PASSWORD\"\n\
+                 [sources.routes.retry]\nmax_attempts = 2",
+            )],
+        ),
+    );
+    let log_path = dir.path().join("stderr.log");
+    let gw = ChildGateway::spawn(
+        &cfg_path,
+        &[
+            ("MQ_USER", "hook"),
+            ("MQ_PASSWORD", wrong),
+            ("RUST_LOG", "debug"),
+        ],
+        &log_path,
+    );
+    let c = http();
+    let mut entries = Vec::new();
+    for i in 0..2 {
+        let body = payment(&format!("evt_w{i}"), "cus_a");
+        let (st, json) = post_stripe_signed(&c, &gw.ingest, "shop", body.as_bytes()).await;
+        assert_eq!(st, 200, "{json}");
+        entries.push(json["id"].as_str().unwrap().to_string());
+    }
+    let admin = Admin::at(&gw.admin);
+    let group = dead_group(&admin, "q", 2).await;
+    assert_eq!(group["failure"], "auth-refused", "{group}");
+    assert_eq!(mq.queue_messages("jobs"), Some(0), "nothing published");
+    let mut shown = vec![group.to_string()];
+    for e in &entries {
+        shown.push(
+            admin
+                .call("GET", &format!("/admin/entries/{e}"), None)
+                .await
+                .1
+                .to_string(),
+        );
+    }
+    shown.push(get_text(&c, &format!("{}/metrics", gw.admin)).await);
+    shown.push(admin.call("GET", "/admin/routes", None).await.1.to_string());
+    shown.push(std::fs::read_to_string(&log_path).unwrap_or_default());
+    for text in &shown {
+        assert!(
+            !text.contains(wrong) && !text.contains(password),
+            "a credential shown: {text}"
+        );
+    }
+    assert!(shown.last().is_some_and(|log| log.contains("auth-refused")));
+    drop(gw);
+}
+
+/// 200 webhooks a second for 3 seconds into a durable queue; the broker
+/// SIGKILLed once a hundred are in the queue and started again after 1.5 s (three
+/// times the route's timeout). Every acknowledged webhook is in the queue; a
+/// confirm the kill lost means one more copy, at most the route's concurrency of
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_sigkilled_under_load_holds_every_acknowledged_webhook() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let mut mq = tokio::task::spawn_blocking(RabbitMq::start).await.unwrap();
+    {
+        // A classic durable queue: a single node's quorum queue did not confirm
+        // publishes again after the node was SIGKILLed and restarted (RabbitMQ 3.10).
+        let (conn, ch) = channel(&mq).await;
+        ch.queue_declare(
+            "jobs".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("declare queue");
+        let _ = conn.close(200, "declared".into()).await;
+    }
+    let concurrency = 8;
+    let gw = Gateway::start(config(
+        &h,
+        &[(
+            "q",
+            &format!("amqp://127.0.0.1:{}/%2F?routing_key=jobs", mq.port()),
+            &format!(
+                "[sources.routes.retry]\nmax_attempts = 1000\nmax_age = \"10m\"\n\
+                 [sources.routes.delivery]\ntimeout = \"500ms\"\nconcurrency = {concurrency}"
+            ),
+        )],
+    ))
+    .await;
+    let acked: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let load = {
+        let acked = acked.clone();
+        let sent = sent.clone();
+        let ingest = gw.ingest.clone();
+        tokio::spawn(async move {
+            let c = http();
+            let mut tick = tokio::time::interval(Duration::from_millis(5));
+            let mut posts = Vec::new();
+            for i in 0..600 {
+                tick.tick().await;
+                let (c, acked, ingest) = (c.clone(), acked.clone(), ingest.clone());
+                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                posts.push(tokio::spawn(async move {
+                    let body = payment(&format!("evt_k{i}"), "cus_a");
+                    let (st, json) = post_stripe_signed(&c, &ingest, "shop", body.as_bytes()).await;
+                    if st == 200 {
+                        acked
+                            .lock()
+                            .unwrap()
+                            .push(json["id"].as_str().unwrap().to_string());
+                    }
+                }));
+            }
+            for p in posts {
+                let _ = p.await;
+            }
+        })
+    };
+    let store = h.open().await;
+    wait_until("100 delivered", Duration::from_secs(30), async || {
+        store
+            .count_status("shop", Status::Delivered)
+            .await
+            .unwrap_or(0)
+            >= 100
+    })
+    .await;
+    mq.kill();
+    let at_kill = sent.load(std::sync::atomic::Ordering::Relaxed);
+    wait_until(
+        "the load going on without the broker",
+        Duration::from_secs(20),
+        async || sent.load(std::sync::atomic::Ordering::Relaxed) >= at_kill + 300,
+    )
+    .await;
+    tokio::task::block_in_place(|| mq.restart());
+    load.await.unwrap();
+    let acked: Vec<String> = acked.lock().unwrap().clone();
+    assert_eq!(acked.len(), 600, "ingest acknowledged every webhook");
+    wait_until_ok(
+        "every acknowledged webhook delivered",
+        Duration::from_secs(60),
+        async || {
+            let delivered = store
+                .count_status("shop", Status::Delivered)
+                .await
+                .unwrap_or(0);
+            if delivered == acked.len() as u64 {
+                return Ok(());
+            }
+            let pending = first_page_with_status(store.as_ref(), Status::Pending, 1).await;
+            let dead = first_page_with_status(store.as_ref(), Status::Dead, 1).await;
+            if let Some(d) = dead.entries.first() {
+                let d = store.get(&d.id).await.ok().flatten().map(|e| e.deliveries);
+                return Err(format!("{delivered} delivered; one dead: {d:?}"));
+            }
+            let why = match pending.entries.first() {
+                Some(e) => format!(
+                    "{:?}",
+                    store.get(&e.id).await.ok().flatten().map(|e| e.deliveries)
+                ),
+                None => "none pending".into(),
+            };
+            Err(format!("{delivered} delivered; a pending one: {why}"))
+        },
+    )
+    .await;
+    let (_conn, ch) = channel(&mq).await;
+    let held = mq.queue_messages("jobs").expect("the queue") as usize;
+    let got = take(&ch, "jobs", held).await;
+    let mut copies: HashMap<String, usize> = HashMap::new();
+    for m in &got {
+        *copies.entry(message_id(m)).or_default() += 1;
+    }
+    for e in &acked {
+        assert!(
+            copies.contains_key(&format!("{e}:q:0")),
+            "{e} lost: {} of {} held",
+            copies.len(),
+            acked.len()
+        );
+    }
+    let extra = got.len() - copies.len();
+    assert!(
+        extra <= concurrency,
+        "{extra} duplicates, more than the route's concurrency ({concurrency}) for one restart"
+    );
+    gw.stop().await;
+}
