@@ -383,6 +383,12 @@ fn trace_attempt(
             .origin
             .is_recovered()
             .then(|| claim.entry.origin.as_str()),
+        messaging: match route.config.target.kind() {
+            crate::config::DestinationKind::Http => None,
+            crate::config::DestinationKind::Nats => Some("nats"),
+            crate::config::DestinationKind::Amqp => Some("rabbitmq"),
+        },
+        answer: attempt.answer.as_deref(),
     });
 }
 

@@ -279,9 +279,18 @@ impl Traces {
             KeyValue::new("hookgate.route", a.route.to_string()),
             KeyValue::new("hookgate.attempt", i64::from(a.attempt)),
             KeyValue::new("hookgate.outcome", a.outcome.label()),
-            KeyValue::new("http.request.method", "POST"),
             KeyValue::new("server.address", a.destination.to_string()),
         ];
+        match a.messaging {
+            Some(system) => {
+                attributes.push(KeyValue::new("messaging.system", system.to_string()));
+                attributes.push(KeyValue::new("messaging.operation.type", "send"));
+            }
+            None => attributes.push(KeyValue::new("http.request.method", "POST")),
+        }
+        if let Some(answer) = a.answer {
+            attributes.push(KeyValue::new("hookgate.answer", answer.to_string()));
+        }
         if let Some(origin) = a.origin {
             attributes.push(KeyValue::new("hookgate.origin", origin.to_string()));
         }
@@ -425,6 +434,11 @@ pub struct AttemptSpan<'a> {
     /// How the entry came, when reconciliation recovered it (`reconciled`,
     /// `redelivered`): the span's `hookgate.origin`.
     pub origin: Option<&'a str>,
+    /// The broker, for a queue destination (`nats`, `rabbitmq`): the span's
+    /// `messaging.system`, in place of the HTTP method.
+    pub messaging: Option<&'a str>,
+    /// What the broker answered (`stream HOOKS seq 42`, `confirmed`).
+    pub answer: Option<&'a str>,
 }
 
 /// What became of a delivery after an attempt.

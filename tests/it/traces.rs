@@ -482,3 +482,73 @@ async fn a_recovered_webhook_says_its_origin_in_its_delivery_spans() {
     }
     gw.stop().await;
 }
+
+/// A publish into NATS JetStream is a `deliver` span too: the broker as its
+/// messaging system, the stream's answer, and the message carries the attempt's
+/// span as its `traceparent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_to_a_queue_is_a_deliver_span_and_its_message_carries_it() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let collector = Collector::start().await;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    make_stream(&js, "TRACED", &["traced"], Duration::from_secs(120)).await;
+    let telemetry = format!("[telemetry]\notlp_endpoint = \"{}\"\n", collector.url);
+    let gw = Gateway::start(admin_config(
+        &h,
+        &telemetry,
+        &source("traced", &format!("{}/traced", nats.url()), ""),
+    ))
+    .await;
+    let admin = Admin::new(&gw);
+    let (st, json) = post_stripe_signed(
+        &http(),
+        &gw.ingest,
+        "traced",
+        &event_body("stripe", "evt_q"),
+    )
+    .await;
+    assert_eq!(st, 200, "{json}");
+    let id = json["id"].as_str().unwrap().to_string();
+    let entry = wait_until_ok("delivered", Duration::from_secs(20), async || {
+        let e = admin.get(&format!("/admin/entries/{id}")).await;
+        if e["status"] == "delivered" {
+            Ok(e)
+        } else {
+            Err(e)
+        }
+    })
+    .await;
+    let trace = entry["trace_id"].as_str().expect("a trace id").to_string();
+    let spans = collector
+        .wait_for("the publish's span", &trace, |s| {
+            !named(s, "deliver").is_empty()
+        })
+        .await;
+    let deliver = named(&spans, "deliver")[0];
+    assert_eq!(deliver.attr("messaging.system").as_deref(), Some("nats"));
+    assert_eq!(
+        deliver.attr("messaging.operation.type").as_deref(),
+        Some("send")
+    );
+    assert_eq!(deliver.attr("http.request.method"), None);
+    assert_eq!(
+        deliver.attr("hookgate.answer").as_deref(),
+        Some("stream TRACED seq 1")
+    );
+    let held = stream_messages(&js, "TRACED").await;
+    let tp = held[0]
+        .headers
+        .get("traceparent")
+        .expect("traceparent")
+        .as_str()
+        .to_string();
+    let (t, parent, _) = traceparent(&tp);
+    assert_eq!(t, trace);
+    assert_eq!(
+        parent,
+        deliver.id(),
+        "the message's parent is the publish's span"
+    );
+    gw.stop().await;
+}
