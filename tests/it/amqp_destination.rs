@@ -595,3 +595,64 @@ async fn rabbitmq_sigkilled_under_load_holds_every_acknowledged_webhook() {
     );
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_connect_asks_the_broker_and_publishes_nothing() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let mq = tokio::task::spawn_blocking(RabbitMq::start).await.unwrap();
+    let (_conn, ch) = channel(&mq).await;
+    exchange(&ch, "hooks").await;
+    queue(&ch, "bound", Some(("hooks", "#"))).await;
+    queue(&ch, "jobs", None).await;
+    let url = format!("amqp://127.0.0.1:{}/%2F", mq.port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &config_text(
+            &h,
+            &[
+                (
+                    "fine",
+                    &format!("{url}?exchange=hooks&routing_key={{source}}"),
+                    "",
+                ),
+                ("queue", &format!("{url}?routing_key=jobs"), ""),
+                ("gone", &format!("{url}?exchange=missing&routing_key=x"), ""),
+                ("noqueue", &format!("{url}?routing_key=nope"), ""),
+            ],
+        ),
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check-config", "--connect", "-c"])
+        .arg(&path)
+        .output()
+        .expect("run hookgate");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("2 queue destination(s) not ready"),
+        "{stderr}"
+    );
+    for line in [
+        "(amqp)",
+        "exchange hooks exists",
+        "a dry publish with routing key shop was taken (in a transaction rolled back: nothing routed)",
+        "queue jobs exists: 0 message(s), 0 consumer(s)",
+        "exchange missing: not-found: the broker has no such exchange (404",
+        "no queue nope: every message would be returned",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in:\n{stdout}");
+    }
+    for ok in ["shop/fine", "shop/queue"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("destination {ok} ")) && l.ends_with(": ok")),
+            "{ok} ok:\n{stdout}"
+        );
+    }
+    // Nothing was routed by the dry publishes.
+    take(&ch, "bound", 0).await;
+    take(&ch, "jobs", 0).await;
+}

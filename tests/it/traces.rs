@@ -550,5 +550,35 @@ async fn a_publish_to_a_queue_is_a_deliver_span_and_its_message_carries_it() {
         deliver.id(),
         "the message's parent is the publish's span"
     );
+    // The API and the console name the kind; the broker's connection is up.
+    let routes = admin.get("/admin/routes").await;
+    let destination = format!("{}/traced", nats.url());
+    assert!(
+        routes.to_string().contains(&format!(
+            "\"destination\":\"{destination}\",\"kind\":\"nats\""
+        )),
+        "{routes}"
+    );
+    let client = no_redirects();
+    let session = log_in(&client, &gw.admin).await;
+    let page = client
+        .get(format!("{}/console/sources", gw.admin))
+        .header("cookie", session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("NATS JetStream") && page.contains(&destination),
+        "{page}"
+    );
+    let metrics = get_text(&http(), &format!("{}/metrics", gw.admin)).await;
+    let gauge = format!(
+        "hookgate_broker_connected{{kind=\"nats\",broker=\"nats://127.0.0.1:{}\"}} 1",
+        nats.port
+    );
+    assert!(metrics.contains(&gauge), "{gauge} not in the scrape");
     gw.stop().await;
 }
