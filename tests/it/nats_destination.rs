@@ -630,3 +630,47 @@ async fn jetstream_sigkilled_under_load_holds_every_acknowledged_webhook_once() 
     );
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_servers_max_payload_is_refused_for_good_in_its_own_group() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let nats = NatsServer::start_with("max_payload: 2048");
+    let js = nats.jetstream().await;
+    make_stream(&js, "HOOKS", &["hooks"], Duration::from_secs(120)).await;
+    let gw = Gateway::start(config(&h, &[("q", &format!("{}/hooks", nats.url()), "")])).await;
+    let big = format!(
+        r#"{{"id":"evt_big","object":"event","type":"x","data":{{"object":{{"id":"pi_big","note":"{}"}}}}}}"#,
+        "n".repeat(3000)
+    );
+    let entry = post(&gw, &big).await;
+    post(&gw, &payment("evt_small", "cus_a")).await;
+    let admin = Admin::at(&gw.admin);
+    let group = wait_until_ok("a too-large group", Duration::from_secs(20), async || {
+        let (_, groups) = admin
+            .call("GET", "/admin/dead-letters?source=shop&route=q", None)
+            .await;
+        groups["groups"]
+            .as_array()
+            .and_then(|gs| gs.first().cloned())
+            .ok_or_else(|| format!("no group yet: {groups}"))
+    })
+    .await;
+    assert_eq!(group["failure"], "too-large", "{group}");
+    assert_eq!(group["count"], 1, "{group}");
+    let (_, e) = admin
+        .call("GET", &format!("/admin/entries/{entry}"), None)
+        .await;
+    assert_eq!(e["deliveries"][0]["attempts"], 1, "final at once: {e}");
+    assert!(
+        e.to_string()
+            .contains("over the server's max_payload (2048 bytes)"),
+        "{e}"
+    );
+    // The small one went through.
+    let held = wait_messages(&js, "HOOKS", 1).await;
+    assert_eq!(
+        header(&held[0], "hookgate-event-id").as_deref(),
+        Some("evt_small")
+    );
+    gw.stop().await;
+}
