@@ -12,7 +12,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use hookgate::config::{self, Config};
 use hookgate::forward::request::{decode_destination_secret, sign};
 use hookgate::store::Status;
 use lapin::message::BasicGetMessage;
@@ -24,41 +23,9 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use serde_json::json;
 
 use crate::admin::Admin;
-use crate::forward::{DEST_SECRET, FAST};
+use crate::forward::DEST_SECRET;
+use crate::queues::{Load, config, config_text, dead_group, payment, post};
 use crate::support::*;
-
-/// A Stripe source `shop` whose routes are `routes` (each `name`, destination,
-/// more keys), retried fast.
-fn config_text(h: &StoreHandle, routes: &[(&str, &str, &str)]) -> String {
-    let mut text = format!(
-        "{}\n{FAST}\n[[sources]]\nname = \"shop\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
-         destination_secret = \"{DEST_SECRET}\"\n\
-         [sources.retry]\nbase = \"100ms\"\ncap = \"500ms\"\n",
-        h.toml()
-    );
-    for (name, dest, keys) in routes {
-        text.push_str(&format!(
-            "[[sources.routes]]\nname = \"{name}\"\ndestination = \"{dest}\"\n{keys}\n"
-        ));
-    }
-    text
-}
-
-fn config(h: &StoreHandle, routes: &[(&str, &str, &str)]) -> Config {
-    config::from_toml_str(&config_text(h, routes), &|_| None).expect("config")
-}
-
-fn payment(id: &str, customer: &str) -> String {
-    format!(
-        r#"{{"id":"{id}","object":"event","type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_{id}","customer":"{customer}","amount":2050}}}}}}"#
-    )
-}
-
-async fn post(gw: &Gateway, body: &str) -> String {
-    let (st, json) = post_stripe_signed(&http(), &gw.ingest, "shop", body.as_bytes()).await;
-    assert_eq!(st, 200, "{json}");
-    json["id"].as_str().expect("entry id").to_string()
-}
 
 /// A channel of the test's own on `mq` (as guest, from loopback).
 async fn channel(mq: &RabbitMq) -> (Connection, Channel) {
@@ -166,32 +133,6 @@ fn assert_signed(m: &BasicGetMessage) {
         Some(sign(&key, &id, ts, &m.delivery.data)),
         "the signature covers the body published"
     );
-}
-
-async fn dead_group(admin: &Admin, route: &str, count: u64) -> serde_json::Value {
-    wait_until_ok(
-        &format!("a dead-letter group of {count} on {route}"),
-        Duration::from_secs(30),
-        async || {
-            let (_, groups) = admin
-                .call(
-                    "GET",
-                    &format!("/admin/dead-letters?source=shop&route={route}"),
-                    None,
-                )
-                .await;
-            let g = groups["groups"]
-                .as_array()
-                .and_then(|gs| gs.first().cloned())
-                .ok_or_else(|| format!("no group yet: {groups}"))?;
-            if g["count"] == count {
-                Ok(g)
-            } else {
-                Err(format!("{groups}"))
-            }
-        },
-    )
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,6 +350,7 @@ async fn refused_credentials_fail_as_auth_refused_publish_nothing_and_are_never_
                 "destination_user_env = \"MQ_USER\"\ndestination_password_env = \"MQ_PASSWORD\"\n\
                  [sources.routes.retry]\nmax_attempts = 2",
             )],
+            "",
         ),
     );
     let log_path = dir.path().join("stderr.log");
@@ -494,36 +436,7 @@ async fn rabbitmq_sigkilled_under_load_holds_every_acknowledged_webhook() {
         )],
     ))
     .await;
-    let acked: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let load = {
-        let acked = acked.clone();
-        let sent = sent.clone();
-        let ingest = gw.ingest.clone();
-        tokio::spawn(async move {
-            let c = http();
-            let mut tick = tokio::time::interval(Duration::from_millis(5));
-            let mut posts = Vec::new();
-            for i in 0..600 {
-                tick.tick().await;
-                let (c, acked, ingest) = (c.clone(), acked.clone(), ingest.clone());
-                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                posts.push(tokio::spawn(async move {
-                    let body = payment(&format!("evt_k{i}"), "cus_a");
-                    let (st, json) = post_stripe_signed(&c, &ingest, "shop", body.as_bytes()).await;
-                    if st == 200 {
-                        acked
-                            .lock()
-                            .unwrap()
-                            .push(json["id"].as_str().unwrap().to_string());
-                    }
-                }));
-            }
-            for p in posts {
-                let _ = p.await;
-            }
-        })
-    };
+    let load = Load::start(&gw.ingest);
     let store = h.open().await;
     wait_until("100 delivered", Duration::from_secs(30), async || {
         store
@@ -534,17 +447,9 @@ async fn rabbitmq_sigkilled_under_load_holds_every_acknowledged_webhook() {
     })
     .await;
     mq.kill();
-    let at_kill = sent.load(std::sync::atomic::Ordering::Relaxed);
-    wait_until(
-        "the load going on without the broker",
-        Duration::from_secs(20),
-        async || sent.load(std::sync::atomic::Ordering::Relaxed) >= at_kill + 300,
-    )
-    .await;
+    load.goes_on_for(300).await;
     tokio::task::block_in_place(|| mq.restart());
-    load.await.unwrap();
-    let acked: Vec<String> = acked.lock().unwrap().clone();
-    assert_eq!(acked.len(), 600, "ingest acknowledged every webhook");
+    let acked = load.finish().await;
     wait_until_ok(
         "every acknowledged webhook delivered",
         Duration::from_secs(60),
@@ -620,6 +525,7 @@ async fn check_config_connect_asks_the_broker_and_publishes_nothing() {
                 ("gone", &format!("{url}?exchange=missing&routing_key=x"), ""),
                 ("noqueue", &format!("{url}?routing_key=nope"), ""),
             ],
+            "",
         ),
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))

@@ -12,42 +12,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_nats::jetstream::message::StreamMessage;
-use hookgate::config::{self, Config};
 use hookgate::forward::request::{decode_destination_secret, sign};
 use hookgate::store::Status;
 use serde_json::json;
 
 use crate::admin::Admin;
 use crate::for_each_store;
-use crate::forward::{DEST_SECRET, FAST};
+use crate::forward::DEST_SECRET;
+use crate::queues::{Load, config, config_text, dead_group, payment, post};
 use crate::support::*;
-
-/// A Stripe source `shop` whose routes are `routes` (each `name`, destination,
-/// more keys), retried fast.
-fn config_text(h: &StoreHandle, routes: &[(&str, &str, &str)], source_keys: &str) -> String {
-    let mut text = format!(
-        "{}\n{FAST}\n[[sources]]\nname = \"shop\"\nprovider = \"stripe\"\nsecret = \"{STRIPE_SECRET}\"\n\
-         destination_secret = \"{DEST_SECRET}\"\n{source_keys}\n\
-         [sources.retry]\nbase = \"100ms\"\ncap = \"500ms\"\n",
-        h.toml()
-    );
-    for (name, dest, keys) in routes {
-        text.push_str(&format!(
-            "[[sources.routes]]\nname = \"{name}\"\ndestination = \"{dest}\"\n{keys}\n"
-        ));
-    }
-    text
-}
-
-fn config(h: &StoreHandle, routes: &[(&str, &str, &str)]) -> Config {
-    config::from_toml_str(&config_text(h, routes, ""), &|_| None).expect("config")
-}
-
-fn payment(id: &str, customer: &str) -> String {
-    format!(
-        r#"{{"id":"{id}","object":"event","type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_{id}","customer":"{customer}","amount":2050}}}}}}"#
-    )
-}
 
 fn header(m: &StreamMessage, name: &str) -> Option<String> {
     m.headers.get(name).map(|v| v.as_str().to_string())
@@ -87,12 +60,6 @@ async fn wait_messages(
     .await;
     assert_eq!(seen.len(), n, "no more than {n} messages in {name}");
     seen
-}
-
-async fn post(gw: &Gateway, body: &str) -> String {
-    let (st, json) = post_stripe_signed(&http(), &gw.ingest, "shop", body.as_bytes()).await;
-    assert_eq!(st, 200, "{json}");
-    json["id"].as_str().expect("entry id").to_string()
 }
 
 async fn publishes_each_once(backend: Backend) {
@@ -276,25 +243,7 @@ async fn no_stream_is_dead_as_not_found_and_its_group_delivers_once_the_stream_e
         entries.push(post(&gw, &payment(&format!("evt_s{i}"), "cus_a")).await);
     }
     let admin = Admin::at(&gw.admin);
-    let group = wait_until_ok(
-        "one not-found group of 3",
-        Duration::from_secs(20),
-        async || {
-            let (_, groups) = admin
-                .call("GET", "/admin/dead-letters?source=shop&route=q", None)
-                .await;
-            let g = groups["groups"]
-                .as_array()
-                .and_then(|gs| gs.first().cloned())
-                .ok_or_else(|| format!("no group yet: {groups}"))?;
-            if g["count"] == 3 {
-                Ok(g)
-            } else {
-                Err(format!("{groups}"))
-            }
-        },
-    )
-    .await;
+    let group = dead_group(&admin, "q", 3).await;
     assert_eq!(group["failure"], "not-found", "{group}");
     let (_, entry) = admin
         .call("GET", &format!("/admin/entries/{}", entries[0]), None)
@@ -415,25 +364,7 @@ async fn refused_credentials_fail_as_auth_refused_publish_nothing_and_are_never_
         entries.push(json["id"].as_str().unwrap().to_string());
     }
     let admin = Admin::at(&gw.admin);
-    let group = wait_until_ok(
-        "an auth-refused group",
-        Duration::from_secs(20),
-        async || {
-            let (_, groups) = admin
-                .call("GET", "/admin/dead-letters?source=shop&route=q", None)
-                .await;
-            let g = groups["groups"]
-                .as_array()
-                .and_then(|gs| gs.first().cloned())
-                .ok_or_else(|| format!("no group yet: {groups}"))?;
-            if g["count"] == 2 {
-                Ok(g)
-            } else {
-                Err(format!("{groups}"))
-            }
-        },
-    )
-    .await;
+    let group = dead_group(&admin, "q", 2).await;
     assert_eq!(group["failure"], "auth-refused", "{group}");
     assert!(
         stream_messages(&js, "HOOKS").await.is_empty(),
@@ -523,10 +454,11 @@ async fn check_config_connect_reads_each_stream_and_says_what_is_not_ready() {
 
 /// 200 webhooks a second for 3 seconds; JetStream (file storage) SIGKILLed once a
 /// hundred are in the stream, and started again once the load went on without it
-/// for 1.5 s (three times the route's timeout: publishes time out, and the client's
-/// buffered ones reach the restarted server after the gateway gave up on them). Every acknowledged webhook ends up in the stream, none twice: a
-/// publish whose acknowledgement the kill lost is retried under the same
-/// `Nats-Msg-Id`, which the restarted stream's duplicate window drops.
+/// for 1.5 s (three times the route's timeout: publishes time out, and the
+/// client's buffered ones reach the restarted server after the gateway gave up on
+/// them). Every acknowledged webhook ends up in the stream, none twice: a publish
+/// whose acknowledgement the kill lost is retried under the same `Nats-Msg-Id`,
+/// which the restarted stream's duplicate window drops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jetstream_sigkilled_under_load_holds_every_acknowledged_webhook_once() {
     let h = StoreHandle::new(Backend::Embedded);
@@ -543,36 +475,7 @@ async fn jetstream_sigkilled_under_load_holds_every_acknowledged_webhook_once() 
         )],
     ))
     .await;
-    let acked: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let load = {
-        let acked = acked.clone();
-        let sent = sent.clone();
-        let ingest = gw.ingest.clone();
-        tokio::spawn(async move {
-            let c = http();
-            let mut tick = tokio::time::interval(Duration::from_millis(5));
-            let mut posts = Vec::new();
-            for i in 0..600 {
-                tick.tick().await;
-                let (c, acked, ingest) = (c.clone(), acked.clone(), ingest.clone());
-                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                posts.push(tokio::spawn(async move {
-                    let body = payment(&format!("evt_k{i}"), "cus_a");
-                    let (st, json) = post_stripe_signed(&c, &ingest, "shop", body.as_bytes()).await;
-                    if st == 200 {
-                        acked
-                            .lock()
-                            .unwrap()
-                            .push(json["id"].as_str().unwrap().to_string());
-                    }
-                }));
-            }
-            for p in posts {
-                let _ = p.await;
-            }
-        })
-    };
+    let load = Load::start(&gw.ingest);
     wait_until(
         "100 messages in the stream",
         Duration::from_secs(20),
@@ -580,17 +483,9 @@ async fn jetstream_sigkilled_under_load_holds_every_acknowledged_webhook_once() 
     )
     .await;
     nats.kill();
-    let at_kill = sent.load(std::sync::atomic::Ordering::Relaxed);
-    wait_until(
-        "the load going on without the broker",
-        Duration::from_secs(20),
-        async || sent.load(std::sync::atomic::Ordering::Relaxed) >= at_kill + 100,
-    )
-    .await;
+    load.goes_on_for(300).await;
     nats.restart();
-    load.await.unwrap();
-    let acked: Vec<String> = acked.lock().unwrap().clone();
-    assert_eq!(acked.len(), 600, "ingest acknowledged every webhook");
+    let acked = load.finish().await;
     let store = h.open().await;
     wait_until(
         "every acknowledged webhook delivered",
@@ -645,16 +540,7 @@ async fn a_body_over_the_servers_max_payload_is_refused_for_good_in_its_own_grou
     let entry = post(&gw, &big).await;
     post(&gw, &payment("evt_small", "cus_a")).await;
     let admin = Admin::at(&gw.admin);
-    let group = wait_until_ok("a too-large group", Duration::from_secs(20), async || {
-        let (_, groups) = admin
-            .call("GET", "/admin/dead-letters?source=shop&route=q", None)
-            .await;
-        groups["groups"]
-            .as_array()
-            .and_then(|gs| gs.first().cloned())
-            .ok_or_else(|| format!("no group yet: {groups}"))
-    })
-    .await;
+    let group = dead_group(&admin, "q", 1).await;
     assert_eq!(group["failure"], "too-large", "{group}");
     assert_eq!(group["count"], 1, "{group}");
     let (_, e) = admin
