@@ -325,10 +325,19 @@ impl AmqpSender {
             if name == ::http::header::CONTENT_TYPE {
                 content_type = value.to_str().ok().map(ShortString::from);
             }
-            headers.insert(
-                name.as_str().into(),
-                AMQPValue::LongString(LongString::from(value.as_bytes().to_vec())),
-            );
+            // A header with several values is one, its values joined as HTTP
+            // would fold them.
+            let key: ShortString = name.as_str().into();
+            let mut bytes = match headers.inner().get(&key) {
+                Some(AMQPValue::LongString(before)) => {
+                    let mut b = before.as_bytes().to_vec();
+                    b.extend_from_slice(b", ");
+                    b
+                }
+                _ => Vec::new(),
+            };
+            bytes.extend_from_slice(value.as_bytes());
+            headers.insert(key, AMQPValue::LongString(LongString::from(bytes)));
         }
         let mut properties = BasicProperties::default()
             .with_delivery_mode(2)

@@ -27,6 +27,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
+use tokio::sync::watch;
 
 use super::{Check, Failed, Identity, Message, Outcome, Sender};
 use crate::config::{Credentials, NatsDestination, Template};
@@ -41,7 +42,10 @@ pub struct Broker {
     connect_timeout: Duration,
     /// How logs and metrics name it: its first server, `nats://host:port`.
     name: String,
-    conn: tokio::sync::OnceCell<(async_nats::Client, jetstream::Context)>,
+    conn: std::sync::OnceLock<(async_nats::Client, jetstream::Context)>,
+    /// The connection being made, by a task of its own (so that a delivery that
+    /// stops waiting does not stop it), and what it came to.
+    connecting: std::sync::Mutex<Option<watch::Receiver<Option<Result<(), Failed>>>>>,
     connected: metrics::Gauge,
 }
 
@@ -64,7 +68,8 @@ impl Broker {
             credentials: credentials.cloned(),
             connect_timeout,
             name,
-            conn: tokio::sync::OnceCell::new(),
+            conn: std::sync::OnceLock::new(),
+            connecting: std::sync::Mutex::new(None),
             connected,
         }
     }
@@ -83,8 +88,48 @@ impl Broker {
 
     /// The client and its JetStream context, connecting on first use. A failed
     /// connection is tried again by the next caller.
-    async fn connection(&self) -> Result<&(async_nats::Client, jetstream::Context), NotConnected> {
-        self.conn.get_or_try_init(|| self.connect()).await
+    async fn connection(
+        self: &Arc<Self>,
+    ) -> Result<&(async_nats::Client, jetstream::Context), NotConnected> {
+        if let Some(c) = self.conn.get() {
+            return Ok(c);
+        }
+        let mut rx = {
+            let mut connecting = self.connecting.lock().unwrap_or_else(|p| p.into_inner());
+            match connecting.as_ref() {
+                // A task is connecting, or failed last time (its answer is kept
+                // until the next caller starts another).
+                Some(rx) if rx.borrow().is_none() => rx.clone(),
+                _ => {
+                    let (tx, rx) = watch::channel(None);
+                    *connecting = Some(rx.clone());
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        let made = match me.connect().await {
+                            Ok(c) => {
+                                let _ = me.conn.set(c);
+                                Ok(())
+                            }
+                            Err(NotConnected(failed)) => Err(failed),
+                        };
+                        let _ = tx.send(Some(made));
+                    });
+                    rx
+                }
+            }
+        };
+        let made = match rx.wait_for(Option::is_some).await {
+            Ok(made) => made.clone(),
+            Err(_) => None,
+        };
+        match (made, self.conn.get()) {
+            (_, Some(c)) => Ok(c),
+            (Some(Err(failed)), None) => Err(NotConnected(failed)),
+            _ => Err(NotConnected(Failed::new(
+                Failure::Connect,
+                "connect: no connection was made",
+            ))),
+        }
     }
 
     async fn connect(&self) -> Result<(async_nats::Client, jetstream::Context), NotConnected> {
