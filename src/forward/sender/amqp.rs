@@ -619,3 +619,68 @@ fn outcome_of(failed: Failed) -> Outcome {
         _ => Outcome::Unreachable(failed),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_exchange_and_too_large_are_final_and_the_rest_is_retried() {
+        let f = |k| Failed::new(k, "x");
+        assert!(matches!(
+            outcome_of(f(Failure::NotFound)),
+            Outcome::Refused(_)
+        ));
+        assert!(matches!(
+            outcome_of(f(Failure::TooLarge)),
+            Outcome::Refused(_)
+        ));
+        assert!(matches!(
+            outcome_of(f(Failure::AuthRefused)),
+            Outcome::Unavailable { .. }
+        ));
+        assert!(matches!(
+            outcome_of(f(Failure::Timeout)),
+            Outcome::TimedOut(_)
+        ));
+        assert!(matches!(
+            outcome_of(f(Failure::Connect)),
+            Outcome::Unreachable(_)
+        ));
+        assert!(matches!(
+            outcome_of(f(Failure::Io)),
+            Outcome::Unreachable(_)
+        ));
+    }
+
+    #[test]
+    fn broker_errors_are_classified_by_their_reply_code() {
+        use lapin::protocol::AMQPError;
+        let protocol = |kind: AMQPErrorKind, text: &str| {
+            lapin::Error::from(lapin::ErrorKind::ProtocolError(AMQPError::new(
+                kind,
+                text.into(),
+            )))
+        };
+        let gone = of_error(
+            &protocol(
+                AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND),
+                "NOT_FOUND - no exchange 'x'",
+            ),
+            Failure::Io,
+        );
+        assert_eq!(gone.kind, Failure::NotFound);
+        assert!(gone.detail.contains("404"), "{}", gone.detail);
+        let denied = of_error(
+            &protocol(
+                AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED),
+                "ACCESS_REFUSED",
+            ),
+            Failure::Connect,
+        );
+        assert_eq!(denied.kind, Failure::AuthRefused);
+        let io = lapin::Error::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(of_error(&io, Failure::Connect).kind, Failure::Connect);
+        assert_eq!(of_error(&io, Failure::Io).kind, Failure::Io);
+    }
+}

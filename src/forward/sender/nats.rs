@@ -452,3 +452,57 @@ fn of_publish_error(e: &jetstream::context::PublishError, max_payload: usize) ->
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::ConnectErrorKind;
+    use jetstream::context::PublishError;
+
+    #[test]
+    fn refused_credentials_wait_for_a_fix_and_the_rest_is_unreachable() {
+        let auth = of_connect_error(ConnectErrorKind::AuthorizationViolation);
+        assert_eq!(auth.kind, Failure::AuthRefused);
+        assert!(matches!(unreachable_or(auth), Outcome::Unavailable { .. }));
+        for (kind, failure) in [
+            (ConnectErrorKind::Io, Failure::Connect),
+            (ConnectErrorKind::Dns, Failure::Connect),
+            (ConnectErrorKind::Tls, Failure::Tls),
+        ] {
+            let o = unreachable_or(of_connect_error(kind));
+            assert!(
+                matches!(&o, Outcome::Unreachable(f) if f.kind == failure),
+                "{o:?}"
+            );
+        }
+        assert!(matches!(
+            unreachable_or(of_connect_error(ConnectErrorKind::TimedOut)),
+            Outcome::TimedOut(_)
+        ));
+    }
+
+    #[test]
+    fn publish_failures_are_classified_by_kind() {
+        let of = |k| of_publish_error(&PublishError::new(k), 1024);
+        let no_stream = of(PublishErrorKind::StreamNotFound);
+        assert!(
+            matches!(&no_stream, Outcome::Unavailable { failed, .. } if failed.kind == Failure::NotFound),
+            "retried: a stream may be electing a leader"
+        );
+        let big = of(PublishErrorKind::MaxPayloadExceeded);
+        assert!(matches!(&big, Outcome::Refused(f) if f.kind == Failure::TooLarge));
+        assert!(big.failed().unwrap().detail.contains("1024 bytes"));
+        assert!(matches!(
+            of(PublishErrorKind::TimedOut),
+            Outcome::TimedOut(_)
+        ));
+        assert!(matches!(
+            of(PublishErrorKind::BrokenPipe),
+            Outcome::Unreachable(f) if f.kind == Failure::Io
+        ));
+        assert!(matches!(
+            of(PublishErrorKind::Other),
+            Outcome::Unavailable { failed, .. } if failed.kind == Failure::Io
+        ));
+    }
+}
