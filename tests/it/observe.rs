@@ -123,8 +123,8 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
              [sources.reconcile]\napi_key_env = \"STRIPE_KEY\"\nendpoint = \"we_1\"\n\
              api_base = \"http://127.0.0.1:9\"\ninterval = \"1h\"\n"
         ),
-        source("first_b", "http://user:pw@127.0.0.1:19/b", "")
-    );
+        source("first_b", "http://user:pw@127.0.0.1:19/b", ""),
+    ) + &source("first_q", "nats://127.0.0.1:9/first", "");
     let env = |v: &str| (v == "STRIPE_KEY").then(|| "sk_test_x".to_string());
     let cfg = config::from_toml_str(&format!("{}\n{sources}", h.toml()), &env).unwrap();
     let gw = Gateway::start(cfg).await;
@@ -142,6 +142,13 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
                 for d in ["http://127.0.0.1:9", "http://127.0.0.1:19"] {
                     assert_eq!(s.value(family, "destination", d), Some(0.0), "{family} {d}");
                 }
+            }
+            "hookgate_broker_connected" => {
+                assert_eq!(
+                    s.value(family, "broker", "nats://127.0.0.1:9"),
+                    Some(0.0),
+                    "{family}: a broker no delivery has connected to yet"
+                );
             }
             "hookgate_alerts_sent_total" => {
                 for r in ["sent", "failed"] {
