@@ -45,9 +45,12 @@ pub struct Broker {
     conn: std::sync::OnceLock<(async_nats::Client, jetstream::Context)>,
     /// The connection being made, by a task of its own (so that a delivery that
     /// stops waiting does not stop it), and what it came to.
-    connecting: std::sync::Mutex<Option<watch::Receiver<Option<Result<(), Failed>>>>>,
+    connecting: std::sync::Mutex<Option<Attempt>>,
     connected: metrics::Gauge,
 }
+
+/// A connection being made: what it came to, once it did (`None` until then).
+type Attempt = watch::Receiver<Option<Result<(), Failed>>>;
 
 /// Why the broker could not be connected to.
 #[derive(Debug)]
