@@ -7,6 +7,7 @@
 //! cargo bench --bench gateway -- --smoke           # about two minutes: proves the harness works
 //! cargo bench --bench gateway -- forward-drain --drain-entries 20000  # a shorter drain
 //! cargo bench --bench gateway -- ingest-postgres latency-postgres forward-drain-postgres
+//! cargo bench --bench gateway -- queue-drain queue-ingest  # NATS JetStream and RabbitMQ
 //! HOOKGATE_BENCH_BEFORE_BIN=… cargo bench --bench gateway -- drain-ab  # an A/B of two builds
 //! ```
 //!
@@ -27,9 +28,12 @@
 //! while forgeries flood in), [`traces`] (what the trace exporter costs, off
 //! and on, against the build before traces), [`reload`] (a configuration
 //! reload every second under load), [`reconcile`] (a reconciliation of a large
-//! history under load) and [`drain_ab`] (the drain of this build against another,
-//! alternated in one run).
+//! history under load), [`drain_ab`] (the drain of this build against another,
+//! alternated in one run) and [`queues`] (delivering into NATS JetStream and
+//! RabbitMQ, on private servers that [`brokers`] starts, against delivering over
+//! HTTP).
 
+mod brokers;
 mod console;
 mod drain_ab;
 mod flood;
@@ -38,6 +42,7 @@ mod measure;
 mod open;
 mod pgserver;
 mod procs;
+mod queues;
 mod reconcile;
 mod reload;
 mod scenarios;
@@ -63,6 +68,8 @@ const SCENARIOS: &[&str] = &[
     "duplicates",
     "forward-drain",
     "forward-drain-postgres",
+    "queue-drain",
+    "queue-ingest",
     "forward-e2e",
     "recovery",
     "console",
@@ -84,6 +91,8 @@ struct Settings {
     connections: usize,
     rounds: usize,
     drain_entries: usize,
+    /// The backlog of `queue-drain` (`--queue-entries`).
+    queue_entries: usize,
     recovery_entries: usize,
     outage: Duration,
 }
@@ -95,6 +104,7 @@ impl Settings {
             connections: 64,
             rounds: 3,
             drain_entries: 100_000,
+            queue_entries: 50_000,
             recovery_entries: 10_000,
             outage: Duration::from_secs(30),
         }
@@ -106,6 +116,7 @@ impl Settings {
             connections: 8,
             rounds: 1,
             drain_entries: 500,
+            queue_entries: 300,
             recovery_entries: 200,
             outage: Duration::from_secs(2),
         }
@@ -141,6 +152,9 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--drain-entries") {
         settings.drain_entries = args[i + 1].parse().expect("--drain-entries N");
     }
+    if let Some(i) = args.iter().position(|a| a == "--queue-entries") {
+        settings.queue_entries = args[i + 1].parse().expect("--queue-entries N");
+    }
     let picked: Vec<&str> = SCENARIOS
         .iter()
         .copied()
@@ -157,6 +171,9 @@ fn main() {
         .expect("runtime");
     rt.block_on(async move {
         let mut report = Report::default();
+        // The queue scenarios' brokers, started once for the run (a RabbitMQ node
+        // takes seconds to start).
+        let mut brokers: Option<brokers::Brokers> = None;
         println!(
             "machine: {} cores, {}",
             std::thread::available_parallelism()
@@ -164,7 +181,10 @@ fn main() {
                 .unwrap_or(1),
             cpu_model()
         );
-        for s in scenarios {
+        // The brokers stop after the last queue scenario: the scenarios after it
+        // do not share the cores, or the memory, with them.
+        let last_queue = scenarios.iter().rposition(|s| s.starts_with("queue-"));
+        for (k, s) in scenarios.into_iter().enumerate() {
             println!("\n== {s}");
             match s {
                 "ingest-embedded" => ingest(&mut report, Store::Embedded, settings, false).await,
@@ -176,6 +196,14 @@ fn main() {
                 "forward-drain-postgres" => forward_drain_postgres(&mut report, settings).await,
                 "duplicates" => ingest(&mut report, Store::Embedded, settings, true).await,
                 "forward-drain" => forward_drain(&mut report, settings).await,
+                "queue-drain" => {
+                    let b = started(&mut brokers).await;
+                    queues::queue_drain(&mut report, settings, b, smoke).await
+                }
+                "queue-ingest" => {
+                    let b = started(&mut brokers).await;
+                    queues::queue_ingest(&mut report, settings, b).await
+                }
                 "forward-e2e" => forward_e2e(&mut report, settings).await,
                 "recovery" => recovery(&mut report, settings).await,
                 "profile-embedded" => profile(&mut report, Store::Embedded, settings).await,
@@ -230,12 +258,23 @@ fn main() {
                 }
                 _ => unreachable!(),
             }
+            if Some(k) == last_queue {
+                brokers = None;
+            }
         }
         println!("\n== summary");
         for line in &report.lines {
             println!("{line}");
         }
     });
+}
+
+/// The brokers in `slot`, started on first use.
+async fn started(slot: &mut Option<brokers::Brokers>) -> &brokers::Brokers {
+    if slot.is_none() {
+        *slot = Some(brokers::Brokers::start().await);
+    }
+    slot.as_ref().expect("started")
 }
 
 #[derive(Default)]

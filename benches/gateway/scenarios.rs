@@ -37,7 +37,7 @@ pub async fn ingest_backlog(port: u16, requests: Vec<Prepared>, connections: usi
 /// One closed-loop round against `port`, with the CPU time of `pids` over it.
 /// `cycle`: take the requests again once they run out (the baseline, which does
 /// not dedupe).
-async fn metered_round(
+pub(crate) async fn metered_round(
     port: u16,
     pids: &[u32],
     requests: &Arc<Vec<Prepared>>,
@@ -317,7 +317,7 @@ pub(crate) fn percentiles(h: &Histogram<u64>) -> String {
 
 /// Enough distinct webhooks for `s.duration` at ~30,000 req/s (fewer in the smoke
 /// size).
-fn webhooks_for(s: Settings) -> usize {
+pub(crate) fn webhooks_for(s: Settings) -> usize {
     if s.rounds == 1 && s.duration < Duration::from_secs(2) {
         20_000
     } else {
@@ -513,7 +513,7 @@ pub async fn latency(report: &mut Report, store: Store, s: Settings) {
 /// `pause` or `resume` the source `bench` of the gateway whose admin port is
 /// `admin`. Once a pause is answered no claim takes its deliveries: every store
 /// checks the pause in the claim itself.
-async fn source_control(admin: u16, what: &str) {
+pub(crate) async fn source_control(admin: u16, what: &str) {
     hookgate::tls::install_provider();
     let r = reqwest::Client::new()
         .post(format!(
@@ -1094,7 +1094,7 @@ async fn forwarding_on_max(on: &Subject, s: Settings) -> LoadResult {
 
 /// How long the gateway on `admin` has found ingest saturated (ingest first holds
 /// its deliveries to a share meanwhile), in seconds.
-async fn saturated_secs(admin: u16) -> f64 {
+pub(crate) async fn saturated_secs(admin: u16) -> f64 {
     let windows = scrape(admin)
         .await
         .lines()
