@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::admin::Admin;
 use crate::for_each_store;
 use crate::forward::DEST_SECRET;
-use crate::queues::{Load, config, config_text, dead_group, payment, post};
+use crate::queues::{Load, Refused, config, config_text, dead_group, payment, post};
 use crate::support::*;
 
 fn header(m: &StreamMessage, name: &str) -> Option<String> {
@@ -331,69 +331,12 @@ async fn refused_credentials_fail_as_auth_refused_publish_nothing_and_are_never_
         ))
         .await;
     make_stream(&js, "HOOKS", &["hooks"], Duration::from_secs(120)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg_path = write_config(
-        dir.path(),
-        &config_text(
-            &h,
-            &[(
-                "q",
-                &format!("{}/hooks", nats.url()),
-                "destination_user_env = \"NATS_USER\"\ndestination_password_env = \"NATS_PASSWORD\"\n\
-                 [sources.routes.retry]\nmax_attempts = 2",
-            )],
-            "",
-        ),
-    );
-    let log_path = dir.path().join("stderr.log");
-    let gw = ChildGateway::spawn(
-        &cfg_path,
-        &[
-            ("NATS_USER", "hook"),
-            ("NATS_PASSWORD", wrong),
-            ("RUST_LOG", "debug"),
-        ],
-        &log_path,
-    );
-    let c = http();
-    let mut entries = Vec::new();
-    for i in 0..2 {
-        let body = payment(&format!("evt_c{i}"), "cus_a");
-        let (st, json) = post_stripe_signed(&c, &gw.ingest, "shop", body.as_bytes()).await;
-        assert_eq!(st, 200, "{json}");
-        entries.push(json["id"].as_str().unwrap().to_string());
-    }
-    let admin = Admin::at(&gw.admin);
-    let group = dead_group(&admin, "q", 2).await;
-    assert_eq!(group["failure"], "auth-refused", "{group}");
+    let refused = Refused::start(&h, &format!("{}/hooks", nats.url()), wrong).await;
     assert!(
         stream_messages(&js, "HOOKS").await.is_empty(),
         "nothing published"
     );
-    let mut shown = vec![group.to_string()];
-    for e in &entries {
-        shown.push(
-            admin
-                .call("GET", &format!("/admin/entries/{e}"), None)
-                .await
-                .1
-                .to_string(),
-        );
-    }
-    shown.push(get_text(&c, &format!("{}/metrics", gw.admin)).await);
-    shown.push(admin.call("GET", "/admin/routes", None).await.1.to_string());
-    shown.push(std::fs::read_to_string(&log_path).unwrap_or_default());
-    for text in &shown {
-        assert!(
-            !text.contains(wrong) && !text.contains(password),
-            "a credential shown: {text}"
-        );
-    }
-    assert!(
-        shown.last().is_some_and(|log| log.contains("auth-refused")),
-        "the log says why"
-    );
-    drop(gw);
+    refused.assert_never_shown(&[wrong, password]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

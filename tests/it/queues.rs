@@ -138,3 +138,83 @@ impl Load {
         acked
     }
 }
+
+/// A child gateway whose route `q` of `shop` reaches `destination` as `hook` with
+/// the wrong password `wrong` (by reference, `DEST_USER` and `DEST_PASSWORD`), two
+/// webhooks posted and dead as `auth-refused`.
+pub struct Refused {
+    pub gw: ChildGateway,
+    pub entries: Vec<String>,
+    pub group: serde_json::Value,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Refused {
+    pub async fn start(h: &StoreHandle, destination: &str, wrong: &str) -> Refused {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg_path = write_config(
+            dir.path(),
+            &config_text(
+                h,
+                &[(
+                    "q",
+                    destination,
+                    "destination_user_env = \"DEST_USER\"\ndestination_password_env = \"DEST_PASSWORD\"\n\
+                     [sources.routes.retry]\nmax_attempts = 2",
+                )],
+                "",
+            ),
+        );
+        let log = dir.path().join("stderr.log");
+        let gw = ChildGateway::spawn(
+            &cfg_path,
+            &[
+                ("DEST_USER", "hook"),
+                ("DEST_PASSWORD", wrong),
+                ("RUST_LOG", "debug"),
+            ],
+            &log,
+        );
+        let c = http();
+        let mut entries = Vec::new();
+        for i in 0..2 {
+            let body = payment(&format!("evt_c{i}"), "cus_a");
+            let (st, json) = post_stripe_signed(&c, &gw.ingest, "shop", body.as_bytes()).await;
+            assert_eq!(st, 200, "{json}");
+            entries.push(json["id"].as_str().unwrap().to_string());
+        }
+        let group = dead_group(&Admin::at(&gw.admin), "q", 2).await;
+        assert_eq!(group["failure"], "auth-refused", "{group}");
+        Refused {
+            gw,
+            entries,
+            group,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// No credential in the group, the entries, the metrics, the routes or any log
+    /// line, and the log says why the deliveries failed.
+    pub async fn assert_never_shown(&self, credentials: &[&str]) {
+        let admin = Admin::at(&self.gw.admin);
+        let mut shown = vec![self.group.to_string()];
+        for e in &self.entries {
+            let (_, entry) = admin
+                .call("GET", &format!("/admin/entries/{e}"), None)
+                .await;
+            shown.push(entry.to_string());
+        }
+        shown.push(get_text(&http(), &format!("{}/metrics", self.gw.admin)).await);
+        shown.push(admin.call("GET", "/admin/routes", None).await.1.to_string());
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        assert!(log.contains("auth-refused"), "the log says why");
+        shown.push(log);
+        for text in &shown {
+            for c in credentials {
+                assert!(!text.contains(c), "a credential shown: {text}");
+            }
+        }
+    }
+}

@@ -5,7 +5,7 @@
 //! RabbitMQ answers an unroutable mandatory message with a return and then a
 //! positive confirm; the two are correlated (the confirm carries the return), so an
 //! unroutable message is refused for good as `not-found` with the broker's reason,
-//! never delivered. (Within 10 s of a connection made again after one was lost, it
+//! never delivered. (Within 60 s of a connection made again after one was lost, it
 //! is retried instead: a restarted broker takes publishes before it has recovered
 //! its queues, and returns them unroutable meanwhile.) A missing exchange closes the channel with 404: refused for
 //! good, `not-found`; the route's channel is opened again for the next message. A
@@ -76,8 +76,8 @@ impl std::ops::Deref for Link {
 /// How long after a connection is made again (one was lost) a message the broker
 /// returns as unroutable is tried again rather than refused: a broker that has just restarted takes
 /// publishes before it has recovered its queues, and returns them unroutable
-/// meanwhile (seen on RabbitMQ 3.10 after a SIGKILL).
-const RECOVERY_GRACE: Duration = Duration::from_secs(10);
+/// meanwhile (seen on RabbitMQ 3.10 after a SIGKILL, for up to half a minute).
+const RECOVERY_GRACE: Duration = Duration::from_secs(60);
 
 /// A broker's connection: none, being made (by a task of its own, so that a
 /// delivery that stops waiting does not stop it), or made.
