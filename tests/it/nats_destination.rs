@@ -503,3 +503,34 @@ async fn a_body_over_the_servers_max_payload_is_refused_for_good_in_its_own_grou
     );
     gw.stop().await;
 }
+
+/// At start the gateway asks each queue destination's broker what `check-config
+/// --connect` asks, and logs it: a stream ready, and a retry schedule longer than
+/// its duplicate window as a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_start_the_gateway_logs_each_stream_and_warns_of_a_short_duplicate_window() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    make_stream(&js, "HOOKS", &["hooks"], Duration::from_secs(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_path = write_config(
+        dir.path(),
+        &config_text(&h, &[("q", &format!("{}/hooks", nats.url()), "")], ""),
+    );
+    let log_path = dir.path().join("stderr.log");
+    let gw = ChildGateway::spawn(&cfg_path, &[], &log_path);
+    wait_until(
+        "the destination's check in the log",
+        Duration::from_secs(20),
+        async || {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            log.contains("queue destination ready")
+                && log.contains("later than stream HOOKS's duplicate window (1s)")
+        },
+    )
+    .await;
+    // The check stored nothing.
+    assert!(stream_messages(&js, "HOOKS").await.is_empty());
+    drop(gw);
+}
