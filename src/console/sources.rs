@@ -34,7 +34,7 @@ use super::posted::Posted;
 use super::{ConsoleError, ConsoleState, Visitor, format};
 use crate::admin::dto::RefusingSource;
 use crate::admin::{dto::ControlEvent, dto::SourceState};
-use crate::config::{Expectation, OrderBy, RateLimit, SourceConfig};
+use crate::config::{DestinationKind, Expectation, OrderBy, RateLimit, SourceConfig};
 use crate::operations::OpError;
 use crate::operations::rejections::{self, Expected, short_time};
 use crate::operations::routes::{RouteInfo, RouteStateKind};
@@ -60,8 +60,8 @@ pub struct RouteView {
     pub name: String,
     /// The destination URL with its userinfo and query redacted.
     pub destination: String,
-    /// `http`, `nats` (JetStream) or `amqp` (RabbitMQ).
-    pub kind: &'static str,
+    /// HTTP, NATS JetStream or RabbitMQ.
+    pub kind: DestinationKind,
     /// Whether deliveries are signed (with a `destination_secret`, never shown).
     pub signed: bool,
     /// The filter, one line per part; empty: every entry.
@@ -95,7 +95,7 @@ impl SourceView {
                 .map(|r| RouteView {
                     name: r.name.clone(),
                     destination: r.shown_destination(),
-                    kind: r.target.kind().as_str(),
+                    kind: r.target.kind(),
                     signed: r.destination_secret.is_some(),
                     filter: r.filter.describe(),
                     rate_limit: r.delivery.rate_limit,
@@ -431,10 +431,10 @@ fn route(s: &SourceView, r: &RouteView, source_paused: bool, paused: bool, token
                     dt { "Destination" }
                     dd.mono {
                         (r.destination)
-                        @if r.kind == "nats" {
-                            " " span.badge.kind { "NATS JetStream" }
-                        } @else if r.kind == "amqp" {
-                            " " span.badge.kind { "RabbitMQ" }
+                        @match r.kind {
+                            DestinationKind::Nats => { " " span.badge.kind { "NATS JetStream" } }
+                            DestinationKind::Amqp => { " " span.badge.kind { "RabbitMQ" } }
+                            DestinationKind::Http => {}
                         }
                     }
                 }

@@ -24,7 +24,9 @@ use serde_json::json;
 
 use crate::admin::Admin;
 use crate::forward::DEST_SECRET;
-use crate::queues::{Load, Refused, config, config_text, dead_group, payment, post};
+use crate::queues::{
+    Load, Refused, check_config_connect, config, config_text, dead_group, payment, post,
+};
 use crate::support::*;
 
 /// A channel of the test's own on `mq` (as guest, from loopback).
@@ -479,14 +481,8 @@ async fn check_config_connect_asks_the_broker_and_publishes_nothing() {
             "",
         ),
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check-config", "--connect", "-c"])
-        .arg(&path)
-        .output()
-        .expect("run hookgate");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let (code, stdout, stderr) = check_config_connect(&path);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("2 queue destination(s) not ready"),
         "{stderr}"

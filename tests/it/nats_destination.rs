@@ -19,7 +19,9 @@ use serde_json::json;
 use crate::admin::Admin;
 use crate::for_each_store;
 use crate::forward::DEST_SECRET;
-use crate::queues::{Load, Refused, config, config_text, dead_group, payment, post};
+use crate::queues::{
+    Load, Refused, check_config_connect, config, config_text, dead_group, payment, post,
+};
 use crate::support::*;
 
 fn header(m: &StreamMessage, name: &str) -> Option<String> {
@@ -364,14 +366,8 @@ async fn check_config_connect_reads_each_stream_and_says_what_is_not_ready() {
          destination = \"{url}/webhooks.{{source}}.{{event_type}}\"\n"
     ));
     let path = write_config(dir.path(), &text);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check-config", "--connect", "-c"])
-        .arg(&path)
-        .output()
-        .expect("run hookgate");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let (code, stdout, stderr) = check_config_connect(&path);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("1 queue destination(s) not ready"),
         "{stderr}"

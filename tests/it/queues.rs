@@ -218,3 +218,17 @@ impl Refused {
         }
     }
 }
+
+/// `hookgate check-config --connect -c path`: its exit code, stdout and stderr.
+pub fn check_config_connect(path: &std::path::Path) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check-config", "--connect", "-c"])
+        .arg(path)
+        .output()
+        .expect("run hookgate");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

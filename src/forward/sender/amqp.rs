@@ -240,13 +240,6 @@ impl Broker {
             });
         }
     }
-
-    /// Note that the connection was found broken: the gauge says so at once.
-    fn lost(&self, conn: &Connection) {
-        if !conn.status().connected() {
-            self.connected.set(0.0);
-        }
-    }
 }
 
 /// Publishes to one route's exchange and routing key, on the route's own channel.
@@ -282,12 +275,12 @@ impl AmqpSender {
         let ch = match conn.create_channel().await {
             Ok(ch) => ch,
             Err(e) => {
-                self.broker.lost(&conn);
+                self.forget_closed(&conn);
                 return Err(of_error(&e, Failure::Io));
             }
         };
         if let Err(e) = ch.confirm_select(ConfirmSelectOptions::default()).await {
-            self.broker.lost(&conn);
+            self.forget_closed(&conn);
             return Err(of_error(&e, Failure::Io));
         }
         *channel = Some(ch.clone());
@@ -303,7 +296,16 @@ impl AmqpSender {
                 *ours = None;
             }
         }
-        if connection_too || !conn.status().connected() {
+        if connection_too {
+            self.broker.forget(conn);
+        } else {
+            self.forget_closed(conn);
+        }
+    }
+
+    /// Stop using `conn` if it is found closed.
+    fn forget_closed(&self, conn: &Arc<Link>) {
+        if !conn.status().connected() {
             self.broker.forget(conn);
         }
     }

@@ -117,17 +117,10 @@ impl NatsServer {
     /// Start it again on the same port and store directory.
     pub fn restart(&mut self) {
         self.kill();
-        let mut last = String::new();
-        for _ in 0..50 {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(e) => {
-                    last = e;
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
+        // Until the killed server's port is free again.
+        if let Err(e) = poll_until_blocking(Duration::from_secs(10), || self.spawn()) {
+            panic!("cannot restart nats-server: {e}");
         }
-        panic!("cannot restart nats-server: {last}");
     }
 
     /// A JetStream context of a client of its own (with `options`' credentials).
