@@ -261,7 +261,7 @@ async fn cut_off_gateway_stops_first(backend: Backend) {
     // destination) the heads of some keys.
     let held_by_cut = wait_until_ok(
         "the gateway to be cut off sending",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         async || {
             let seen = state.seen.lock().unwrap();
             let keys: Vec<String> = seen
@@ -283,7 +283,7 @@ async fn cut_off_gateway_stops_first(backend: Backend) {
     // by then the cut-off gateway has abandoned its attempts (no overlap).
     wait_until_ok(
         "the heads taken over",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         async || {
             let seen = state.seen.lock().unwrap();
             let taken = held_by_cut.iter().all(|k| {
@@ -293,7 +293,11 @@ async fn cut_off_gateway_stops_first(backend: Backend) {
                         .any(|v| v == "other")
                 })
             });
-            if taken { Ok(()) } else { Err("not yet") }
+            if taken {
+                Ok(())
+            } else {
+                Err(format!("arrivals {:?}", seen.arrivals))
+            }
         },
     )
     .await;
