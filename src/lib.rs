@@ -22,6 +22,8 @@
 //!   reached the gateway (a redelivery, or the event admitted from the API).
 //! * [`ingest`]: `POST /ingest/{source}`: read (within [`ingest::body`]'s budget),
 //!   verify, dedupe + persist, answer.
+//! * [`pull`]: the consumer API of pull routes (`/pull/` on the ingest listener):
+//!   long polls, acknowledgements, consumer tokens.
 //! * [`forward`]: claim, deliver, retry with backoff, dead-letter; [`forward::sender`]
 //!   is the delivery seam (a sender per destination scheme, a typed outcome),
 //!   [`forward::retry`] the pure policy, [`forward::breaker`] the per-destination
@@ -91,6 +93,7 @@ pub mod live;
 pub mod operations;
 pub mod pressure;
 pub mod provider;
+pub mod pull;
 pub mod reconcile;
 pub mod routing;
 pub mod serve;

@@ -190,6 +190,9 @@ struct Gateway {
     identity: forward::GatewayIdentity,
     /// The reconciliation of sources with their providers' APIs.
     reconciler: Arc<crate::reconcile::Reconciler>,
+    /// The pull routes' leases and long polls, shared by the consumer API and the
+    /// forwarder.
+    pulls: Arc<forward::pull::Pulls>,
 }
 
 /// Build every part of the gateway: the metrics, the route table, the store, the
@@ -288,6 +291,7 @@ async fn build(
         readiness: Arc::new(crate::store::Readiness::new()),
         reconciler: reconciler.clone(),
     };
+    let pulls = forward::pull::Pulls::new();
     let ingest = ingest_router(
         cfg,
         &core,
@@ -296,6 +300,7 @@ async fn build(
             unverified: unverified.clone(),
             rejections: rejections.clone(),
             pressure: pressure.clone(),
+            pulls: pulls.clone(),
         },
     )?;
     let (ingest_limits, admin_limits, probe_limits) = http_limits(cfg);
@@ -327,6 +332,7 @@ async fn build(
         traces,
         identity,
         reconciler,
+        pulls,
     })
 }
 
@@ -347,6 +353,8 @@ struct IngestShared {
     unverified: Arc<ingest::UnverifiedCounts>,
     rejections: Arc<ingest::rejections::RejectionLog>,
     pressure: Arc<crate::pressure::IngestPressure>,
+    /// What the consumer API of pull routes (on the same listener) serves.
+    pulls: Arc<forward::pull::Pulls>,
 }
 
 /// The ingest listener's router.
@@ -356,6 +364,11 @@ fn ingest_router(
     body_budget: ingest::body::BodyBudget,
     shared: IngestShared,
 ) -> anyhow::Result<axum::Router> {
+    let client_ip = crate::serve::forwarded::ClientIp {
+        trusted: cfg.server.trusted_proxies.clone(),
+        header: cfg.server.client_ip_header,
+    };
+    let pull_state = Arc::new(crate::pull::PullState::new(shared.pulls, client_ip.clone()));
     let state = Arc::new(IngestState {
         unverified: shared.unverified,
         rejections: shared.rejections,
@@ -372,10 +385,7 @@ fn ingest_router(
         readiness: core.readiness.clone(),
         pressure: shared.pressure,
         traces: core.traces.clone(),
-        client_ip: crate::serve::forwarded::ClientIp {
-            trusted: cfg.server.trusted_proxies.clone(),
-            header: cfg.server.client_ip_header,
-        },
+        client_ip,
         client_ipv6_prefix: cfg.server.client_ipv6_prefix,
         fetched_keys: Arc::new(
             crate::provider::certificate::FetchedKeys::new()
@@ -383,7 +393,9 @@ fn ingest_router(
         ),
     });
     // Outermost: a bug in a handler answers 500 instead of dropping the connection.
-    Ok(ingest::router(state).layer(CatchPanicLayer::custom(error::panic_response)))
+    Ok(ingest::router(state)
+        .merge(crate::pull::router(pull_state))
+        .layer(CatchPanicLayer::custom(error::panic_response)))
 }
 
 /// The admin listener's router (probes, admin API, console, behind the guard) and,
@@ -570,6 +582,7 @@ async fn serve_until_shutdown(
         traces,
         identity,
         reconciler,
+        pulls,
     } = gateway;
     let sources = tables.load().ingest.len();
     tracing::info!(
@@ -629,6 +642,7 @@ async fn serve_until_shutdown(
             on_dead: Some(on_dead),
             traces: traces.clone(),
             identity,
+            pulls,
         },
         shutdown.clone(),
     ));

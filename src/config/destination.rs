@@ -1,6 +1,8 @@
 //! Where a route delivers, as a type: an HTTP(S) URL, a NATS JetStream subject
-//! (`nats://` or `tls://`), or a RabbitMQ exchange (`amqp://` or `amqps://`), and
-//! the broker credentials a route names by reference.
+//! (`nats://` or `tls://`), a RabbitMQ exchange (`amqp://` or `amqps://`), or
+//! `pull` (consumers take the deliveries under `/pull/`), and the credentials a
+//! route names by reference: a broker's, or the token a pull route's consumers
+//! present (`pull_token_env`).
 //!
 //! A queue destination's URL never holds a credential (it is shown by the API and
 //! the console, and logged): `destination_user_env` / `destination_password_env`,
@@ -20,21 +22,24 @@ pub enum DestinationKind {
     Http,
     Nats,
     Amqp,
+    /// Nothing is sent: consumers pull the deliveries.
+    Pull,
 }
 
 impl DestinationKind {
-    /// Its name in metrics, the API and the console: `http`, `nats`, `amqp`.
+    /// Its name in metrics, the API and the console: `http`, `nats`, `amqp`, `pull`.
     pub fn as_str(self) -> &'static str {
         match self {
             DestinationKind::Http => "http",
             DestinationKind::Nats => "nats",
             DestinationKind::Amqp => "amqp",
+            DestinationKind::Pull => "pull",
         }
     }
 
     /// Whether it is a broker (the queue destinations).
     pub fn is_broker(self) -> bool {
-        self != DestinationKind::Http
+        matches!(self, DestinationKind::Nats | DestinationKind::Amqp)
     }
 }
 
@@ -45,7 +50,12 @@ pub enum Destination {
     Http,
     Nats(NatsDestination),
     Amqp(AmqpDestination),
+    /// `destination = "pull"`: the deliveries wait for consumers (`/pull/`).
+    Pull,
 }
+
+/// The `destination` of a pull route.
+pub const PULL: &str = "pull";
 
 impl Destination {
     pub fn kind(&self) -> DestinationKind {
@@ -53,13 +63,14 @@ impl Destination {
             Destination::Http => DestinationKind::Http,
             Destination::Nats(_) => DestinationKind::Nats,
             Destination::Amqp(_) => DestinationKind::Amqp,
+            Destination::Pull => DestinationKind::Pull,
         }
     }
 
     /// The subject or routing key template, for a queue destination.
     pub fn template(&self) -> Option<&Template> {
         match self {
-            Destination::Http => None,
+            Destination::Http | Destination::Pull => None,
             Destination::Nats(n) => Some(&n.subject),
             Destination::Amqp(a) => Some(&a.routing_key),
         }
@@ -100,6 +111,8 @@ pub enum Credentials {
     },
     /// A NATS token.
     Token(Secret),
+    /// The token a pull route's consumers present (`pull_token_env`).
+    PullToken(Secret),
 }
 
 /// The `destination_*` keys that name a route's broker credentials.
@@ -109,6 +122,8 @@ pub struct CredentialKeys {
     pub user_env: Option<String>,
     pub password_env: Option<String>,
     pub token_env: Option<String>,
+    /// `pull_token_env`: a pull route's consumer token.
+    pub pull_token_env: Option<String>,
 }
 
 impl CredentialKeys {
@@ -259,6 +274,9 @@ fn escape_token(value: &str, out: &mut String) {
 
 /// Check `url` (under `key`) as a destination of any kind.
 pub(super) fn parse(key: &str, url: &str) -> Result<Destination, ConfigError> {
+    if url == PULL {
+        return Ok(Destination::Pull);
+    }
     let scheme = url.split_once("://").map(|(s, _)| s);
     match scheme {
         Some("nats") | Some("tls") => nats(key, url).map(Destination::Nats),
@@ -412,6 +430,40 @@ pub(super) fn credentials(
     keys: CredentialKeys,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<Credentials>, ConfigError> {
+    match (&keys.pull_token_env, kind) {
+        (Some(var), DestinationKind::Pull) if !keys.any() => {
+            return match env(var) {
+                Some(v) if v.len() >= 16 => Ok(Some(Credentials::PullToken(Secret::new(v)))),
+                Some(v) if !v.is_empty() => Err(ConfigError::invalid(
+                    format!("{key}.pull_token_env"),
+                    format!("the token in {var} is shorter than 16 characters"),
+                )),
+                _ => Err(ConfigError::invalid(
+                    format!("{key}.pull_token_env"),
+                    format!("environment variable {var} is not set or empty"),
+                )),
+            };
+        }
+        (None, DestinationKind::Pull) => {
+            return Err(ConfigError::invalid(
+                format!("{key}.pull_token_env"),
+                "a pull route needs pull_token_env: the environment variable holding its consumers' token",
+            ));
+        }
+        (Some(_), DestinationKind::Pull) => {
+            return Err(ConfigError::invalid(
+                format!("{key}.destination_user_env"),
+                "a pull route takes pull_token_env only: nothing is sent to a broker",
+            ));
+        }
+        (Some(_), _) => {
+            return Err(ConfigError::invalid(
+                format!("{key}.pull_token_env"),
+                "pull_token_env is for routes with destination = \"pull\"",
+            ));
+        }
+        (None, _) => {}
+    }
     if !keys.any() {
         return Ok(None);
     }
@@ -434,12 +486,14 @@ pub(super) fn credentials(
             user_env: None,
             password_env: None,
             token_env: None,
+            ..
         } if kind == DestinationKind::Nats => Ok(Some(Credentials::CredsFile(PathBuf::from(path)))),
         CredentialKeys {
             credentials_file: None,
             user_env: None,
             password_env: None,
             token_env: Some(var),
+            ..
         } if kind == DestinationKind::Nats => Ok(Some(Credentials::Token(read(
             "destination_token_env",
             &var,
@@ -449,6 +503,7 @@ pub(super) fn credentials(
             user_env: Some(user),
             password_env: Some(password),
             token_env: None,
+            ..
         } => Ok(Some(Credentials::UserPassword {
             user: read("destination_user_env", &user)?,
             password: read("destination_password_env", &password)?,
@@ -585,6 +640,7 @@ mod tests {
                 user_env: u.map(str::to_string),
                 password_env: p.map(str::to_string),
                 token_env: t.map(str::to_string),
+                pull_token_env: None,
             };
         let nats = DestinationKind::Nats;
         let amqp = DestinationKind::Amqp;
@@ -634,6 +690,42 @@ mod tests {
             let e = credentials("r", kind, k, &env).unwrap_err().to_string();
             assert!(e.contains(says), "{e}");
             assert!(!e.contains("S3cretPW"));
+        }
+    }
+
+    #[test]
+    fn a_pull_route_takes_its_consumer_token_and_only_it() {
+        assert_eq!(dest("pull").unwrap(), Destination::Pull);
+        let env = |v: &str| match v {
+            "LONG" => Some("0123456789abcdef-consumer".to_string()),
+            "SHORT" => Some("short".to_string()),
+            _ => None,
+        };
+        let pull = |var: Option<&str>| CredentialKeys {
+            pull_token_env: var.map(str::to_string),
+            ..CredentialKeys::default()
+        };
+        assert_eq!(
+            credentials("r", DestinationKind::Pull, pull(Some("LONG")), &env).unwrap(),
+            Some(Credentials::PullToken(Secret::new("0123456789abcdef-consumer")))
+        );
+        for (kind, keys, says) in [
+            (DestinationKind::Pull, pull(None), "needs pull_token_env"),
+            (DestinationKind::Pull, pull(Some("SHORT")), "shorter than 16"),
+            (DestinationKind::Pull, pull(Some("NOPE")), "NOPE is not set"),
+            (DestinationKind::Http, pull(Some("LONG")), "destination = \"pull\""),
+            (
+                DestinationKind::Pull,
+                CredentialKeys {
+                    token_env: Some("LONG".into()),
+                    ..pull(Some("LONG"))
+                },
+                "pull_token_env only",
+            ),
+        ] {
+            let e = credentials("r", kind, keys, &env).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+            assert!(!e.contains("0123456789abcdef"), "{e}");
         }
     }
 }

@@ -38,7 +38,7 @@ pub use defaults::{
 };
 pub use destination::{
     AmqpDestination, Credentials, Destination, DestinationKind, NO_EVENT_TYPE, NatsDestination,
-    Template,
+    PULL, Template,
 };
 pub(crate) use durations::parse_duration;
 pub use expect::{EXPECT_WINDOW_MAX, EXPECT_WINDOW_MIN, Expect, Expectation};

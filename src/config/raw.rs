@@ -184,6 +184,9 @@ pub struct RawSource {
     pub destination_password_env: Option<String>,
     #[serde(default)]
     pub destination_token_env: Option<String>,
+    /// A pull route's consumer token, by the environment variable holding it.
+    #[serde(default)]
+    pub pull_token_env: Option<String>,
     #[serde(default)]
     pub dedupe_ttl: Option<String>,
     /// Overrides deep-merged into the provider spec before it is compiled, e.g.
@@ -325,6 +328,9 @@ pub struct RawRoute {
     pub destination_password_env: Option<String>,
     #[serde(default)]
     pub destination_token_env: Option<String>,
+    /// A pull route's consumer token, by the environment variable holding it.
+    #[serde(default)]
+    pub pull_token_env: Option<String>,
     /// Shorthand for `delivery.rate_limit`.
     #[serde(default)]
     pub rate_limit: Option<String>,

@@ -25,10 +25,20 @@ impl RouteConfig {
     /// no credential: configuration refuses one, and its query is the exchange and
     /// routing key).
     pub fn shown_destination(&self) -> String {
-        if self.target.kind().is_broker() {
+        if self.target.kind() != super::DestinationKind::Http {
             self.destination.clone()
         } else {
             super::redact_url(&self.destination)
+        }
+    }
+}
+
+impl RouteConfig {
+    /// A pull route's consumer token.
+    pub fn pull_token(&self) -> Option<&Secret> {
+        match &self.credentials {
+            Some(Credentials::PullToken(t)) => Some(t),
+            _ => None,
         }
     }
 }
@@ -57,7 +67,7 @@ pub struct RouteConfig {
     pub destination: String,
     /// What `destination` is: an HTTP URL, a NATS subject, a RabbitMQ exchange.
     pub target: Destination,
-    /// A queue destination's credentials.
+    /// A queue destination's credentials, or a pull route's consumer token.
     pub credentials: Option<Credentials>,
     pub destination_secret: Option<Secret>,
     pub retry: RetryConfig,
@@ -246,6 +256,7 @@ pub(super) fn routes(
                 user_env: r.destination_user_env,
                 password_env: r.destination_password_env,
                 token_env: r.destination_token_env,
+                pull_token_env: r.pull_token_env,
             },
             env,
         )?;

@@ -417,6 +417,7 @@ pub(super) fn validate_source(
                 user_env: raw.destination_user_env,
                 password_env: raw.destination_password_env,
                 token_env: raw.destination_token_env,
+                pull_token_env: raw.pull_token_env,
             },
             &route::Inherited {
                 retry: &raw_retry,

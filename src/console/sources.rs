@@ -434,6 +434,7 @@ fn route(s: &SourceView, r: &RouteView, source_paused: bool, paused: bool, token
                         @match r.kind {
                             DestinationKind::Nats => { " " span.badge.kind { "NATS JetStream" } }
                             DestinationKind::Amqp => { " " span.badge.kind { "RabbitMQ" } }
+                            DestinationKind::Pull => { " " span.badge.kind { "pulled by consumers" } }
                             DestinationKind::Http => {}
                         }
                     }

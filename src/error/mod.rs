@@ -84,6 +84,12 @@ pub enum ApiError {
     Refused(#[from] Refusal),
     #[error("unsupported media type: a request body must be JSON (Content-Type: application/json)")]
     NotJson,
+    /// The forwarder is not running yet (or any more): nothing can be pulled.
+    #[error("the gateway is not delivering now, retry later")]
+    NotDelivering,
+    /// A consumer token has as many long polls waiting as it may.
+    #[error("too many long polls of this token are waiting; retry later")]
+    TooManyWaiting,
 }
 
 /// What a replay or discard applied to: an entry, or one route's delivery of it
@@ -122,14 +128,15 @@ impl ApiError {
             ApiError::BodyRead | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Op(op) => op_status(op),
             ApiError::Refused(_) | ApiError::IpNotAllowed => StatusCode::FORBIDDEN,
-            ApiError::Throttled { .. } | ApiError::RateLimited { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            ApiError::Throttled { .. }
+            | ApiError::RateLimited { .. }
+            | ApiError::TooManyWaiting => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Busy
             | ApiError::CertificateUnavailable(_)
             | ApiError::SubscriptionUnconfirmed(_)
-            | ApiError::NotStored(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::NotStored(_)
+            | ApiError::NotDelivering => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -155,6 +162,8 @@ impl ApiError {
             ApiError::SubscriptionUnconfirmed(_) => RequestOutcome::SubscriptionUnconfirmed,
             ApiError::Refused(_) => RequestOutcome::Refused,
             ApiError::NotJson => RequestOutcome::NotJson,
+            ApiError::NotDelivering => RequestOutcome::Busy,
+            ApiError::TooManyWaiting => RequestOutcome::Throttled,
         }
     }
 
@@ -167,7 +176,7 @@ impl ApiError {
             ApiError::CertificateUnavailable(_) | ApiError::SubscriptionUnconfirmed(_) => {
                 Some("30")
             }
-            ApiError::Busy => Some("1"),
+            ApiError::Busy | ApiError::NotDelivering | ApiError::TooManyWaiting => Some("1"),
             _ => None,
         }
     }

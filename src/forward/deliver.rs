@@ -35,16 +35,17 @@ pub(super) fn breaker_gauge(route: &Route) {
         .set(route.breaker.state().gauge());
 }
 
-/// Send one attempt (the stored body, or what the route's transform made of it)
-/// through the route's sender.
-async fn send(
+/// The headers attempt number `attempt` of a claimed delivery carries, whether it is
+/// sent or pulled: the received ones the route passes on, hookgate's, the
+/// destination signature over `transformed` (or the stored body), `traceparent`.
+pub(super) fn delivery_headers(
     route: &Route,
     claim: &Claim,
     attempt: u32,
     now_ms: i64,
-    transformed: Option<Shaped>,
+    transformed: Option<&Shaped>,
     traces: &Traces,
-) -> Outcome {
+) -> ::http::HeaderMap {
     let entry = &claim.entry;
     let mut headers = request::headers(
         entry,
@@ -60,9 +61,24 @@ async fn send(
             event_type: route.event_type_signed,
         },
         route.signing_key.as_deref(),
-        transformed.as_ref(),
+        transformed,
     );
     traces.inject(&entry.id, &route.name, attempt, &mut headers);
+    headers
+}
+
+/// Send one attempt (the stored body, or what the route's transform made of it)
+/// through the route's sender.
+async fn send(
+    route: &Route,
+    claim: &Claim,
+    attempt: u32,
+    now_ms: i64,
+    transformed: Option<Shaped>,
+    traces: &Traces,
+) -> Outcome {
+    let entry = &claim.entry;
+    let headers = delivery_headers(route, claim, attempt, now_ms, transformed.as_ref(), traces);
     let body = match transformed {
         Some(t) => bytes::Bytes::from(t.body),
         None => entry.body.clone(),
@@ -345,7 +361,7 @@ async fn shape(
 }
 
 /// The attempt a completion records, and what became of the delivery.
-fn completion_attempt(c: &Completion) -> Option<(&Attempt, AttemptOutcome)> {
+pub(super) fn completion_attempt(c: &Completion) -> Option<(&Attempt, AttemptOutcome)> {
     match c {
         Completion::Delivered { attempt } => Some((attempt, AttemptOutcome::Delivered)),
         Completion::Retry { attempt, .. } => Some((attempt, AttemptOutcome::Retry)),
@@ -355,7 +371,7 @@ fn completion_attempt(c: &Completion) -> Option<(&Attempt, AttemptOutcome)> {
 }
 
 /// The span of `attempt` (sent from `wall`, taking `elapsed`), when traces are on.
-fn trace_attempt(
+pub(super) fn trace_attempt(
     fwd: &Forwarder,
     route: &Route,
     claim: &Claim,
@@ -384,7 +400,7 @@ fn trace_attempt(
             .is_recovered()
             .then(|| claim.entry.origin.as_str()),
         messaging: match route.config.target.kind() {
-            crate::config::DestinationKind::Http => None,
+            crate::config::DestinationKind::Http | crate::config::DestinationKind::Pull => None,
             crate::config::DestinationKind::Nats => Some("nats"),
             crate::config::DestinationKind::Amqp => Some("rabbitmq"),
         },
@@ -394,7 +410,7 @@ fn trace_attempt(
 
 /// Run the route's program on the stored body, with `$meta` describing the entry;
 /// not started after `start_by` ([`TransformError::Late`]).
-async fn transform(
+pub(super) async fn transform(
     t: &Transforms,
     route: &Route,
     entry: &crate::store::Entry,
@@ -426,7 +442,7 @@ async fn transform(
 /// A transform that failed for good: the delivery is dead, in its own dead-letter
 /// group (`transform: <kind>`). The log names the kind only: a program's error
 /// may quote the body.
-fn transform_failed(
+pub(super) fn transform_failed(
     fwd: &Forwarder,
     route: &Route,
     claim: &Claim,
@@ -483,9 +499,7 @@ async fn record(
     now: i64,
     elapsed: Duration,
 ) -> Completion {
-    let entry = &claim.entry;
     let claim_delivery = &claim.delivery;
-    let attempt_no = claim_delivery.attempts + 1;
     let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let done_at = fwd.clock.now_ms();
     route.meters.attempt(meters::result_of(outcome));
@@ -505,6 +519,38 @@ async fn record(
             "circuit breaker opened: deliveries to this destination wait"
         );
     }
+    // The budget counts from arrival, or from the last replay.
+    let terms = Terms {
+        budget_start: claim_delivery.budget_start,
+        retry_in: None,
+    };
+    conclude(fwd, route, claim, outcome, (now, latency_ms), terms)
+}
+
+/// How an attempt's failure is weighed against the route's retry budget.
+pub(super) struct Terms {
+    /// When the budget's `max_age` started counting (unix ms).
+    pub budget_start: i64,
+    /// When the next attempt comes, replacing the backoff (a pull consumer's
+    /// `retry_in`), capped by `retry.cap`.
+    pub retry_in: Option<Duration>,
+}
+
+/// The attempt an outcome makes (started at `at.0`, taking `at.1` ms), what the
+/// retry policy decides of it under `terms`, told to the meters and the log: the
+/// completion to record.
+pub(super) fn conclude(
+    fwd: &Forwarder,
+    route: &Route,
+    claim: &Claim,
+    outcome: &Outcome,
+    (now, latency_ms): (i64, u64),
+    terms: Terms,
+) -> Completion {
+    let entry = &claim.entry;
+    let claim_delivery = &claim.delivery;
+    let attempt_no = claim_delivery.attempts + 1;
+    let done_at = fwd.clock.now_ms();
     // The status is detail of the outcome; an error's text is kept when there is
     // no status to say what went wrong.
     let status_code = outcome.status();
@@ -527,14 +573,17 @@ async fn record(
             _ => None,
         },
     };
-    // The budget counts from arrival, or from the last replay.
-    let decision = route.policy.decide(
+    let mut decision = route.policy.decide(
         attempt_no.saturating_sub(claim_delivery.budget_attempts),
-        claim_delivery.budget_start,
+        terms.budget_start,
         outcome,
         done_at,
         fastrand::f64(),
     );
+    if let (Decision::RetryAt(at), Some(wait)) = (&mut decision, terms.retry_in) {
+        let wait = wait.min(route.policy.cap);
+        *at = done_at.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
+    }
     let delivery_outcome = meters::outcome_of(&decision);
     route.meters.outcome(delivery_outcome);
     if matches!(decision, Decision::RetryAt(_)) {
@@ -546,7 +595,7 @@ async fn record(
         Decision::DeadLetter(reason) => {
             tracing::error!(
                 source = %route.source,
-            route = %route.name,
+                route = %route.name,
                 entry_id = %entry.id,
                 event_id = entry.event_id.as_deref().unwrap_or(""),
                 attempts = attempt_no,
@@ -663,7 +712,7 @@ async fn share_hold(fwd: &Forwarder, route: &Route, outcome: &Outcome, done_at: 
 /// server thawed) gets the completion within a couple of seconds, and the entry is
 /// not delivered again. If it never succeeds, the lease has expired by then and the
 /// entry is delivered again (at-least-once).
-async fn complete(fwd: &Forwarder, claim: &Claim, completion: Completion) {
+pub(super) async fn complete(fwd: &Forwarder, claim: &Claim, completion: Completion) {
     let mut delay = Duration::from_millis(50);
     let until = tokio::time::Instant::now() + fwd.plan().cfg.lease;
     loop {

@@ -29,6 +29,7 @@ mod heartbeat;
 mod maintenance;
 mod meters;
 pub mod pace;
+pub mod pull;
 mod quiet;
 pub mod request;
 pub mod retry;
@@ -106,6 +107,8 @@ struct Forwarder {
     retired: Mutex<HashSet<(String, String)>>,
     /// The last count of each source with an expected traffic (`quiet`).
     quiet: Mutex<HashMap<String, quiet::Checked>>,
+    /// The pull routes' leases and waiting consumers.
+    pulls: Arc<pull::Pulls>,
 }
 
 impl Forwarder {
@@ -170,6 +173,8 @@ pub struct Neighbours {
     pub traces: Traces,
     /// Who this gateway is: its heartbeat, and the name its leases are held under.
     pub identity: GatewayIdentity,
+    /// The pull routes' side, shared with the consumer API.
+    pub pulls: Arc<pull::Pulls>,
 }
 
 /// Run the forwarder until `shutdown` is cancelled, then drain. The identity in
@@ -186,6 +191,7 @@ pub async fn run(
         on_dead,
         traces,
         identity,
+        pulls,
     } = with;
     let fence = heartbeat::Fence::new(store.takes_over());
     let fwd = Arc::new(Forwarder {
@@ -203,7 +209,9 @@ pub async fn run(
         traces,
         retired: Mutex::new(HashSet::new()),
         quiet: Mutex::new(HashMap::new()),
+        pulls,
     });
+    fwd.pulls.attach(fwd.clone());
     refresh_paused(&fwd).await;
     if let Err(e) = fwd
         .store
@@ -221,11 +229,14 @@ pub async fn run(
     let loops = tokio::spawn(supervise(fwd.clone(), deliveries.clone(), shutdown.clone()));
     let control = tokio::spawn(control_loop(fwd.clone(), shutdown.clone()));
     let operator = tokio::spawn(operator_loop(fwd.clone(), shutdown.clone()));
+    let sweeping = tokio::spawn(pull::sweep(fwd.clone(), shutdown.clone()));
 
     shutdown.cancelled().await;
+    fwd.pulls.close();
     let _ = loops.await;
     let _ = control.await;
     let _ = operator.await;
+    let _ = sweeping.await;
     deliveries.close();
     if tokio::time::timeout(fwd.plan().cfg.shutdown_grace, deliveries.wait())
         .await
@@ -326,13 +337,18 @@ async fn supervise(fwd: Arc<Forwarder>, deliveries: TaskTracker, shutdown: Cance
                 stopping.push(handle);
             }
             let stop = shutdown.child_token();
-            let handle = tokio::spawn(route_loop(
-                fwd.clone(),
-                route.clone(),
-                deliveries.clone(),
-                stop.clone(),
-                shutdown.clone(),
-            ));
+            // A pull route is claimed by its consumers: its loop serves their long polls.
+            let handle = if route.config.target.kind() == crate::config::DestinationKind::Pull {
+                tokio::spawn(pull::route_loop(fwd.clone(), route.clone(), stop.clone()))
+            } else {
+                tokio::spawn(route_loop(
+                    fwd.clone(),
+                    route.clone(),
+                    deliveries.clone(),
+                    stop.clone(),
+                    shutdown.clone(),
+                ))
+            };
             running.insert(key, (route.clone(), stop, handle));
         }
         let gone: Vec<(String, String)> = running

@@ -74,6 +74,9 @@ pub struct RouteError {
 /// The key of a destination's breaker, and how logs and metrics name a destination:
 /// `scheme://host:port` only. A `user:password@` in the URL never leaves the route.
 pub fn origin(url: &str) -> String {
+    if url == crate::config::PULL {
+        return url.to_string();
+    }
     // A NATS destination may list several servers: the first names it.
     let first;
     let url = match url.split_once("://") {

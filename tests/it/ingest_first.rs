@@ -109,6 +109,7 @@ async fn while_ingest_is_saturated_deliveries_get_their_share_and_the_rest_follo
             on_dead: None,
             traces: hookgate::telemetry::traces::Traces::off(),
             identity: hookgate::forward::GatewayIdentity::new("test".into(), 0),
+            pulls: hookgate::forward::pull::Pulls::new(),
         },
         shutdown.clone(),
     ));

@@ -169,6 +169,7 @@ fn layers_point_down_only() {
         ("ingest/", ["forward", "admin", "console"]),
         ("admin/", ["ingest", "forward", "console"]),
         ("forward/", ["ingest", "admin", "console"]),
+        ("pull/", ["ingest", "admin", "console"]),
         ("console/", ["ingest", "forward", "cli"]),
     ] {
         let bad = violations(

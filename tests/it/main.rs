@@ -53,6 +53,7 @@ mod postgres_store;
 mod postgres_tls;
 mod pressure;
 mod providers;
+mod pull;
 mod queues;
 mod rabbitmq_harness;
 mod reconcile;

@@ -3,7 +3,8 @@
 //!
 //! A route holds one [`Sender`], made by [`sender`] from the destination's kind:
 //! [`http`] (`http://`, `https://`), [`nats`] (NATS JetStream, `nats://`, `tls://`)
-//! and [`amqp`] (RabbitMQ, `amqp://`, `amqps://`). The forwarder hands it a
+//! and [`amqp`] (RabbitMQ, `amqp://`, `amqps://`); a pull route's [`pull`] sender
+//! is never asked to send. The forwarder hands it a
 //! [`Message`] (the body, the delivery headers already signed, and the delivery's
 //! [`Identity`], which a broker's subject and message id are made of) and gets back a typed
 //! [`Outcome`]: delivered, refused for good, asked to slow down, unavailable for
@@ -21,6 +22,7 @@
 pub mod amqp;
 pub mod http;
 pub mod nats;
+pub mod pull;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -283,6 +285,7 @@ pub fn sender(
         connect_timeout: route.delivery.connect_timeout,
     };
     match &route.target {
+        Destination::Pull => Ok(Arc::new(pull::PullSender)),
         Destination::Http => {
             let url = reqwest::Url::parse(&route.destination)
                 .map_err(|e| SenderError::NotAUrl(Box::new(e)))?;

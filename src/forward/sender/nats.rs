@@ -137,7 +137,8 @@ impl Broker {
 
     async fn connect(&self) -> Result<(async_nats::Client, jetstream::Context), NotConnected> {
         let mut options = match &self.credentials {
-            None => async_nats::ConnectOptions::new(),
+            // (A consumer token is a pull route's; never a broker's.)
+            None | Some(Credentials::PullToken(_)) => async_nats::ConnectOptions::new(),
             Some(Credentials::UserPassword { user, password }) => {
                 async_nats::ConnectOptions::with_user_and_password(
                     user.expose().to_string(),
