@@ -77,6 +77,17 @@ pub(crate) fn register_metric_families(cfg: &Config) {
     telemetry::register_families(&sources);
     ingest::register_metrics(&sources);
     forward::register_metrics(&sources, &destinations);
+    let pull_routes: Vec<(String, String)> = cfg
+        .sources
+        .iter()
+        .flat_map(|s| {
+            s.routes
+                .iter()
+                .filter(|r| r.target.kind() == crate::config::DestinationKind::Pull)
+                .map(|r| (s.name.clone(), r.name.clone()))
+        })
+        .collect();
+    forward::pull::register_metrics(&pull_routes);
     alerts::register_metrics();
     provider::register_metrics(sources.iter().map(|s| s.source.as_str()));
     serve::register_metrics();
@@ -283,7 +294,9 @@ async fn build(
     let pressure = Arc::new(crate::pressure::IngestPressure::new(
         cfg.forwarder.ingest_first,
     ));
+    let pulls = forward::pull::Pulls::new();
     let core = Core {
+        pulls: pulls.clone(),
         store: store.clone(),
         clock: clock.clone(),
         tables: tables.clone(),
@@ -291,7 +304,6 @@ async fn build(
         readiness: Arc::new(crate::store::Readiness::new()),
         reconciler: reconciler.clone(),
     };
-    let pulls = forward::pull::Pulls::new();
     let ingest = ingest_router(
         cfg,
         &core,
@@ -345,6 +357,8 @@ struct Core {
     /// What `/readyz` says; every ingest write's outcome feeds it.
     readiness: Arc<crate::store::Readiness>,
     reconciler: Arc<crate::reconcile::Reconciler>,
+    /// The pull routes' side of the forwarder.
+    pulls: Arc<forward::pull::Pulls>,
 }
 
 /// What ingest shares with the rest of the gateway: the counts and the rejection
@@ -414,7 +428,8 @@ fn admin_routers(
     )
     .with_traces(core.traces.clone())
     .with_control(reloader)
-    .with_reconciler(core.reconciler.clone());
+    .with_reconciler(core.reconciler.clone())
+    .with_pulls(core.pulls.clone());
     let admin_state = Arc::new(AdminState::new(
         ops,
         cfg.admin.token.as_ref(),

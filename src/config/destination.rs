@@ -707,13 +707,23 @@ mod tests {
         };
         assert_eq!(
             credentials("r", DestinationKind::Pull, pull(Some("LONG")), &env).unwrap(),
-            Some(Credentials::PullToken(Secret::new("0123456789abcdef-consumer")))
+            Some(Credentials::PullToken(Secret::new(
+                "0123456789abcdef-consumer"
+            )))
         );
         for (kind, keys, says) in [
             (DestinationKind::Pull, pull(None), "needs pull_token_env"),
-            (DestinationKind::Pull, pull(Some("SHORT")), "shorter than 16"),
+            (
+                DestinationKind::Pull,
+                pull(Some("SHORT")),
+                "shorter than 16",
+            ),
             (DestinationKind::Pull, pull(Some("NOPE")), "NOPE is not set"),
-            (DestinationKind::Http, pull(Some("LONG")), "destination = \"pull\""),
+            (
+                DestinationKind::Http,
+                pull(Some("LONG")),
+                "destination = \"pull\"",
+            ),
             (
                 DestinationKind::Pull,
                 CredentialKeys {

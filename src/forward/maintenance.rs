@@ -95,6 +95,13 @@ pub(super) async fn run(
                 .unwrap_or(0.0);
             metrics::gauge!("hookgate_route_oldest_pending_age_seconds", "source" => s.clone(), "route" => r.clone())
                 .set(age);
+            if fwd.plan().routes.iter().any(|x| {
+                x.source == *s
+                    && x.name == *r
+                    && x.config.target.kind() == crate::config::DestinationKind::Pull
+            }) {
+                super::pull::backlog_gauges(s, r, stats.pending, age);
+            }
         }
     }
 }

@@ -51,6 +51,8 @@ pub struct Operations {
     /// The reconciliation of the sources with their providers, when the gateway
     /// runs it.
     pub reconciler: Option<Arc<crate::reconcile::Reconciler>>,
+    /// The pull routes' consumers, as this gateway saw them, when it delivers.
+    pub pulls: Option<Arc<crate::forward::pull::Pulls>>,
 }
 
 /// What the operations know of the route table: the configured sources, and the
@@ -85,7 +87,14 @@ impl Operations {
             traces: Traces::off(),
             control: None,
             reconciler: None,
+            pulls: None,
         }
+    }
+
+    /// These operations, telling the pull routes' consumers as `pulls` saw them.
+    pub fn with_pulls(mut self, pulls: Arc<crate::forward::pull::Pulls>) -> Operations {
+        self.pulls = Some(pulls);
+        self
     }
 
     /// These operations, reconciling sources on demand through `reconciler`.
@@ -139,7 +148,7 @@ pub struct CatalogRoute {
     pub route: String,
     /// Its destination as shown (`RouteConfig::shown_destination`).
     pub destination: String,
-    /// Its kind: `http`, `nats`, `amqp`.
+    /// Its kind: `http`, `nats`, `amqp`, `pull`.
     pub kind: &'static str,
 }
 

@@ -27,6 +27,19 @@ pub struct RouteInfo {
     pub retired_at: Option<String>,
     pub pending: u64,
     pub dead: u64,
+    /// A pull route's consumers as this gateway saw them, the most recent first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<Vec<ConsumerInfo>>,
+}
+
+/// A consumer of a pull route: the token it presented, where it pulled from, and
+/// when this gateway last saw it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConsumerInfo {
+    pub token: String,
+    pub address: String,
+    /// RFC 3339.
+    pub last_seen: String,
 }
 
 /// Whether a route is in the table in force.
@@ -55,6 +68,19 @@ pub async fn routes(ops: &Operations) -> Result<Vec<RouteInfo>, StoreError> {
     let mut out = Vec::new();
     for r in &catalog.routes {
         let stats = ops.store.route_stats(&r.source, &r.route).await?;
+        let consumers = (r.kind == crate::config::DestinationKind::Pull.as_str()).then(|| {
+            ops.pulls
+                .as_ref()
+                .map(|p| p.consumers(&r.source, &r.route))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| ConsumerInfo {
+                    token: c.token,
+                    address: c.address,
+                    last_seen: super::entries::rfc3339(c.last_seen),
+                })
+                .collect()
+        });
         out.push(RouteInfo {
             source: r.source.clone(),
             route: r.route.clone(),
@@ -64,6 +90,7 @@ pub async fn routes(ops: &Operations) -> Result<Vec<RouteInfo>, StoreError> {
             retired_at: None,
             pending: stats.pending,
             dead: stats.dead,
+            consumers,
         });
     }
     let mut retired: Vec<_> = ops
@@ -88,6 +115,7 @@ pub async fn routes(ops: &Operations) -> Result<Vec<RouteInfo>, StoreError> {
             retired_at: k.retired_at.map(super::entries::rfc3339),
             pending: stats.pending,
             dead: stats.dead,
+            consumers: None,
             source: k.source,
             route: k.route,
         });

@@ -346,6 +346,36 @@ const FAMILIES: &[(Kind, &str, Option<Unit>, &str)] = &[
     ),
     (
         Kind::Gauge,
+        "hookgate_pull_backlog",
+        None,
+        "Deliveries of a pull route waiting for a consumer, leased or not, by source and route",
+    ),
+    (
+        Kind::Gauge,
+        "hookgate_pull_oldest_age_seconds",
+        Some(Unit::Seconds),
+        "Arrival age of the oldest delivery a pull route holds, by source and route (0 when none)",
+    ),
+    (
+        Kind::Gauge,
+        "hookgate_pull_leased",
+        None,
+        "Deliveries of a pull route leased to consumers through this gateway, by source and route",
+    ),
+    (
+        Kind::Counter,
+        "hookgate_pull_acked_total",
+        None,
+        "Deliveries of a pull route its consumers acknowledged, by source and route",
+    ),
+    (
+        Kind::Gauge,
+        "hookgate_pull_consumer_seen_timestamp_seconds",
+        Some(Unit::Seconds),
+        "When this gateway last saw a consumer of a pull route (unix seconds; 0 when never), by source and route",
+    ),
+    (
+        Kind::Gauge,
         "hookgate_broker_connected",
         None,
         "Whether the connection a queue destination's broker is reached over is up (1) or down (0), by kind (nats, amqp) and broker",

@@ -344,6 +344,7 @@ fn the_http_framework_and_anyhow_stay_at_the_edges() {
     assert!(some_file_in("admin/", "axum") && some_file_in("cli/", "anyhow"));
     let http_edge = |p: &str| {
         p.starts_with("ingest/")
+            || p.starts_with("pull/")
             || p.starts_with("admin/")
             || p.starts_with("console/")
             || p.starts_with("serve/")

@@ -124,8 +124,12 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
              api_base = \"http://127.0.0.1:9\"\ninterval = \"1h\"\n"
         ),
         source("first_b", "http://user:pw@127.0.0.1:19/b", ""),
-    ) + &source("first_q", "nats://127.0.0.1:9/first", "");
-    let env = |v: &str| (v == "STRIPE_KEY").then(|| "sk_test_x".to_string());
+    ) + &source("first_q", "nats://127.0.0.1:9/first", "")
+        + &source("first_p", "pull", "pull_token_env = \"PULL_TOKEN\"\n");
+    let env = |v: &str| match v {
+        "STRIPE_KEY" => Some("sk_test_x".to_string()),
+        other => crate::pull::env(other),
+    };
     let cfg = config::from_toml_str(&format!("{}\n{sources}", h.toml()), &env).unwrap();
     let gw = Gateway::start(cfg).await;
     let s = scrape(&http(), &gw.admin).await;
@@ -218,6 +222,15 @@ async fn the_first_scrape_lists_every_documented_family_with_zero_series() {
             "hookgate_reconcile_errors_total" => {
                 let series = format!("{family}{{source=\"first_a\",kind=\"unauthorized\"}}");
                 assert_eq!(s.samples.get(&series), Some(&0.0), "{series}");
+            }
+            // Per pull route: `first_p`'s only.
+            "hookgate_pull_backlog"
+            | "hookgate_pull_oldest_age_seconds"
+            | "hookgate_pull_leased"
+            | "hookgate_pull_acked_total"
+            | "hookgate_pull_consumer_seen_timestamp_seconds" => {
+                assert_eq!(s.value(family, "source", "first_p"), Some(0.0), "{family}");
+                assert_eq!(s.value(family, "source", "first_a"), None, "{family}");
             }
             "hookgate_store_readiness_changes_total" => {
                 for r in ["true", "false"] {
@@ -359,16 +372,18 @@ async fn shipped_alert_rules_are_quiet_when_idle_and_fire_on_one_dead_letter() {
     let refuses = Upstream::scripted(|_, _| Reply::Status(404)).await;
     let idle = Upstream::ok().await;
     let h = StoreHandle::new(Backend::Embedded);
+    // (An idle pull route: its consumer was never seen, and it holds nothing.)
     let sources = format!(
-        "{}{}",
+        "{}{}{}",
         source("rules_dead", &refuses.url, ""),
-        source("rules_idle", &idle.url, "")
+        source("rules_idle", &idle.url, ""),
+        source("rules_pull", "pull", "pull_token_env = \"PULL_TOKEN\"\n")
     );
     let text = format!(
         "{}\n[forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"100ms\"\n{sources}",
         h.toml()
     );
-    let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+    let cfg = config::from_toml_str(&text, &crate::pull::env).unwrap();
     let gw = Gateway::start(cfg).await;
     let c = http();
     // Every family a rule reads is in the first scrape, though no source here has
@@ -395,7 +410,7 @@ async fn shipped_alert_rules_are_quiet_when_idle_and_fire_on_one_dead_letter() {
             }
         }
     }
-    let own_sources = ["rules_dead", "rules_idle"];
+    let own_sources = ["rules_dead", "rules_idle", "rules_pull"];
     let own_destinations = [
         hookgate::forward::origin(&refuses.url),
         hookgate::forward::origin(&idle.url),
@@ -683,3 +698,36 @@ async fn silence(backend: Backend) {
     })]);
 }
 for_each_store!(a_source_below_its_expected_traffic_is_quiet, super::silence);
+
+/// `HookgatePullConsumerAway` fires when a pull route holds deliveries and no
+/// consumer pulled for 15 minutes, and `HookgateBacklogAge` leaves pull routes to it
+/// (a pull route's backlog waits for its consumers by design).
+#[test]
+fn shipped_pull_rules_fire_when_consumers_are_away_not_on_the_backlog_age() {
+    let _ = promtool();
+    let series = |name: &str, values: &str| serde_json::json!({"series": format!("{name}{{source=\"shop\",route=\"dev\"}}"), "values": values});
+    let at = |m: u32, alert: &str, fires: bool| {
+        let exp = if fires {
+            serde_json::json!([{"exp_labels": {"severity": "warning", "source": "shop", "route": "dev"}}])
+        } else {
+            serde_json::json!([])
+        };
+        serde_json::json!({"eval_time": format!("{m}m"), "alertname": alert, "exp_alerts": exp})
+    };
+    promtool_test(vec![serde_json::json!({
+        "interval": "1m",
+        // 5 deliveries wait for 40 minutes; a consumer pulls every minute until
+        // minute 10, then goes away.
+        "input_series": [
+            series("hookgate_pull_backlog", "5x40"),
+            series("hookgate_pull_consumer_seen_timestamp_seconds", "60+60x10 660x30"),
+            series("hookgate_route_oldest_pending_age_seconds", "0+60x40"),
+        ],
+        "alert_rule_test": [
+            at(12, "HookgatePullConsumerAway", false),
+            at(24, "HookgatePullConsumerAway", false),
+            at(27, "HookgatePullConsumerAway", true),
+            at(35, "HookgateBacklogAge", false),
+        ],
+    })]);
+}

@@ -83,9 +83,10 @@ async fn metrics_alerts_and_dashboards_agree_with_the_server() {
     let gone = Upstream::scripted(|_, _| Reply::Status(404)).await;
     let alert_hook = Upstream::ok().await;
     let sources = format!(
-        "{}{}",
+        "{}{}{}",
         source("metrics_flow", &flow.url, FAST_RETRY),
-        source("alerted", &gone.url, FAST_RETRY)
+        source("alerted", &gone.url, FAST_RETRY),
+        source("pulled", "pull", "pull_token_env = \"PULL_TOKEN\"\n")
     );
     let text = format!(
         "{}\n[forwarder]\npoll_interval = \"50ms\"\nmaintenance_interval = \"200ms\"\nlease = \"15s\"\n\
@@ -93,7 +94,7 @@ async fn metrics_alerts_and_dashboards_agree_with_the_server() {
         h.toml(),
         alert_hook.url
     );
-    let cfg = config::from_toml_str(&text, &|_| None).unwrap();
+    let cfg = config::from_toml_str(&text, &crate::pull::env).unwrap();
     let gw = Gateway::start(cfg).await;
     // 20 entries that die at once: one batched alert.
     ingest_many(&gw.ingest, "alerted", "evt_alert", 20).await;

@@ -62,6 +62,29 @@ const MAX_CONSUMERS: usize = 64;
 /// How long a route's transform may wait for a worker when a consumer pulls.
 const TRANSFORM_WAIT: Duration = Duration::from_secs(5);
 
+/// Every pull family with a zero series for each pull route (source, route), so
+/// that the first scrape lists them.
+pub fn register_metrics(routes: &[(String, String)]) {
+    for (s, r) in routes {
+        backlog_gauges(s, r, 0, 0.0);
+        metrics::gauge!("hookgate_pull_leased", "source" => s.clone(), "route" => r.clone())
+            .increment(0.0);
+        metrics::counter!("hookgate_pull_acked_total", "source" => s.clone(), "route" => r.clone())
+            .increment(0);
+        metrics::gauge!("hookgate_pull_consumer_seen_timestamp_seconds", "source" => s.clone(), "route" => r.clone())
+            .increment(0.0);
+    }
+}
+
+/// A pull route's backlog (deliveries waiting for a consumer, leased or not) and
+/// the arrival age of its oldest, in seconds.
+pub(super) fn backlog_gauges(source: &str, route: &str, backlog: u64, oldest_age: f64) {
+    metrics::gauge!("hookgate_pull_backlog", "source" => source.to_string(), "route" => route.to_string())
+        .set(backlog as f64);
+    metrics::gauge!("hookgate_pull_oldest_age_seconds", "source" => source.to_string(), "route" => route.to_string())
+        .set(oldest_age);
+}
+
 /// A route, by (source, route).
 type RouteKey = (String, String);
 
