@@ -341,7 +341,21 @@ async fn a_waiting_long_poll_is_answered_at_shutdown() {
             started.elapsed(),
         )
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Seen by the gateway (then it waits), as GET /admin/routes tells.
+    let admin = Admin::new(&gw);
+    wait_until_ok("the consumer seen", Duration::from_secs(10), async || {
+        let (_, routes) = admin.call("GET", "/admin/routes", None).await;
+        let consumers = routes
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["route"] == "dev"))
+            .map(|r| r["consumers"].clone())
+            .unwrap_or_default();
+        match consumers.as_array().and_then(|c| c.first()) {
+            Some(c) if c["token"] == "pull_token" && c["address"] == "127.0.0.1" => Ok(()),
+            _ => Err(format!("{routes}")),
+        }
+    })
+    .await;
     gw.stop().await;
     let (st, json, took) = waiting.await.unwrap();
     assert_eq!(st, 200, "{json}");
@@ -350,4 +364,138 @@ async fn a_waiting_long_poll_is_answered_at_shutdown() {
         took < Duration::from_secs(10),
         "answered at shutdown, not after 30 s: {took:?}"
     );
+}
+
+/// Webhooks that wait with no consumer for longer than the route's `max_age` (and
+/// its one attempt) allow a push: none is dead, and a consumer started later
+/// receives them all, each key in order.
+async fn asleep_past_the_budget(backend: Backend) {
+    let h = StoreHandle::new(backend);
+    let gw = start(&pull_config(
+        &h,
+        "",
+        "retry = { max_attempts = 1, max_age = \"1s\" }",
+    ))
+    .await;
+    let admin = Admin::new(&gw);
+    let mut ids = Vec::new();
+    for n in 0..12 {
+        ids.push(
+            crate::queues::post(
+                &gw,
+                &payment(&format!("evt_asleep{n}"), &format!("cus_{}", n % 3)),
+            )
+            .await,
+        );
+    }
+    // The budget's whole age passes, and more, with no consumer.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, groups) = admin
+        .call("GET", "/admin/dead-letters?source=shop&route=dev", None)
+        .await;
+    assert_eq!(groups["groups"], json!([]), "{groups}");
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut total = 0;
+    while total < ids.len() {
+        let batch = pull(&gw, 100, "5s", "30s").await;
+        assert!(
+            !batch.is_empty(),
+            "all {} are pulled; {total} so far",
+            ids.len()
+        );
+        for d in &batch {
+            assert_eq!(d["attempt"], 1);
+            seen.entry(customer(d))
+                .or_default()
+                .push(d["entry_id"].as_str().unwrap().to_string());
+        }
+        total += batch.len();
+        let (st, json) = ack(&gw, &batch).await;
+        assert_eq!(st, 200, "{json}");
+    }
+    for (key, order) in &seen {
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, &sorted, "key {key} out of order");
+    }
+    let store = h.open().await;
+    for id in &ids {
+        assert_eq!(
+            store.get(id).await.unwrap().unwrap().status,
+            Status::Delivered
+        );
+    }
+    store.close().await;
+    gw.stop().await;
+}
+for_each_store!(
+    a_consumer_away_longer_than_the_budget_loses_nothing,
+    super::asleep_past_the_budget
+);
+
+/// One token may have 16 long polls waiting; the 17th is 429 with Retry-After, and
+/// a slot is free again once a poll ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_has_at_most_16_long_polls_waiting() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = start(&pull_config(&h, "", "")).await;
+    let url = format!("{}/pull/shop/dev", gw.ingest);
+    let mut waiting = Vec::new();
+    for _ in 0..16 {
+        let url = url.clone();
+        waiting.push(tokio::spawn(async move {
+            http()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&json!({"wait": "30s"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }));
+    }
+    // The 17th is refused once all 16 wait (each is seen as a consumer first).
+    let refused = wait_until_ok(
+        "the 17th long poll refused",
+        Duration::from_secs(10),
+        async || {
+            let res = http()
+                .post(&url)
+                .bearer_auth(TOKEN)
+                .json(&json!({"wait": "1s"}))
+                .send()
+                .await
+                .unwrap();
+            if res.status() == 429 {
+                Ok(res)
+            } else {
+                Err(res.status().to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    // A poll without a wait is never refused.
+    assert_eq!(pull(&gw, 1, "0s", "30s").await.len(), 0);
+    // A webhook answers one waiting poll: a slot is free again.
+    crate::queues::post(&gw, &payment("evt_slot", "cus_s")).await;
+    wait_until(
+        "a waiting poll answered",
+        Duration::from_secs(10),
+        async || waiting.iter().any(|w| w.is_finished()),
+    )
+    .await;
+    let (st, _) = call(&gw, "", Some(TOKEN), json!({"wait": "1s"})).await;
+    assert_eq!(st, 200);
+    gw.stop().await;
+    for w in waiting {
+        assert_eq!(w.await.unwrap(), 200);
+    }
 }
