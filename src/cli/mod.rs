@@ -1,13 +1,15 @@
 //! The command line: its parser, and the commands that run in this process
 //! (`serve`, `healthcheck`, `check-config`, `providers`). `sign` is in [`sign`]; the
 //! commands that talk to a running gateway's admin API (`entries`, `dlq`, `sources`,
-//! `stats`, `gateways`) are in [`admin`], `reconcile` in [`reconcile`].
+//! `stats`, `gateways`) are in [`admin`], `reconcile` in [`reconcile`]. `listen`
+//! ([`listen`]) takes a pull route's deliveries and forwards them to a local app.
 //!
 //! The binary owns presentation: errors are rendered with their whole chain by
 //! `main`, and exit codes are documented there.
 
 pub mod admin;
 mod dead_letters;
+pub mod listen;
 pub mod out;
 pub mod reconcile;
 pub mod rejections;
@@ -140,6 +142,9 @@ pub enum Command {
         #[command(flatten)]
         args: rejections::RejectionArgs,
     },
+    /// Take a pull route's deliveries and forward them to a local app (a laptop, a
+    /// firewalled app): nothing is lost while it sleeps.
+    Listen(listen::ListenArgs),
 }
 
 #[derive(Debug, Args)]
@@ -192,6 +197,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gateways { api } => admin::gateways(&api).await,
         Command::Rejections { api, args } => rejections::rejections(&api, args).await,
         Command::Reconcile { api, args } => reconcile::reconcile(&api, args).await,
+        Command::Listen(a) => listen::run(a).await,
     }
 }
 

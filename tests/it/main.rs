@@ -39,6 +39,7 @@ mod jwk;
 mod layout;
 mod limits;
 mod lines;
+mod listen;
 mod logs;
 mod model;
 mod nats_destination;

@@ -499,3 +499,31 @@ async fn a_token_has_at_most_16_long_polls_waiting() {
         assert_eq!(w.await.unwrap(), 200);
     }
 }
+
+/// A receipt is good on every gateway sharing the store: one pulled from one
+/// gateway is acknowledged through another, and the delivery is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receipt_is_acknowledged_through_another_gateway() {
+    let h = StoreHandle::new(Backend::Redis);
+    let text = pull_config(&h, "", "");
+    let one = start(&text).await;
+    let two = start(&text).await;
+    let id = crate::queues::post(&one, &payment("evt_two_gw", "cus_2")).await;
+    let got = pull(&one, 1, "5s", "30s").await;
+    assert_eq!(got.len(), 1);
+    let (st, json) = ack(&two, &got).await;
+    assert_eq!(st, 200, "{json}");
+    assert_eq!(json["results"][0]["result"], "acked");
+    // The gateway that handed it out ends its lease without effect.
+    let (st, json) = ack(&one, &got).await;
+    assert_eq!(st, 409, "{json}");
+    let store = h.open().await;
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().status,
+        Status::Delivered
+    );
+    assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
+    store.close().await;
+    one.stop().await;
+    two.stop().await;
+}
