@@ -8,6 +8,7 @@
 //! cargo bench --bench gateway -- forward-drain --drain-entries 20000  # a shorter drain
 //! cargo bench --bench gateway -- ingest-postgres latency-postgres forward-drain-postgres
 //! cargo bench --bench gateway -- queue-drain queue-ingest  # NATS JetStream and RabbitMQ
+//! cargo bench --bench gateway -- pull-drain        # a pull route drained by `hookgate listen`, and idle long polls
 //! HOOKGATE_BENCH_BEFORE_BIN=… cargo bench --bench gateway -- drain-ab  # an A/B of two builds
 //! ```
 //!
@@ -42,6 +43,7 @@ mod measure;
 mod open;
 mod pgserver;
 mod procs;
+mod pull;
 mod queues;
 mod reconcile;
 mod reload;
@@ -70,6 +72,7 @@ const SCENARIOS: &[&str] = &[
     "forward-drain-postgres",
     "queue-drain",
     "queue-ingest",
+    "pull-drain",
     "forward-e2e",
     "recovery",
     "console",
@@ -204,6 +207,7 @@ fn main() {
                     let b = started(&mut brokers).await;
                     queues::queue_ingest(&mut report, settings, b).await
                 }
+                "pull-drain" => pull::pull_drain_scenario(&mut report, settings).await,
                 "forward-e2e" => forward_e2e(&mut report, settings).await,
                 "recovery" => recovery(&mut report, settings).await,
                 "profile-embedded" => profile(&mut report, Store::Embedded, settings).await,

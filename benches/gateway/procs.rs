@@ -51,7 +51,7 @@ pub fn free_port() -> u16 {
         .expect("port")
 }
 
-fn wait_port(port: u16) {
+pub fn wait_port(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "port {port} never opened");

@@ -685,7 +685,7 @@ impl Drained {
 /// Store `s.drain_entries` while the source is paused, resume, and time until the
 /// sink has every delivery of its `routes` routes (one route with `transform`, when
 /// given).
-async fn drain(
+pub(crate) async fn drain(
     s: Settings,
     routes: usize,
     ordered: bool,

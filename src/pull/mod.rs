@@ -167,7 +167,7 @@ const MAX_RECEIPTS: usize = 1000;
 
 /// Authenticate a request for `route` of `source`: the route (a pull route of the
 /// table in force) and the consumer, or 401.
-fn authenticate(
+async fn authenticate(
     state: &PullState,
     source: &str,
     route: &str,
@@ -179,7 +179,7 @@ fn authenticate(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let route = match state.pulls.route(source, route) {
+    let route = match state.pulls.route(source, route).await {
         Ok(r) => r,
         Err(PullError::NotRunning) => return Err(ApiError::NotDelivering),
         // Unknown route or not a pull route: the same answer as a wrong token.
@@ -270,7 +270,7 @@ async fn pull(
     req: Request<axum::body::Body>,
 ) -> Result<Response, ApiError> {
     let address = address(&state, &req);
-    let (route, consumer) = authenticate(&state, &source, &route, req.headers(), address)?;
+    let (route, consumer) = authenticate(&state, &source, &route, req.headers(), address).await?;
     let bytes = read(req).await?;
     let ask: PullRequest = body(&bytes)?.unwrap_or_default();
     let max = ask.max.unwrap_or(10);
@@ -326,7 +326,7 @@ async fn ack(
     req: Request<axum::body::Body>,
 ) -> Result<Response, ApiError> {
     let address = address(&state, &req);
-    let (route, consumer) = authenticate(&state, &source, &route, req.headers(), address)?;
+    let (route, consumer) = authenticate(&state, &source, &route, req.headers(), address).await?;
     let bytes = read(req).await?;
     let Some(AckRequest { receipts }) = body(&bytes)? else {
         return Err(ApiError::BadRequest(
@@ -352,7 +352,7 @@ async fn nack(
     req: Request<axum::body::Body>,
 ) -> Result<Response, ApiError> {
     let address = address(&state, &req);
-    let (route, consumer) = authenticate(&state, &source, &route, req.headers(), address)?;
+    let (route, consumer) = authenticate(&state, &source, &route, req.headers(), address).await?;
     let bytes = read(req).await?;
     let Some(NackRequest { receipt, retry_in }) = body(&bytes)? else {
         return Err(ApiError::BadRequest(

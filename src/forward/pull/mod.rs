@@ -50,6 +50,9 @@ pub use receipt::Receipt;
 /// gateways take its leases over.)
 pub const STORE_MARGIN: Duration = Duration::from_secs(15);
 
+/// How long a request that comes before the forwarder runs waits for it.
+const ATTACH_WAIT: Duration = Duration::from_secs(5);
+
 /// How often expired leases are looked for.
 const SWEEP: Duration = Duration::from_millis(200);
 
@@ -250,6 +253,8 @@ struct Line {
 #[derive(Default)]
 pub struct Pulls {
     fwd: OnceLock<Arc<Forwarder>>,
+    /// Told when the forwarder is attached.
+    attached: Notify,
     /// Cancelled when the forwarder stops: waiting long polls are answered.
     closing: CancellationToken,
     leases: Mutex<Leases>,
@@ -265,6 +270,7 @@ impl Pulls {
     /// Called by the forwarder once it runs.
     pub(super) fn attach(&self, fwd: Arc<Forwarder>) {
         let _ = self.fwd.set(fwd);
+        self.attached.notify_waiters();
     }
 
     /// Called by the forwarder at shutdown: every waiting long poll is answered.
@@ -272,13 +278,25 @@ impl Pulls {
         self.closing.cancel();
     }
 
-    fn forwarder(&self) -> Result<&Arc<Forwarder>, PullError> {
-        self.fwd.get().ok_or(PullError::NotRunning)
+    /// The forwarder, once it runs: a request that comes as the gateway starts
+    /// waits for it (a moment) rather than being refused.
+    async fn forwarder(&self) -> Result<Arc<Forwarder>, PullError> {
+        if let Some(f) = self.fwd.get() {
+            return Ok(f.clone());
+        }
+        let attached = self.attached.notified();
+        tokio::pin!(attached);
+        attached.as_mut().enable();
+        if let Some(f) = self.fwd.get() {
+            return Ok(f.clone());
+        }
+        let _ = tokio::time::timeout(ATTACH_WAIT, attached).await;
+        self.fwd.get().cloned().ok_or(PullError::NotRunning)
     }
 
     /// The pull route `route` of `source` in the table in force.
-    pub fn route(&self, source: &str, route: &str) -> Result<Arc<Route>, PullError> {
-        let fwd = self.forwarder()?;
+    pub async fn route(&self, source: &str, route: &str) -> Result<Arc<Route>, PullError> {
+        let fwd = self.forwarder().await?;
         fwd.plan()
             .routes
             .iter()
@@ -300,7 +318,7 @@ impl Pulls {
         wait: Duration,
     ) -> Result<Vec<Pulled>, PullError> {
         let shutdown = &self.closing;
-        let fwd = self.forwarder()?.clone();
+        let fwd = self.forwarder().await?;
         self.seen(&fwd, route, &ask.consumer);
         if !fwd.is_paused(route) && fwd.fence.held() {
             let got = take(&fwd, route, &ask).await.map_err(PullError::Store)?;
@@ -334,7 +352,7 @@ impl Pulls {
         receipts: &[String],
         consumer: &Consumer,
     ) -> Result<Vec<Settled>, PullError> {
-        let fwd = self.forwarder()?.clone();
+        let fwd = self.forwarder().await?;
         self.seen(&fwd, route, consumer);
         let mut out = Vec::with_capacity(receipts.len());
         for r in receipts {
@@ -352,7 +370,7 @@ impl Pulls {
         retry_in: Option<Duration>,
         consumer: &Consumer,
     ) -> Result<Settled, PullError> {
-        let fwd = self.forwarder()?.clone();
+        let fwd = self.forwarder().await?;
         self.seen(&fwd, route, consumer);
         Ok(self
             .settle(&fwd, route, receipt, Some(retry_in), consumer)
