@@ -11,9 +11,10 @@
 //!   ratio. After each pull drain the gateway must have recorded every delivery as
 //!   delivered (`hookgate_pull_acked_total`).
 //! - **Idle long polls.** 1,000 long polls waiting at once on 64 pull routes, each
-//!   with its own token (16 per token at most, the per-token cap), against an idle
-//!   gateway: its RSS and its store connections (open file descriptors of the
-//!   embedded store's database) before and while they wait.
+//!   with its own token (at most 16 per token, the per-token cap), from 8 loopback
+//!   addresses (within the per-client connection cap), against an idle gateway: its
+//!   RSS and its store connections (open file descriptors of the embedded store's
+//!   database) before and while they wait.
 //!
 //! ```text
 //! cargo bench --bench gateway -- pull-drain
@@ -34,9 +35,12 @@ use crate::{Report, SECRET, Settings};
 /// The consumer token of every pull route of the bench.
 const TOKEN: &str = "bench-pull-token-0123456789";
 
-/// The routes of the idle long-poll measure, and the polls on each.
+/// The idle long polls, the routes (each its token) they wait on, at most 16 each,
+/// and the client addresses they come from (each under the per-client cap of 256
+/// connections).
+const IDLE_POLLS: usize = 1000;
 const IDLE_ROUTES: usize = 64;
-const POLLS_PER_ROUTE: usize = 16;
+const IDLE_CLIENTS: usize = 8;
 
 fn bin() -> std::ffi::OsString {
     std::env::var_os("HOOKGATE_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hookgate").into())
@@ -98,7 +102,8 @@ async fn pull_drain(s: Settings) -> f64 {
         .arg(format!("http://127.0.0.1:{}", gw.port))
         .args(["--route", "bench/default", "--to"])
         .arg(format!("http://127.0.0.1:{}/hook", sink.port))
-        .args(["--max", "100", "--json", "--token-env", "BENCH_PULL_TOKEN"])
+        .args(["--max", "100", "--concurrency", "64", "--json"])
+        .args(["--token-env", "BENCH_PULL_TOKEN"])
         .env("BENCH_PULL_TOKEN", TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -173,37 +178,41 @@ async fn idle_polls(report: &mut Report) {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let data = dir.path().join("data");
     let before = footprint(&gw, &data);
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(2000)
-        .build()
-        .expect("client");
+    let clients: Vec<reqwest::Client> = (0..IDLE_CLIENTS)
+        .map(|c| {
+            let ip = std::net::Ipv4Addr::new(127, 0, 0, 2 + c as u8);
+            reqwest::Client::builder()
+                .local_address(std::net::IpAddr::V4(ip))
+                .pool_max_idle_per_host(IDLE_POLLS)
+                .build()
+                .expect("client")
+        })
+        .collect();
     let mut polls = Vec::new();
-    for route in 0..IDLE_ROUTES {
-        for _ in 0..POLLS_PER_ROUTE {
-            let url = format!(
-                "http://127.0.0.1:{}/pull/idle{}/r{}",
-                gw.port,
-                route / 32,
-                route % 32
-            );
-            let c = client.clone();
-            polls.push(tokio::spawn(async move {
-                c.post(url)
-                    .bearer_auth(TOKEN)
-                    .json(&serde_json::json!({"wait": "30s"}))
-                    .send()
-                    .await
-                    .map(|r| r.status().as_u16())
-            }));
-        }
+    for n in 0..IDLE_POLLS {
+        let route = n % IDLE_ROUTES;
+        let url = format!(
+            "http://127.0.0.1:{}/pull/idle{}/r{}",
+            gw.port,
+            route / 32,
+            route % 32
+        );
+        let c = clients[n % IDLE_CLIENTS].clone();
+        polls.push(tokio::spawn(async move {
+            c.post(url)
+                .bearer_auth(TOKEN)
+                .json(&serde_json::json!({"wait": "30s"}))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        }));
     }
     // Every poll waiting (each is counted by the gateway before it waits).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let during = footprint(&gw, &data);
     let done = polls.iter().filter(|p| p.is_finished()).count();
     report.add(format!(
-        "pull, {} idle long polls on {IDLE_ROUTES} routes ({POLLS_PER_ROUTE} per token), embedded store: RSS {:.1} MiB before, {:.1} MiB while they wait (+{:.1} MiB); database descriptors {} before, {} while they wait; {done} answered early",
-        IDLE_ROUTES * POLLS_PER_ROUTE,
+        "pull, {IDLE_POLLS} idle long polls on {IDLE_ROUTES} routes (each its token, at most 16 each) from {IDLE_CLIENTS} client addresses, embedded store: RSS {:.1} MiB before, {:.1} MiB while they wait (+{:.1} MiB); database descriptors {} before, {} while they wait; {done} answered early (must be 0)",
         before.0,
         during.0,
         during.0 - before.0,

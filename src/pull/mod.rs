@@ -296,7 +296,11 @@ async fn pull(
     let _slot = if wait.is_zero() {
         None
     } else {
-        let counter = state.waiting(&consumer.token);
+        // A route token is its route's: its polls are counted per route.
+        let counter = state.waiting(&format!(
+            "{}/{}/{}",
+            route.source, route.name, consumer.token
+        ));
         if counter.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING_PER_TOKEN {
             counter.fetch_sub(1, Ordering::AcqRel);
             return Err(ApiError::TooManyWaiting);

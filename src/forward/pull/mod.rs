@@ -354,11 +354,11 @@ impl Pulls {
     ) -> Result<Vec<Settled>, PullError> {
         let fwd = self.forwarder().await?;
         self.seen(&fwd, route, consumer);
-        let mut out = Vec::with_capacity(receipts.len());
-        for r in receipts {
-            out.push(self.settle(&fwd, route, r, None, consumer).await);
-        }
-        Ok(out)
+        // At once: the store commits their completions together.
+        let settling = receipts
+            .iter()
+            .map(|r| self.settle(&fwd, route, r, None, consumer));
+        Ok(futures_util::future::join_all(settling).await)
     }
 
     /// Give a delivery back as failed: retried after `retry_in` (capped by the
