@@ -47,11 +47,30 @@ pub async fn run(api: &ApiArgs, cmd: RoutesCmd) -> anyhow::Result<()> {
                         r.destination
                             .or(r.retired_at.map(|at| format!("retired {at}")))
                             .unwrap_or_default(),
+                        // A pull route's consumers: how many, and the last seen.
+                        match &r.consumers {
+                            Some(c) if c.is_empty() => "none seen".to_string(),
+                            Some(c) => format!(
+                                "{} (last {} from {})",
+                                c.len(),
+                                c[0].last_seen,
+                                c[0].address
+                            ),
+                            None => String::new(),
+                        },
                     ]
                 })
                 .collect();
             table(
-                &["source", "route", "state", "pending", "dead", "destination"],
+                &[
+                    "source",
+                    "route",
+                    "state",
+                    "pending",
+                    "dead",
+                    "destination",
+                    "consumers",
+                ],
                 rows,
             )?;
         }

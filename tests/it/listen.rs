@@ -36,12 +36,18 @@ impl Listen {
 
     /// `listen` forwarding to `{base}{PATH}`.
     fn spawn_to(gw: &Gateway, base: &str) -> Listen {
+        Self::spawn_with(gw, base, &[])
+    }
+
+    /// `listen` forwarding to `{base}{PATH}`, with more arguments.
+    fn spawn_with(gw: &Gateway, base: &str, more: &[&str]) -> Listen {
         let dir = tempfile::tempdir().expect("tempdir");
         let stdout = std::fs::File::create(dir.path().join("stdout")).expect("stdout file");
         let stderr = std::fs::File::create(dir.path().join("stderr")).expect("stderr file");
         let child = Command::new(bin())
             .args(["listen", "--from", &gw.ingest, "--route", "shop/dev"])
             .args(["--to", &format!("{base}{PATH}"), "--json"])
+            .args(more)
             .env("HOOKGATE_PULL_TOKEN", TOKEN)
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -182,12 +188,12 @@ fn assert_once(seen: &[String], ids: &[String], what: &str) {
     assert_eq!(got, expected, "{what}");
 }
 
-/// 200 webhooks, half posted before `listen` starts and half while it waits: the
+/// 1,000 webhooks, half posted before `listen` starts and half while it waits: the
 /// app receives each once, signed, each customer's in order; stdout names each
 /// entry once, acked; the store has each delivered; SIGTERM exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_forwards_each_delivery_once_signed_and_in_order() {
-    const N: usize = 200;
+    const N: usize = 1000;
     let h = StoreHandle::new(Backend::Embedded);
     let gw = start(&pull_config(&h, "", "")).await;
     let app = Upstream::ok().await;
@@ -393,5 +399,93 @@ async fn listen_refuses_a_bad_route_an_unset_token_and_a_wrong_one() {
         "{err}"
     );
     assert!(!err.contains(wrong) && !out.contains(wrong), "{err}");
+    gw.stop().await;
+}
+
+/// `kill -<signal>` to a child.
+fn signal(child: &Child, signal: &str) {
+    let sent = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill -{signal}");
+}
+
+/// A `listen` SIGSTOPped while its long poll waits is handed deliveries it cannot
+/// take; while it is stopped for longer than its 5 s lease, webhooks keep arriving
+/// and a second `listen` takes over (the first's leases expire). Continued, the
+/// first forwards none of what it held after its lease: every webhook reaches the
+/// app, each customer's in order, and each is acknowledged once over both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_listen_is_taken_over_and_nothing_is_lost_or_reordered() {
+    let h = StoreHandle::new(Backend::Embedded);
+    let gw = start(&pull_config(&h, "", "")).await;
+    let app = Upstream::ok().await;
+    let first = Listen::spawn_with(&gw, &app.url, &["--lease", "5s"]);
+    let mut posted = Vec::new();
+    for n in 0..4 {
+        let cus = format!("cus_{}", n % 4);
+        posted.push((
+            post(&gw, &payment(&format!("evt_stop{n}"), &cus)).await,
+            cus,
+        ));
+    }
+    first.wait_for_lines(4).await;
+    // Stopped while its next long poll waits: what arrives now is handed to it.
+    signal(&first.child, "STOP");
+    for n in 4..24 {
+        let cus = format!("cus_{}", n % 4);
+        posted.push((
+            post(&gw, &payment(&format!("evt_stop{n}"), &cus)).await,
+            cus,
+        ));
+    }
+    let second = Listen::spawn(&gw, &app);
+    let ids: Vec<String> = posted.iter().map(|(id, _)| id.clone()).collect();
+    wait_until_ok(
+        "every webhook at the app",
+        Duration::from_secs(60),
+        async || {
+            let got: HashSet<String> = app.webhook_ids(None).into_iter().collect();
+            let missing = ids.iter().filter(|id| !got.contains(*id)).count();
+            if missing == 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{missing} missing; second's stderr:\n{}",
+                    second.stderr()
+                ))
+            }
+        },
+    )
+    .await;
+    signal(&first.child, "CONT");
+    // The first had leases (its poll was answered while it was stopped).
+    wait_until_ok(
+        "the first to give up what it held",
+        Duration::from_secs(30),
+        async || {
+            let err = first.stderr();
+            if err.contains("lease ended") || err.contains("no longer held its lease") {
+                Ok(())
+            } else {
+                Err(err)
+            }
+        },
+    )
+    .await;
+    let received = app.received();
+    assert_once(&app.webhook_ids(None), &ids, "the app's requests");
+    assert_signed(&received, 200);
+    assert_in_order(&received, &posted);
+    let acked: Vec<String> = first
+        .lines()
+        .iter()
+        .chain(second.lines().iter())
+        .filter(|l| l["result"] == "acked")
+        .map(|l| l["entry_id"].as_str().expect("entry_id").to_string())
+        .collect();
+    assert_once(&acked, &ids, "acks over both listeners");
     gw.stop().await;
 }
