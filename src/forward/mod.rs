@@ -4,7 +4,7 @@
 //! store under a lease, and hands each to a delivery task, at most `concurrency` at
 //! a time per destination, so a slow or hanging destination only ever holds its own
 //! permits, and one route failing never delays another. A delivery hands the
-//! original bytes to the route's sender (`sender`: HTTP today), records the attempt, and completes the claim as delivered, retry
+//! original bytes to the route's sender (`sender`: HTTP, NATS JetStream, RabbitMQ), records the attempt, and completes the claim as delivered, retry
 //! at (backoff with full jitter) or dead. A circuit breaker per destination stops
 //! claims while the destination is down, so waiting deliveries burn no attempts;
 //! after its cooldown one probe goes out, preferably a delivery that failed before
@@ -14,6 +14,9 @@
 //! The gateway's heartbeat (`heartbeat`) holds the fence: nothing is claimed or
 //! sent while it does not reach the store, and it ends the leases of gateways
 //! silent for 10 s.
+//!
+//! A pull route (`pull`) has no claim loop: its consumers claim its deliveries
+//! through the consumer API, and its loop serves their waiting long polls.
 //!
 //! Paused sources and routes are not claimed. A maintenance loop runs retention, store
 //! housekeeping and the gauges. On shutdown the loops stop claiming, in-flight

@@ -603,6 +603,7 @@ mod tests {
         crate::store::register_metrics();
         crate::telemetry::traces::register_metrics();
         crate::app::register_reload_metrics();
+        crate::forward::pull::register_metrics(&[("unit_src".into(), "unit_pull".into())]);
         crate::reconcile::register_metrics(["unit_src"]);
         crate::forward::register_gateway_metrics(&crate::forward::GatewayIdentity::new(
             "unit".into(),
