@@ -51,7 +51,7 @@ pub fn free_port() -> u16 {
         .expect("port")
 }
 
-pub fn wait_port(port: u16) {
+fn wait_port(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "port {port} never opened");
@@ -320,17 +320,26 @@ pub fn start_gateway_with(
         ),
     )
     .expect("config");
-    // `HOOKGATE_BENCH_BIN` runs another build of the gateway: an A/B of two builds
-    // alternating in one session.
-    let bin = bin.map(|b| b.as_os_str().to_owned()).unwrap_or_else(|| {
-        std::env::var_os("HOOKGATE_BENCH_BIN")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_hookgate").into())
-    });
+    run_gateway(&cfg, bin, (port, admin), &[])
+}
+
+/// `hookgate serve --config cfg` (the build `bin`, else [`gateway_bin`]) with more
+/// environment `env`, once its listeners (`ports`: ingest, admin) accept.
+pub fn run_gateway(
+    cfg: &Path,
+    bin: Option<&Path>,
+    (port, admin): (u16, u16),
+    env: &[(&str, &str)],
+) -> Proc {
+    let bin = bin
+        .map(|b| b.as_os_str().to_owned())
+        .unwrap_or_else(gateway_bin);
     let child = Command::new(bin)
         .arg("serve")
         .arg("--config")
-        .arg(&cfg)
+        .arg(cfg)
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -338,6 +347,12 @@ pub fn start_gateway_with(
     wait_port(admin);
     wait_port(port);
     Proc { child, port, admin }
+}
+
+/// The gateway every scenario runs: `HOOKGATE_BENCH_BIN` (another build: an A/B of
+/// two builds alternating in one session), else this build's.
+pub fn gateway_bin() -> std::ffi::OsString {
+    std::env::var_os("HOOKGATE_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hookgate").into())
 }
 
 pub fn store_toml(

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::load::prepare;
 use crate::measure::median;
-use crate::procs::{Proc, Store, free_port, store_toml};
+use crate::procs::{Proc, Store, free_port, gateway_bin, run_gateway, store_toml};
 use crate::scenarios::{drain, ingest_backlog, scrape};
 use crate::sink::start_sink;
 use crate::{Report, SECRET, Settings};
@@ -41,10 +41,6 @@ const TOKEN: &str = "bench-pull-token-0123456789";
 const IDLE_POLLS: usize = 1000;
 const IDLE_ROUTES: usize = 64;
 const IDLE_CLIENTS: usize = 8;
-
-fn bin() -> std::ffi::OsString {
-    std::env::var_os("HOOKGATE_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hookgate").into())
-}
 
 /// A gateway whose sources are `sources` (TOML), the pull token in its environment.
 fn gateway(dir: &std::path::Path, sources: &str) -> Proc {
@@ -60,19 +56,7 @@ fn gateway(dir: &std::path::Path, sources: &str) -> Proc {
         ),
     )
     .expect("config");
-    let child = Command::new(bin())
-        .arg("serve")
-        .arg("--config")
-        .arg(&cfg)
-        .env("RUST_LOG", "warn")
-        .env("BENCH_PULL_TOKEN", TOKEN)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("hookgate");
-    crate::procs::wait_port(admin);
-    crate::procs::wait_port(port);
-    Proc { child, port, admin }
+    run_gateway(&cfg, None, (port, admin), &[("BENCH_PULL_TOKEN", TOKEN)])
 }
 
 /// The pull route `bench/default`.
@@ -97,7 +81,7 @@ async fn pull_drain(s: Settings) -> f64 {
     .await;
     assert_eq!(sink.received.load(Ordering::Relaxed), 0, "pushed");
     let start = Instant::now();
-    let mut listen: Child = Command::new(bin())
+    let mut listen: Child = Command::new(gateway_bin())
         .args(["listen", "--from"])
         .arg(format!("http://127.0.0.1:{}", gw.port))
         .args(["--route", "bench/default", "--to"])

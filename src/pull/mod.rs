@@ -202,6 +202,19 @@ async fn authenticate(
     ))
 }
 
+/// A request for `route` of `source`, authenticated (see [`authenticate`]), and
+/// its body.
+async fn admitted(
+    state: &PullState,
+    source: &str,
+    route: &str,
+    req: Request<axum::body::Body>,
+) -> Result<(Arc<Route>, Consumer, Bytes), ApiError> {
+    let address = address(state, &req);
+    let (route, consumer) = authenticate(state, source, route, req.headers(), address).await?;
+    Ok((route, consumer, read(req).await?))
+}
+
 /// The client address of a request (its peer, or what a trusted proxy says).
 fn address<B>(state: &PullState, req: &Request<B>) -> String {
     req.extensions()
@@ -269,9 +282,7 @@ async fn pull(
     Path((source, route)): Path<(String, String)>,
     req: Request<axum::body::Body>,
 ) -> Result<Response, ApiError> {
-    let address = address(&state, &req);
-    let (route, consumer) = authenticate(&state, &source, &route, req.headers(), address).await?;
-    let bytes = read(req).await?;
+    let (route, consumer, bytes) = admitted(&state, &source, &route, req).await?;
     let ask: PullRequest = body(&bytes)?.unwrap_or_default();
     let max = ask.max.unwrap_or(10);
     if !(1..=MAX_BATCH).contains(&max) {
@@ -329,9 +340,7 @@ async fn ack(
     Path((source, route)): Path<(String, String)>,
     req: Request<axum::body::Body>,
 ) -> Result<Response, ApiError> {
-    let address = address(&state, &req);
-    let (route, consumer) = authenticate(&state, &source, &route, req.headers(), address).await?;
-    let bytes = read(req).await?;
+    let (route, consumer, bytes) = admitted(&state, &source, &route, req).await?;
     let Some(AckRequest { receipts }) = body(&bytes)? else {
         return Err(ApiError::BadRequest(
             "a JSON body {\"receipts\": [...]} is required".into(),
@@ -355,9 +364,7 @@ async fn nack(
     Path((source, route)): Path<(String, String)>,
     req: Request<axum::body::Body>,
 ) -> Result<Response, ApiError> {
-    let address = address(&state, &req);
-    let (route, consumer) = authenticate(&state, &source, &route, req.headers(), address).await?;
-    let bytes = read(req).await?;
+    let (route, consumer, bytes) = admitted(&state, &source, &route, req).await?;
     let Some(NackRequest { receipt, retry_in }) = body(&bytes)? else {
         return Err(ApiError::BadRequest(
             "a JSON body {\"receipt\": \"...\"} is required".into(),
