@@ -59,6 +59,9 @@ const SWEEP: Duration = Duration::from_millis(200);
 /// Expiries in a row of one delivery's leases that count as one failed attempt.
 const EXPIRIES_PER_ATTEMPT: u32 = 3;
 
+/// How long a delivery's count of expiries in a row is kept after its last expiry.
+const EXPIRIES_FORGOTTEN: Duration = Duration::from_secs(3600);
+
 /// The most consumers remembered per route (the least recently seen go first).
 const MAX_CONSUMERS: usize = 64;
 
@@ -198,8 +201,11 @@ struct Held {
 struct Leases {
     by_token: HashMap<String, Held>,
     by_end: BTreeSet<(i64, String)>,
-    /// Expiries in a row, by (entry id, route).
-    expiries: HashMap<(String, String), u32>,
+    /// Expiries in a row, by (entry id, route), with the time of the last (unix
+    /// ms). A count whose last expiry is older than [`EXPIRIES_FORGOTTEN`] is
+    /// forgotten (the delivery was acknowledged through another gateway, or no
+    /// longer expires).
+    expiries: HashMap<(String, String), (u32, i64)>,
 }
 
 impl Leases {
@@ -781,11 +787,15 @@ pub(super) async fn sweep(fwd: Arc<Forwarder>, shutdown: CancellationToken) {
             _ = tokio::time::sleep(SWEEP) => {}
         }
         let now = fwd.clock.now_ms();
+        let forget_before = now - i64::try_from(EXPIRIES_FORGOTTEN.as_millis()).unwrap_or(0);
         let expired = fwd
             .pulls
             .leases
             .lock()
-            .map(|mut l| l.take_expired(now))
+            .map(|mut l| {
+                l.expiries.retain(|_, (_, last)| *last >= forget_before);
+                l.take_expired(now)
+            })
             .unwrap_or_default();
         for held in expired {
             expire(&fwd, held).await;
@@ -801,9 +811,10 @@ async fn expire(fwd: &Forwarder, held: Held) {
         .leases
         .lock()
         .map(|mut l| {
-            let n = l.expiries.entry(key.clone()).or_insert(0);
-            *n += 1;
-            let count = *n;
+            let n = l.expiries.entry(key.clone()).or_insert((0, 0));
+            n.0 += 1;
+            n.1 = fwd.clock.now_ms();
+            let count = n.0;
             if count >= EXPIRIES_PER_ATTEMPT {
                 l.expiries.remove(&key);
             }
