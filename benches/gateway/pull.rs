@@ -10,6 +10,11 @@
 //!   resumed). `--rounds` rounds, pull and push alternating; the medians and their
 //!   ratio. After each pull drain the gateway must have recorded every delivery as
 //!   delivered (`hookgate_pull_acked_total`).
+//! - **Ingest while delivering.** 64 connections in a closed loop for the duration
+//!   against a gateway that delivers while it ingests: its pull route drained by
+//!   one `hookgate listen` into the sink, against the same source pushing to the
+//!   sink; `--rounds` rounds alternating, the medians and their ratio. Every
+//!   accepted webhook must reach the sink.
 //! - **Idle long polls.** 1,000 long polls waiting at once on 64 pull routes, each
 //!   with its own token (at most 16 per token, the per-token cap), from 8 loopback
 //!   addresses (within the per-client connection cap), against an idle gateway: its
@@ -208,6 +213,60 @@ async fn idle_polls(report: &mut Report) {
     }
 }
 
+/// Ingest (64 connections in a closed loop for the duration) into a gateway that
+/// delivers while it ingests: the pull route with one `hookgate listen` taking its
+/// deliveries into the sink (`pull`), or the same source pushing them to the sink.
+/// The rate of accepted webhooks.
+async fn ingest_while(s: Settings, pull: bool) -> f64 {
+    let sink = start_sink(None, false).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = format!("http://127.0.0.1:{}/hook", sink.port);
+    let gw = if pull {
+        gateway(dir.path(), &pull_source())
+    } else {
+        gateway(
+            dir.path(),
+            &format!(
+                "[[sources]]\nname = \"bench\"\nprovider = \"stripe\"\nsecret = \"{SECRET}\"\n\
+                 destination = \"{target}\"\n[sources.delivery]\nconcurrency = 64\n"
+            ),
+        )
+    };
+    let mut listen = pull.then(|| {
+        Command::new(gateway_bin())
+            .args(["listen", "--from"])
+            .arg(format!("http://127.0.0.1:{}", gw.port))
+            .args(["--route", "bench/default", "--to", &target])
+            .args(["--max", "100", "--concurrency", "64", "--json"])
+            .args(["--token-env", "BENCH_PULL_TOKEN"])
+            .env("BENCH_PULL_TOKEN", TOKEN)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("hookgate listen")
+    });
+    let n = ((s.duration.as_secs_f64() * 40_000.0) as usize).max(2_000);
+    let requests = std::sync::Arc::new(prepare(n, if pull { "ipull" } else { "ipush" }, None));
+    let result = crate::load::closed_loop(
+        crate::load::addr(gw.port),
+        "/ingest/bench",
+        requests,
+        s.connections,
+        s.duration,
+        false,
+    )
+    .await;
+    assert_eq!(result.errors, 0, "ingest refused requests");
+    // Every accepted webhook reaches the sink (nothing lost on either path).
+    sink.wait_for(result.requests as usize, "deliveries after the load")
+        .await;
+    if let Some(l) = listen.as_mut() {
+        let _ = l.kill();
+        let _ = l.wait();
+    }
+    result.rate()
+}
+
 pub async fn pull_drain_scenario(report: &mut Report, s: Settings) {
     let mut pulls = Vec::new();
     let mut pushes = Vec::new();
@@ -224,6 +283,20 @@ pub async fn pull_drain_scenario(report: &mut Report, s: Settings) {
         s.rounds,
         rate(push),
         push / pull
+    ));
+    let mut pulling = Vec::new();
+    let mut pushing = Vec::new();
+    for _ in 0..s.rounds {
+        pulling.push(ingest_while(s, true).await);
+        pushing.push(ingest_while(s, false).await);
+    }
+    let (pulling, pushing) = (median(pulling), median(pushing));
+    report.add(format!(
+        "pull, ingest while delivering, embedded, {} connections for {:?}: {pulling:.0} webhooks/s while one `hookgate listen` pulls, {pushing:.0}/s while the gateway pushes (median of {}); pulling/pushing = {:.2}×",
+        s.connections,
+        s.duration,
+        s.rounds,
+        pulling / pushing
     ));
     idle_polls(report).await;
 }
