@@ -20,7 +20,9 @@
 //! A receipt is good on any gateway sharing the store (`receipt`): one this gateway
 //! does not hold is completed from the store with the receipt's lease token.
 //!
-//! Long polls that find nothing wait in their route's line ([`Line`]); the route's
+//! While ingest is saturated a pull takes only its share, as a route loop does
+//! (`crate::pressure`: ingest first). Long polls that find nothing wait in their
+//! route's line ([`Line`]); the route's
 //! loop ([`route_loop`]) claims for the first waiter whenever work arrives or a poll
 //! interval passes, so a thousand idle polls cost one claim a poll interval, no
 //! thread and no store connection. The consumer API itself (HTTP, tokens, limits)
@@ -601,18 +603,33 @@ fn trace(
 /// Claim up to `ask.max` deliveries of `route` for `ask.consumer`, shaped as a push
 /// would send them, and keep their leases.
 async fn take(fwd: &Forwarder, route: &Arc<Route>, ask: &Ask) -> Result<Vec<Pulled>, StoreError> {
+    // Ingest first (`crate::pressure`), as for a route loop: while ingest is
+    // saturated, a pull takes a few deliveries once the webhooks stored meanwhile
+    // have earned them, and nothing before (the long poll waits).
+    let want = if fwd.pressure.saturated() {
+        ask.max.min(super::SATURATED_CLAIM)
+    } else {
+        ask.max
+    };
+    let shared = fwd.pressure.share(want);
+    if shared == 0 {
+        return Ok(Vec::new());
+    }
     let now = fwd.clock.now_ms();
-    let claims = fwd
+    let claimed = fwd
         .store
         .claim(
             &route.source,
             &route.name,
             &fwd.worker,
             now,
-            ask.max,
+            shared,
             ask.lease + STORE_MARGIN,
         )
-        .await?;
+        .await;
+    fwd.pressure
+        .give_back(shared.saturating_sub(claimed.as_ref().map_or(0, Vec::len)));
+    let claims = claimed?;
     if claims.is_empty() {
         return Ok(Vec::new());
     }
