@@ -64,6 +64,22 @@ fn gateway(dir: &std::path::Path, sources: &str) -> Proc {
     run_gateway(&cfg, None, (port, admin), &[("BENCH_PULL_TOKEN", TOKEN)])
 }
 
+/// One `hookgate listen` taking `bench/default` of the gateway on `port` into
+/// `target`, 100 a poll, 64 at once.
+fn listen(port: u16, target: &str) -> Child {
+    Command::new(gateway_bin())
+        .args(["listen", "--from"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .args(["--route", "bench/default", "--to", target])
+        .args(["--max", "100", "--concurrency", "64", "--json"])
+        .args(["--token-env", "BENCH_PULL_TOKEN"])
+        .env("BENCH_PULL_TOKEN", TOKEN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("hookgate listen")
+}
+
 /// The pull route `bench/default`.
 fn pull_source() -> String {
     format!(
@@ -86,18 +102,7 @@ async fn pull_drain(s: Settings) -> f64 {
     .await;
     assert_eq!(sink.received.load(Ordering::Relaxed), 0, "pushed");
     let start = Instant::now();
-    let mut listen: Child = Command::new(gateway_bin())
-        .args(["listen", "--from"])
-        .arg(format!("http://127.0.0.1:{}", gw.port))
-        .args(["--route", "bench/default", "--to"])
-        .arg(format!("http://127.0.0.1:{}/hook", sink.port))
-        .args(["--max", "100", "--concurrency", "64", "--json"])
-        .args(["--token-env", "BENCH_PULL_TOKEN"])
-        .env("BENCH_PULL_TOKEN", TOKEN)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("hookgate listen");
+    let mut listen = listen(gw.port, &format!("http://127.0.0.1:{}/hook", sink.port));
     sink.wait_for(s.drain_entries, "pull drain").await;
     let secs = start.elapsed().as_secs_f64();
     // Every delivery acknowledged (the last acks follow the last sends).
@@ -232,19 +237,7 @@ async fn ingest_while(s: Settings, pull: bool) -> f64 {
             ),
         )
     };
-    let mut listen = pull.then(|| {
-        Command::new(gateway_bin())
-            .args(["listen", "--from"])
-            .arg(format!("http://127.0.0.1:{}", gw.port))
-            .args(["--route", "bench/default", "--to", &target])
-            .args(["--max", "100", "--concurrency", "64", "--json"])
-            .args(["--token-env", "BENCH_PULL_TOKEN"])
-            .env("BENCH_PULL_TOKEN", TOKEN)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("hookgate listen")
-    });
+    let mut listen = pull.then(|| listen(gw.port, &target));
     let n = ((s.duration.as_secs_f64() * 40_000.0) as usize).max(2_000);
     let requests = std::sync::Arc::new(prepare(n, if pull { "ipull" } else { "ipush" }, None));
     let result = crate::load::closed_loop(

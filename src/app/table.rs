@@ -169,7 +169,7 @@ impl Compiler {
                         source: s.name.clone(),
                         route: r.name.clone(),
                         destination: r.shown_destination(),
-                        kind: r.target.kind().as_str(),
+                        kind: r.target.kind(),
                     })
                 })
                 .collect(),

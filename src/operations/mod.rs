@@ -149,7 +149,7 @@ pub struct CatalogRoute {
     /// Its destination as shown (`RouteConfig::shown_destination`).
     pub destination: String,
     /// Its kind: `http`, `nats`, `amqp`, `pull`.
-    pub kind: &'static str,
+    pub kind: crate::config::DestinationKind,
 }
 
 /// What the operations know of a configured source.

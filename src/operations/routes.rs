@@ -68,7 +68,7 @@ pub async fn routes(ops: &Operations) -> Result<Vec<RouteInfo>, StoreError> {
     let mut out = Vec::new();
     for r in &catalog.routes {
         let stats = ops.store.route_stats(&r.source, &r.route).await?;
-        let consumers = (r.kind == crate::config::DestinationKind::Pull.as_str()).then(|| {
+        let consumers = (r.kind == crate::config::DestinationKind::Pull).then(|| {
             ops.pulls
                 .as_ref()
                 .map(|p| p.consumers(&r.source, &r.route))
@@ -86,7 +86,7 @@ pub async fn routes(ops: &Operations) -> Result<Vec<RouteInfo>, StoreError> {
             route: r.route.clone(),
             state: RouteStateKind::Active,
             destination: Some(r.destination.clone()),
-            kind: Some(r.kind.to_string()),
+            kind: Some(r.kind.as_str().to_string()),
             retired_at: None,
             pending: stats.pending,
             dead: stats.dead,
